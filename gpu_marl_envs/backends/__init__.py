@@ -1,0 +1,47 @@
+"""Backend selection: ``"torch"`` (reference, CPU and GPU), ``"numba"`` (Numba CUDA kernels) and
+``"pycuda"`` (CUDA C kernels). Each backend module is imported only when asked for, so the
+optional CUDA packages stay optional."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+# Fastest first: the default is the first one available on the device.
+BACKENDS = {
+    "pycuda": "gpu_marl_envs.backends.pycuda_backend:PycudaBackend",
+    "numba": "gpu_marl_envs.backends.numba_backend:NumbaBackend",
+    "torch": "gpu_marl_envs.backends.torch_backend:TorchBackend",
+}
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run here; the message says what to install or change."""
+
+
+def _availability(name: str, device: torch.device) -> str | None:
+    if name == "torch":
+        return None
+    module_name = BACKENDS[name].split(":")[0]
+    return importlib.import_module(module_name).availability(device)
+
+
+def available_backends(device: torch.device | str) -> list[str]:
+    device = torch.device(device)
+    return [name for name in BACKENDS if _availability(name, device) is None]
+
+
+def resolve_backend(name: str | None, device: torch.device):
+    """The backend class for ``name`` on ``device`` (``None``: the fastest available there)."""
+    if name is None:
+        # Kernel backends on the CPU would be the simulator: never a sensible default.
+        candidates = list(BACKENDS) if device.type == "cuda" else ["torch"]
+        name = next(n for n in candidates if _availability(n, device) is None)
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(map(repr, BACKENDS))} or None")
+    problem = _availability(name, device)
+    if problem is not None:
+        raise BackendUnavailableError(f"backend {name!r} is not available on {device}: {problem}")
+    module_name, class_name = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)

@@ -1,0 +1,95 @@
+"""Numba CUDA backend: the kernels in ``kernels/<env>_numba.py``, launched on torch's current stream.
+
+On a CPU device it runs only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which the
+tests use to check the kernels without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, ClassicBuffers
+from gpu_marl_envs.envs.definition import EnvDefinition
+
+THREADS_PER_BLOCK = 256
+
+
+def simulator_enabled() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def availability(device: torch.device) -> str | None:
+    """None if usable on ``device``, else what to do about it."""
+    try:
+        from gpu_marl_envs.kernels.numba_api import cuda
+    except ImportError:
+        return "the numba backend needs numba-cuda: pip install 'gpu_marl_envs[cuda]'"
+    if device.type == "cuda":
+        return None if cuda.is_available() else "Numba finds no CUDA driver or GPU"
+    if simulator_enabled():
+        return None
+    return ("the numba backend needs a CUDA device; on the CPU it runs only under Numba's CUDA "
+            "simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba; slow, for tests)")
+
+
+class NumbaBackend:
+    name = "numba"
+
+    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+                 action_space):
+        from gpu_marl_envs.kernels.numba_api import cuda
+
+        self._cuda = cuda
+        module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
+        self._step_kernel = getattr(module, f"{definition.kernel_name}_step")
+        self._reset_kernel = getattr(module, f"{definition.kernel_name}_reset")
+        self._on_gpu = buffers.state.is_cuda
+        num_envs = buffers.state.shape[1]
+        self._blocks = (num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        self._streams: dict[int, object] = {}
+
+        record = definition.params_record(params)
+        # Numba reads the state as one flat array of rows; the kernels index state[field * n + env].
+        views = {name: self._view(getattr(buffers, name)) for name in vars(buffers)}
+        views["state"] = self._view(buffers.state.view(-1))
+        views["num_envs"] = np.int32(num_envs)
+        views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
+        views["params"] = cuda.to_device(record) if self._on_gpu else record
+        # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
+        # far more than a device-to-device copy.
+        self._actions = torch.empty(
+            (num_envs, *action_space.shape), dtype=torch.int64 if not action_space.shape else torch.float32,
+            device=buffers.state.device,
+        )
+        views["actions"] = self._view(self._actions)
+        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
+        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
+
+    def _view(self, tensor: torch.Tensor):
+        if self._on_gpu:
+            return self._cuda.as_cuda_array(tensor, sync=False)
+        return tensor.numpy()  # the simulator works on host arrays in place
+
+    def _stream(self):
+        if not self._on_gpu:
+            return 0
+        handle = torch.cuda.current_stream().cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            # Handle 0 is the legacy default stream, which Numba names itself.
+            stream = self._cuda.default_stream() if handle == 0 else self._cuda.external_stream(handle)
+            self._streams[handle] = stream
+        return stream
+
+    def step(self, actions: torch.Tensor) -> None:
+        self._actions.copy_(actions)
+        self._step_kernel[self._blocks, THREADS_PER_BLOCK, self._stream()](*self._step_args)
+
+    def reset(self) -> None:
+        self._reset_kernel[self._blocks, THREADS_PER_BLOCK, self._stream()](*self._reset_args)

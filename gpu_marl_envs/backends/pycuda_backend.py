@@ -1,0 +1,125 @@
+"""CUDA C backend: ``kernels/<env>.cu`` compiled by pycuda on the primary context (the one torch
+uses) and launched on torch's current stream.
+
+The launch path is the cheapest pycuda offers: the argument buffer is packed once at construction
+and only the actions pointer is rewritten per step.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from importlib import resources
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs import rng
+from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, ClassicBuffers
+from gpu_marl_envs.envs.definition import EnvDefinition
+
+THREADS_PER_BLOCK = 256
+
+
+def availability(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "the pycuda backend needs a CUDA device"
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError as error:
+        return f"the pycuda backend needs pycuda and a CUDA driver ({error}): pip install 'gpu_marl_envs[cuda]'"
+    return None
+
+
+def compile_definitions() -> list[str]:
+    """-D options every .cu file is compiled with: the constants whose source of truth is Python."""
+    constants = {
+        "GME_MIX_MUL_1": f"{rng.MIX_MUL_1:#x}u",
+        "GME_MIX_MUL_2": f"{rng.MIX_MUL_2:#x}u",
+        "GME_SEED_SALT": f"{rng.SEED_SALT:#x}u",
+        **{f"GME_AUTORESET_{mode.name}": str(code) for mode, code in AUTORESET_CODES.items()},
+    }
+    return [f"-D{name}={value}" for name, value in constants.items()]
+
+
+def kernel_dir() -> str:
+    return str(resources.files("gpu_marl_envs.kernels"))
+
+
+@functools.lru_cache(maxsize=None)
+def _module(kernel_name: str, device_index: int):
+    """One compiled module per env kind and device, shared by every env instance."""
+    import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
+    from pycuda.compiler import SourceModule
+
+    source = (resources.files("gpu_marl_envs.kernels") / f"{kernel_name}.cu").read_text()
+    return SourceModule(source, options=compile_definitions(), include_dirs=[kernel_dir()], no_extern_c=True)
+
+
+def _pack(names, values) -> tuple[bytes, int | None]:
+    """Pack kernel arguments with the C ABI's natural alignment; returns the buffer and the byte
+    offset of the actions pointer (None if absent)."""
+    fmt, data, actions_offset = "", [], None
+    for name in names:
+        value = values[name]
+        if isinstance(value, torch.Tensor):
+            if name == "actions":
+                actions_offset = struct.calcsize(fmt + "P") - struct.calcsize("P")
+            fmt += "P"
+            data.append(value.data_ptr())
+        elif isinstance(value, bytes):  # the params struct, 4-byte fields
+            fmt += "0i%ds" % len(value)
+            data.append(value)
+        else:
+            fmt += "i"
+            data.append(int(value))
+    return bytearray(struct.pack(fmt, *data)), actions_offset
+
+
+class PycudaBackend:
+    name = "pycuda"
+
+    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+                 action_space):
+        device = buffers.state.device
+        torch.cuda.init()  # the primary context must exist before pycuda retains it
+        module = _module(definition.kernel_name, device.index if device.index is not None else torch.cuda.current_device())
+        self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
+        self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
+        num_envs = buffers.state.shape[1]
+        self._grid = ((num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 1, 1)
+        self._block = (THREADS_PER_BLOCK, 1, 1)
+        self._device = device
+
+        values = dict(vars(buffers))
+        values["num_envs"] = num_envs
+        values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
+        values["params"] = definition.params_record(params).tobytes()
+        values["actions"] = buffers.state  # placeholder pointer, rewritten each step
+        self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values)
+        self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
+        self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
+
+    def _launch(self, kernel, buffer) -> None:
+        current = torch.cuda.current_stream(self._device)
+        if current.cuda_stream == 0:
+            kernel._launch_kernel(self._grid, self._block, bytes(buffer), 0, None)
+            return
+        # pycuda cannot launch on a stream it did not create: order our stream after torch's
+        # current one and back again, through torch's view of our stream.
+        import pycuda.driver as drv
+
+        if self._own_stream is None:
+            self._own_stream = drv.Stream()
+            self._own_torch_stream = torch.cuda.ExternalStream(self._own_stream.handle, device=self._device)
+        self._own_torch_stream.wait_stream(current)
+        kernel._launch_kernel(self._grid, self._block, bytes(buffer), 0, self._own_stream)
+        current.wait_stream(self._own_torch_stream)
+
+    def step(self, actions: torch.Tensor) -> None:
+        struct.pack_into("P", self._step_buffer, self._actions_offset, actions.data_ptr())
+        self._launch(self._step_kernel, self._step_buffer)
+
+    def reset(self) -> None:
+        self._launch(self._reset_kernel, self._reset_buffer)

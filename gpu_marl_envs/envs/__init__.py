@@ -1,0 +1,13 @@
+"""The env definitions, by Gymnasium id (without the ``gpu_marl_envs/`` namespace)."""
+
+from gpu_marl_envs.envs.cartpole import CARTPOLE
+from gpu_marl_envs.envs.definition import EnvDefinition
+
+ENVS: dict[str, EnvDefinition] = {d.id: d for d in (CARTPOLE,)}
+
+
+def get_definition(env_id: str) -> EnvDefinition:
+    name = env_id.split("/", 1)[-1]
+    if name not in ENVS:
+        raise ValueError(f"unknown env {env_id!r}; available: {', '.join(sorted(ENVS))}")
+    return ENVS[name]

@@ -1,0 +1,75 @@
+"""What the runtime needs to know about a single-agent env: a small, plain description.
+
+An env module (e.g. ``cartpole.py``) holds its params dataclass, spaces and a torch reference of
+``reset``/``step``/``observe``, and exports one :class:`EnvDefinition`. Everything about batching,
+autoreset, seeding, devices and backends lives in the runtime, written once.
+
+State layout (shared by every backend): one float32 tensor of shape ``(len(state_fields),
+num_envs)``, a row per field, so a thread per env reads and writes coalesced memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+# uniform(draw, low, high) -> float32 tensor (num_envs,): the runtime binds seeds and episodes.
+Uniform = Callable[[int, float, float], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class EnvDefinition:
+    id: str
+    """Gymnasium id without the namespace, e.g. ``"CartPole-v1"``."""
+    params_type: type
+    """Frozen dataclass of the env's constants; validates itself in ``__post_init__``."""
+    state_fields: tuple[str, ...]
+    """Names of the state rows, in order."""
+    kernel_params: tuple[str, ...]
+    """Params fields and properties the step needs, in the order of the kernels' params struct.
+    Floats reach every backend as float32, ints as int32."""
+    observation_space: Callable[[Any], spaces.Box]
+    action_space: Callable[[Any], spaces.Space]
+    reset: Callable[[SimpleNamespace, Uniform, int], torch.Tensor]
+    """Torch reference: ``(p, uniform, num_envs) -> state (F, num_envs)``."""
+    step: Callable[[SimpleNamespace, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    """Torch reference: ``(p, state, actions) -> (next_state, rewards, terminated)``. Actions are
+    already sanitised (discrete clamped into range, NaN replaced by 0)."""
+    observe: Callable[[SimpleNamespace, torch.Tensor], torch.Tensor]
+    """Torch reference: ``(p, state) -> observations (num_envs, obs_dim)``."""
+    kernel_name: str
+    """``kernels/<name>.cu`` defines ``<name>_step``/``<name>_reset``; ``kernels/<name>_numba.py``
+    defines the Numba twins."""
+
+    def kernel_values(self, params: Any) -> dict[str, np.float32 | np.int32]:
+        """The kernels' scalars, typed as every backend receives them."""
+        values = {}
+        for name in self.kernel_params:
+            value = getattr(params, name)
+            if isinstance(value, (bool, int, np.integer)):
+                values[name] = np.int32(value)
+            else:
+                values[name] = np.float32(value)
+        return values
+
+    def torch_params(self, params: Any) -> SimpleNamespace:
+        """The same scalars for the torch reference (Python numbers holding float32 values)."""
+        return SimpleNamespace(**{k: v.item() for k, v in self.kernel_values(params).items()})
+
+    def params_record(self, params: Any) -> np.ndarray:
+        """One-element structured array laid out like the kernels' params struct."""
+        values = self.kernel_values(params)
+        dtype = np.dtype([(k, type(v)) for k, v in values.items()])
+        return np.array([tuple(values.values())], dtype=dtype)
+
+    def make_params(self, params: Any = None, **overrides: Any) -> Any:
+        base = self.params_type() if params is None else params
+        if not isinstance(base, self.params_type):
+            raise TypeError(f"params must be a {self.params_type.__name__}, got {type(base).__name__}")
+        return dataclasses.replace(base, **overrides) if overrides else base

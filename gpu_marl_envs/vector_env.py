@@ -1,0 +1,225 @@
+"""``GpuVectorEnv``: a batch of single-agent envs stepped on the device, behind Gymnasium's
+``VectorEnv`` API with torch tensors in and out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from gpu_marl_envs import rng
+from gpu_marl_envs.autoreset import parse_autoreset_mode
+from gpu_marl_envs.backends import resolve_backend
+from gpu_marl_envs.buffers import ClassicBuffers
+from gpu_marl_envs.envs import get_definition
+from gpu_marl_envs.validation import check_actions, check_num_envs, check_options
+
+
+def resolve_device(device) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' was asked for, but torch sees no CUDA GPU; use device='cpu'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device}")
+    return device
+
+
+class GpuVectorEnv(VectorEnv):
+    """A batch of ``num_envs`` copies of one env, whose whole step runs on ``device``.
+
+    Args:
+        env_id: the env's id, e.g. ``"CartPole-v1"`` (``gpu_marl_envs/`` prefix optional).
+        num_envs: number of sub-envs (>= 1).
+        device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``; default: the GPU if torch sees one.
+        backend: ``"pycuda"`` (CUDA C), ``"numba"`` (Numba CUDA) or ``"torch"``; default: the fastest
+            available on the device (``"torch"`` on the CPU).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode``; NEXT_STEP by default.
+        params: the env's params dataclass (e.g. ``CartPoleParams(gravity=9.81)``).
+        max_episode_steps: overrides ``params.max_episode_steps``; the env truncates by itself.
+        validate_actions: check action *values* each step (discrete actions in range, no NaN in
+            continuous ones) and raise before anything is stepped. Costs one device-to-host sync
+            per step. With ``False``, out-of-range discrete actions are clamped into range and NaN
+            continuous actions are read as 0, identically on every backend.
+
+    ``step`` and ``reset`` return the env's own output tensors, without copies: they are
+    overwritten by the next call, so ``.clone()`` what you keep. Actions must be a tensor on the
+    env's device, ``int64`` of shape ``(num_envs,)`` for ``Discrete`` spaces and ``float32`` of shape
+    ``(num_envs, *shape)`` for ``Box`` spaces. For numpy I/O wrap the env in
+    ``gymnasium.wrappers.vector.ArrayConversion(env, env_xp=torch, target_xp=numpy)``.
+
+    Seeding follows Gymnasium: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``, and a sub-env's
+    reset states depend only on its seed and how many times it has been reset since, on every
+    backend and device. :meth:`set_state` writes explicit states into chosen sub-envs.
+    """
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
+                 autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
+                 validate_actions: bool = True, render_mode: str | None = None):
+        self.definition = get_definition(env_id)
+        self.num_envs = check_num_envs(num_envs)
+        self.device = resolve_device(device)
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        if render_mode is not None:
+            raise ValueError(f"{self.definition.id} renders no frames; use render_mode=None")
+        self.render_mode = None
+        overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+        self.params = self.definition.make_params(params, **overrides)
+        self.validate_actions = bool(validate_actions)
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
+
+        self.single_observation_space = self.definition.observation_space(self.params)
+        self.single_action_space = self.definition.action_space(self.params)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        backend_type = resolve_backend(backend, self.device)
+        self._buffers = ClassicBuffers.allocate(
+            self.num_envs, len(self.definition.state_fields), self.single_observation_space.shape[0], self.device
+        )
+        self._torch_params = self.definition.torch_params(self.params)
+        self._backend = backend_type(
+            self.definition, self.params, self._buffers, self.autoreset_mode, self.single_action_space
+        )
+        self.backend = self._backend.name
+        self._set_seeds(int(np.random.SeedSequence().entropy % (rng.MAX_SEED + 1)), None)
+        self._np_random_seed = None
+        self._ready = False  # step() needs a reset() or set_state() first
+
+    # -- Gymnasium API -------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        options = check_options(options, ("reset_mask",))
+        mask = self._mask(options.get("reset_mask"))
+        if seed is not None:
+            self._set_seeds(seed, mask)
+            self._np_random_seed = seed if isinstance(seed, int) else None
+        b = self._buffers
+        if mask is None:
+            b.reset_mask.fill_(True)
+        else:
+            b.reset_mask.copy_(mask)
+        self._backend.reset()
+        self._ready = True
+        return b.observations, {}
+
+    def step(self, actions: torch.Tensor):
+        if not self._ready:
+            raise RuntimeError("call reset() before step()")
+        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
+        self._backend.step(actions)
+        b = self._buffers
+        infos = {}
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            infos = {"final_obs": b.final_observations, "_final_obs": b.final_observation_mask}
+        return b.observations, b.rewards, b.terminated, b.truncated, infos
+
+    def close_extras(self, **kwargs):
+        self._backend = None
+        self._buffers = None
+
+    # -- explicit states -----------------------------------------------------------------------
+
+    @property
+    def state_fields(self) -> tuple[str, ...]:
+        return self.definition.state_fields
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """A copy of every sub-env's state: ``{field: tensor (num_envs,)}``."""
+        return {name: row.clone() for name, row in zip(self.state_fields, self._buffers.state)}
+
+    def set_state(self, state: Mapping[str, torch.Tensor], env_ids=None, elapsed_steps=None) -> torch.Tensor:
+        """Write explicit states into chosen sub-envs and start a new episode there.
+
+        Args:
+            state: ``{field: values}`` for every name in :attr:`state_fields`, each of shape
+                ``(len(env_ids),)`` (or broadcastable to it).
+            env_ids: indices (int tensor or sequence) or a bool mask of shape ``(num_envs,)``;
+                ``None`` means every sub-env.
+            elapsed_steps: steps already taken in the episode (default 0), for truncation.
+
+        Returns the observations tensor, updated for those sub-envs.
+        """
+        ids = self._env_ids(env_ids)
+        missing = set(self.state_fields) - set(state)
+        unknown = set(state) - set(self.state_fields)
+        if missing or unknown:
+            raise ValueError(f"state needs exactly the fields {list(self.state_fields)}; "
+                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        rows = []
+        for name in self.state_fields:
+            value = torch.as_tensor(state[name], dtype=torch.float32, device=self.device)
+            try:
+                rows.append(torch.broadcast_to(value, ids.shape))
+            except RuntimeError:
+                raise ValueError(f"state[{name!r}] has shape {tuple(value.shape)}; expected ({len(ids)},)") from None
+        new_state = torch.stack(rows)
+        if not torch.isfinite(new_state).all():
+            raise ValueError("state values must be finite")
+        steps = torch.as_tensor(0 if elapsed_steps is None else elapsed_steps, dtype=torch.int32, device=self.device)
+        if (steps < 0).any() or (steps >= self.params.max_episode_steps).any():
+            raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")
+        b = self._buffers
+        b.state[:, ids] = new_state
+        b.observations[ids] = self.definition.observe(self._torch_params, new_state)
+        b.elapsed_steps[ids] = torch.broadcast_to(steps, ids.shape)
+        b.needs_reset[ids] = False
+        self._ready = True
+        return b.observations
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _mask(self, mask) -> torch.Tensor | None:
+        if mask is None:
+            return None
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
+            raise ValueError(f"reset_mask must be a bool tensor of shape ({self.num_envs},), "
+                             f"got {mask.dtype} {tuple(mask.shape)}")
+        return mask
+
+    def _env_ids(self, env_ids) -> torch.Tensor:
+        if env_ids is None:
+            return torch.arange(self.num_envs, device=self.device)
+        ids = torch.as_tensor(env_ids, device=self.device)
+        if ids.dtype == torch.bool:
+            if tuple(ids.shape) != (self.num_envs,):
+                raise ValueError(f"a bool env_ids mask must have shape ({self.num_envs},), got {tuple(ids.shape)}")
+            return ids.nonzero().flatten()
+        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+            raise ValueError("env_ids must be a 1-D sequence of ints or a bool mask")
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise ValueError(f"env_ids must lie in [0, {self.num_envs - 1}]")
+        if len(torch.unique(ids)) != len(ids):
+            raise ValueError("env_ids must not repeat")
+        return ids.to(torch.int64)
+
+    def _set_seeds(self, seed, mask: torch.Tensor | None) -> None:
+        n = self.num_envs
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seed = int(seed)
+            if seed < 0 or seed + n - 1 > rng.MAX_SEED:
+                raise ValueError(f"seed must lie in [0, 2**63 - num_envs] (sub-env i gets seed + i), got {seed}")
+            new = seed + torch.arange(n, dtype=torch.int64, device=self.device)
+        elif isinstance(seed, Sequence) and len(seed) == n and all(isinstance(s, (int, np.integer)) for s in seed):
+            if min(seed) < 0 or max(seed) > rng.MAX_SEED:
+                raise ValueError(f"seeds must lie in [0, 2**63 - 1], got {seed!r}")
+            new = torch.tensor([int(s) for s in seed], dtype=torch.int64, device=self.device)
+        else:
+            raise ValueError(f"seed must be None, an int or a sequence of {n} ints, got {seed!r}")
+        b = self._buffers
+        if mask is None:
+            b.seeds.copy_(new)
+            b.episodes.zero_()
+        else:
+            b.seeds.copy_(torch.where(mask, new, b.seeds))
+            b.episodes.masked_fill_(mask, 0)

@@ -1,0 +1,93 @@
+// The fused step + autoreset shared by the single-agent (classic-control) kernels: one thread per
+// env, state stored as rows (state[field * num_envs + env]). An env supplies a struct with
+//   typedef ... Params; typedef ... Action; static const int obs_dim;
+//   __device__ static void reset(float* state, int n, int i, unsigned long long seed, unsigned int episode, const Params&);
+//   __device__ static void step(float* state, int n, int i, const Action* actions, const Params&, float* reward, bool* terminated);
+//   __device__ static void observe(const float* state, int n, int i, float* obs, const Params&);
+// and declares its two extern "C" kernels with GME_CLASSIC_KERNELS(name, Env).
+// Autoreset codes (GME_AUTORESET_*) and RNG constants arrive as -D definitions built in Python.
+#pragma once
+#include "rng.cuh"
+
+template <class Env>
+__device__ __forceinline__ void gme_reset_env(float* state, int n, int i, float* observations,
+                                              int* elapsed_steps, bool* needs_reset, unsigned int* episodes,
+                                              const unsigned long long* seeds, const typename Env::Params& p) {
+    unsigned int episode = episodes[i];
+    Env::reset(state, n, i, seeds[i], episode, p);
+    episodes[i] = episode + 1;
+    Env::observe(state, n, i, observations + (long long)i * Env::obs_dim, p);
+    elapsed_steps[i] = 0;
+    needs_reset[i] = false;
+}
+
+template <class Env>
+__device__ __forceinline__ void gme_classic_step(
+    int num_envs, float* state, const typename Env::Action* actions, float* observations, float* rewards,
+    bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask,
+    int* elapsed_steps, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode, const typename Env::Params& p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= num_envs) return;
+    float* obs = observations + (long long)i * Env::obs_dim;
+
+    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[i]) {
+        // The previous step ended this episode: this step only resets (the action is ignored).
+        gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
+        rewards[i] = 0.0f;
+        terminated[i] = false;
+        truncated[i] = false;
+        return;
+    }
+
+    float reward;
+    bool term;
+    Env::step(state, num_envs, i, actions, p, &reward, &term);
+    int elapsed = elapsed_steps[i] + 1;
+    bool trunc = elapsed >= p.max_episode_steps;
+    bool done = term || trunc;
+    rewards[i] = reward;
+    terminated[i] = term;
+    truncated[i] = trunc;
+    elapsed_steps[i] = elapsed;
+
+    if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
+        final_observation_mask[i] = done;
+        if (done) {
+            Env::observe(state, num_envs, i, final_observations + (long long)i * Env::obs_dim, p);
+            gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
+            return;
+        }
+    } else {
+        needs_reset[i] = done;
+    }
+    Env::observe(state, num_envs, i, obs, p);
+}
+
+template <class Env>
+__device__ __forceinline__ void gme_classic_reset(int num_envs, float* state, float* observations,
+                                                  const bool* reset_mask, int* elapsed_steps, bool* needs_reset,
+                                                  unsigned int* episodes, const unsigned long long* seeds,
+                                                  const typename Env::Params& p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= num_envs || !reset_mask[i]) return;
+    gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
+}
+
+#define GME_CLASSIC_KERNELS(name, Env)                                                                         \
+    extern "C" __global__ void name##_step(                                                                    \
+        int num_envs, float* state, const Env::Action* actions, float* observations, float* rewards,           \
+        bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask,            \
+        int* elapsed_steps, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,        \
+        int autoreset_mode, Env::Params params) {                                                              \
+        gme_classic_step<Env>(num_envs, state, actions, observations, rewards, terminated, truncated,          \
+                              final_observations, final_observation_mask, elapsed_steps, needs_reset,          \
+                              episodes, seeds, autoreset_mode, params);                                        \
+    }                                                                                                          \
+    extern "C" __global__ void name##_reset(int num_envs, float* state, float* observations,                  \
+                                            const bool* reset_mask, int* elapsed_steps, bool* needs_reset,     \
+                                            unsigned int* episodes, const unsigned long long* seeds,           \
+                                            Env::Params params) {                                              \
+        gme_classic_reset<Env>(num_envs, state, observations, reset_mask, elapsed_steps, needs_reset,          \
+                               episodes, seeds, params);                                                       \
+    }
