@@ -13,9 +13,18 @@ def check_num_envs(num_envs) -> int:
     return num_envs
 
 
+def action_dtype(space: spaces.Space) -> torch.dtype:
+    """The batched action dtype: int64 for Discrete (as Gymnasium samples), float32 for Box."""
+    return torch.int64 if isinstance(space, spaces.Discrete) else torch.float32
+
+
+def zero_actions(space: spaces.Space, num_envs: int, device: torch.device) -> torch.Tensor:
+    return torch.zeros((num_envs, *space.shape), dtype=action_dtype(space), device=device)
+
+
 def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool) -> torch.Tensor:
     discrete = isinstance(space, spaces.Discrete)
-    dtype = torch.int64 if discrete else torch.float32
+    dtype = action_dtype(space)
     shape = (num_envs, *space.shape)
     if not isinstance(actions, torch.Tensor):
         raise TypeError(

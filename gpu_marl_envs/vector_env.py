@@ -15,7 +15,8 @@ from gpu_marl_envs.autoreset import parse_autoreset_mode
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.envs import get_definition
-from gpu_marl_envs.validation import check_actions, check_num_envs, check_options
+from gpu_marl_envs.graphs import GraphedStep
+from gpu_marl_envs.validation import check_actions, check_num_envs, check_options, zero_actions
 
 
 def resolve_device(device) -> torch.device:
@@ -48,6 +49,9 @@ class GpuVectorEnv(VectorEnv):
             continuous ones) and raise before anything is stepped. Costs one device-to-host sync
             per step. With ``False``, out-of-range discrete actions are clamped into range and NaN
             continuous actions are read as 0, identically on every backend.
+        cuda_graph: replay the step as a captured CUDA graph (default: on for CUDA devices). One
+            graph launch replaces the backend's own launch path, whose cost dominates at small
+            batches; the actions are copied into the graph's input buffer first.
 
     ``step`` and ``reset`` return the env's own output tensors, without copies: they are
     overwritten by the next call, so ``.clone()`` what you keep. Actions must be a tensor on the
@@ -64,7 +68,7 @@ class GpuVectorEnv(VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
-                 validate_actions: bool = True, render_mode: str | None = None):
+                 validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None):
         self.definition = get_definition(env_id)
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
@@ -91,6 +95,15 @@ class GpuVectorEnv(VectorEnv):
             self.definition, self.params, self._buffers, self.autoreset_mode, self.single_action_space
         )
         self.backend = self._backend.name
+        if cuda_graph is None:
+            cuda_graph = self.device.type == "cuda"
+        if cuda_graph and self.device.type != "cuda":
+            raise ValueError("cuda_graph=True needs a CUDA device")
+        self._step_launcher = self._backend
+        if cuda_graph:
+            actions_like = zero_actions(self.single_action_space, self.num_envs, self.device)
+            self._step_launcher = GraphedStep(self._backend, self._buffers, actions_like)
+        self.cuda_graph = bool(cuda_graph)
         self._set_seeds(int(np.random.SeedSequence().entropy % (rng.MAX_SEED + 1)), None)
         self._np_random_seed = None
         self._ready = False  # step() needs a reset() or set_state() first
@@ -116,7 +129,7 @@ class GpuVectorEnv(VectorEnv):
         if not self._ready:
             raise RuntimeError("call reset() before step()")
         actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
-        self._backend.step(actions)
+        self._step_launcher.step(actions)
         b = self._buffers
         infos = {}
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
@@ -124,8 +137,7 @@ class GpuVectorEnv(VectorEnv):
         return b.observations, b.rewards, b.terminated, b.truncated, infos
 
     def close_extras(self, **kwargs):
-        self._backend = None
-        self._buffers = None
+        self._backend = self._step_launcher = self._buffers = None
 
     # -- explicit states -----------------------------------------------------------------------
 

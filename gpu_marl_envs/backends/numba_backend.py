@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, ClassicBuffers
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.validation import zero_actions
 
 THREADS_PER_BLOCK = 256
 
@@ -63,10 +64,7 @@ class NumbaBackend:
         views["params"] = cuda.to_device(record) if self._on_gpu else record
         # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
         # far more than a device-to-device copy.
-        self._actions = torch.empty(
-            (num_envs, *action_space.shape), dtype=torch.int64 if not action_space.shape else torch.float32,
-            device=buffers.state.device,
-        )
+        self._actions = zero_actions(action_space, num_envs, buffers.state.device)
         views["actions"] = self._view(self._actions)
         self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
         self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)

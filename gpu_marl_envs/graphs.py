@@ -1,0 +1,30 @@
+"""Replaying a backend's step as a CUDA graph: one graph launch per step, whatever the backend's
+own launch path costs (Numba's dispatcher, or the dozens of small kernels of the torch reference)."""
+
+from __future__ import annotations
+
+import torch
+
+from gpu_marl_envs.buffers import ClassicBuffers
+
+
+class GraphedStep:
+    def __init__(self, backend, buffers: ClassicBuffers, actions_like: torch.Tensor):
+        self._actions = torch.zeros_like(actions_like)  # the graph's input; zeros are valid actions
+        # A first, uncaptured launch compiles and loads the kernels; the env's buffers are restored
+        # afterwards so that construction leaves no trace.
+        saved = {name: tensor.clone() for name, tensor in vars(buffers).items()}
+        side = torch.cuda.Stream(device=actions_like.device)
+        side.wait_stream(torch.cuda.current_stream(actions_like.device))
+        with torch.cuda.stream(side):
+            backend.step(self._actions)
+        torch.cuda.current_stream(actions_like.device).wait_stream(side)
+        for name, tensor in saved.items():
+            getattr(buffers, name).copy_(tensor)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            backend.step(self._actions)
+
+    def step(self, actions: torch.Tensor) -> None:
+        self._actions.copy_(actions)
+        self._graph.replay()

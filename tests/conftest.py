@@ -1,0 +1,35 @@
+"""Shared parametrisation: every env x every backend that can run here.
+
+Without a GPU, Numba kernels run under Numba's CUDA simulator, which must be switched on before
+numba is first imported (hence here, at collection). ``pytest -m gpu`` on a CUDA machine runs the
+GPU-marked tests with every backend on the device instead.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
+
+import gpu_marl_envs  # noqa: E402
+
+ENV_IDS = sorted(gpu_marl_envs.ENVS)
+HAS_GPU = torch.cuda.is_available()
+CPU_BACKENDS = gpu_marl_envs.available_backends("cpu")  # torch, and numba under the simulator
+KERNEL_BACKENDS_HERE = [b for b in CPU_BACKENDS if b != "torch"]
+GPU_BACKENDS = gpu_marl_envs.available_backends("cuda") if HAS_GPU else []
+
+
+@pytest.fixture(params=ENV_IDS)
+def env_id(request):
+    return request.param
+
+
+@pytest.fixture
+def cuda_device():
+    """For tests marked ``gpu``: fail, never skip, where no GPU is to be had."""
+    assert HAS_GPU, "tests marked gpu need a CUDA GPU; without one run plain pytest (which deselects them)"
+    return torch.device("cuda")
