@@ -1,0 +1,68 @@
+"""A first look: every env, batched on the best device here, stepped with random actions.
+
+    python -m gpu_marl_envs.demo [--num-envs N] [--steps T]
+
+Prints each env's throughput and the mean return of the episodes that finished (a sanity check
+that the dynamics and autoreset run: random CartPole returns ~22, MountainCar -200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from tqdm import tqdm
+
+import gpu_marl_envs
+
+
+def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
+    env = gpu_marl_envs.GpuVectorEnv(env_id, num_envs, device=device, validate_actions=False)
+    env.reset(seed=0)
+    space = env.single_action_space
+    generator = torch.Generator(device=env.device).manual_seed(0)
+    episode_return = torch.zeros(num_envs, device=env.device)
+    finished_return = torch.zeros((), device=env.device)
+    finished = torch.zeros((), device=env.device)
+    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
+    elapsed = 0.0
+    for _ in tqdm(range(steps), desc=f"{env_id:26s}", unit="step", leave=False):
+        if space.shape:
+            actions = (torch.rand((num_envs, *space.shape), generator=generator, device=env.device) * 2 - 1) * float(space.high[0])
+        else:
+            actions = torch.randint(0, int(space.n), (num_envs,), generator=generator, device=env.device)
+        sync()
+        start = time.perf_counter()
+        _, rewards, terminated, truncated, _ = env.step(actions)
+        sync()
+        elapsed += time.perf_counter() - start
+        # Episode bookkeeping on the device (NEXT_STEP autoreset: the ending step carries its reward).
+        episode_return += rewards
+        done = terminated | truncated
+        finished_return += (episode_return * done).sum()
+        finished += done.sum()
+        episode_return *= ~done
+    return {"env": env_id, "backend": env.backend, "device": str(env.device),
+            "rate": num_envs * steps / elapsed, "mean_return": (finished_return / finished.clamp(min=1)).item(),
+            "episodes": int(finished.item())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gpu = torch.cuda.is_available()
+    parser.add_argument("--num-envs", type=int, default=65536 if gpu else 4096)
+    parser.add_argument("--steps", type=int, default=1000 if gpu else 250)
+    parser.add_argument("--device", default="cuda" if gpu else "cpu")
+    args = parser.parse_args()
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU (no GPU found: torch backend)"
+    print(f"gpu_marl_envs {gpu_marl_envs.__version__} on {where}: {args.num_envs:,} envs x {args.steps} steps, random actions")
+    print(f"{'env':26s} {'backend':8s} {'env-steps/s':>14s} {'episodes':>10s} {'mean return':>12s}")
+    for env_id in sorted(gpu_marl_envs.ENVS):
+        r = run(env_id, args.num_envs, args.steps, args.device)
+        print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {r['mean_return']:12.1f}")
+    print("(env-steps/s times env.step() alone; python benchmarks/throughput.py measures it properly)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The kernels' parameter lists and params structs match the runtime's single sources of truth,
+and every CUDA C file compiles (``nvcc -ptx``; pycuda compiles the same way on the GPU)."""
+
+import importlib
+import inspect
+import re
+import shutil
+import subprocess
+from importlib import resources
+
+import pytest
+
+import gpu_marl_envs
+from gpu_marl_envs.backends.pycuda_backend import compile_definitions, kernel_dir
+from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS
+
+KERNELS = resources.files("gpu_marl_envs.kernels")
+
+
+def _python_function(kernel):
+    # A real Numba dispatcher keeps the Python function as py_func; the simulator's kernel as fn.
+    return getattr(kernel, "py_func", None) or kernel.fn
+
+
+def _c_parameter_names(signature: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"(\w+)\s*(?:,|$)", " ".join(signature.replace("\\", " ").split())))
+
+
+def _macro_kernel_parameters(kernel_suffix: str) -> tuple[str, ...]:
+    text = (KERNELS / "classic.cuh").read_text()
+    match = re.search(r"name##_" + kernel_suffix + r"\s*\((.*?)\)\s*\{", text, re.S)
+    assert match, f"classic.cuh declares no name##_{kernel_suffix} kernel"
+    return _c_parameter_names(match.group(1))
+
+
+def _params_struct(source: str) -> list[tuple[str, str]]:
+    env_struct = re.search(r"typedef\s+(\w+)\s+Params;", source)
+    assert env_struct, "the Env struct must declare `typedef <ParamsStruct> Params;`"
+    body = re.search(r"struct\s+" + env_struct.group(1) + r"\s*\{(.*?)\};", source, re.S)
+    assert body, f"struct {env_struct.group(1)} not found"
+    return re.findall(r"\b(float|int)\s+(\w+)\s*;", body.group(1))
+
+
+@pytest.mark.parametrize("kind, expected", [("step", STEP_ARGUMENTS), ("reset", RESET_ARGUMENTS)])
+def test_cuda_c_kernel_parameters(kind, expected):
+    assert _macro_kernel_parameters(kind) == expected
+
+
+@pytest.mark.parametrize("kind, expected", [("step", STEP_ARGUMENTS), ("reset", RESET_ARGUMENTS)])
+def test_numba_kernel_parameters(env_id, kind, expected):
+    name = gpu_marl_envs.ENVS[env_id].kernel_name
+    module = importlib.import_module(f"gpu_marl_envs.kernels.{name}_numba")
+    function = _python_function(getattr(module, f"{name}_{kind}"))
+    assert tuple(inspect.signature(function).parameters) == expected
+
+
+def test_params_struct_matches_definition(env_id):
+    definition = gpu_marl_envs.ENVS[env_id]
+    source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
+    values = definition.kernel_values(definition.params_type())
+    expected = [("int" if v.dtype.kind == "i" else "float", name) for name, v in values.items()]
+    assert _params_struct(source) == expected
+
+
+def test_params_record_layout_has_no_padding(env_id):
+    # The CUDA C struct is passed by value as these bytes: 4-byte fields, no padding either side.
+    definition = gpu_marl_envs.ENVS[env_id]
+    record = definition.params_record(definition.params_type())
+    assert record.dtype.itemsize == 4 * len(definition.kernel_params)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+def test_cuda_c_compiles(env_id, tmp_path):
+    name = gpu_marl_envs.ENVS[env_id].kernel_name
+    command = ["nvcc", "-ptx", "-arch=sm_90", *compile_definitions(), f"-I{kernel_dir()}",
+               str(KERNELS / f"{name}.cu"), "-o", str(tmp_path / f"{name}.ptx")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr.lower(), result.stderr
+    ptx = (tmp_path / f"{name}.ptx").read_text()
+    assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
