@@ -17,6 +17,9 @@ def register_envs() -> None:
             id=full_id,
             entry_point="gpu_marl_envs.single_env:GpuEnv",
             vector_entry_point="gpu_marl_envs.vector_env:GpuVectorEnv",
-            max_episode_steps=definition.params_type().max_episode_steps,
+            # The envs truncate by themselves at params.max_episode_steps (make_vec's
+            # max_episode_steps= overrides it): a TimeLimit wrapper or an injected default
+            # would override a user's params.
+            max_episode_steps=None,
             kwargs={"env_id": env_id},
         )

@@ -106,7 +106,9 @@ class GpuVectorEnv(VectorEnv):
         self.cuda_graph = bool(cuda_graph)
         self._set_seeds(int(np.random.SeedSequence().entropy % (rng.MAX_SEED + 1)), None)
         self._np_random_seed = None
-        self._ready = False  # step() needs a reset() or set_state() first
+        # step() needs every sub-env reset (or set) once, as Gymnasium's vector envs do.
+        self._initialised = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._ready = False
 
     # -- Gymnasium API -------------------------------------------------------------------------
 
@@ -122,12 +124,14 @@ class GpuVectorEnv(VectorEnv):
         else:
             b.reset_mask.copy_(mask)
         self._backend.reset()
-        self._ready = True
+        self._mark_initialised(mask)
         return b.observations, {}
 
     def step(self, actions: torch.Tensor):
         if not self._ready:
-            raise RuntimeError("call reset() before step()")
+            never = (~self._initialised).nonzero().flatten().tolist()
+            raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
+                               "were never reset nor given a state")
         actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
         self._step_launcher.step(actions)
         b = self._buffers
@@ -177,18 +181,23 @@ class GpuVectorEnv(VectorEnv):
         new_state = torch.stack(rows)
         if not torch.isfinite(new_state).all():
             raise ValueError("state values must be finite")
-        steps = torch.as_tensor(0 if elapsed_steps is None else elapsed_steps, dtype=torch.int32, device=self.device)
-        if (steps < 0).any() or (steps >= self.params.max_episode_steps).any():
-            raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")
+        steps = self._elapsed_steps(elapsed_steps, ids)
         b = self._buffers
         b.state[:, ids] = new_state
         b.observations[ids] = self.definition.observe(self._torch_params, new_state)
-        b.elapsed_steps[ids] = torch.broadcast_to(steps, ids.shape)
+        b.elapsed_steps[ids] = steps
         b.needs_reset[ids] = False
-        self._ready = True
+        self._mark_initialised(ids)
         return b.observations
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _mark_initialised(self, ids) -> None:
+        if ids is None:
+            self._initialised.fill_(True)
+        else:
+            self._initialised[ids] = True
+        self._ready = bool(self._initialised.all())
 
     def _mask(self, mask) -> torch.Tensor | None:
         if mask is None:
@@ -197,7 +206,23 @@ class GpuVectorEnv(VectorEnv):
         if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
             raise ValueError(f"reset_mask must be a bool tensor of shape ({self.num_envs},), "
                              f"got {mask.dtype} {tuple(mask.shape)}")
+        if not mask.any():
+            raise ValueError("reset_mask selects no sub-env; pass at least one True (or no reset_mask)")
         return mask
+
+    def _elapsed_steps(self, elapsed_steps, ids: torch.Tensor) -> torch.Tensor:
+        if elapsed_steps is None:
+            return torch.zeros(ids.shape, dtype=torch.int32, device=self.device)
+        steps = torch.as_tensor(elapsed_steps, device=self.device)
+        if steps.dtype in (torch.bool,) or steps.is_floating_point() or steps.is_complex():
+            raise ValueError(f"elapsed_steps must be integers, got {steps.dtype}")
+        try:
+            steps = torch.broadcast_to(steps, ids.shape).to(torch.int32)
+        except RuntimeError:
+            raise ValueError(f"elapsed_steps has shape {tuple(steps.shape)}; expected ({len(ids)},) or a scalar") from None
+        if (steps < 0).any() or (steps >= self.params.max_episode_steps).any():
+            raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")
+        return steps
 
     def _env_ids(self, env_ids) -> torch.Tensor:
         if env_ids is None:

@@ -38,7 +38,7 @@ class TorchBackend:
         # The rules the kernels apply when validation is off (see GpuVectorEnv's docstring).
         if isinstance(self.action_space, spaces.Discrete):
             return actions.clamp(0, int(self.action_space.n) - 1)
-        return torch.nan_to_num(actions, nan=0.0)
+        return torch.where(torch.isnan(actions), 0.0, actions)
 
     def step(self, actions: torch.Tensor) -> None:
         b, p, d = self.buffers, self.p, self.definition
