@@ -2,8 +2,9 @@
 
 from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.envs.pendulum import PENDULUM
 
-ENVS: dict[str, EnvDefinition] = {d.id: d for d in (CARTPOLE,)}
+ENVS: dict[str, EnvDefinition] = {d.id: d for d in (CARTPOLE, PENDULUM)}
 
 
 def get_definition(env_id: str) -> EnvDefinition:
