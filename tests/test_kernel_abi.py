@@ -1,6 +1,7 @@
 """The kernels' parameter lists and params structs match the runtime's single sources of truth,
 and every CUDA C file compiles (``nvcc -ptx``; pycuda compiles the same way on the GPU)."""
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -79,3 +80,16 @@ def test_cuda_c_compiles(env_id, tmp_path):
     assert "warning" not in result.stderr.lower(), result.stderr
     ptx = (tmp_path / f"{name}.ptx").read_text()
     assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
+
+
+def test_kernel_values_follow_declared_types(env_id):
+    # An int given for a float field (masscart=1) must still reach the kernels as float32.
+    definition = gpu_marl_envs.ENVS[env_id]
+    defaults = definition.params_type()
+    integral = {f.name: int(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)
+                if isinstance(getattr(defaults, f.name), float) and getattr(defaults, f.name).is_integer()}
+    assert integral, f"{env_id}: no float param with an integral default to try"
+    expected = definition.kernel_values(defaults)
+    got = definition.kernel_values(dataclasses.replace(defaults, **integral))
+    for name, value in expected.items():
+        assert type(got[name]) is type(value) and got[name] == value, f"{name}: {got[name]!r} vs {value!r}"

@@ -2,9 +2,13 @@
 
 from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.envs.mountain_car import MOUNTAIN_CAR
+from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.envs.pendulum import PENDULUM
 
-ENVS: dict[str, EnvDefinition] = {d.id: d for d in (CARTPOLE, PENDULUM)}
+ENVS: dict[str, EnvDefinition] = {
+    d.id: d for d in (CARTPOLE, MOUNTAIN_CAR, MOUNTAIN_CAR_CONTINUOUS, PENDULUM)
+}
 
 
 def get_definition(env_id: str) -> EnvDefinition:

@@ -11,6 +11,7 @@ num_envs)``, a row per field, so a thread per env reads and writes coalesced mem
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -21,6 +22,14 @@ from gymnasium import spaces
 
 # uniform(draw, low, high) -> float32 tensor (num_envs,): the runtime binds seeds and episodes.
 Uniform = Callable[[int, float, float], torch.Tensor]
+
+
+def _declared_type(params_type: type, name: str) -> type:
+    """The annotation of a params field, or the return annotation of a derived property."""
+    hints = typing.get_type_hints(params_type)
+    if name in hints:
+        return hints[name]
+    return typing.get_type_hints(getattr(params_type, name).fget).get("return", float)
 
 
 @dataclass(frozen=True)
@@ -48,11 +57,14 @@ class EnvDefinition:
     defines the Numba twins."""
 
     def kernel_values(self, params: Any) -> dict[str, np.float32 | np.int32]:
-        """The kernels' scalars, typed as every backend receives them."""
+        """The kernels' scalars, typed by their declared type (not the value's: ``gravity=10``
+        must still reach the kernels as a float) as every backend receives them."""
         values = {}
         for name in self.kernel_params:
             value = getattr(params, name)
-            if isinstance(value, (bool, int, np.integer)):
+            if _declared_type(self.params_type, name) is int:
+                if isinstance(value, bool) or int(value) != value:
+                    raise ValueError(f"{self.params_type.__name__}.{name} must be an integer, got {value!r}")
                 values[name] = np.int32(value)
             else:
                 values[name] = np.float32(value)

@@ -46,10 +46,22 @@ from gpu_marl_envs.envs.definition import EnvDefinition
 
 
 def check_mountain_car_params(params) -> None:
-    """The checks both MountainCar params types share (their physics fields have the same names)."""
+    """The checks both MountainCar params types share (their physics fields have the same names).
+
+    Float fields given as ints (``goal_velocity=0``, as Gymnasium's default) are stored as floats:
+    ``EnvDefinition.kernel_values`` types each value by its Python type, so an int would reach the
+    kernels' float field as int32 bits.
+    """
     name = type(params).__name__
     for field in fields(params):
         value = getattr(params, field.name)
+        if field.type in (int, "int"):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name}.{field.name} must be an int, got {value!r}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{name}.{field.name} must be a number, got {value!r}")
+        object.__setattr__(params, field.name, float(value))
         if not math.isfinite(value):
             raise ValueError(f"{name}.{field.name} must be finite, got {value}")
     if not params.min_position < params.max_position:

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# On a CUDA machine: the GPU tests, the throughput benchmark and the gymnax peer baseline, in one
+# session so that every number comes from the same GPU. Logs and tables go to $OUT (default
+# benchmarks/results). Needs the [cuda] extra; the gymnax baseline needs jax and gymnax.
+set -uo pipefail
+out=${OUT:-benchmarks/results}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
+python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+python3 benchmarks/throughput.py --validate both --out "$out/throughput.md" --json "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
+python3 benchmarks/peers/gymnax_cartpole.py 2>&1 | tee "$out/gymnax.log"
