@@ -46,12 +46,7 @@ from gpu_marl_envs.envs.definition import EnvDefinition
 
 
 def check_mountain_car_params(params) -> None:
-    """The checks both MountainCar params types share (their physics fields have the same names).
-
-    Float fields given as ints (``goal_velocity=0``, as Gymnasium's default) are stored as floats:
-    ``EnvDefinition.kernel_values`` types each value by its Python type, so an int would reach the
-    kernels' float field as int32 bits.
-    """
+    """The checks both MountainCar params types share (their physics fields have the same names)."""
     name = type(params).__name__
     for field in fields(params):
         value = getattr(params, field.name)
@@ -61,7 +56,6 @@ def check_mountain_car_params(params) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ValueError(f"{name}.{field.name} must be a number, got {value!r}")
-        object.__setattr__(params, field.name, float(value))
         if not math.isfinite(value):
             raise ValueError(f"{name}.{field.name} must be finite, got {value}")
     if not params.min_position < params.max_position:
