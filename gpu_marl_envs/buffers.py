@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+# Threads per block of every classic kernel launch (CUDA C sizes shared memory with it).
+THREADS_PER_BLOCK = 256
+
 STEP_ARGUMENTS = (
     "num_envs", "state", "actions", "observations", "rewards", "terminated", "truncated",
     "final_observations", "final_observation_mask", "elapsed_steps", "needs_reset", "episodes",

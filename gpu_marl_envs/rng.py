@@ -38,16 +38,25 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def random_bits(seeds: torch.Tensor, episodes: torch.Tensor, draw: int) -> torch.Tensor:
-    """32 random bits (as int64) per element for draw number ``draw`` of each (seed, episode)."""
+def key_hash(seeds: torch.Tensor, episodes: torch.Tensor) -> torch.Tensor:
+    """The hash of each (seed, episode) key, shared by all of that episode's draws."""
     seeds = seeds.to(torch.int64)
     h = mix32((seeds & UINT32_MASK) ^ SEED_SALT)
     h = mix32(h ^ ((seeds >> 32) & UINT32_MASK))
-    h = mix32(h ^ (episodes.to(torch.int64) & UINT32_MASK))
-    return mix32(h ^ draw)
+    return mix32(h ^ (episodes.to(torch.int64) & UINT32_MASK))
+
+
+def random_bits(seeds: torch.Tensor, episodes: torch.Tensor, draw: int) -> torch.Tensor:
+    """32 random bits (as int64) per element for draw number ``draw`` of each (seed, episode)."""
+    return mix32(key_hash(seeds, episodes) ^ draw)
+
+
+def uniform_from_key(key: torch.Tensor, draw: int, low: float, high: float) -> torch.Tensor:
+    """float32 samples in ``[low, high)`` from a :func:`key_hash`; ``low``, ``high`` float32 values."""
+    unit = (mix32(key ^ draw) >> 8).to(torch.float64) * 2.0**-24
+    return (low + (high - low) * unit).to(torch.float32)
 
 
 def uniform(seeds: torch.Tensor, episodes: torch.Tensor, draw: int, low: float, high: float) -> torch.Tensor:
     """float32 samples in ``[low, high)``; ``low`` and ``high`` must be float32 values."""
-    unit = (random_bits(seeds, episodes, draw) >> 8).to(torch.float64) * 2.0**-24
-    return (low + (high - low) * unit).to(torch.float32)
+    return uniform_from_key(key_hash(seeds, episodes), draw, low, high)

@@ -49,9 +49,10 @@ class GpuVectorEnv(VectorEnv):
             continuous ones) and raise before anything is stepped. Costs one device-to-host sync
             per step. With ``False``, out-of-range discrete actions are clamped into range and NaN
             continuous actions are read as 0, identically on every backend.
-        cuda_graph: replay the step as a captured CUDA graph (default: on for CUDA devices). One
-            graph launch replaces the backend's own launch path, whose cost dominates at small
-            batches; the actions are copied into the graph's input buffer first.
+        cuda_graph: replay the step as a captured CUDA graph. One graph launch replaces the
+            backend's own launch path, whose cost dominates at small batches; the actions are
+            copied into the graph's input buffer first. Default: on for the numba and torch
+            backends on CUDA, off for pycuda (whose own launch is cheaper).
 
     ``step`` and ``reset`` return the env's own output tensors, without copies: they are
     overwritten by the next call, so ``.clone()`` what you keep. Actions must be a tensor on the
@@ -96,7 +97,7 @@ class GpuVectorEnv(VectorEnv):
         )
         self.backend = self._backend.name
         if cuda_graph is None:
-            cuda_graph = self.device.type == "cuda"
+            cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default
         if cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph=True needs a CUDA device")
         self._step_launcher = self._backend

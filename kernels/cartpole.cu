@@ -19,7 +19,7 @@ struct CartPoleParams {
 struct CartPole {
     typedef CartPoleParams Params;
     typedef long long Action;
-    static const int obs_dim = 4;
+    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
 
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {

@@ -6,6 +6,7 @@ import numpy as np
 
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
+from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _FOUR_THIRDS = np.float32(4.0) / np.float32(3.0)
@@ -50,4 +51,4 @@ def observe(state, n, i, obs, p):
         obs[k] = state[k * n + i]
 
 
-cartpole_step, cartpole_reset = make_classic_kernels(reset, step, observe)
+cartpole_step, cartpole_reset = make_classic_kernels(reset, step, observe, CARTPOLE.obs_dim)

@@ -5,18 +5,19 @@
 //   __device__ static void step(float* state, int n, int i, const Action* actions, const Params&, float* reward, bool* terminated);
 //   __device__ static void observe(const float* state, int n, int i, float* obs, const Params&);
 // and declares its two extern "C" kernels with GME_CLASSIC_KERNELS(name, Env).
-// Autoreset codes (GME_AUTORESET_*) and RNG constants arrive as -D definitions built in Python.
+// Autoreset codes (GME_AUTORESET_*), RNG constants and the block size (GME_THREADS_PER_BLOCK, which
+// every launch uses) arrive as -D definitions built in Python.
 #pragma once
 #include "rng.cuh"
 
 template <class Env>
-__device__ __forceinline__ void gme_reset_env(float* state, int n, int i, float* observations,
-                                              int* elapsed_steps, bool* needs_reset, unsigned int* episodes,
+__device__ __forceinline__ void gme_reset_env(float* state, int n, int i, float* obs, int* elapsed_steps,
+                                              bool* needs_reset, unsigned int* episodes,
                                               const unsigned long long* seeds, const typename Env::Params& p) {
     unsigned int episode = episodes[i];
     Env::reset(state, n, i, seeds[i], episode, p);
     episodes[i] = episode + 1;
-    Env::observe(state, n, i, observations + (long long)i * Env::obs_dim, p);
+    Env::observe(state, n, i, obs, p);
     elapsed_steps[i] = 0;
     needs_reset[i] = false;
 }
@@ -27,41 +28,51 @@ __device__ __forceinline__ void gme_classic_step(
     bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask,
     int* elapsed_steps, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
     int autoreset_mode, const typename Env::Params& p) {
+    // Observations are staged in shared memory and written back by the whole block, so that
+    // consecutive threads store consecutive words: a thread writing its own obs_dim-float row
+    // would leave every 32-byte sector partly written by each store instruction.
+    __shared__ float staged[GME_THREADS_PER_BLOCK * Env::obs_dim];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= num_envs) return;
-    float* obs = observations + (long long)i * Env::obs_dim;
+    float* obs = staged + threadIdx.x * Env::obs_dim;
 
-    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[i]) {
-        // The previous step ended this episode: this step only resets (the action is ignored).
-        gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
-        rewards[i] = 0.0f;
-        terminated[i] = false;
-        truncated[i] = false;
-        return;
-    }
-
-    float reward;
-    bool term;
-    Env::step(state, num_envs, i, actions, p, &reward, &term);
-    int elapsed = elapsed_steps[i] + 1;
-    bool trunc = elapsed >= p.max_episode_steps;
-    bool done = term || trunc;
-    rewards[i] = reward;
-    terminated[i] = term;
-    truncated[i] = trunc;
-    elapsed_steps[i] = elapsed;
-
-    if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
-        final_observation_mask[i] = done;
-        if (done) {
-            Env::observe(state, num_envs, i, final_observations + (long long)i * Env::obs_dim, p);
-            gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
-            return;
+    if (i < num_envs) {
+        if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[i]) {
+            // The previous step ended this episode: this step only resets (the action is ignored).
+            gme_reset_env<Env>(state, num_envs, i, obs, elapsed_steps, needs_reset, episodes, seeds, p);
+            rewards[i] = 0.0f;
+            terminated[i] = false;
+            truncated[i] = false;
+        } else {
+            float reward;
+            bool term;
+            Env::step(state, num_envs, i, actions, p, &reward, &term);
+            int elapsed = elapsed_steps[i] + 1;
+            bool trunc = elapsed >= p.max_episode_steps;
+            bool done = term || trunc;
+            rewards[i] = reward;
+            terminated[i] = term;
+            truncated[i] = trunc;
+            elapsed_steps[i] = elapsed;
+            if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
+                final_observation_mask[i] = done;
+                if (done) {
+                    Env::observe(state, num_envs, i, final_observations + (long long)i * Env::obs_dim, p);
+                    gme_reset_env<Env>(state, num_envs, i, obs, elapsed_steps, needs_reset, episodes, seeds, p);
+                } else {
+                    Env::observe(state, num_envs, i, obs, p);
+                }
+            } else {
+                needs_reset[i] = done;
+                Env::observe(state, num_envs, i, obs, p);
+            }
         }
-    } else {
-        needs_reset[i] = done;
     }
-    Env::observe(state, num_envs, i, obs, p);
+
+    __syncthreads();
+    int first_env = blockIdx.x * blockDim.x;
+    int count = min((int)blockDim.x, num_envs - first_env) * Env::obs_dim;
+    float* block_observations = observations + (long long)first_env * Env::obs_dim;
+    for (int k = threadIdx.x; k < count; k += blockDim.x) block_observations[k] = staged[k];
 }
 
 template <class Env>
@@ -71,7 +82,8 @@ __device__ __forceinline__ void gme_classic_reset(int num_envs, float* state, fl
                                                   const typename Env::Params& p) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= num_envs || !reset_mask[i]) return;
-    gme_reset_env<Env>(state, num_envs, i, observations, elapsed_steps, needs_reset, episodes, seeds, p);
+    gme_reset_env<Env>(state, num_envs, i, observations + (long long)i * Env::obs_dim, elapsed_steps, needs_reset,
+                       episodes, seeds, p);
 }
 
 #define GME_CLASSIC_KERNELS(name, Env)                                                                         \

@@ -20,7 +20,7 @@ struct MountainCarParams {
 struct MountainCar {
     typedef MountainCarParams Params;
     typedef long long Action;
-    static const int obs_dim = 2;
+    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
 
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {

@@ -24,7 +24,7 @@ struct MountainCarContinuousParams {
 struct MountainCarContinuous {
     typedef MountainCarContinuousParams Params;
     typedef float Action;
-    static const int obs_dim = 2;
+    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
     static const int action_dim = 1;  // actions arrive as rows of shape (1,)
 
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,

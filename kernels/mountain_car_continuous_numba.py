@@ -6,6 +6,7 @@ import numpy as np
 
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset
+from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)
@@ -25,4 +26,4 @@ def step(state, n, i, actions, p):
     return base - action * action * p.action_cost, terminated
 
 
-mountain_car_continuous_step, mountain_car_continuous_reset = make_classic_kernels(reset, step, observe)
+mountain_car_continuous_step, mountain_car_continuous_reset = make_classic_kernels(reset, step, observe, MOUNTAIN_CAR_CONTINUOUS.obs_dim)

@@ -20,7 +20,7 @@ struct PendulumParams {
 struct Pendulum {
     typedef PendulumParams Params;
     typedef float Action;  // one torque per env: the (num_envs, 1) rows are contiguous
-    static const int obs_dim = 3;
+    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
 
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {

@@ -6,6 +6,7 @@ import numpy as np
 
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
+from gpu_marl_envs.envs.pendulum import PENDULUM
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)
@@ -56,4 +57,4 @@ def observe(state, n, i, obs, p):
     obs[2] = state[n + i]
 
 
-pendulum_step, pendulum_reset = make_classic_kernels(reset, step, observe)
+pendulum_step, pendulum_reset = make_classic_kernels(reset, step, observe, PENDULUM.obs_dim)

@@ -72,8 +72,9 @@ def test_params_record_layout_has_no_padding(env_id):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 def test_cuda_c_compiles(env_id, tmp_path):
-    name = gpu_marl_envs.ENVS[env_id].kernel_name
-    command = ["nvcc", "-ptx", "-arch=sm_90", *compile_definitions(), f"-I{kernel_dir()}",
+    definition = gpu_marl_envs.ENVS[env_id]
+    name = definition.kernel_name
+    command = ["nvcc", "-ptx", "-arch=sm_90", *compile_definitions(definition), f"-I{kernel_dir()}",
                str(KERNELS / f"{name}.cu"), "-o", str(tmp_path / f"{name}.ptx")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

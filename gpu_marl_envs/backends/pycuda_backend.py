@@ -16,10 +16,8 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, ClassicBuffers
+from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.envs.definition import EnvDefinition
-
-THREADS_PER_BLOCK = 256
 
 
 def availability(device: torch.device) -> str | None:
@@ -32,13 +30,15 @@ def availability(device: torch.device) -> str | None:
     return None
 
 
-def compile_definitions() -> list[str]:
-    """-D options every .cu file is compiled with: the constants whose source of truth is Python."""
+def compile_definitions(definition: EnvDefinition) -> list[str]:
+    """-D options an env's .cu file is compiled with: the constants whose source of truth is Python."""
     constants = {
+        "GME_OBS_DIM": str(definition.obs_dim),
         "GME_MIX_MUL_1": f"{rng.MIX_MUL_1:#x}u",
         "GME_MIX_MUL_2": f"{rng.MIX_MUL_2:#x}u",
         "GME_SEED_SALT": f"{rng.SEED_SALT:#x}u",
         **{f"GME_AUTORESET_{mode.name}": str(code) for mode, code in AUTORESET_CODES.items()},
+        "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK),
     }
     return [f"-D{name}={value}" for name, value in constants.items()]
 
@@ -48,13 +48,14 @@ def kernel_dir() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(kernel_name: str, device_index: int):
+def _module(definition: EnvDefinition, device_index: int):
     """One compiled module per env kind and device, shared by every env instance."""
     import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
     from pycuda.compiler import SourceModule
 
-    source = (resources.files("gpu_marl_envs.kernels") / f"{kernel_name}.cu").read_text()
-    return SourceModule(source, options=compile_definitions(), include_dirs=[kernel_dir()], no_extern_c=True)
+    source = (resources.files("gpu_marl_envs.kernels") / f"{definition.kernel_name}.cu").read_text()
+    return SourceModule(source, options=compile_definitions(definition), include_dirs=[kernel_dir()],
+                        no_extern_c=True)
 
 
 def _pack(names, values) -> tuple[bytes, int | None]:
@@ -79,12 +80,15 @@ def _pack(names, values) -> tuple[bytes, int | None]:
 
 class PycudaBackend:
     name = "pycuda"
+    # No CUDA graph by default: the prepared launch costs less than a graph replay plus the copy
+    # of the actions into the graph's input buffer.
+    graph_by_default = False
 
     def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
                  action_space):
         device = buffers.state.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it
-        module = _module(definition.kernel_name, device.index if device.index is not None else torch.cuda.current_device())
+        module = _module(definition, device.index if device.index is not None else torch.cuda.current_device())
         self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
         self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
         num_envs = buffers.state.shape[1]

@@ -1,5 +1,6 @@
 """The env definitions, by Gymnasium id (without the ``gpu_marl_envs/`` namespace)."""
 
+from gpu_marl_envs.envs.acrobot import ACROBOT
 from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.envs.definition import EnvDefinition
 from gpu_marl_envs.envs.mountain_car import MOUNTAIN_CAR
@@ -7,7 +8,7 @@ from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.envs.pendulum import PENDULUM
 
 ENVS: dict[str, EnvDefinition] = {
-    d.id: d for d in (CARTPOLE, MOUNTAIN_CAR, MOUNTAIN_CAR_CONTINUOUS, PENDULUM)
+    d.id: d for d in (ACROBOT, CARTPOLE, MOUNTAIN_CAR, MOUNTAIN_CAR_CONTINUOUS, PENDULUM)
 }
 
 

@@ -56,6 +56,11 @@ class EnvDefinition:
     """``kernels/<name>.cu`` defines ``<name>_step``/``<name>_reset``; ``kernels/<name>_numba.py``
     defines the Numba twins."""
 
+    @property
+    def obs_dim(self) -> int:
+        """Observation length (fixed per env); the kernels get it from here."""
+        return self.observation_space(self.params_type()).shape[0]
+
     def kernel_values(self, params: Any) -> dict[str, np.float32 | np.int32]:
         """The kernels' scalars, typed by their declared type (not the value's: ``gravity=10``
         must still reach the kernels as a float) as every backend receives them."""
