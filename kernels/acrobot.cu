@@ -19,6 +19,7 @@ struct AcrobotParams {
     float max_vel_2;
     float target_height;
     float reset_bound;
+    int wrap_iterations;
     int max_episode_steps;
 };
 
@@ -51,12 +52,12 @@ struct Acrobot {
         dy[3] = ddtheta2;
     }
 
-    // Gymnasium's wrap(x, m, M), its two while loops; the guard stops only a loop that could never
-    // end (x - diff rounds back to x: |x| >= 2**27 or inf), which would hang the kernel.
-    __device__ static float wrap(float x, float m, float M) {
+    // Gymnasium's wrap(x, m, M), its while loops bounded by p.wrap_iterations (see _wrap in
+    // gpu_marl_envs/envs/acrobot.py).
+    __device__ static float wrap(float x, float m, float M, int iterations) {
         float diff = M - m;
-        while (x > M && x - diff != x) x = x - diff;
-        while (x < m && x + diff != x) x = x + diff;
+        for (int k = 0; k < iterations; ++k) x = x > M ? x - diff : x;
+        for (int k = 0; k < iterations; ++k) x = x < m ? x + diff : x;
         return x;
     }
 
@@ -89,8 +90,8 @@ struct Acrobot {
 #pragma unroll
         for (int k = 0; k < 4; ++k) y[k] = y0[k] + p.sixth_dt * (k1[k] + 2.0f * k2[k] + 2.0f * k3[k] + k4[k]);
 
-        float theta1 = wrap(y[0], -p.pi, p.pi);
-        float theta2 = wrap(y[1], -p.pi, p.pi);
+        float theta1 = wrap(y[0], -p.pi, p.pi, p.wrap_iterations);
+        float theta2 = wrap(y[1], -p.pi, p.pi, p.wrap_iterations);
         float dtheta1 = bound(y[2], -p.max_vel_1, p.max_vel_1);
         float dtheta2 = bound(y[3], -p.max_vel_2, p.max_vel_2);
         s[i] = theta1;

@@ -48,14 +48,16 @@ def dsdt(p, theta1, theta2, dtheta1, dtheta2, torque):
 
 
 @cuda.jit(device=True)
-def wrap(x, m, M):
-    """Gymnasium's wrap(x, m, M), its two while loops; the guard stops only a loop that could never
-    end (x - diff rounds back to x: |x| >= 2**27 or inf), which would hang the kernel."""
+def wrap(x, m, M, iterations):
+    """Gymnasium's wrap(x, m, M), its while loops bounded by p.wrap_iterations (see _wrap in
+    gpu_marl_envs/envs/acrobot.py)."""
     diff = M - m
-    while x > M and x - diff != x:
-        x = x - diff
-    while x < m and x + diff != x:
-        x = x + diff
+    for _ in range(iterations):
+        if x > M:
+            x = x - diff
+    for _ in range(iterations):
+        if x < m:
+            x = x + diff
     return x
 
 
@@ -90,8 +92,8 @@ def step(state, n, i, actions, p):
     v1 = v1 + p.sixth_dt * (k1_2 + _TWO * k2_2 + _TWO * k3_2 + k4_2)
     v2 = v2 + p.sixth_dt * (k1_3 + _TWO * k2_3 + _TWO * k3_3 + k4_3)
 
-    t1 = wrap(t1, -p.pi, p.pi)
-    t2 = wrap(t2, -p.pi, p.pi)
+    t1 = wrap(t1, -p.pi, p.pi, p.wrap_iterations)
+    t2 = wrap(t2, -p.pi, p.pi, p.wrap_iterations)
     v1 = bound(v1, -p.max_vel_1, p.max_vel_1)
     v2 = bound(v2, -p.max_vel_2, p.max_vel_2)
     state[i] = t1

@@ -69,6 +69,9 @@ class AcrobotParams:
     torque_mag: float = 1.0  # magnitude of Gymnasium's AVAIL_TORQUE = [-1.0, 0.0, +1]
     target_height: float = 1.0  # the free end must rise above this (in link lengths)
     reset_bound: float = 0.1
+    # Passes of the angle wrap each way: covers |theta| <= (2 * 8 + 1) pi after a step, far beyond
+    # what one step from |theta| <= pi at |velocity| <= 9 pi reaches (see _wrap).
+    wrap_iterations: int = 8
     max_episode_steps: int = 500
 
     def __post_init__(self):
@@ -86,6 +89,8 @@ class AcrobotParams:
                 raise ValueError(f"AcrobotParams.{name} must be >= 0, got {getattr(self, name)}")
         if self.max_episode_steps < 1:
             raise ValueError(f"AcrobotParams.max_episode_steps must be >= 1, got {self.max_episode_steps}")
+        if self.wrap_iterations < 1:
+            raise ValueError(f"AcrobotParams.wrap_iterations must be >= 1, got {self.wrap_iterations}")
 
     # Constant groups of Gymnasium's _dsdt, computed once in float64 (as Gymnasium computes them
     # every call) and rounded to float32 once. With m1, m2, l1, lc1, lc2, I1 = I2 = LINK_MOI:
@@ -178,21 +183,17 @@ def _rk4(p, y0, torque):
     return [y + p.sixth_dt * (a + 2.0 * b + 2.0 * c + d) for y, a, b, c, d in zip(y0, k1, k2, k3, k4)]
 
 
-def _wrap(x, m, M):
-    """Gymnasium's ``wrap(x, m, M)`` element-wise: its two while loops, each run until no element
-    still moves. One guard: an element where ``x - diff`` rounds back to ``x`` (``|x| >= 2**27`` in
-    float32, or inf) would loop forever, a hung kernel on a GPU, so it stops there unwrapped."""
+def _wrap(p, x, m, M):
+    """Gymnasium's ``wrap(x, m, M)``: subtract (then add) ``M - m`` while ``x`` is above ``M``
+    (below ``m``), one element-wise pass per iteration. At most ``p.wrap_iterations`` passes each
+    way: enough for any angle one step can reach from the state space (``|theta| <= pi``, bounded
+    velocities), and a data-independent count keeps the step free of host syncs (CUDA-graph
+    capturable) and the kernels free of unbounded loops."""
     diff = M - m
-    while True:
-        moving = (x > M) & (x - diff != x)
-        if not bool(moving.any()):
-            break
-        x = torch.where(moving, x - diff, x)
-    while True:
-        moving = (x < m) & (x + diff != x)
-        if not bool(moving.any()):
-            break
-        x = torch.where(moving, x + diff, x)
+    for _ in range(p.wrap_iterations):
+        x = torch.where(x > M, x - diff, x)
+    for _ in range(p.wrap_iterations):
+        x = torch.where(x < m, x + diff, x)
     return x
 
 
@@ -205,8 +206,8 @@ def step(p, state: torch.Tensor, actions: torch.Tensor):
     theta1, theta2, dtheta1, dtheta2 = state
     torque = (actions - 1).to(state.dtype) * p.torque_mag  # actions 0, 1, 2 -> -1, 0, +1 torque
     theta1, theta2, dtheta1, dtheta2 = _rk4(p, (theta1, theta2, dtheta1, dtheta2), torque)
-    theta1 = _wrap(theta1, -p.pi, p.pi)
-    theta2 = _wrap(theta2, -p.pi, p.pi)
+    theta1 = _wrap(p, theta1, -p.pi, p.pi)
+    theta2 = _wrap(p, theta2, -p.pi, p.pi)
     dtheta1 = _bound(dtheta1, -p.max_vel_1, p.max_vel_1)
     dtheta2 = _bound(dtheta2, -p.max_vel_2, p.max_vel_2)
     # Gymnasium's _terminal on the new state: -cos(s[0]) - cos(s[1] + s[0]) > 1.0
@@ -228,7 +229,8 @@ ACROBOT = EnvDefinition(
     state_fields=("theta1", "theta2", "dtheta1", "dtheta2"),
     kernel_params=(
         "dt", "half_dt", "sixth_dt", "d1_const", "d2_const", "m2_l1_lc2", "phi1_coef", "phi2_coef",
-        "torque_mag", "pi", "max_vel_1", "max_vel_2", "target_height", "reset_bound", "max_episode_steps",
+        "torque_mag", "pi", "max_vel_1", "max_vel_2", "target_height", "reset_bound", "wrap_iterations",
+        "max_episode_steps",
     ),
     observation_space=observation_space,
     action_space=action_space,

@@ -110,9 +110,10 @@ def reset(p, uniform, num_envs: int) -> torch.Tensor:
 
 
 def angle_normalize(p, x: torch.Tensor) -> torch.Tensor:
-    # Python's % as Gymnasium's angle_normalize: torch.remainder is fmod plus the divisor when the
-    # signs differ, exactly what the kernels write out.
-    return torch.remainder(x + p.pi, p.two_pi) - p.pi
+    # Python's % as Gymnasium's angle_normalize, written as the kernels write it: the exact fmod,
+    # plus the divisor when negative. (torch.remainder need not be exact on every device.)
+    r = torch.fmod(x + p.pi, p.two_pi)
+    return torch.where(r < 0, r + p.two_pi, r) - p.pi
 
 
 def step(p, state: torch.Tensor, actions: torch.Tensor):
