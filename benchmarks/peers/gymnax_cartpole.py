@@ -29,7 +29,8 @@ def make_rollout(num_envs: int, steps: int):
             state, key, total = carry
             key, action_key, step_key = jax.random.split(key, 3)
             actions = jax.random.randint(action_key, (num_envs,), 0, 2)
-            _, state, reward, _, _ = step(jax.random.split(step_key, num_envs), state, actions, params)
+            # gymnax 1.x: (obs, state, reward, terminated, truncated, info), auto-reset inside.
+            _, state, reward, _, _, _ = step(jax.random.split(step_key, num_envs), state, actions, params)
             return (state, key, total + reward.sum()), None
 
         (_, _, total), _ = jax.lax.scan(body, (state, key, jnp.float32(0)), None, length=steps)
@@ -44,7 +45,7 @@ def main():
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"# gymnax {gymnax.__version__ if hasattr(gymnax, '__version__') else ''} jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    print(f"# gymnax, jax {jax.__version__} on {jax.devices()[0].device_kind}")
     for n in args.num_envs:
         rollout = make_rollout(n, args.steps)
         rollout(jax.random.PRNGKey(0)).block_until_ready()  # compile
