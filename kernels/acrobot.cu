@@ -58,6 +58,8 @@ struct Acrobot {
         float diff = M - m;
         for (int k = 0; k < iterations; ++k) x = x > M ? x - diff : x;
         for (int k = 0; k < iterations; ++k) x = x < m ? x + diff : x;
+        if (x > M) x = m + fmodf(x - m, diff);
+        if (x < m) x = M - fmodf(M - x, diff);
         return x;
     }
 

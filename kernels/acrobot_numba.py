@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
+from gpu_marl_envs.envs.acrobot import ACROBOT
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
-from gpu_marl_envs.envs.acrobot import ACROBOT
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _TWO = np.float32(2.0)
@@ -58,6 +58,10 @@ def wrap(x, m, M, iterations):
     for _ in range(iterations):
         if x < m:
             x = x + diff
+    if x > M:
+        x = m + np.float32(math.fmod(x - m, diff))
+    if x < m:
+        x = M - np.float32(math.fmod(M - x, diff))
     return x
 
 

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
+from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
-from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _FOUR_THIRDS = np.float32(4.0) / np.float32(3.0)
@@ -25,8 +25,9 @@ def step(state, n, i, actions, p):
     theta = state[2 * n + i]
     theta_dot = state[3 * n + i]
     force = p.force_mag if actions[i] >= 1 else -p.force_mag  # out-of-range actions clamp into {0, 1}
-    costheta = math.cos(theta)
-    sintheta = math.sin(theta)
+    # np.float32 keeps the simulator (where math.cos returns a Python float) on the float32 path.
+    costheta = np.float32(math.cos(theta))
+    sintheta = np.float32(math.sin(theta))
     temp = (force + p.polemass_length * theta_dot * theta_dot * sintheta) / p.total_mass
     thetaacc = (p.gravity * sintheta - costheta * temp) / (
         p.length * (_FOUR_THIRDS - p.masspole * costheta * costheta / p.total_mass)

@@ -4,9 +4,9 @@ gpu_marl_envs/envs/mountain_car_continuous.py. Reset, physics and observation ar
 
 import numpy as np
 
+from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset
-from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)

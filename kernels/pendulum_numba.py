@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
+from gpu_marl_envs.envs.pendulum import PENDULUM
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
-from gpu_marl_envs.envs.pendulum import PENDULUM
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)

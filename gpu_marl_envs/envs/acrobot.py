@@ -29,7 +29,7 @@ target_height`` (1.0); truncated after ``max_episode_steps`` (500) steps.
 Gymnasium's "book" equations (Sutton and Barto; its default ``book_or_nips = "book"``), integrated
 over ``dt`` (0.2 s) by one classical Runge-Kutta step exactly as its ``rk4`` helper does, the torque
 held constant over the step. Then the angles are wrapped into ``[-pi, pi]`` (Gymnasium's ``wrap``
-while loops) and the velocities clipped to ``±max_vel_1``, ``±max_vel_2`` (its ``bound``).
+while loops, bounded: see ``_wrap``) and the velocities clipped to ``±max_vel_1``, ``±max_vel_2`` (its ``bound``).
 
 Differences from Gymnasium: float32 throughout instead of float64; Gymnasium's
 ``cos(x - pi / 2)`` is computed as the equal ``sin(x)`` (no float32 rounding of ``x - pi / 2``);
@@ -185,16 +185,18 @@ def _rk4(p, y0, torque):
 
 def _wrap(p, x, m, M):
     """Gymnasium's ``wrap(x, m, M)``: subtract (then add) ``M - m`` while ``x`` is above ``M``
-    (below ``m``), one element-wise pass per iteration. At most ``p.wrap_iterations`` passes each
-    way: enough for any angle one step can reach from the state space (``|theta| <= pi``, bounded
-    velocities), and a data-independent count keeps the step free of host syncs (CUDA-graph
-    capturable) and the kernels free of unbounded loops."""
+    (below ``m``), one element-wise pass per iteration, at most ``p.wrap_iterations`` passes each
+    way: a data-independent count keeps the step free of host syncs (CUDA-graph capturable) and
+    the kernels free of unbounded loops. The passes cover every angle one step reaches from the
+    state space (``|theta| <= pi``, bounded velocities) exactly as Gymnasium's loops; an angle
+    still out of range (only from a hand-set state) is brought in with the exact ``fmod``."""
     diff = M - m
     for _ in range(p.wrap_iterations):
         x = torch.where(x > M, x - diff, x)
     for _ in range(p.wrap_iterations):
         x = torch.where(x < m, x + diff, x)
-    return x
+    x = torch.where(x > M, m + torch.fmod(x - m, diff), x)
+    return torch.where(x < m, M - torch.fmod(M - x, diff), x)
 
 
 def _bound(x, m, M):

@@ -49,7 +49,8 @@ class EnvDefinition:
     """Torch reference: ``(p, uniform, num_envs) -> state (F, num_envs)``."""
     step: Callable[[SimpleNamespace, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     """Torch reference: ``(p, state, actions) -> (next_state, rewards, terminated)``. Actions are
-    already sanitised (discrete clamped into range, NaN replaced by 0)."""
+    already sanitised (discrete clamped into range, NaN replaced by 0). It must not synchronise
+    with the host (no ``.item()``, no ``if tensor.any()``): on GPUs it is captured in a CUDA graph."""
     observe: Callable[[SimpleNamespace, torch.Tensor], torch.Tensor]
     """Torch reference: ``(p, state) -> observations (num_envs, obs_dim)``."""
     kernel_name: str
