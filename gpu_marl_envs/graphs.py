@@ -10,7 +10,11 @@ from gpu_marl_envs.buffers import ClassicBuffers
 
 class GraphedStep:
     def __init__(self, backend, buffers: ClassicBuffers, actions_like: torch.Tensor):
-        self._actions = torch.zeros_like(actions_like)  # the graph's input; zeros are valid actions
+        # The graph's input (zeros are valid actions): the backend's own actions buffer where it
+        # keeps one, so that a replay copies the actions only once.
+        self._actions = getattr(backend, "actions_buffer", None)
+        if self._actions is None:
+            self._actions = torch.zeros_like(actions_like)
         # A first, uncaptured launch compiles and loads the kernels; the env's buffers are restored
         # afterwards so that construction leaves no trace.
         saved = {name: tensor.clone() for name, tensor in vars(buffers).items()}

@@ -66,8 +66,9 @@ class NumbaBackend:
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
         views["params"] = cuda.to_device(record) if self._on_gpu else record
         # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
-        # far more than a device-to-device copy.
-        self._actions = zero_actions(action_space, num_envs, buffers.state.device)
+        # far more than a device-to-device copy. A CUDA graph takes this buffer as its input
+        # (``actions_buffer``), so that replays copy the actions once, not twice.
+        self._actions = self.actions_buffer = zero_actions(action_space, num_envs, buffers.state.device)
         views["actions"] = self._view(self._actions)
         self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
         self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
@@ -89,7 +90,8 @@ class NumbaBackend:
         return stream
 
     def step(self, actions: torch.Tensor) -> None:
-        self._actions.copy_(actions)
+        if actions is not self._actions:
+            self._actions.copy_(actions)
         self._step_kernel[self._blocks, self._threads, self._stream()](*self._step_args)
 
     def reset(self) -> None:
