@@ -81,9 +81,10 @@ class EnvDefinition:
         return SimpleNamespace(**{k: v.item() for k, v in self.kernel_values(params).items()})
 
     def params_record(self, params: Any) -> np.ndarray:
-        """One-element structured array laid out like the kernels' params struct."""
+        """One-element structured array laid out like the kernels' params struct. Aligned (as a C
+        struct is; with 4-byte fields that adds no padding): Numba reads a packed record byte by byte."""
         values = self.kernel_values(params)
-        dtype = np.dtype([(k, type(v)) for k, v in values.items()])
+        dtype = np.dtype([(k, type(v)) for k, v in values.items()], align=True)
         return np.array([tuple(values.values())], dtype=dtype)
 
     def make_params(self, params: Any = None, **overrides: Any) -> Any:

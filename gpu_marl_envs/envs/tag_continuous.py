@@ -1,0 +1,455 @@
+"""TagContinuous, batched: taggers chase runners in a square arena (``../shared/specs/tag.md``).
+
+After WarpDrive's ``TagContinuous`` (Lan et al., JMLR 2022), with its races and CPU/GPU
+disagreements fixed as the spec says. This module is the torch reference: pure batched functions,
+float32 throughout, that run on CPU and GPU and never synchronise with the host (every function here
+can be captured in a CUDA graph). Kernels reproduce it; the float32 conventions below are their
+contract.
+
+## Agents
+``N = num_taggers + num_runners`` agents per env, in a fixed order: ids ``0 .. num_taggers - 1``
+are taggers, ids ``num_taggers .. N - 1`` runners. ``agent_type(params)`` is the ``(N,)`` vector,
+1 = tagger, 0 = runner. Two agent groups: ``taggers`` and ``runners``.
+
+## Action space
+Per agent ``MultiDiscrete([num_acceleration_levels + 1, num_turn_levels + 1])``, given as an int64
+tensor ``(E, N, 2)``: (acceleration index, turn index). Index 0 is "no change" (a delta of 0);
+index ``i >= 1`` selects ``linspace(min_acceleration, max_acceleration, num_acceleration_levels)[i - 1]``
+(likewise for the turn, in radians). The table is numpy's float64 ``linspace`` rounded once to
+float32 (:func:`level_deltas`). Indices must be in range; the runtime clamps them before the step.
+
+## Observation space
+``Box(obs_dim,)`` float32 per agent, returned as ``(E, N, obs_dim)``, **agent-major**: the 7
+features of the first observed agent, then the 7 of the second, ..., then ``t / T`` last. For agent
+``i`` observing agent ``j``:
+
+| index (within the 7) | feature |
+|---|---|
+| 0 | ``(x_j - x_i) / (sqrt(2) * L)`` |
+| 1 | ``(y_j - y_i) / (sqrt(2) * L)`` |
+| 2 | ``(speed_j - speed_i) / (max_speed + 1e-10)`` |
+| 3 | ``(acceleration_j - acceleration_i) / (max_speed + 1e-10)`` |
+| 4 | ``(direction_j - direction_i) / (2 pi)`` |
+| 5 | ``type_j`` (1 tagger, 0 runner) |
+| 6 | ``in_game_j`` (1 or 0) |
+
+- Full (``use_full_observation=True``): every other agent in id order (``i`` skipped):
+  ``obs_dim = 7 (N - 1) + 1``.
+- Partial (default): the ``k = num_other_agents_observed`` nearest other agents still in the game,
+  nearest first, ties to the lowest id; slots left when fewer than ``k`` remain are all zeros:
+  ``obs_dim = 7 k + 1``.
+- An agent out of the game observes all zeros (the ``t / T`` feature included).
+
+## Rewards
+Per agent and step, added in this order to 0 (each addition rounded to float32; an addition that
+does not apply is skipped, not an addition of 0):
+1. its type's ``step_penalty_for_tagger`` / ``step_reward_for_runner`` if it was in the game at the
+   start of the step;
+2. ``edge_hit_penalty`` if its move left the arena (once, whichever edges);
+3. a runner tagged this step: ``tag_penalty_for_runner``; a tagger: ``count * tag_reward_for_tagger``
+   (one float32 product) where ``count`` is the number of runners it tagged this step;
+4. at ``t == T``, a runner still in the game after the tags: ``end_of_game_reward_for_runner``.
+
+## Starting state
+Per env, from the env's own random key (so replicas differ): ``x``, ``y`` uniform in ``[0, L)``;
+``direction`` uniform from ``{0, pi/2, pi, 3 pi/2}``; speed 0; acceleration 0; every agent in the
+game; ``t = 0``.
+
+## Episode end
+Terminated (for every agent) when no runner is left in the game; truncated when ``t == T`` and not
+terminated. A runner that left the game is individually done; the batched view keeps it, observing
+zeros, frozen, with no rewards.
+
+## Arguments
+:class:`TagContinuousParams`; defaults are the published training configuration.
+
+## Float32 conventions (every backend)
+- Constants reach the step as float32, each rounded once from its float64 value: ``L``,
+  ``2 pi = 6.2831854820251465`` (``float32(2 * math.pi)``, 1.7e-7 above 2 pi, equal to
+  ``2 * float32(pi)``), ``pi / 2``, ``sqrt(2) * L``, ``max_speed + 1e-10``, ``max_speed * skill``
+  per type, ``tagging_distance * L``.
+- ``direction <- r`` where ``r = fmod(direction + turn, 2 pi)`` (exact), plus ``2 pi`` when
+  negative, and 0 if that rounds up to ``2 pi``: always in ``[0, 2 pi)``.
+- Squared distances are ``dx * dx + dy * dy`` with every operation rounded (no fused multiply-add;
+  kernels use ``__fmul_rn``/``__fadd_rn`` or an equivalent). "Nearest" compares them; a tag needs
+  ``sqrtf(d2) < tagging_distance * L`` (correctly rounded ``sqrtf``).
+- Observation scalings are true IEEE divisions (not multiplications by a reciprocal; the torch
+  reference divides by a 0-dim device tensor, as torch on CUDA turns a division by a Python scalar
+  into a reciprocal multiply).
+
+## Corrections to WarpDrive
+- A tagger is paid once per runner it tags in a step; WarpDrive's unsynchronised ``+=`` lost all but
+  one when several runners were tagged in the same step. Here tags are counted with an integer
+  scatter-add (atomics on an integer count are exact and order-independent) and paid as one product.
+- The count of runners in the game drops exactly by the number tagged (no lost updates).
+- Each replica draws its own starting state (WarpDrive gave every replica the same start).
+- Nearest-tagger and nearest-neighbour ties go to the lowest id, so every backend agrees.
+
+## Version history
+v0: this reference (no kernels, no registration yet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from gpu_marl_envs import rng
+
+FEATURES_PER_AGENT = 7
+
+
+def _f32(value: float) -> float:
+    """A Python float holding the float32 nearest to ``value``, as every backend receives it."""
+    return float(np.float32(value))
+
+
+@dataclass(frozen=True)
+class TagContinuousParams:
+    num_taggers: int = 10
+    num_runners: int = 100
+    grid_length: float = 20.0  # L: the arena is [0, L]^2
+    episode_length: int = 500  # T: truncation
+    max_acceleration: float = 0.1
+    min_acceleration: float = -0.1
+    num_acceleration_levels: int = 20
+    max_turn: float = 2.356  # radians (3 pi / 4)
+    min_turn: float = -2.356
+    num_turn_levels: int = 20
+    max_speed: float = 1.0
+    skill_level_tagger: float = 1.0  # multiplies max_speed for taggers
+    skill_level_runner: float = 1.0  # multiplies max_speed for runners
+    use_full_observation: bool = False
+    num_other_agents_observed: int = 10  # k, partial observation only
+    runner_exits_game_after_tagged: bool = True
+    tag_reward_for_tagger: float = 10.0
+    tag_penalty_for_runner: float = -10.0
+    step_penalty_for_tagger: float = 0.0
+    step_reward_for_runner: float = 0.0
+    edge_hit_penalty: float = 0.0
+    end_of_game_reward_for_runner: float = 1.0
+    tagging_distance: float = 0.02  # fraction of L: a tag happens when distance < tagging_distance * L
+
+    def __post_init__(self):
+        name_of = type(self).__name__
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name_of}.{f.name} must be a bool, got {value!r}")
+            if f.type == "int" and (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))):
+                raise ValueError(f"{name_of}.{f.name} must be an integer, got {value!r}")
+            if f.type == "float" and not (isinstance(value, (int, float, np.integer, np.floating))
+                                          and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)):
+                raise ValueError(f"{name_of}.{f.name} must be a finite number, got {value!r}")
+        for name in ("num_taggers", "num_runners", "episode_length", "num_acceleration_levels",
+                     "num_turn_levels", "num_other_agents_observed"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name_of}.{name} must be >= 1, got {getattr(self, name)}")
+        # Agent ids and observation slots are int32 in the kernels; a partial observation packs the
+        # id in 32 bits (see observe).
+        if self.num_agents >= 2**31:
+            raise ValueError(f"{name_of}: num_taggers + num_runners must be < 2**31, got {self.num_agents}")
+        if not self.use_full_observation and self.num_other_agents_observed > self.num_agents - 1:
+            raise ValueError(
+                f"{name_of}.num_other_agents_observed must be <= num_taggers + num_runners - 1 "
+                f"= {self.num_agents - 1} (the other agents there are), got {self.num_other_agents_observed}"
+            )
+        for name in ("grid_length", "max_speed", "skill_level_tagger", "skill_level_runner", "tagging_distance"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name_of}.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("tag_reward_for_tagger", "step_reward_for_runner", "end_of_game_reward_for_runner"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name_of}.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("tag_penalty_for_runner", "step_penalty_for_tagger", "edge_hit_penalty"):
+            if not getattr(self, name) <= 0:
+                raise ValueError(f"{name_of}.{name} must be <= 0, got {getattr(self, name)}")
+        for low, high in (("min_acceleration", "max_acceleration"), ("min_turn", "max_turn")):
+            if not getattr(self, low) <= getattr(self, high):
+                raise ValueError(f"{name_of}.{low} must be <= {high}, got {getattr(self, low)} > {getattr(self, high)}")
+
+    @property
+    def num_agents(self) -> int:
+        return self.num_taggers + self.num_runners
+
+    @property
+    def obs_dim(self) -> int:
+        observed = self.num_agents - 1 if self.use_full_observation else self.num_other_agents_observed
+        return FEATURES_PER_AGENT * observed + 1
+
+    @property
+    def tagging_radius(self) -> float:
+        """A tag happens when a runner's distance to its nearest tagger is below this."""
+        return self.tagging_distance * self.grid_length
+
+    @property
+    def max_speed_tagger(self) -> float:
+        return self.max_speed * self.skill_level_tagger
+
+    @property
+    def max_speed_runner(self) -> float:
+        return self.max_speed * self.skill_level_runner
+
+    @property
+    def position_scale(self) -> float:
+        """The observation's divisor of position differences: the arena's diagonal."""
+        return math.sqrt(2.0) * self.grid_length
+
+    @property
+    def speed_scale(self) -> float:
+        """The observation's divisor of speed and acceleration differences (the spec's epsilon kept;
+        in float32 it vanishes for max_speed >= 2**-9)."""
+        return self.max_speed + 1e-10
+
+    @property
+    def two_pi(self) -> float:
+        """The modulus of directions; as float32 6.2831854820251465 (= 2 * float32(pi))."""
+        return 2.0 * math.pi
+
+    @property
+    def half_pi(self) -> float:
+        """The spacing of starting directions; ``i * float32(pi / 2)`` in float32 is the float32
+        nearest to ``i * pi / 2`` for i = 0..3."""
+        return 0.5 * math.pi
+
+    @property
+    def acceleration_levels(self) -> np.ndarray:
+        """The float32 table an acceleration index selects from: index 0 = 0 (no change), then linspace."""
+        return level_deltas(self.min_acceleration, self.max_acceleration, self.num_acceleration_levels,
+                            np.arange(self.num_acceleration_levels + 1))
+
+    @property
+    def turn_levels(self) -> np.ndarray:
+        """The float32 table a turn index selects from: index 0 = 0 (no change), then linspace."""
+        return level_deltas(self.min_turn, self.max_turn, self.num_turn_levels, np.arange(self.num_turn_levels + 1))
+
+
+def level_deltas(low: float, high: float, num_levels: int, index):
+    """The delta an action index selects, float32: 0 for index 0, else
+    ``np.linspace(low, high, num_levels)[index - 1]``, as numpy computes it in float64
+    (``start + i * step``, the last level exactly ``high``) and rounded once to float32.
+
+    ``index`` is a numpy array (for the tables handed to kernels) or an integer torch tensor on any
+    device (the reference computes the delta from the index on the device: building a table there
+    would copy from the host, which a CUDA graph cannot capture). One formula for both.
+    """
+    step = (high - low) / (num_levels - 1) if num_levels > 1 else 0.0
+    if isinstance(index, torch.Tensor):
+        i = (index - 1).to(torch.float64)
+        value = torch.where(index == num_levels, high, i * step + low) if num_levels > 1 else torch.full_like(i, low)
+        return torch.where(index == 0, 0.0, value).to(torch.float32)
+    i = np.asarray(index, dtype=np.float64) - 1
+    value = np.where(index == num_levels, high, i * step + low) if num_levels > 1 else np.full_like(i, low)
+    return np.where(index == 0, 0.0, value).astype(np.float32)
+
+
+@dataclass
+class TagContinuousState:
+    """Struct-of-arrays, batch-first. Agents are ordered taggers first (see :func:`agent_type`)."""
+
+    x: torch.Tensor  # float32 (E, N), in [0, L]
+    y: torch.Tensor  # float32 (E, N), in [0, L]
+    direction: torch.Tensor  # float32 (E, N), radians in [0, 2 pi)
+    speed: torch.Tensor  # float32 (E, N), in [0, max_speed * skill]
+    acceleration: torch.Tensor  # float32 (E, N)
+    in_game: torch.Tensor  # bool (E, N)
+    t: torch.Tensor  # int32 (E,), steps since reset
+
+
+def agent_type(p: TagContinuousParams, device=None) -> torch.Tensor:
+    """int32 ``(N,)``: 1 for taggers (ids ``0 .. num_taggers - 1``), 0 for runners."""
+    return (torch.arange(p.num_agents, device=device) < p.num_taggers).to(torch.int32)
+
+
+def runners_in_game(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
+    """int32 ``(E,)``: how many runners are still in the game."""
+    return state.in_game[:, p.num_taggers:].sum(dim=1, dtype=torch.int32)
+
+
+def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
+    """A fresh state per env from ``key`` (``(E,)`` int64, :func:`rng.key_hash` of seed and episode).
+
+    Draw indices (``N`` agents, agent ``a``): ``x_a`` is draw ``a``, ``y_a`` draw ``N + a``, and the
+    direction index of ``a`` is ``floor`` of draw ``2N + a`` taken uniform in ``[0, 4)`` (at most
+    ``4 - 2**-22`` as float32, so the index is in 0..3); ``direction = index * float32(pi / 2)``.
+    """
+    if key.shape != (num_envs,):
+        raise ValueError(f"key must have shape ({num_envs},), got {tuple(key.shape)}")
+    n = p.num_agents
+    device = key.device
+    draws = torch.arange(n, device=device, dtype=torch.int64)
+    k = key.to(torch.int64)[:, None]
+    length = _f32(p.grid_length)
+    x = rng.uniform_from_key(k, draws, 0.0, length)
+    y = rng.uniform_from_key(k, draws + n, 0.0, length)
+    quarter = torch.floor(rng.uniform_from_key(k, draws + 2 * n, 0.0, 4.0))
+    direction = quarter * _f32(p.half_pi)
+    zeros = torch.zeros((num_envs, n), dtype=torch.float32, device=device)
+    return TagContinuousState(
+        x=x, y=y, direction=direction, speed=zeros, acceleration=zeros.clone(),
+        in_game=torch.ones((num_envs, n), dtype=torch.bool, device=device),
+        t=torch.zeros(num_envs, dtype=torch.int32, device=device),
+    )
+
+
+def _per_type(is_tagger: torch.Tensor, tagger_value: float, runner_value: float) -> torch.Tensor:
+    return torch.where(is_tagger, _f32(tagger_value), _f32(runner_value))
+
+
+def _wrap_angle(p: TagContinuousParams, angle: torch.Tensor) -> torch.Tensor:
+    # fmod is exact; torch.remainder need not be on every device. Adding 2 pi to a tiny negative
+    # remainder can round to 2 pi itself, which is 0 again.
+    two_pi = _f32(p.two_pi)
+    r = torch.fmod(angle, two_pi)
+    r = torch.where(r < 0, r + two_pi, r)
+    return torch.where(r == two_pi, 0.0, r)
+
+
+def _squared_distance(dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    return dx * dx + dy * dy
+
+
+def step(p: TagContinuousParams, state: TagContinuousState, actions: torch.Tensor):
+    """One step of every env: ``(next_state, rewards (E, N) float32, terminated (E,), truncated (E,))``.
+
+    ``actions``: int64 ``(E, N, 2)``, (acceleration index, turn index), in range. Pure: ``state``
+    is not modified. The numbers below are the spec's steps.
+    """
+    g = p.num_taggers
+    in_game = state.in_game  # at the start of the step
+    is_tagger = agent_type(p, in_game.device).bool()
+
+    # 1.
+    t = state.t + 1
+
+    # 2. Movement, for agents in the game; the others are frozen.
+    d_acc = level_deltas(p.min_acceleration, p.max_acceleration, p.num_acceleration_levels, actions[..., 0])
+    d_turn = level_deltas(p.min_turn, p.max_turn, p.num_turn_levels, actions[..., 1])
+    direction = _wrap_angle(p, state.direction + d_turn)
+    acceleration = state.acceleration + d_acc
+    max_speed = _per_type(is_tagger, p.max_speed_tagger, p.max_speed_runner)
+    speed = torch.minimum((state.speed + acceleration).clamp(min=0.0), max_speed)
+    acceleration = torch.where((speed == 0.0) | (speed == max_speed), 0.0, acceleration)
+    x = state.x + speed * torch.cos(direction)
+    y = state.y + speed * torch.sin(direction)
+    length = _f32(p.grid_length)
+    edge_hit = in_game & ((x < 0.0) | (x > length) | (y < 0.0) | (y > length))
+    x = x.clamp(0.0, length)
+    y = y.clamp(0.0, length)
+    direction = torch.where(in_game, direction, state.direction)
+    acceleration = torch.where(in_game, acceleration, state.acceleration)
+    speed = torch.where(in_game, speed, state.speed)
+    x = torch.where(in_game, x, state.x)
+    y = torch.where(in_game, y, state.y)
+
+    # 3. Step rewards and edge hits.
+    rewards = torch.where(in_game, _per_type(is_tagger, p.step_penalty_for_tagger, p.step_reward_for_runner), 0.0)
+    rewards = torch.where(edge_hit, rewards + _f32(p.edge_hit_penalty), rewards)
+
+    # 4. Tagging: each runner in the game against its nearest tagger in the game (a tagger is never
+    # out of the game in play; one set out by hand is frozen and tags no one). argmin returns the
+    # first minimum: ties go to the lowest id.
+    dx = x[:, g:, None] - x[:, None, :g]  # (E, runners, taggers)
+    dy = y[:, g:, None] - y[:, None, :g]
+    d2 = torch.where(in_game[:, None, :g], _squared_distance(dx, dy), math.inf)
+    nearest = d2.argmin(dim=2)
+    nearest_d2 = d2.gather(2, nearest[:, :, None])[:, :, 0]
+    tagged = in_game[:, g:] & (torch.sqrt(nearest_d2) < _f32(p.tagging_radius))
+    # Several runners can name the same tagger: count them with an integer scatter-add (exact and
+    # order-independent, as the kernels' integer atomics are) and pay the count as one product.
+    tags = torch.zeros_like(in_game[:, :g], dtype=torch.int32).scatter_add_(1, nearest, tagged.to(torch.int32))
+    tagger_rewards = rewards[:, :g]
+    tagger_rewards = torch.where(tags > 0, tagger_rewards + tags.to(torch.float32) * _f32(p.tag_reward_for_tagger),
+                                 tagger_rewards)
+    runner_rewards = rewards[:, g:]
+    runner_rewards = torch.where(tagged, runner_rewards + _f32(p.tag_penalty_for_runner), runner_rewards)
+    if p.runner_exits_game_after_tagged:
+        # A runner out of the game has speed 0; speed 0 is a bound, so its acceleration is 0 too.
+        exited = torch.cat([torch.zeros_like(in_game[:, :g]), tagged], dim=1)
+        in_game = in_game & ~exited
+        speed = torch.where(exited, 0.0, speed)
+        acceleration = torch.where(exited, 0.0, acceleration)
+
+    # 5. End of the game: runners still in it are paid.
+    last_step = t == p.episode_length
+    survived = last_step[:, None] & in_game[:, g:]
+    runner_rewards = torch.where(survived, runner_rewards + _f32(p.end_of_game_reward_for_runner), runner_rewards)
+    rewards = torch.cat([tagger_rewards, runner_rewards], dim=1)
+
+    # 6.
+    terminated = ~in_game[:, g:].any(dim=1)
+    truncated = last_step & ~terminated
+    next_state = TagContinuousState(x=x, y=y, direction=direction, speed=speed, acceleration=acceleration,
+                                    in_game=in_game, t=t)
+    return next_state, rewards, terminated, truncated
+
+
+def _divide(numerator: torch.Tensor, value: float) -> torch.Tensor:
+    # A true float32 division on every device: torch on CUDA turns a division by a Python scalar into
+    # a multiplication by its reciprocal, but not a division by a 0-dim device tensor.
+    return numerator / torch.full((), _f32(value), dtype=torch.float32, device=numerator.device)
+
+
+def _features(p: TagContinuousParams, state: TagContinuousState, j: torch.Tensor) -> torch.Tensor:
+    """float32 ``(E, N, M, 7)``: agent ``i``'s features of agents ``j[e, i, m]`` (int64 ``(E, N, M)``)."""
+    e, n, m = j.shape
+    flat = j.reshape(e, n * m)
+
+    def pair(v: torch.Tensor):
+        return v.gather(1, flat).reshape(e, n, m), v[:, :, None]
+
+    (xj, xi), (yj, yi) = pair(state.x), pair(state.y)
+    (sj, si), (aj, ai) = pair(state.speed), pair(state.acceleration)
+    dj, di = pair(state.direction)
+    type_j = agent_type(p, j.device).to(torch.float32)[j]
+    in_game_j = state.in_game.gather(1, flat).reshape(e, n, m).to(torch.float32)
+    return torch.stack([
+        _divide(xj - xi, p.position_scale),
+        _divide(yj - yi, p.position_scale),
+        _divide(sj - si, p.speed_scale),
+        _divide(aj - ai, p.speed_scale),
+        _divide(dj - di, p.two_pi),
+        type_j,
+        in_game_j,
+    ], dim=-1)
+
+
+def _nearest_others(p: TagContinuousParams, state: TagContinuousState) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` nearest other agents in the game per agent, nearest first, ties to the lowest id:
+    ids int64 ``(E, N, k)`` and whether the slot holds one (bool ``(E, N, k)``).
+
+    The order is exactly lexicographic on (squared distance, id): a non-negative float32's bits,
+    read as an integer, order like the float, so ``bits(d2) << 32 | id`` is an int64 key whose
+    ``k`` smallest (``topk``, keys all distinct) are the answer. Self and agents out of the game get
+    ``d2 = inf``, which marks an empty slot.
+    """
+    n = p.num_agents
+    device = state.x.device
+    ids = torch.arange(n, device=device)
+    dx = state.x[:, None, :] - state.x[:, :, None]  # [e, i, j] = x_j - x_i
+    dy = state.y[:, None, :] - state.y[:, :, None]
+    candidate = state.in_game[:, None, :] & (ids[:, None] != ids[None, :])
+    d2 = torch.where(candidate, _squared_distance(dx, dy), math.inf)
+    keys = (d2.view(torch.int32).to(torch.int64) << 32) | ids
+    keys = torch.topk(keys, p.num_other_agents_observed, dim=2, largest=False, sorted=True).values
+    inf_bits = int(np.float32(np.inf).view(np.int32))
+    return keys & 0xFFFFFFFF, (keys >> 32) < inf_bits
+
+
+def observe(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
+    """float32 ``(E, N, obs_dim)``, agent-major (see the module docstring)."""
+    e, n = state.x.shape
+    device = state.x.device
+    if p.use_full_observation:
+        # Row i: the ids other than i, ascending.
+        others = torch.arange(n - 1, device=device)[None, :]
+        others = others + (others >= torch.arange(n, device=device)[:, None]).to(others.dtype)
+        features = _features(p, state, others.expand(e, n, n - 1))
+    else:
+        j, found = _nearest_others(p, state)
+        features = torch.where(found[..., None], _features(p, state, j), 0.0)
+    time = _divide(state.t.to(torch.float32), p.episode_length)
+    obs = torch.cat([features.reshape(e, n, -1), time[:, None, None].expand(e, n, 1)], dim=2)
+    return torch.where(state.in_game[..., None], obs, 0.0)
