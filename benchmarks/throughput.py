@@ -20,7 +20,6 @@ import time
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuVectorEnv
