@@ -5,5 +5,6 @@ switch is this import.
 """
 
 from numba import cuda
+from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda"]
+__all__ = ["cuda", "NumbaPerformanceWarning"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -89,10 +90,18 @@ class NumbaBackend:
             self._streams[handle] = stream
         return stream
 
+    def _launch(self, kernel, args) -> None:
+        from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
+
+        with warnings.catch_warnings():
+            # One thread per env: a small batch is a small grid by design, not a tuning mistake.
+            warnings.simplefilter("ignore", NumbaPerformanceWarning)
+            kernel[self._blocks, self._threads, self._stream()](*args)
+
     def step(self, actions: torch.Tensor) -> None:
         if actions is not self._actions:
             self._actions.copy_(actions)
-        self._step_kernel[self._blocks, self._threads, self._stream()](*self._step_args)
+        self._launch(self._step_kernel, self._step_args)
 
     def reset(self) -> None:
-        self._reset_kernel[self._blocks, self._threads, self._stream()](*self._reset_args)
+        self._launch(self._reset_kernel, self._reset_args)
