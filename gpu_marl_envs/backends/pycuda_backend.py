@@ -65,7 +65,7 @@ def _module(definition: EnvDefinition, device_index: int):
                         no_extern_c=True)
 
 
-def _pack(names, values) -> tuple[bytes, int | None]:
+def _pack(names, values) -> tuple[bytearray, int | None]:
     """Pack kernel arguments with the C ABI's natural alignment; returns the buffer and the byte
     offset of the actions pointer (None if absent)."""
     fmt, data, actions_offset = "", [], None
@@ -95,7 +95,7 @@ class PycudaBackend:
                  action_space):
         device = buffers.state.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it
-        module = _module(definition, device.index if device.index is not None else torch.cuda.current_device())
+        module = _module(definition, device.index)  # resolve_device always names the index
         self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
         self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
         num_envs = buffers.state.shape[1]
