@@ -42,6 +42,10 @@ class ClassicBuffers:
     seeds: torch.Tensor  # (num_envs,) int64
     reset_mask: torch.Tensor  # (num_envs,) bool, input of the reset kernel
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every buffer by its kernel-argument name."""
+        return dict(vars(self))
+
     @classmethod
     def allocate(cls, num_envs: int, num_fields: int, obs_dim: int, device: torch.device) -> "ClassicBuffers":
         def zeros(*shape, dtype=torch.float32):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from gpu_marl_envs.buffers import ClassicBuffers
-
 
 class GraphedStep:
-    def __init__(self, backend, buffers: ClassicBuffers, actions_like: torch.Tensor):
+    def __init__(self, backend, buffers, actions_like: torch.Tensor):
+        """``buffers``: the env's ClassicBuffers or MultiAgentBuffers (anything with ``tensors()``)."""
         # The graph's input (zeros are valid actions): the backend's own actions buffer where it
         # keeps one, so that a replay copies the actions only once.
         self._actions = getattr(backend, "actions_buffer", None)
@@ -17,18 +16,20 @@ class GraphedStep:
             self._actions = torch.zeros_like(actions_like)
         # A first, uncaptured launch compiles and loads the kernels; the env's buffers are restored
         # afterwards so that construction leaves no trace.
-        saved = {name: tensor.clone() for name, tensor in vars(buffers).items()}
+        live = buffers.tensors()
+        saved = {name: tensor.clone() for name, tensor in live.items()}
         side = torch.cuda.Stream(device=actions_like.device)
         side.wait_stream(torch.cuda.current_stream(actions_like.device))
         with torch.cuda.stream(side):
             backend.step(self._actions)
         torch.cuda.current_stream(actions_like.device).wait_stream(side)
         for name, tensor in saved.items():
-            getattr(buffers, name).copy_(tensor)
+            live[name].copy_(tensor)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             backend.step(self._actions)
 
     def step(self, actions: torch.Tensor) -> None:
-        self._actions.copy_(actions)
+        if actions is not self._actions:
+            self._actions.copy_(actions)
         self._graph.replay()

@@ -13,6 +13,7 @@ backend's fused multiply-add can change the result.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 MIX_MUL_1 = 0x7FEB352D
@@ -20,6 +21,21 @@ MIX_MUL_2 = 0x846CA68B
 SEED_SALT = 0x9E3779B9  # 2**32 / golden ratio: keeps seed 0 from hashing a run of zeros
 UINT32_MASK = 0xFFFFFFFF
 MAX_SEED = 2**63 - 1  # seeds are stored as int64 on the device
+
+
+def random_seed() -> int:
+    """A fresh seed from the OS's entropy, for envs that were never seeded."""
+    return int(np.random.SeedSequence().entropy % (MAX_SEED + 1))
+
+
+def reseed(seeds: torch.Tensor, episodes: torch.Tensor, new: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """Give sub-envs (all, or those of ``mask``) new seeds, their episode counters restarting at 0."""
+    if mask is None:
+        seeds.copy_(new)
+        episodes.zero_()
+    else:
+        seeds.copy_(torch.where(mask, new, seeds))
+        episodes.masked_fill_(mask, 0)
 
 
 def _mul_u32(x: torch.Tensor, c: int) -> torch.Tensor:

@@ -126,7 +126,7 @@ class TagParallelEnv(pettingzoo.ParallelEnv):
         self._ids = {agent: i for i, agent in enumerate(self.possible_agents)}
         self.agents = []
         self._state = None
-        self._seed = int(np.random.SeedSequence().entropy % (rng.MAX_SEED + 1))
+        self._seed = rng.random_seed()
         self._episode = 0
 
     @functools.lru_cache(maxsize=None)

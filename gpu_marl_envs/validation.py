@@ -3,8 +3,13 @@ device work; value checks (``check_values``) cost one device-to-host synchronisa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 from gymnasium import spaces
+
+from gpu_marl_envs import rng
 
 
 def check_num_envs(num_envs) -> int:
@@ -64,3 +69,49 @@ def check_options(options, allowed: tuple[str, ...]) -> dict:
     if unknown:
         raise ValueError(f"unknown reset options {unknown}; supported: {list(allowed)}")
     return options
+
+
+def check_reset_mask(mask, num_envs: int, device: torch.device) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, device=device)
+    if mask.dtype != torch.bool or tuple(mask.shape) != (num_envs,):
+        raise ValueError(f"reset_mask must be a bool tensor of shape ({num_envs},), "
+                         f"got {mask.dtype} {tuple(mask.shape)}")
+    if not mask.any():
+        raise ValueError("reset_mask selects no sub-env; pass at least one True (or no reset_mask)")
+    return mask
+
+
+def check_env_ids(env_ids, num_envs: int, device: torch.device) -> torch.Tensor:
+    """int64 indices from ``None`` (every sub-env), indices, or a bool mask of shape ``(num_envs,)``."""
+    if env_ids is None:
+        return torch.arange(num_envs, device=device)
+    ids = torch.as_tensor(env_ids, device=device)
+    if ids.dtype == torch.bool:
+        if tuple(ids.shape) != (num_envs,):
+            raise ValueError(f"a bool env_ids mask must have shape ({num_envs},), got {tuple(ids.shape)}")
+        return ids.nonzero().flatten()
+    if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+        raise ValueError("env_ids must be a 1-D sequence of ints or a bool mask")
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_envs):
+        raise ValueError(f"env_ids must lie in [0, {num_envs - 1}]")
+    if len(torch.unique(ids)) != len(ids):
+        raise ValueError("env_ids must not repeat")
+    return ids.to(torch.int64)
+
+
+def sub_env_seeds(seed, num_envs: int, device: torch.device) -> torch.Tensor:
+    """int64 ``(num_envs,)`` seeds: sub-env ``i`` gets ``seed + i`` (as Gymnasium's vector envs), or
+    one seed each from a sequence."""
+    n = num_envs
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        seed = int(seed)
+        if seed < 0 or seed + n - 1 > rng.MAX_SEED:
+            raise ValueError(f"seed must lie in [0, 2**63 - num_envs] (sub-env i gets seed + i), got {seed}")
+        return seed + torch.arange(n, dtype=torch.int64, device=device)
+    if isinstance(seed, Sequence) and len(seed) == n and all(isinstance(s, (int, np.integer)) for s in seed):
+        if min(seed) < 0 or max(seed) > rng.MAX_SEED:
+            raise ValueError(f"seeds must lie in [0, 2**63 - 1], got {seed!r}")
+        return torch.tensor([int(s) for s in seed], dtype=torch.int64, device=device)
+    raise ValueError(f"seed must be None, an int or a sequence of {n} ints, got {seed!r}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
@@ -16,7 +15,8 @@ from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.graphs import GraphedStep
-from gpu_marl_envs.validation import check_actions, check_num_envs, check_options, zero_actions
+from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, check_options, check_reset_mask,
+                                      sub_env_seeds, zero_actions)
 
 
 def resolve_device(device) -> torch.device:
@@ -105,7 +105,7 @@ class GpuVectorEnv(VectorEnv):
             actions_like = zero_actions(self.single_action_space, self.num_envs, self.device)
             self._step_launcher = GraphedStep(self._backend, self._buffers, actions_like)
         self.cuda_graph = bool(cuda_graph)
-        self._set_seeds(int(np.random.SeedSequence().entropy % (rng.MAX_SEED + 1)), None)
+        self._set_seeds(rng.random_seed(), None)
         self._np_random_seed = None
         # step() needs every sub-env reset (or set) once, as Gymnasium's vector envs do.
         self._initialised = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
@@ -115,7 +115,7 @@ class GpuVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
         options = check_options(options, ("reset_mask",))
-        mask = self._mask(options.get("reset_mask"))
+        mask = check_reset_mask(options.get("reset_mask"), self.num_envs, self.device)
         if seed is not None:
             self._set_seeds(seed, mask)
             self._np_random_seed = seed if isinstance(seed, int) else None
@@ -166,7 +166,7 @@ class GpuVectorEnv(VectorEnv):
 
         Returns the observations tensor, updated for those sub-envs.
         """
-        ids = self._env_ids(env_ids)
+        ids = check_env_ids(env_ids, self.num_envs, self.device)
         missing = set(self.state_fields) - set(state)
         unknown = set(state) - set(self.state_fields)
         if missing or unknown:
@@ -200,17 +200,6 @@ class GpuVectorEnv(VectorEnv):
             self._initialised[ids] = True
         self._ready = bool(self._initialised.all())
 
-    def _mask(self, mask) -> torch.Tensor | None:
-        if mask is None:
-            return None
-        mask = torch.as_tensor(mask, device=self.device)
-        if mask.dtype != torch.bool or tuple(mask.shape) != (self.num_envs,):
-            raise ValueError(f"reset_mask must be a bool tensor of shape ({self.num_envs},), "
-                             f"got {mask.dtype} {tuple(mask.shape)}")
-        if not mask.any():
-            raise ValueError("reset_mask selects no sub-env; pass at least one True (or no reset_mask)")
-        return mask
-
     def _elapsed_steps(self, elapsed_steps, ids: torch.Tensor) -> torch.Tensor:
         if elapsed_steps is None:
             return torch.zeros(ids.shape, dtype=torch.int32, device=self.device)
@@ -225,39 +214,5 @@ class GpuVectorEnv(VectorEnv):
             raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")
         return steps
 
-    def _env_ids(self, env_ids) -> torch.Tensor:
-        if env_ids is None:
-            return torch.arange(self.num_envs, device=self.device)
-        ids = torch.as_tensor(env_ids, device=self.device)
-        if ids.dtype == torch.bool:
-            if tuple(ids.shape) != (self.num_envs,):
-                raise ValueError(f"a bool env_ids mask must have shape ({self.num_envs},), got {tuple(ids.shape)}")
-            return ids.nonzero().flatten()
-        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
-            raise ValueError("env_ids must be a 1-D sequence of ints or a bool mask")
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
-            raise ValueError(f"env_ids must lie in [0, {self.num_envs - 1}]")
-        if len(torch.unique(ids)) != len(ids):
-            raise ValueError("env_ids must not repeat")
-        return ids.to(torch.int64)
-
     def _set_seeds(self, seed, mask: torch.Tensor | None) -> None:
-        n = self.num_envs
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seed = int(seed)
-            if seed < 0 or seed + n - 1 > rng.MAX_SEED:
-                raise ValueError(f"seed must lie in [0, 2**63 - num_envs] (sub-env i gets seed + i), got {seed}")
-            new = seed + torch.arange(n, dtype=torch.int64, device=self.device)
-        elif isinstance(seed, Sequence) and len(seed) == n and all(isinstance(s, (int, np.integer)) for s in seed):
-            if min(seed) < 0 or max(seed) > rng.MAX_SEED:
-                raise ValueError(f"seeds must lie in [0, 2**63 - 1], got {seed!r}")
-            new = torch.tensor([int(s) for s in seed], dtype=torch.int64, device=self.device)
-        else:
-            raise ValueError(f"seed must be None, an int or a sequence of {n} ints, got {seed!r}")
-        b = self._buffers
-        if mask is None:
-            b.seeds.copy_(new)
-            b.episodes.zero_()
-        else:
-            b.seeds.copy_(torch.where(mask, new, b.seeds))
-            b.episodes.masked_fill_(mask, 0)
+        rng.reseed(self._buffers.seeds, self._buffers.episodes, sub_env_seeds(seed, self.num_envs, self.device), mask)

@@ -312,7 +312,8 @@ def test_default_params_are_the_published_configuration():
         assert got[name] == value, f"default {name}: {got[name]!r}, expected {value!r}"
     assert (P.num_agents, P.runner_id, P.obs_dim) == (5, 4, 21), \
         f"num_agents, runner_id, obs_dim = {(P.num_agents, P.runner_id, P.obs_dim)}, expected (5, 4, 21)"
-    assert P.agent_groups == {"taggers": (0, 1, 2, 3), "runners": (4,)}, f"agent_groups {P.agent_groups}"
+    groups = tg.agent_groups(P)
+    assert groups == {"taggers": range(0, 4), "runners": range(4, 5)}, f"agent_groups {groups}"
 
 
 @pytest.mark.parametrize("field, value, rule", [

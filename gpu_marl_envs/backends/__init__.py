@@ -8,11 +8,25 @@ import importlib
 
 import torch
 
-# Fastest first: the default is the first one available on the device.
+# Fastest first: the default is the first one available on the device. The module of each backend
+# tells whether it can run (``availability``); single-agent envs and multi-agent games each have
+# their backend classes.
 BACKENDS = {
-    "pycuda": "gpu_marl_envs.backends.pycuda_backend:PycudaBackend",
-    "numba": "gpu_marl_envs.backends.numba_backend:NumbaBackend",
-    "torch": "gpu_marl_envs.backends.torch_backend:TorchBackend",
+    "pycuda": "gpu_marl_envs.backends.pycuda_backend",
+    "numba": "gpu_marl_envs.backends.numba_backend",
+    "torch": "gpu_marl_envs.backends.torch_backend",
+}
+BACKEND_CLASSES = {
+    "single_agent": {
+        "pycuda": "gpu_marl_envs.backends.pycuda_backend:PycudaBackend",
+        "numba": "gpu_marl_envs.backends.numba_backend:NumbaBackend",
+        "torch": "gpu_marl_envs.backends.torch_backend:TorchBackend",
+    },
+    "multi_agent": {
+        "pycuda": "gpu_marl_envs.backends.multi_agent_pycuda:MultiAgentPycudaBackend",
+        "numba": "gpu_marl_envs.backends.multi_agent_numba:MultiAgentNumbaBackend",
+        "torch": "gpu_marl_envs.backends.multi_agent_torch:MultiAgentTorchBackend",
+    },
 }
 
 
@@ -23,8 +37,7 @@ class BackendUnavailableError(RuntimeError):
 def _availability(name: str, device: torch.device) -> str | None:
     if name == "torch":
         return None
-    module_name = BACKENDS[name].split(":")[0]
-    return importlib.import_module(module_name).availability(device)
+    return importlib.import_module(BACKENDS[name]).availability(device)
 
 
 def available_backends(device: torch.device | str) -> list[str]:
@@ -32,8 +45,9 @@ def available_backends(device: torch.device | str) -> list[str]:
     return [name for name in BACKENDS if _availability(name, device) is None]
 
 
-def resolve_backend(name: str | None, device: torch.device):
-    """The backend class for ``name`` on ``device`` (``None``: the fastest available there)."""
+def resolve_backend(name: str | None, device: torch.device, kind: str = "single_agent"):
+    """The backend class for ``name`` on ``device`` (``None``: the fastest available there), for
+    single-agent envs or multi-agent games (``kind``)."""
     if name is None:
         # Kernel backends on the CPU would be the simulator: never a sensible default.
         candidates = list(BACKENDS) if device.type == "cuda" else ["torch"]
@@ -43,5 +57,5 @@ def resolve_backend(name: str | None, device: torch.device):
     problem = _availability(name, device)
     if problem is not None:
         raise BackendUnavailableError(f"backend {name!r} is not available on {device}: {problem}")
-    module_name, class_name = BACKENDS[name].split(":")
+    module_name, class_name = BACKEND_CLASSES[kind][name].split(":")
     return getattr(importlib.import_module(module_name), class_name)

@@ -85,8 +85,15 @@ zeros, frozen, with no rewards.
 - Each replica draws its own starting state (WarpDrive gave every replica the same start).
 - Nearest-tagger and nearest-neighbour ties go to the lowest id, so every backend agrees.
 
+## Kernels
+``kernels/tag_continuous.cu`` (CUDA C) and ``kernels/tag_continuous_numba.py`` (Numba): a block
+per env, agents spread over its threads (``a = threadIdx.x + k * blockDim.x``), positions and
+in-game flags staged in shared memory, tag counts with integer atomics, the partial observation's
+``k`` nearest kept in a per-thread sorted list while scanning the staged positions (no ``N x N``
+scratch). See :func:`kernel_constants` for what they are compiled with.
+
 ## Version history
-v0: this reference (no kernels, no registration yet).
+v0: the spec's rules; torch reference, Numba and CUDA C kernels.
 """
 
 from __future__ import annotations
@@ -96,8 +103,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from gpu_marl_envs import rng
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
 FEATURES_PER_AGENT = 7
 
@@ -266,6 +275,70 @@ def agent_type(p: TagContinuousParams, device=None) -> torch.Tensor:
 def runners_in_game(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
     """int32 ``(E,)``: how many runners are still in the game."""
     return state.in_game[:, p.num_taggers:].sum(dim=1, dtype=torch.int32)
+
+
+def in_game(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
+    return state.in_game
+
+
+def agent_groups(p: TagContinuousParams) -> dict[str, range]:
+    return {"taggers": range(0, p.num_taggers), "runners": range(p.num_taggers, p.num_agents)}
+
+
+def action_space(p: TagContinuousParams) -> spaces.MultiDiscrete:
+    return spaces.MultiDiscrete([p.num_acceleration_levels + 1, p.num_turn_levels + 1])
+
+
+def observation_space(p: TagContinuousParams) -> spaces.Box:
+    """Per-feature float32 bounds, derived from the observation's formulas.
+
+    With ``S`` the larger of the two types' top speeds (``max_speed * skill``):
+    - positions lie in ``[0, L]``, so ``|dx| / (sqrt(2) L) <= 1 / sqrt(2)``: bound 1;
+    - speeds lie in ``[0, S]``, so ``|speed_j - speed_i| <= S``;
+    - an acceleration survives a step only when ``0 < speed + acceleration < S_type`` with the speed
+      in ``[0, S_type]``, so ``|acceleration| < S`` and ``|acc_j - acc_i| < 2 S``;
+    - directions lie in ``[0, 2 pi)``, so ``|dir_j - dir_i| / (2 pi) < 1``: bound 1;
+    - type and in_game are 0 or 1, ``t / T`` in ``[0, 1]``; padding and absent agents are 0.
+    The speed bounds get a relative margin of 1e-5 for float32 rounding.
+    """
+    top_speed = max(p.max_speed_tagger, p.max_speed_runner) / p.speed_scale * (1 + 1e-5)
+    low = np.array([-1.0, -1.0, -top_speed, -2 * top_speed, -1.0, 0.0, 0.0], dtype=np.float64)
+    high = np.array([1.0, 1.0, top_speed, 2 * top_speed, 1.0, 1.0, 1.0], dtype=np.float64)
+    observed = (p.obs_dim - 1) // FEATURES_PER_AGENT
+    low = np.append(np.tile(low, observed), 0.0).astype(np.float32)
+    high = np.append(np.tile(high, observed), 1.0).astype(np.float32)
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+def kernel_constants(p: TagContinuousParams) -> dict:
+    """The compile-time constants of the kernels, each float already the float32 every backend uses."""
+    return {
+        "NUM_AGENTS": p.num_agents,
+        "NUM_TAGGERS": p.num_taggers,
+        "EPISODE_LENGTH": p.episode_length,
+        "OBS_DIM": p.obs_dim,
+        "FULL_OBSERVATION": p.use_full_observation,
+        "NUM_OBSERVED": p.num_other_agents_observed,
+        "RUNNER_EXITS": p.runner_exits_game_after_tagged,
+        "NUM_ACCELERATION_LEVELS": p.num_acceleration_levels,
+        "NUM_TURN_LEVELS": p.num_turn_levels,
+        "ACCELERATION_LEVELS": tuple(float(v) for v in p.acceleration_levels),
+        "TURN_LEVELS": tuple(float(v) for v in p.turn_levels),
+        "GRID_LENGTH": _f32(p.grid_length),
+        "TWO_PI": _f32(p.two_pi),
+        "HALF_PI": _f32(p.half_pi),
+        "MAX_SPEED_TAGGER": _f32(p.max_speed_tagger),
+        "MAX_SPEED_RUNNER": _f32(p.max_speed_runner),
+        "TAGGING_RADIUS": _f32(p.tagging_radius),
+        "POSITION_SCALE": _f32(p.position_scale),
+        "SPEED_SCALE": _f32(p.speed_scale),
+        "TAG_REWARD_FOR_TAGGER": _f32(p.tag_reward_for_tagger),
+        "TAG_PENALTY_FOR_RUNNER": _f32(p.tag_penalty_for_runner),
+        "STEP_PENALTY_FOR_TAGGER": _f32(p.step_penalty_for_tagger),
+        "STEP_REWARD_FOR_RUNNER": _f32(p.step_reward_for_runner),
+        "EDGE_HIT_PENALTY": _f32(p.edge_hit_penalty),
+        "END_OF_GAME_REWARD_FOR_RUNNER": _f32(p.end_of_game_reward_for_runner),
+    }
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
@@ -453,3 +526,19 @@ def observe(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
     time = _divide(state.t.to(torch.float32), p.episode_length)
     obs = torch.cat([features.reshape(e, n, -1), time[:, None, None].expand(e, n, 1)], dim=2)
     return torch.where(state.in_game[..., None], obs, 0.0)
+
+
+TAG_CONTINUOUS = MultiAgentDefinition(
+    id="TagContinuous-v0",
+    params_type=TagContinuousParams,
+    state_type=TagContinuousState,
+    agent_groups=agent_groups,
+    observation_space=observation_space,
+    action_space=action_space,
+    reset=reset,
+    step=step,
+    observe=observe,
+    in_game=in_game,
+    kernel_name="tag_continuous",
+    kernel_constants=kernel_constants,
+)

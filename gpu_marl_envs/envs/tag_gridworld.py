@@ -7,7 +7,7 @@ disagreed. This module is the reference layer only: params, state and the pure b
 
 ## Agents
 ``N = num_taggers + 1`` agents per env. Ids ``0 .. num_taggers - 1`` are taggers, id ``N - 1`` is
-the one runner. Groups (``TagGridworldParams.agent_groups``): ``taggers`` and ``runners``.
+the one runner. Groups (:func:`agent_groups`): ``taggers`` and ``runners``.
 The agent type vector (:func:`agent_type`, also ``TagGridworldState.agent_type``) is
 **0 = tagger, 1 = runner**, as the spec and WarpDrive's gridworld have it: the inverse of
 TagContinuous, where 1 = tagger and 0 = runner.
@@ -80,8 +80,13 @@ so it can be captured in a CUDA graph.
 ## Arguments
 See :class:`TagGridworldParams`.
 
+## Kernels
+``kernels/tag_gridworld.cu`` (CUDA C) and ``kernels/tag_gridworld_numba.py`` (Numba): a block per
+env, agents spread over its threads, cells staged in shared memory, the observation block written
+by the whole block in consecutive words. See :func:`kernel_constants`.
+
 ## Version history
-v0: the spec's rules; torch reference only.
+v0: the spec's rules; torch reference, Numba and CUDA C kernels.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs import rng
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
 # Actions, as in WarpDrive's gridworld.
 STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = range(5)
@@ -166,11 +172,6 @@ class TagGridworldParams:
     def obs_dim(self) -> int:
         return 4 * self.num_agents + 1 if self.use_full_observation else 6
 
-    @property
-    def agent_groups(self) -> dict[str, tuple[int, ...]]:
-        """Agent ids per group (agents of a group share their spaces)."""
-        return {"taggers": tuple(range(self.num_taggers)), "runners": (self.runner_id,)}
-
 
 @dataclass
 class TagGridworldState:
@@ -199,6 +200,32 @@ def observation_space(p: TagGridworldParams) -> spaces.Box:
 
 def action_space(p: TagGridworldParams) -> spaces.Discrete:
     return spaces.Discrete(NUM_ACTIONS)
+
+
+def agent_groups(p: TagGridworldParams) -> dict[str, range]:
+    return {"taggers": range(0, p.num_taggers), "runners": range(p.runner_id, p.num_agents)}
+
+
+def in_game(p: TagGridworldParams, state: TagGridworldState) -> torch.Tensor:
+    """Every agent plays until the episode ends (a tag ends it for all)."""
+    return torch.ones(state.x.shape, dtype=torch.bool, device=state.x.device)
+
+
+def kernel_constants(p: TagGridworldParams) -> dict:
+    """The compile-time constants of the kernels, each float already the float32 every backend uses."""
+    return {
+        "NUM_AGENTS": p.num_agents,
+        "NUM_TAGGERS": p.num_taggers,
+        "GRID_LENGTH": p.grid_length,
+        "EPISODE_LENGTH": p.episode_length,
+        "OBS_DIM": p.obs_dim,
+        "FULL_OBSERVATION": p.use_full_observation,
+        "RANDOM_START": p.random_start,
+        "WALL_HIT_PENALTY": float(np.float32(p.wall_hit_penalty)),
+        "TAG_REWARD_FOR_TAGGER": float(np.float32(p.tag_reward_for_tagger)),
+        "TAG_PENALTY_FOR_RUNNER": float(np.float32(p.tag_penalty_for_runner)),
+        "STEP_COST_FOR_TAGGER": float(np.float32(p.step_cost_for_tagger)),
+    }
 
 
 def reset(p: TagGridworldParams, key: torch.Tensor, num_envs: int) -> TagGridworldState:
@@ -276,3 +303,19 @@ def observe(p: TagGridworldParams, state: TagGridworldState) -> torch.Tensor:
     return torch.stack([
         x, y, x.gather(1, target), y.gather(1, target), types.expand(num_envs, n), time[:, :, 0],
     ], dim=2)
+
+
+TAG_GRIDWORLD = MultiAgentDefinition(
+    id="TagGridworld-v0",
+    params_type=TagGridworldParams,
+    state_type=TagGridworldState,
+    agent_groups=agent_groups,
+    observation_space=observation_space,
+    action_space=action_space,
+    reset=reset,
+    step=step,
+    observe=observe,
+    in_game=in_game,
+    kernel_name="tag_gridworld",
+    kernel_constants=kernel_constants,
+)

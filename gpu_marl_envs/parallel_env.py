@@ -1,0 +1,351 @@
+"""``GpuParallelEnv``: a batch of multi-agent games stepped on the device, behind a batched form of
+PettingZoo's parallel API, with torch tensors in and out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs import rng
+from gpu_marl_envs.autoreset import parse_autoreset_mode
+from gpu_marl_envs.backends import resolve_backend
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.graphs import GraphedStep
+from gpu_marl_envs.multi_agent_buffers import MAX_KERNEL_AGENTS, MultiAgentBuffers
+from gpu_marl_envs.validation import check_env_ids, check_num_envs, check_options, check_reset_mask, sub_env_seeds
+from gpu_marl_envs.vector_env import resolve_device
+
+
+def _games() -> dict[str, MultiAgentDefinition]:
+    from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
+    from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
+
+    return {d.id: d for d in (TAG_CONTINUOUS, TAG_GRIDWORLD)}
+
+
+def get_game(env_id: str) -> MultiAgentDefinition:
+    games = _games()
+    name = env_id.split("/", 1)[-1]
+    if name not in games:
+        raise ValueError(f"unknown multi-agent env {env_id!r}; available: {', '.join(sorted(games))}")
+    return games[name]
+
+
+class GpuParallelEnv:
+    """``num_envs`` copies of a multi-agent game whose whole step runs on ``device``.
+
+    The batched form of PettingZoo's ``ParallelEnv``: the same methods and dicts keyed by agent, but
+    every value is a tensor with a leading ``num_envs`` dimension, and agents never leave
+    ``agents``: an agent out of the game (a tagged runner) stays in the arrays, observes zeros, is
+    frozen, gets no reward and is marked by ``active`` (it is terminated from the step it left on).
+
+    Args:
+        env_id: ``"TagContinuous-v0"`` or ``"TagGridworld-v0"`` (``gpu_marl_envs/`` prefix optional).
+        num_envs: number of games (>= 1).
+        device, backend, autoreset_mode, validate_actions, cuda_graph: as for
+            :class:`gpu_marl_envs.GpuVectorEnv`. With autoreset, a game's episode ends for all of its
+            agents at once, and ``infos[agent]["final_obs"]`` (SAME_STEP) holds its last observations.
+        params: the game's params dataclass (default: the published configuration).
+        render_mode: ``None`` or ``"rgb_array"``: :meth:`render` draws sub-env ``render_env_index``.
+
+    ## Two views of the same buffers
+    - :meth:`reset` / :meth:`step`: dicts keyed by agent (``possible_agents``); observations
+      ``(num_envs, obs_dim)``, rewards, terminations and truncations ``(num_envs,)``; ``infos[agent]``
+      holds ``"active"`` ``(num_envs,)``: whether the agent is still in the game after this step.
+    - :meth:`reset_groups` / :meth:`step_groups`: dicts keyed by group (``groups``), each value
+      ``(num_envs, group_size, ...)`` — one tensor per group, without per-agent dict overhead.
+    An agent's transition of a step counts where it was active *before* the step (``active`` of the
+    previous step; every agent is active after a reset).
+
+    Actions: int64 tensors on the env's device, per agent ``(num_envs, *action_shape)`` or per
+    group ``(num_envs, group_size, *action_shape)``. Outputs are views of the env's buffers,
+    overwritten by the next call: ``.clone()`` what you keep.
+
+    Seeding follows Gymnasium's vector envs: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``.
+    :meth:`set_state` writes explicit states into chosen sub-envs.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP, "is_parallelizable": True}
+
+    def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
+                 autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
+                 cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0):
+        self.definition = d = get_game(env_id)
+        self.num_envs = check_num_envs(num_envs)
+        self.device = resolve_device(device)
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.params = d.make_params(params)
+        self.validate_actions = bool(validate_actions)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if isinstance(render_env_index, bool) or not isinstance(render_env_index, int) \
+                or not 0 <= render_env_index < self.num_envs:
+            raise ValueError(f"render_env_index must be an int in [0, {self.num_envs - 1}], got {render_env_index!r}")
+        self.render_mode = render_mode
+        self.render_env_index = render_env_index
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
+                         "name": d.kernel_name + "_v0"}
+
+        self.possible_agents = d.agent_names(self.params)
+        self.agents = list(self.possible_agents)
+        self._ids = {agent: i for i, agent in enumerate(self.possible_agents)}
+        self._group_ids = d.agent_groups(self.params)
+        self.groups = {group: self.possible_agents[ids.start:ids.stop] for group, ids in self._group_ids.items()}
+        self._observation_space = d.observation_space(self.params)
+        self._action_space = d.action_space(self.params)
+        self._action_shape = tuple(self._action_space.shape)
+
+        backend_type = resolve_backend(backend, self.device, kind="multi_agent")
+        if backend_type.name != "torch" and self.params.num_agents > MAX_KERNEL_AGENTS:
+            raise ValueError(f"the {backend_type.name} kernels take at most {MAX_KERNEL_AGENTS} agents per env, "
+                             f"got {self.params.num_agents}; use backend='torch'")
+        self._buffers = b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
+        self._backend = backend_type(d, self.params, b, self.autoreset_mode)
+        self.backend = self._backend.name
+        self._actions = getattr(self._backend, "actions_buffer", None)
+        if self._actions is None:
+            self._actions = torch.zeros((self.num_envs, self.params.num_agents, *self._action_shape),
+                                        dtype=torch.int64, device=self.device)
+        if cuda_graph is None:
+            cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default
+        if cuda_graph and self.device.type != "cuda":
+            raise ValueError("cuda_graph=True needs a CUDA device")
+        self._launcher = GraphedStep(self._backend, b, self._actions) if cuda_graph else self._backend
+        self.cuda_graph = bool(cuda_graph)
+        # A tensor that stays valid: the live in-game flags, or constant ones for games without exits.
+        self.active = d.in_game(self.params, b.state)
+        self._set_seeds(rng.random_seed(), None)
+        self._initialised = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._ready = False
+        self._build_views()
+
+    def _build_views(self) -> None:
+        # Built once: the buffers never move, so each call hands out shallow copies of these dicts.
+        b = self._buffers
+        final = self.autoreset_mode == AutoresetMode.SAME_STEP
+
+        def by_agent(tensor):
+            return {agent: tensor[:, i] for agent, i in self._ids.items()}
+
+        def by_group(tensor):
+            return {group: tensor[:, ids.start:ids.stop] for group, ids in self._group_ids.items()}
+
+        self._agent_views = tuple(by_agent(t) for t in (b.observations, b.rewards, b.agent_terminated,
+                                                        b.agent_truncated))
+        self._group_views = tuple(by_group(t) for t in (b.observations, b.rewards, b.agent_terminated,
+                                                        b.agent_truncated))
+        active, final_obs = by_agent(self.active), by_agent(b.final_observations)
+        self._agent_infos = {agent: {"active": active[agent]} for agent in self.possible_agents}
+        active, final_obs_groups = by_group(self.active), by_group(b.final_observations)
+        self._group_infos = {group: {"active": active[group]} for group in self._group_ids}
+        if final:
+            for agent, info in self._agent_infos.items():
+                info.update(final_obs=final_obs[agent], _final_obs=b.final_observation_mask)
+            for group, info in self._group_infos.items():
+                info.update(final_obs=final_obs_groups[group], _final_obs=b.final_observation_mask)
+
+    # -- PettingZoo API --------------------------------------------------------------------------
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        """One agent's (unbatched) observation space."""
+        self._check_agent(agent)
+        return self._observation_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        """One agent's (unbatched) action space."""
+        self._check_agent(agent)
+        return self._action_space
+
+    def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        """Reset every sub-env (or those of ``options["reset_mask"]``); returns
+        ``(observations, infos)`` keyed by agent."""
+        self._reset(seed, options)
+        return self._agent_outputs()[0], self._copy_infos(self._agent_infos)
+
+    def reset_groups(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        """:meth:`reset` with outputs keyed by group."""
+        self._reset(seed, options)
+        return self._group_outputs()[0], self._copy_infos(self._group_infos)
+
+    def step(self, actions: Mapping[str, torch.Tensor]):
+        """One step of every sub-env; ``actions`` keyed by agent. Returns ``(observations, rewards,
+        terminations, truncations, infos)`` keyed by agent."""
+        self._check_ready()
+        names = self._check_keys(actions, self.possible_agents, "agent")
+        shape = (self.num_envs, *self._action_shape)
+        for name in names:
+            self._check_tensor(f"actions[{name!r}]", actions[name], shape)
+        torch.stack([actions[name] for name in names], dim=1, out=self._actions)
+        self._step()
+        return (*self._agent_outputs(), self._copy_infos(self._agent_infos))
+
+    def step_groups(self, actions: Mapping[str, torch.Tensor]):
+        """:meth:`step` with actions and outputs keyed by group (``(num_envs, group_size, ...)``)."""
+        self._check_ready()
+        names = self._check_keys(actions, list(self._group_ids), "group")
+        for name in names:
+            shape = (self.num_envs, len(self._group_ids[name]), *self._action_shape)
+            self._check_tensor(f"actions[{name!r}]", actions[name], shape)
+        torch.cat([actions[name] for name in names], dim=1, out=self._actions)
+        self._step()
+        return (*self._group_outputs(), self._copy_infos(self._group_infos))
+
+    def render(self) -> np.ndarray | None:
+        """An RGB frame ``(H, W, 3)`` uint8 of sub-env ``render_env_index`` (``render_mode="rgb_array"``)."""
+        if self.render_mode is None:
+            return None
+        from gpu_marl_envs import rendering
+
+        draw = getattr(rendering, f"render_{self.definition.kernel_name}")
+        return draw(self.params, self._buffers.state, self.render_env_index)
+
+    def close(self) -> None:
+        self._backend = self._launcher = self._buffers = None
+
+    # -- explicit states -------------------------------------------------------------------------
+
+    @property
+    def state_fields(self) -> tuple[str, ...]:
+        return self.definition.state_fields
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """A copy of every sub-env's state: ``{field: tensor (num_envs, ...)}``."""
+        return {name: getattr(self._buffers.state, name).clone() for name in self.state_fields}
+
+    def set_state(self, state: Mapping[str, torch.Tensor], env_ids=None) -> dict[str, torch.Tensor]:
+        """Write explicit states into chosen sub-envs; they continue from there (no reset pending).
+
+        ``state`` needs every field of :attr:`state_fields`, each ``(len(env_ids), ...)`` as in
+        :meth:`get_state` (or broadcastable to it); ``env_ids``: indices, a bool mask, or ``None``
+        for every sub-env. The values are checked for type, shape and finiteness and ``t`` for
+        ``0 <= t < episode_length``; otherwise they are the caller's (e.g. positions off the arena
+        are not clipped). Returns the observations keyed by agent, updated for those sub-envs.
+        """
+        ids = check_env_ids(env_ids, self.num_envs, self.device)
+        missing = set(self.state_fields) - set(state)
+        unknown = set(state) - set(self.state_fields)
+        if missing or unknown:
+            raise ValueError(f"state needs exactly the fields {list(self.state_fields)}; "
+                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        b, d = self._buffers, self.definition
+        rows = {}
+        for name in self.state_fields:
+            buffer = getattr(b.state, name)
+            value = torch.as_tensor(state[name], device=self.device)
+            if buffer.dtype != torch.bool and buffer.dtype.is_floating_point != value.dtype.is_floating_point:
+                raise ValueError(f"state[{name!r}] must have a {buffer.dtype} value, got {value.dtype}")
+            try:
+                value = torch.broadcast_to(value.to(buffer.dtype), (len(ids), *buffer.shape[1:]))
+            except RuntimeError:
+                raise ValueError(f"state[{name!r}] has shape {tuple(value.shape)}; "
+                                 f"expected {(len(ids), *buffer.shape[1:])}") from None
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise ValueError(f"state[{name!r}] must be finite")
+            rows[name] = value
+        t = rows["t"]
+        if ((t < 0) | (t >= self.params.episode_length)).any():
+            raise ValueError(f"state['t'] must lie in [0, {self.params.episode_length - 1}]")
+        for name, value in rows.items():
+            getattr(b.state, name)[ids] = value
+        b.observations[ids] = d.observe(self.params, d.state_type(**rows))
+        b.needs_reset[ids] = False
+        self._mark_initialised(ids)
+        return self._agent_outputs()[0]
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _reset(self, seed, options) -> None:
+        options = check_options(options, ("reset_mask",))
+        mask = check_reset_mask(options.get("reset_mask"), self.num_envs, self.device)
+        if seed is not None:
+            self._set_seeds(seed, mask)
+        b = self._buffers
+        if mask is None:
+            b.reset_mask.fill_(True)
+        else:
+            b.reset_mask.copy_(mask)
+        self._backend.reset()
+        self._mark_initialised(mask)
+
+    def _step(self) -> None:
+        if self.validate_actions:
+            self._check_action_values()
+        self._launcher.step(self._actions)
+
+    def _check_action_values(self) -> None:
+        # One device-to-host sync; nothing has been stepped yet, so a bad action changes nothing.
+        space = self._action_space
+        high = [int(space.n)] if isinstance(space, spaces.Discrete) else [int(n) for n in space.nvec]
+        actions = self._actions.view(self.num_envs, self.params.num_agents, len(high))
+        for column, n in enumerate(high):
+            bad = (actions[..., column] < 0) | (actions[..., column] >= n)
+            if bad.any():
+                env, agent = (int(v) for v in bad.nonzero()[0])
+                raise ValueError(f"actions of {self.possible_agents[agent]} in env {env}: "
+                                 f"{actions[env, agent].tolist()} not in {space} (no env was stepped)")
+
+    def _agent_outputs(self):
+        return tuple(dict(view) for view in self._agent_views)
+
+    def _group_outputs(self):
+        return tuple(dict(view) for view in self._group_views)
+
+    @staticmethod
+    def _copy_infos(infos):
+        return {key: dict(info) for key, info in infos.items()}
+
+    def _check_agent(self, agent) -> None:
+        if agent not in self._ids:
+            raise ValueError(f"unknown agent {agent!r}; possible agents: {self.possible_agents}")
+
+    @staticmethod
+    def _check_keys(actions, expected: list[str], what: str) -> list[str]:
+        if not isinstance(actions, Mapping):
+            raise TypeError(f"actions must be a dict keyed by {what}, got {type(actions).__name__}")
+        if len(actions) != len(expected) or any(key not in actions for key in expected):
+            missing = [key for key in expected if key not in actions]
+            unknown = [key for key in actions if key not in expected]
+            raise ValueError(f"actions need exactly one tensor per {what}; missing {missing[:10]}, "
+                             f"unknown {unknown[:10]}")
+        return expected
+
+    def _check_tensor(self, name: str, value, shape: tuple[int, ...]) -> None:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, dtype torch.int64 on "
+                            f"{self.device}, got {type(value).__name__}")
+        if value.device != self.device:
+            raise ValueError(f"{name} is on {value.device} but the env is on {self.device}; use .to('{self.device}')")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
+        if value.dtype != torch.int64:
+            raise TypeError(f"{name} must have dtype torch.int64, got {value.dtype}; use .long()")
+
+    def _check_ready(self) -> None:
+        if self._buffers is None:
+            raise RuntimeError("the env is closed")
+        if not self._ready:
+            never = (~self._initialised).nonzero().flatten().tolist()
+            raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
+                               "were never reset nor given a state")
+
+    def _mark_initialised(self, ids) -> None:
+        if ids is None:
+            self._initialised.fill_(True)
+        else:
+            self._initialised[ids] = True
+        self._ready = bool(self._initialised.all())
+
+    def _set_seeds(self, seed, mask: torch.Tensor | None) -> None:
+        rng.reseed(self._buffers.seeds, self._buffers.episodes, sub_env_seeds(seed, self.num_envs, self.device), mask)
