@@ -19,8 +19,9 @@ from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
 # Most threads a block per env gets; envs with more agents spread them over the block's threads.
 MAX_THREADS_PER_BLOCK = 256
-# Kernels stage per-agent positions and flags in shared memory sized by the number of agents.
-MAX_KERNEL_AGENTS = 4096
+# Kernels stage per-agent positions and flags in static shared memory sized by the number of
+# agents (MultiAgentDefinition.shared_bytes), which CUDA caps at 48 KiB per block.
+MAX_SHARED_BYTES = 48 * 1024
 
 
 def threads_per_block(num_agents: int) -> int:

@@ -15,7 +15,7 @@ from gpu_marl_envs.autoreset import parse_autoreset_mode
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.graphs import GraphedStep
-from gpu_marl_envs.multi_agent_buffers import MAX_KERNEL_AGENTS, MultiAgentBuffers
+from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, check_options, check_reset_mask, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
@@ -100,9 +100,10 @@ class GpuParallelEnv:
         self._action_shape = tuple(self._action_space.shape)
 
         backend_type = resolve_backend(backend, self.device, kind="multi_agent")
-        if backend_type.name != "torch" and self.params.num_agents > MAX_KERNEL_AGENTS:
-            raise ValueError(f"the {backend_type.name} kernels take at most {MAX_KERNEL_AGENTS} agents per env, "
-                             f"got {self.params.num_agents}; use backend='torch'")
+        if backend_type.name != "torch" and d.shared_bytes(self.params) > MAX_SHARED_BYTES:
+            raise ValueError(f"{self.params.num_agents} agents per env need {d.shared_bytes(self.params)} bytes of "
+                             f"shared memory in the {backend_type.name} kernels, more than {MAX_SHARED_BYTES}; "
+                             "use fewer agents or backend='torch'")
         self._buffers = b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
         self._backend = backend_type(d, self.params, b, self.autoreset_mode)
         self.backend = self._backend.name

@@ -37,14 +37,21 @@ def availability(device: torch.device) -> str | None:
     return None
 
 
-def compile_definitions(definition: EnvDefinition) -> list[str]:
-    """-D options an env's .cu file is compiled with: the constants whose source of truth is Python."""
-    constants = {
-        "GME_OBS_DIM": str(definition.obs_dim),
+def runtime_definitions() -> dict[str, str]:
+    """The runtime's constants every .cu file is compiled with (RNG, autoreset codes)."""
+    return {
         "GME_MIX_MUL_1": f"{rng.MIX_MUL_1:#x}u",
         "GME_MIX_MUL_2": f"{rng.MIX_MUL_2:#x}u",
         "GME_SEED_SALT": f"{rng.SEED_SALT:#x}u",
         **{f"GME_AUTORESET_{mode.name}": str(code) for mode, code in AUTORESET_CODES.items()},
+    }
+
+
+def compile_definitions(definition: EnvDefinition) -> list[str]:
+    """-D options an env's .cu file is compiled with: the constants whose source of truth is Python."""
+    constants = {
+        **runtime_definitions(),
+        "GME_OBS_DIM": str(definition.obs_dim),
         "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK),
     }
     return [f"-D{name}={value}" for name, value in constants.items()]
@@ -85,6 +92,30 @@ def _pack(names, values) -> tuple[bytearray, int | None]:
     return bytearray(struct.pack(fmt, *data)), actions_offset
 
 
+class StreamLauncher:
+    """Launches pycuda kernels on torch's current stream of ``device``."""
+
+    def __init__(self, device: torch.device):
+        self._device = device
+        self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
+
+    def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray) -> None:
+        if _raw_current_stream(self._device.index) == 0:
+            kernel._launch_kernel(grid, block, bytes(buffer), 0, None)
+            return
+        # pycuda cannot launch on a stream it did not create: order our stream after torch's
+        # current one and back again, through torch's view of our stream.
+        import pycuda.driver as drv
+
+        current = torch.cuda.current_stream(self._device)
+        if self._own_stream is None:
+            self._own_stream = drv.Stream()
+            self._own_torch_stream = torch.cuda.ExternalStream(self._own_stream.handle, device=self._device)
+        self._own_torch_stream.wait_stream(current)
+        kernel._launch_kernel(grid, block, bytes(buffer), 0, self._own_stream)
+        current.wait_stream(self._own_torch_stream)
+
+
 class PycudaBackend:
     name = "pycuda"
     # No CUDA graph by default: the prepared launch costs less than a graph replay plus the copy
@@ -101,7 +132,6 @@ class PycudaBackend:
         num_envs = buffers.state.shape[1]
         self._grid = ((num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 1, 1)
         self._block = (THREADS_PER_BLOCK, 1, 1)
-        self._device = device
 
         values = dict(vars(buffers))
         values["num_envs"] = num_envs
@@ -110,27 +140,11 @@ class PycudaBackend:
         values["actions"] = buffers.state  # placeholder pointer, rewritten each step
         self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values)
         self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
-        self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
-
-    def _launch(self, kernel, buffer) -> None:
-        if _raw_current_stream(self._device.index) == 0:
-            kernel._launch_kernel(self._grid, self._block, bytes(buffer), 0, None)
-            return
-        # pycuda cannot launch on a stream it did not create: order our stream after torch's
-        # current one and back again, through torch's view of our stream.
-        import pycuda.driver as drv
-
-        current = torch.cuda.current_stream(self._device)
-        if self._own_stream is None:
-            self._own_stream = drv.Stream()
-            self._own_torch_stream = torch.cuda.ExternalStream(self._own_stream.handle, device=self._device)
-        self._own_torch_stream.wait_stream(current)
-        kernel._launch_kernel(self._grid, self._block, bytes(buffer), 0, self._own_stream)
-        current.wait_stream(self._own_torch_stream)
+        self._launcher = StreamLauncher(device)
 
     def step(self, actions: torch.Tensor) -> None:
         struct.pack_into("P", self._step_buffer, self._actions_offset, actions.data_ptr())
-        self._launch(self._step_kernel, self._step_buffer)
+        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
 
     def reset(self) -> None:
-        self._launch(self._reset_kernel, self._reset_buffer)
+        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer)

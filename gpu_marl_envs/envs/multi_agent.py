@@ -48,6 +48,10 @@ class MultiAgentDefinition:
     """``kernels/<name>.cu`` and ``kernels/<name>_numba.py`` hold the kernels."""
     kernel_constants: Callable[[Any], dict[str, Any]]
     """``p -> {NAME: value}``: bool, int, float (already a float32 value) or a tuple of floats."""
+    constant_prefix: str
+    """CUDA C sees constant ``NAME`` as the macro ``<prefix>_NAME``."""
+    shared_bytes: Callable[[Any], int]
+    """``p -> bytes`` of static shared memory a block of the kernels uses (at most 48 KiB)."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:

@@ -541,4 +541,8 @@ TAG_CONTINUOUS = MultiAgentDefinition(
     in_game=in_game,
     kernel_name="tag_continuous",
     kernel_constants=kernel_constants,
+    constant_prefix="TC",
+    # TagShared in kernels/tag_continuous.cu: tag counts and the runners-left count (int32),
+    # positions (float32) and in-game flags (bool).
+    shared_bytes=lambda p: 4 * (p.num_taggers + 1) + 9 * p.num_agents,
 )

@@ -318,4 +318,7 @@ TAG_GRIDWORLD = MultiAgentDefinition(
     in_game=in_game,
     kernel_name="tag_gridworld",
     kernel_constants=kernel_constants,
+    constant_prefix="TG",
+    # The shared memory of kernels/tag_gridworld.cu: cells (int32 x and y) and two int32 flags.
+    shared_bytes=lambda p: 8 * p.num_agents + 8,
 )

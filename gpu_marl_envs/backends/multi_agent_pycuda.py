@@ -1,0 +1,79 @@
+"""CUDA C backend for multi-agent games: ``kernels/<game>.cu`` compiled per params (the params are
+compile-time constants) by pycuda on the primary context, launched on torch's current stream with
+one block per env."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from importlib import resources
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.backends.pycuda_backend import StreamLauncher, _pack, kernel_dir, runtime_definitions
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.multi_agent_buffers import (MultiAgentBuffers, reset_arguments, step_arguments,
+                                               threads_per_block)
+
+
+def _literal(value) -> str:
+    """A C literal that is exactly ``value`` (floats as hexadecimal float32 literals)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"({value.hex()}f)"
+    return "{" + ", ".join(_literal(v) for v in value) + "}"
+
+
+def kernel_source(definition: MultiAgentDefinition, params) -> str:
+    """A game's .cu source preceded by ``#define`` lines of the runtime's constants and the params'
+    (not -D options: nvcc splits those at commas, and the tables are brace lists)."""
+    constants = dict(runtime_definitions())
+    for name, value in definition.kernel_constants(params).items():
+        constants[f"{definition.constant_prefix}_{name}"] = _literal(value)
+    header = "".join(f"#define {name} {value}\n" for name, value in constants.items())
+    return header + (resources.files("gpu_marl_envs.kernels") / f"{definition.kernel_name}.cu").read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def _module(definition: MultiAgentDefinition, params, device_index: int):
+    """One compiled module per game, params and device (pycuda also caches the binary on disk)."""
+    import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
+    from pycuda.compiler import SourceModule
+
+    return SourceModule(kernel_source(definition, params), include_dirs=[kernel_dir()], no_extern_c=True)
+
+
+class MultiAgentPycudaBackend:
+    name = "pycuda"
+    graph_by_default = False  # see PycudaBackend
+
+    def __init__(self, definition: MultiAgentDefinition, params, buffers: MultiAgentBuffers,
+                 autoreset_mode: AutoresetMode):
+        device = buffers.observations.device
+        torch.cuda.init()  # the primary context must exist before pycuda retains it
+        module = _module(definition, params, device.index)
+        self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
+        self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
+        num_envs = buffers.observations.shape[0]
+        self._grid = (num_envs, 1, 1)
+        self._block = (threads_per_block(params.num_agents), 1, 1)
+
+        values = buffers.tensors()
+        values["num_envs"] = num_envs
+        values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
+        values["actions"] = buffers.observations  # placeholder pointer, rewritten each step
+        self._step_buffer, self._actions_offset = _pack(step_arguments(definition), values)
+        self._reset_buffer, _ = _pack(reset_arguments(definition), values)
+        self._launcher = StreamLauncher(device)
+
+    def step(self, actions: torch.Tensor) -> None:
+        struct.pack_into("P", self._step_buffer, self._actions_offset, actions.data_ptr())
+        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
+
+    def reset(self) -> None:
+        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer)

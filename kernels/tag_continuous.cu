@@ -1,0 +1,273 @@
+// TagContinuous (gpu_marl_envs/envs/tag_continuous.py is the reference and documents the rules and
+// float32 conventions): one block per env; agent a is handled by thread a % blockDim.x, so envs with
+// more agents than threads loop, and every phase boundary is a __syncthreads of the one block (no
+// waiting across blocks). The params arrive as -D TC_* constants (kernel_constants in the reference
+// module), the RNG and autoreset constants as GME_* (pycuda_backend.compile_definitions).
+//
+// Race freedom: in each phase a thread writes only the agents it owns; what other threads read
+// (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
+// of runners left are integer atomics, exact in any order.
+// No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
+#include "rng.cuh"
+
+#define N TC_NUM_AGENTS
+#define G TC_NUM_TAGGERS
+#define K TC_NUM_OBSERVED
+#define FEATURES 7
+
+__constant__ float tc_acceleration_levels[TC_NUM_ACCELERATION_LEVELS + 1] = TC_ACCELERATION_LEVELS;
+__constant__ float tc_turn_levels[TC_NUM_TURN_LEVELS + 1] = TC_TURN_LEVELS;
+
+struct TagShared {
+    int tags[G];       // runners each tagger tagged this step
+    int runners_left;  // runners in the game after this step's tags
+    float x[N];
+    float y[N];
+    bool in_game[N];
+};
+
+struct EnvState {  // one env's rows of the state arrays
+    float* x;
+    float* y;
+    float* direction;
+    float* speed;
+    float* acceleration;
+    bool* in_game;
+};
+
+__device__ __forceinline__ EnvState env_rows(int e, float* x, float* y, float* direction, float* speed,
+                                             float* acceleration, bool* in_game) {
+    long long o = (long long)e * N;
+    return EnvState{x + o, y + o, direction + o, speed + o, acceleration + o, in_game + o};
+}
+
+__device__ __forceinline__ float squared_distance(float dx, float dy) {
+    return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
+}
+
+__device__ void reset_env(const EnvState& s, TagShared& sh, int* t, unsigned int* episodes,
+                          unsigned long long seed, int e) {
+    unsigned int episode = episodes[e];
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        float x = gme_uniform(seed, episode, a, 0.0f, TC_GRID_LENGTH);
+        float y = gme_uniform(seed, episode, N + a, 0.0f, TC_GRID_LENGTH);
+        float quarter = floorf(gme_uniform(seed, episode, 2 * N + a, 0.0f, 4.0f));
+        s.x[a] = sh.x[a] = x;
+        s.y[a] = sh.y[a] = y;
+        s.direction[a] = quarter * TC_HALF_PI;
+        s.speed[a] = 0.0f;
+        s.acceleration[a] = 0.0f;
+        s.in_game[a] = sh.in_game[a] = true;
+    }
+    __syncthreads();  // every thread has read episodes[e]
+    if (threadIdx.x == 0) {
+        episodes[e] = episode + 1;
+        t[e] = 0;
+    }
+}
+
+__device__ __forceinline__ void write_features(float* out, const EnvState& s, const TagShared& sh, int a, int j) {
+    out[0] = (sh.x[j] - sh.x[a]) / TC_POSITION_SCALE;
+    out[1] = (sh.y[j] - sh.y[a]) / TC_POSITION_SCALE;
+    out[2] = (s.speed[j] - s.speed[a]) / TC_SPEED_SCALE;
+    out[3] = (s.acceleration[j] - s.acceleration[a]) / TC_SPEED_SCALE;
+    out[4] = (s.direction[j] - s.direction[a]) / TC_TWO_PI;
+    out[5] = j < G ? 1.0f : 0.0f;
+    out[6] = sh.in_game[j] ? 1.0f : 0.0f;
+}
+
+// Observations of this env's agents (the state rows and the staged positions must be current and
+// visible to the whole block).
+__device__ void observe_env(const EnvState& s, const TagShared& sh, int t, float* obs) {
+    float time = (float)t / (float)TC_EPISODE_LENGTH;
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        float* row = obs + (long long)a * TC_OBS_DIM;
+        if (!sh.in_game[a]) {
+            for (int f = 0; f < TC_OBS_DIM; ++f) row[f] = 0.0f;
+            continue;
+        }
+#if TC_FULL_OBSERVATION
+        int m = 0;
+        for (int j = 0; j < N; ++j) {
+            if (j == a) continue;
+            write_features(row + FEATURES * m, s, sh, a, j);
+            ++m;
+        }
+#else
+        // The K nearest others in the game, by (squared distance, id): scanning ids in order and
+        // shifting only past strictly larger distances keeps ties in id order.
+        float best_d2[K];
+        int best_id[K];
+        int count = 0;
+        float xa = sh.x[a], ya = sh.y[a];
+        for (int j = 0; j < N; ++j) {
+            if (j == a || !sh.in_game[j]) continue;
+            float d2 = squared_distance(sh.x[j] - xa, sh.y[j] - ya);
+            if (count == K && !(d2 < best_d2[K - 1])) continue;
+            int pos = count < K ? count++ : K - 1;
+            while (pos > 0 && best_d2[pos - 1] > d2) {
+                best_d2[pos] = best_d2[pos - 1];
+                best_id[pos] = best_id[pos - 1];
+                --pos;
+            }
+            best_d2[pos] = d2;
+            best_id[pos] = j;
+        }
+        for (int m = 0; m < K; ++m) {
+            if (m < count) {
+                write_features(row + FEATURES * m, s, sh, a, best_id[m]);
+            } else {
+                for (int f = 0; f < FEATURES; ++f) row[FEATURES * m + f] = 0.0f;
+            }
+        }
+#endif
+        row[TC_OBS_DIM - 1] = time;
+    }
+}
+
+extern "C" __global__ void tag_continuous_step(
+    int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
+    const long long* actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
+    bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask, bool* needs_reset,
+    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
+    __shared__ TagShared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs) return;
+    EnvState s = env_rows(e, x, y, direction, speed, acceleration, in_game);
+    long long row = (long long)e * N;
+    float* obs = observations + row * TC_OBS_DIM;
+
+    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
+        // The previous step ended this episode: this step only resets (the actions are ignored).
+        reset_env(s, sh, t, episodes, seeds[e], e);
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            rewards[row + a] = 0.0f;
+            agent_terminated[row + a] = false;
+            agent_truncated[row + a] = false;
+        }
+        if (threadIdx.x == 0) {
+            terminated[e] = truncated[e] = needs_reset[e] = false;
+        }
+        __syncthreads();
+        observe_env(s, sh, 0, obs);
+        return;
+    }
+
+    // Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
+    int now = t[e] + 1;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) sh.tags[g] = 0;
+    if (threadIdx.x == 0) sh.runners_left = 0;
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        bool playing = s.in_game[a];
+        float px = s.x[a], py = s.y[a];
+        float reward = 0.0f;
+        if (playing) {
+            const long long* action = actions + (row + a) * 2;
+            int acc_index = (int)min(max(action[0], 0LL), (long long)TC_NUM_ACCELERATION_LEVELS);
+            int turn_index = (int)min(max(action[1], 0LL), (long long)TC_NUM_TURN_LEVELS);
+            float dir = fmodf(s.direction[a] + tc_turn_levels[turn_index], TC_TWO_PI);
+            if (dir < 0.0f) dir += TC_TWO_PI;
+            if (dir == TC_TWO_PI) dir = 0.0f;
+            float acc = s.acceleration[a] + tc_acceleration_levels[acc_index];
+            float top = a < G ? TC_MAX_SPEED_TAGGER : TC_MAX_SPEED_RUNNER;
+            float v = fminf(fmaxf(s.speed[a] + acc, 0.0f), top);
+            if (v == 0.0f || v == top) acc = 0.0f;
+            px = __fadd_rn(px, __fmul_rn(v, cosf(dir)));
+            py = __fadd_rn(py, __fmul_rn(v, sinf(dir)));
+            bool edge = px < 0.0f || px > TC_GRID_LENGTH || py < 0.0f || py > TC_GRID_LENGTH;
+            px = fminf(fmaxf(px, 0.0f), TC_GRID_LENGTH);
+            py = fminf(fmaxf(py, 0.0f), TC_GRID_LENGTH);
+            s.direction[a] = dir;
+            s.acceleration[a] = acc;
+            s.speed[a] = v;
+            s.x[a] = px;
+            s.y[a] = py;
+            reward = a < G ? TC_STEP_PENALTY_FOR_TAGGER : TC_STEP_REWARD_FOR_RUNNER;
+            if (edge) reward = reward + TC_EDGE_HIT_PENALTY;
+        }
+        sh.x[a] = px;
+        sh.y[a] = py;
+        sh.in_game[a] = playing;
+        rewards[row + a] = reward;
+    }
+    __syncthreads();
+
+    // Step 4: each runner in the game against its nearest tagger in the game (ties: lowest id).
+    int left = 0;
+    for (int a = G + threadIdx.x; a < N; a += blockDim.x) {
+        if (!sh.in_game[a]) continue;
+        float best = INFINITY;
+        int nearest = 0;
+        for (int j = 0; j < G; ++j) {
+            if (!sh.in_game[j]) continue;
+            float d2 = squared_distance(sh.x[a] - sh.x[j], sh.y[a] - sh.y[j]);
+            if (d2 < best) {
+                best = d2;
+                nearest = j;
+            }
+        }
+        if (sqrtf(best) < TC_TAGGING_RADIUS) {
+            atomicAdd(&sh.tags[nearest], 1);
+            rewards[row + a] = rewards[row + a] + TC_TAG_PENALTY_FOR_RUNNER;
+#if TC_RUNNER_EXITS
+            // Only runners' flags change here, and this phase reads only taggers' flags.
+            sh.in_game[a] = s.in_game[a] = false;
+            s.speed[a] = 0.0f;
+            s.acceleration[a] = 0.0f;
+#endif
+        }
+        left += sh.in_game[a];
+    }
+    if (left) atomicAdd(&sh.runners_left, left);
+    __syncthreads();
+
+    // Steps 3-6: taggers' tag rewards, end-of-game rewards, episode end.
+    bool term = sh.runners_left == 0;
+    bool last = now == TC_EPISODE_LENGTH;
+    bool trunc = last && !term;
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        float reward = rewards[row + a];
+        if (a < G) {
+            if (sh.tags[a] > 0) reward = __fadd_rn(reward, __fmul_rn((float)sh.tags[a], TC_TAG_REWARD_FOR_TAGGER));
+        } else if (last && sh.in_game[a]) {
+            reward = reward + TC_END_OF_GAME_REWARD_FOR_RUNNER;
+        }
+        rewards[row + a] = reward;
+        agent_terminated[row + a] = term || !sh.in_game[a];
+        agent_truncated[row + a] = trunc && sh.in_game[a];
+    }
+    bool done = term || trunc;
+    if (threadIdx.x == 0) {
+        t[e] = now;
+        terminated[e] = term;
+        truncated[e] = trunc;
+        if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
+            final_observation_mask[e] = done;
+        } else {
+            needs_reset[e] = done;
+        }
+    }
+    if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
+        observe_env(s, sh, now, final_observations + row * TC_OBS_DIM);
+        __syncthreads();  // the final observations have read the state the reset overwrites
+        reset_env(s, sh, t, episodes, seeds[e], e);
+        __syncthreads();
+        observe_env(s, sh, 0, obs);
+    } else {
+        observe_env(s, sh, now, obs);
+    }
+}
+
+extern "C" __global__ void tag_continuous_reset(int num_envs, float* x, float* y, float* direction, float* speed,
+                                                float* acceleration, bool* in_game, int* t, float* observations,
+                                                const bool* reset_mask, bool* needs_reset, unsigned int* episodes,
+                                                const unsigned long long* seeds) {
+    __shared__ TagShared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs || !reset_mask[e]) return;
+    EnvState s = env_rows(e, x, y, direction, speed, acceleration, in_game);
+    reset_env(s, sh, t, episodes, seeds[e], e);
+    if (threadIdx.x == 0) needs_reset[e] = false;
+    __syncthreads();
+    observe_env(s, sh, 0, observations + (long long)e * N * TC_OBS_DIM);
+}
