@@ -20,7 +20,8 @@ from gpu_marl_envs.validation import check_env_ids, check_num_envs, check_option
 from gpu_marl_envs.vector_env import resolve_device
 
 
-def _games() -> dict[str, MultiAgentDefinition]:
+def games() -> dict[str, MultiAgentDefinition]:
+    """The multi-agent games by id (without the ``gpu_marl_envs/`` namespace)."""
     from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
     from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
 
@@ -28,11 +29,11 @@ def _games() -> dict[str, MultiAgentDefinition]:
 
 
 def get_game(env_id: str) -> MultiAgentDefinition:
-    games = _games()
+    known = games()
     name = env_id.split("/", 1)[-1]
-    if name not in games:
-        raise ValueError(f"unknown multi-agent env {env_id!r}; available: {', '.join(sorted(games))}")
-    return games[name]
+    if name not in known:
+        raise ValueError(f"unknown multi-agent env {env_id!r}; available: {', '.join(sorted(known))}")
+    return known[name]
 
 
 class GpuParallelEnv:

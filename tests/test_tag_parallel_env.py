@@ -60,7 +60,7 @@ def test_pettingzoo_parallel_seed_test(config):
 
 def test_names_and_agents():
     env = TagParallelEnv("continuous", SMALL_CONTINUOUS)
-    assert env.metadata == {"name": "tag_continuous_v0", "render_modes": [], "is_parallelizable": True}
+    assert env.metadata == {"name": "tag_continuous_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
     assert env.possible_agents == ["tagger_0", "tagger_1", "runner_0", "runner_1", "runner_2"]
     assert env.agents == []
     env.reset(seed=1)
@@ -214,7 +214,7 @@ def test_truncation_at_episode_length(game, params):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="game must be one of"):
         TagParallelEnv("hide_and_seek")
-    with pytest.raises(ValueError, match="TagContinuousParams"):
+    with pytest.raises(TypeError, match="TagContinuousParams"):
         TagParallelEnv("continuous", tg.TagGridworldParams())
     with pytest.raises(ValueError, match="render_mode"):
         TagParallelEnv("gridworld", render_mode="human")

@@ -38,43 +38,20 @@ def availability(device: torch.device) -> str | None:
             "simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba; slow, for tests)")
 
 
-class NumbaBackend:
-    name = "numba"
-    # A CUDA graph by default: Numba's dispatcher costs ~200 µs per launch, a graph replay ~10.
-    graph_by_default = True
+class NumbaLauncher:
+    """Launches Numba kernels with a fixed grid on torch's current stream of ``device`` (or in the
+    simulator, on host arrays, when ``device`` is the CPU)."""
 
-    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
-                 action_space):
+    def __init__(self, device: torch.device, blocks: int, threads: int):
         from gpu_marl_envs.kernels.numba_api import cuda
 
         self._cuda = cuda
-        module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
-        self._step_kernel = getattr(module, f"{definition.kernel_name}_step")
-        self._reset_kernel = getattr(module, f"{definition.kernel_name}_reset")
-        self._on_gpu = buffers.state.is_cuda
-        num_envs = buffers.state.shape[1]
-        # The simulator runs a Python thread per CUDA thread: no idle ones there. The kernels work
-        # with any block size up to THREADS_PER_BLOCK (their shared memory is sized for it).
-        self._threads = THREADS_PER_BLOCK if self._on_gpu else min(THREADS_PER_BLOCK, num_envs)
-        self._blocks = (num_envs + self._threads - 1) // self._threads
+        self._on_gpu = device.type == "cuda"
+        self._blocks, self._threads = blocks, threads
         self._streams: dict[int, object] = {}
 
-        record = definition.params_record(params)
-        # Numba reads the state as one flat array of rows; the kernels index state[field * n + env].
-        views = {name: self._view(getattr(buffers, name)) for name in vars(buffers)}
-        views["state"] = self._view(buffers.state.view(-1))
-        views["num_envs"] = np.int32(num_envs)
-        views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
-        views["params"] = cuda.to_device(record) if self._on_gpu else record
-        # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
-        # far more than a device-to-device copy. A CUDA graph takes this buffer as its input
-        # (``actions_buffer``), so that replays copy the actions once, not twice.
-        self._actions = self.actions_buffer = zero_actions(action_space, num_envs, buffers.state.device)
-        views["actions"] = self._view(self._actions)
-        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
-        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
-
-    def _view(self, tensor: torch.Tensor):
+    def view(self, tensor: torch.Tensor):
+        """The array a kernel receives for ``tensor`` (no copy)."""
         if self._on_gpu:
             return self._cuda.as_cuda_array(tensor, sync=False)
         return tensor.numpy()  # the simulator works on host arrays in place
@@ -90,18 +67,54 @@ class NumbaBackend:
             self._streams[handle] = stream
         return stream
 
-    def _launch(self, kernel, args) -> None:
+    def launch(self, kernel, args) -> None:
         from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
 
         with warnings.catch_warnings():
-            # One thread per env: a small batch is a small grid by design, not a tuning mistake.
+            # Small batches make small grids by design, not by a tuning mistake.
             warnings.simplefilter("ignore", NumbaPerformanceWarning)
             kernel[self._blocks, self._threads, self._stream()](*args)
+
+
+class NumbaBackend:
+    name = "numba"
+    # A CUDA graph by default: Numba's dispatcher costs ~200 µs per launch, a graph replay ~10.
+    graph_by_default = True
+
+    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+                 action_space):
+        from gpu_marl_envs.kernels.numba_api import cuda
+
+        module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
+        self._step_kernel = getattr(module, f"{definition.kernel_name}_step")
+        self._reset_kernel = getattr(module, f"{definition.kernel_name}_reset")
+        on_gpu = buffers.state.is_cuda
+        num_envs = buffers.state.shape[1]
+        # The simulator runs a Python thread per CUDA thread: no idle ones there. The kernels work
+        # with any block size up to THREADS_PER_BLOCK (their shared memory is sized for it).
+        threads = THREADS_PER_BLOCK if on_gpu else min(THREADS_PER_BLOCK, num_envs)
+        self._launcher = NumbaLauncher(buffers.state.device, blocks=(num_envs + threads - 1) // threads,
+                                       threads=threads)
+
+        record = definition.params_record(params)
+        # Numba reads the state as one flat array of rows; the kernels index state[field * n + env].
+        views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
+        views["state"] = self._launcher.view(buffers.state.view(-1))
+        views["num_envs"] = np.int32(num_envs)
+        views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
+        views["params"] = cuda.to_device(record) if on_gpu else record
+        # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
+        # far more than a device-to-device copy. A CUDA graph takes this buffer as its input
+        # (``actions_buffer``), so that replays copy the actions once, not twice.
+        self._actions = self.actions_buffer = zero_actions(action_space, num_envs, buffers.state.device)
+        views["actions"] = self._launcher.view(self._actions)
+        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
+        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
 
     def step(self, actions: torch.Tensor) -> None:
         if actions is not self._actions:
             self._actions.copy_(actions)
-        self._launch(self._step_kernel, self._step_args)
+        self._launcher.launch(self._step_kernel, self._step_args)
 
     def reset(self) -> None:
-        self._launch(self._reset_kernel, self._reset_args)
+        self._launcher.launch(self._reset_kernel, self._reset_args)
