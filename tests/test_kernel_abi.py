@@ -94,3 +94,63 @@ def test_kernel_values_follow_declared_types(env_id):
     got = definition.kernel_values(dataclasses.replace(defaults, **integral))
     for name, value in expected.items():
         assert type(got[name]) is type(value) and got[name] == value, f"{name}: {got[name]!r} vs {value!r}"
+
+
+# -- multi-agent games -------------------------------------------------------------------------
+
+from gpu_marl_envs.backends.multi_agent_pycuda import kernel_source  # noqa: E402
+from gpu_marl_envs.multi_agent_buffers import reset_arguments, step_arguments  # noqa: E402
+from gpu_marl_envs.parallel_env import games  # noqa: E402
+
+GAME_IDS = sorted(games())
+
+
+def _game_params(game_id):
+    """Params that switch every compile-time branch of a game's kernels, and a large game."""
+    params_type = games()[game_id].params_type
+    flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(params_type(), f.name), bool)]
+    variants = [params_type()] + [dataclasses.replace(params_type(), **{flag: not getattr(params_type(), flag)})
+                                  for flag in flags]
+    # 4096 agents: runners where a game has several, else taggers.
+    default = params_type()
+    many = ({"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners")
+            else {"num_taggers": 4095})
+    return variants + [dataclasses.replace(default, **many)]
+
+
+@pytest.mark.parametrize("game_id", GAME_IDS)
+@pytest.mark.parametrize("kind", ["step", "reset"])
+def test_game_cuda_c_kernel_parameters(game_id, kind):
+    definition = games()[game_id]
+    expected = step_arguments(definition) if kind == "step" else reset_arguments(definition)
+    source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
+    match = re.search(rf"__global__\s+void\s+{definition.kernel_name}_{kind}\s*\((.*?)\)\s*\{{", source, re.S)
+    assert match, f"{definition.kernel_name}.cu declares no {definition.kernel_name}_{kind} kernel"
+    assert _c_parameter_names(match.group(1)) == expected
+
+
+@pytest.mark.parametrize("game_id", GAME_IDS)
+@pytest.mark.parametrize("kind", ["step", "reset"])
+def test_game_numba_kernel_parameters(game_id, kind):
+    definition = games()[game_id]
+    expected = step_arguments(definition) if kind == "step" else reset_arguments(definition)
+    module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
+    step, reset = module.make_kernels(definition.kernel_constants(definition.params_type()))
+    function = _python_function(step if kind == "step" else reset)
+    assert tuple(inspect.signature(function).parameters) == expected
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@pytest.mark.parametrize("game_id", GAME_IDS)
+def test_game_cuda_c_compiles(game_id, tmp_path):
+    definition = games()[game_id]
+    name = definition.kernel_name
+    for k, params in enumerate(_game_params(game_id)):
+        source = tmp_path / f"{name}_{k}.cu"
+        source.write_text(kernel_source(definition, params))
+        command = ["nvcc", "-ptx", "-arch=sm_90", f"-I{kernel_dir()}", str(source), "-o", str(tmp_path / "out.ptx")]
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, f"{params}: {result.stderr}"
+        assert "warning" not in result.stderr.lower(), f"{params}: {result.stderr}"
+        ptx = (tmp_path / "out.ptx").read_text()
+        assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
