@@ -1,0 +1,211 @@
+// TagGridworld (gpu_marl_envs/envs/tag_gridworld.py is the reference and documents the rules and
+// float32 conventions): one block per env; agent a is handled by thread a % blockDim.x, so envs with
+// more agents than threads loop, and every phase boundary is a __syncthreads of the one block (no
+// waiting across blocks). The params arrive as TG_* constants (kernel_constants in the reference
+// module), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
+//
+// Race freedom: in each phase a thread writes only the agents it owns; what other threads read (the
+// cells after the moves) is staged in shared memory before a barrier. The tag is a block-wide OR
+// (__syncthreads_or), the runner's nearest tagger an integer atomicMin over exact keys: both are the
+// same in any order. Observations are written by the whole block in consecutive words.
+#include "rng.cuh"
+
+#define N TG_NUM_AGENTS
+#define G TG_NUM_TAGGERS
+#define R (TG_NUM_AGENTS - 1)  // the runner's id
+#define L TG_GRID_LENGTH
+
+// Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
+#define PLUS_X 1
+#define MINUS_X 2
+#define PLUS_Y 3
+#define MINUS_Y 4
+#define NUM_ACTIONS 5
+
+// The runner's nearest tagger is the least key (squared distance << ID_BITS) | id: the least
+// distance, ties to the lowest id. Cells lie in [0, L] with L < 2^24, so a squared distance is
+// below 2^49 and a key below 2^63.
+#define ID_BITS 14
+#define NO_KEY 0x7FFFFFFFFFFFFFFFLL
+
+static_assert(N <= (1 << ID_BITS), "tagger ids must fit in the low ID_BITS of a nearest-tagger key");
+static_assert((long long)N * TG_OBS_DIM <= 0x7FFFFFFFLL, "an env's observation block is indexed by int");
+
+struct TagShared {
+    int x[N];  // cells after this step's moves (or after a reset)
+    int y[N];
+    long long nearest;  // least nearest-tagger key (partial observation only)
+};
+
+__device__ void reset_env(int* x, int* y, TagShared& sh, int* t, unsigned int* episodes, unsigned long long seed,
+                          int e) {
+    unsigned int episode = episodes[e];
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+#if TG_RANDOM_START
+        // Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
+        int cx = min((int)floorf(gme_uniform(seed, episode, 2 * a, 0.0f, (float)(L + 1))), L);
+        int cy = min((int)floorf(gme_uniform(seed, episode, 2 * a + 1, 0.0f, (float)(L + 1))), L);
+#else
+        int cx = a == R ? 0 : L / 2;
+        int cy = cx;
+#endif
+        x[a] = sh.x[a] = cx;
+        y[a] = sh.y[a] = cy;
+    }
+    __syncthreads();  // every thread has read episodes[e] (and any earlier reader of sh.nearest is done)
+    if (threadIdx.x == 0) {
+        episodes[e] = episode + 1;
+        t[e] = 0;
+        sh.nearest = NO_KEY;
+    }
+}
+
+__device__ __forceinline__ float scaled(int cell) { return (float)cell / (float)L; }
+
+// Observations of this env's agents (the staged cells must be current and visible to the whole block,
+// and sh.nearest re-armed to NO_KEY since they were staged).
+__device__ void observe_env(TagShared& sh, int t, float* obs) {
+    float time = (float)t / (float)TG_EPISODE_LENGTH;
+#if TG_FULL_OBSERVATION
+    // Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
+    for (int k = threadIdx.x; k < N * TG_OBS_DIM; k += blockDim.x) {
+        int i = k / TG_OBS_DIM, f = k % TG_OBS_DIM;
+        float value;
+        if (f < N) {
+            value = scaled(sh.x[f]);
+        } else if (f < 2 * N) {
+            value = scaled(sh.y[f - N]);
+        } else if (f < 3 * N) {
+            value = f - 2 * N == R ? 1.0f : 0.0f;
+        } else if (f < 4 * N) {
+            value = f - 3 * N == i ? 1.0f : 0.0f;
+        } else {
+            value = time;
+        }
+        obs[k] = value;
+    }
+#else
+    // The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
+    long long best = NO_KEY;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        long long dx = (long long)(sh.x[g] - sh.x[R]);
+        long long dy = (long long)(sh.y[g] - sh.y[R]);
+        long long key = ((dx * dx + dy * dy) << ID_BITS) | g;
+        best = min(best, key);
+    }
+    if (best != NO_KEY) atomicMin(&sh.nearest, best);
+    __syncthreads();
+    int nearest = (int)(sh.nearest & ((1 << ID_BITS) - 1));
+    // Row i: [own x / L, own y / L, target's x / L, target's y / L, own type, t / T].
+    for (int k = threadIdx.x; k < N * TG_OBS_DIM; k += blockDim.x) {
+        int i = k / TG_OBS_DIM, f = k % TG_OBS_DIM;
+        int target = i < G ? R : nearest;
+        float value;
+        switch (f) {
+            case 0: value = scaled(sh.x[i]); break;
+            case 1: value = scaled(sh.y[i]); break;
+            case 2: value = scaled(sh.x[target]); break;
+            case 3: value = scaled(sh.y[target]); break;
+            case 4: value = i == R ? 1.0f : 0.0f; break;
+            default: value = time; break;
+        }
+        obs[k] = value;
+    }
+#endif
+}
+
+extern "C" __global__ void tag_gridworld_step(
+    int num_envs, int* x, int* y, int* t, const long long* actions, float* observations, float* rewards,
+    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* final_observations,
+    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode) {
+    __shared__ TagShared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs) return;
+    long long row = (long long)e * N;
+    int* ex = x + row;
+    int* ey = y + row;
+    float* obs = observations + row * TG_OBS_DIM;
+
+    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
+        // The previous step ended this episode: this step only resets (the actions are ignored).
+        reset_env(ex, ey, sh, t, episodes, seeds[e], e);
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            rewards[row + a] = 0.0f;
+            agent_terminated[row + a] = false;
+            agent_truncated[row + a] = false;
+        }
+        if (threadIdx.x == 0) {
+            terminated[e] = truncated[e] = needs_reset[e] = false;
+        }
+        __syncthreads();
+        observe_env(sh, 0, obs);
+        return;
+    }
+
+    // Spec step 1: every agent moves one cell (actions clamped into range), clipped to [0, L]. The
+    // reward slot holds the wall-hit penalty to subtract until the tag is known.
+    int now = t[e] + 1;
+    if (threadIdx.x == 0) sh.nearest = NO_KEY;
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        long long action = min(max(actions[row + a], 0LL), (long long)(NUM_ACTIONS - 1));
+        int moved_x = ex[a] + (action == PLUS_X) - (action == MINUS_X);
+        int moved_y = ey[a] + (action == PLUS_Y) - (action == MINUS_Y);
+        int cx = min(max(moved_x, 0), L);
+        int cy = min(max(moved_y, 0), L);
+        ex[a] = sh.x[a] = cx;
+        ey[a] = sh.y[a] = cy;
+        rewards[row + a] = cx != moved_x || cy != moved_y ? TG_WALL_HIT_PENALTY : 0.0f;
+    }
+    __syncthreads();
+
+    // Step 2: tagged when any tagger stands on the runner's cell after the moves.
+    bool on_runner = false;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) {
+        on_runner |= sh.x[g] == sh.x[R] && sh.y[g] == sh.y[R];
+    }
+    bool tagged = __syncthreads_or(on_runner);
+
+    // Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
+    bool trunc = now >= TG_EPISODE_LENGTH && !tagged;
+    for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        float term = a == R ? (tagged ? -TG_TAG_PENALTY_FOR_RUNNER : TG_STEP_COST_FOR_TAGGER)
+                            : (tagged ? TG_TAG_REWARD_FOR_TAGGER : -TG_STEP_COST_FOR_TAGGER);
+        rewards[row + a] = term - rewards[row + a];
+        agent_terminated[row + a] = tagged;  // every agent plays until the episode ends
+        agent_truncated[row + a] = trunc;
+    }
+    bool done = tagged || trunc;
+    if (threadIdx.x == 0) {
+        t[e] = now;
+        terminated[e] = tagged;
+        truncated[e] = trunc;
+        if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
+            final_observation_mask[e] = done;
+        } else {
+            needs_reset[e] = done;
+        }
+    }
+    if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
+        observe_env(sh, now, final_observations + row * TG_OBS_DIM);
+        __syncthreads();  // the final observations have read the cells the reset overwrites
+        reset_env(ex, ey, sh, t, episodes, seeds[e], e);
+        __syncthreads();
+        observe_env(sh, 0, obs);
+    } else {
+        observe_env(sh, now, obs);
+    }
+}
+
+extern "C" __global__ void tag_gridworld_reset(int num_envs, int* x, int* y, int* t, float* observations,
+                                               const bool* reset_mask, bool* needs_reset, unsigned int* episodes,
+                                               const unsigned long long* seeds) {
+    __shared__ TagShared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs || !reset_mask[e]) return;
+    long long row = (long long)e * N;
+    reset_env(x + row, y + row, sh, t, episodes, seeds[e], e);
+    if (threadIdx.x == 0) needs_reset[e] = false;
+    __syncthreads();
+    observe_env(sh, 0, observations + row * TG_OBS_DIM);
+}

@@ -1,0 +1,235 @@
+"""TagGridworld Numba kernels, the twin of tag_gridworld.cu (read it for the design); the torch
+reference is gpu_marl_envs/envs/tag_gridworld.py.
+
+``make_kernels(constants)`` takes ``tag_gridworld.kernel_constants(params)`` and returns the
+``(tag_gridworld_step, tag_gridworld_reset)`` kernels for them: one block per env, agent ``a`` handled
+by thread ``a % blockDim.x``, the cells staged in shared memory. Arrays have their natural shapes:
+x, y (E, N) int32, observations (E, N, obs_dim) float32, episodes (E,) int32 (an unsigned counter).
+
+Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
+threads read (the cells after the moves) is staged in shared memory before a barrier; the tag is a
+``syncthreads_or`` and the runner's nearest tagger an integer ``atomic.min``, the same in any order.
+The only float32 arithmetic is one division per feature and one subtraction per reward (each
+correctly rounded, no product to fuse), so GPU and simulator agree bit for bit.
+"""
+
+import math
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from numba import int32, int64
+
+from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.kernels import rng_numba
+from gpu_marl_envs.kernels.numba_api import cuda
+
+NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
+SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
+
+# Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
+PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = 1, 2, 3, 4
+NUM_ACTIONS = 5
+
+# The runner's nearest tagger is the least key (squared distance << ID_BITS) | id, as in the .cu file.
+ID_BITS = 14
+ID_MASK = (1 << ID_BITS) - 1
+NO_KEY = np.iinfo(np.int64).max
+
+
+def make_kernels(constants: dict):
+    """-> (tag_gridworld_step, tag_gridworld_reset) CUDA kernels compiled for these constants."""
+    n = int(constants["NUM_AGENTS"])
+    g_count = int(constants["NUM_TAGGERS"])
+    runner = n - 1
+    grid_length = int(constants["GRID_LENGTH"])
+    episode_length = int(constants["EPISODE_LENGTH"])
+    obs_dim = int(constants["OBS_DIM"])
+    full_observation = bool(constants["FULL_OBSERVATION"])
+    random_start = bool(constants["RANDOM_START"])
+    wall_hit_penalty = np.float32(constants["WALL_HIT_PENALTY"])
+    tag_reward = np.float32(constants["TAG_REWARD_FOR_TAGGER"])
+    tag_penalty = np.float32(constants["TAG_PENALTY_FOR_RUNNER"])
+    step_cost = np.float32(constants["STEP_COST_FOR_TAGGER"])
+    if n > 1 << ID_BITS:
+        raise ValueError(f"TagGridworld kernels support at most {1 << ID_BITS} agents, got {n}")
+    obs_size = n * obs_dim
+    start_cell = grid_length // 2
+    cells_float = np.float32(grid_length)
+    draw_high = np.float32(grid_length + 1)
+    steps_float = np.float32(episode_length)
+    zero = np.float32(0.0)
+    one = np.float32(1.0)
+
+    @cuda.jit(device=True)
+    def scaled(cell):
+        return np.float32(cell) / cells_float
+
+    @cuda.jit(device=True)
+    def reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e):
+        episode = episodes[e]
+        seed = seeds[e]
+        for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+            if random_start:
+                # Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
+                cx = min(math.floor(rng_numba.uniform(seed, episode, 2 * a, zero, draw_high)), grid_length)
+                cy = min(math.floor(rng_numba.uniform(seed, episode, 2 * a + 1, zero, draw_high)), grid_length)
+            else:
+                cx = 0 if a == runner else start_cell
+                cy = cx
+            x[e, a] = cx
+            y[e, a] = cy
+            sx[a] = cx
+            sy[a] = cy
+        cuda.syncthreads()  # every thread has read episodes[e] (and any earlier reader of nearest is done)
+        if cuda.threadIdx.x == 0:
+            episodes[e] = episode + np.int32(1)
+            t[e] = 0
+            nearest[0] = NO_KEY
+
+    @cuda.jit(device=True)
+    def observe_env(sx, sy, nearest, t, obs, e):
+        # Observations of env e (the staged cells current and visible to the whole block, nearest
+        # re-armed to NO_KEY since they were staged), written in consecutive words.
+        time = np.float32(t) / steps_float
+        if full_observation:
+            # Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
+            for k in range(cuda.threadIdx.x, obs_size, cuda.blockDim.x):
+                i = k // obs_dim
+                f = k % obs_dim
+                if f < n:
+                    value = scaled(sx[f])
+                elif f < 2 * n:
+                    value = scaled(sy[f - n])
+                elif f < 3 * n:
+                    value = one if f - 2 * n == runner else zero
+                elif f < 4 * n:
+                    value = one if f - 3 * n == i else zero
+                else:
+                    value = time
+                obs[e, i, f] = value
+        else:
+            # The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
+            best = np.int64(NO_KEY)
+            for g in range(cuda.threadIdx.x, g_count, cuda.blockDim.x):
+                dx = np.int64(sx[g]) - np.int64(sx[runner])
+                dy = np.int64(sy[g]) - np.int64(sy[runner])
+                key = ((dx * dx + dy * dy) << ID_BITS) | np.int64(g)
+                best = min(best, key)
+            if best != NO_KEY:
+                cuda.atomic.min(nearest, 0, best)
+            cuda.syncthreads()
+            nearest_id = nearest[0] & ID_MASK
+            # Row i: [own x / L, own y / L, target's x / L, target's y / L, own type, t / T].
+            for k in range(cuda.threadIdx.x, obs_size, cuda.blockDim.x):
+                i = k // obs_dim
+                f = k % obs_dim
+                target = runner if i < g_count else nearest_id
+                if f == 0:
+                    value = scaled(sx[i])
+                elif f == 1:
+                    value = scaled(sy[i])
+                elif f == 2:
+                    value = scaled(sx[target])
+                elif f == 3:
+                    value = scaled(sy[target])
+                elif f == 4:
+                    value = one if i == runner else zero
+                else:
+                    value = time
+                obs[e, i, f] = value
+
+    @cuda.jit
+    def tag_gridworld_step(num_envs, x, y, t, actions, observations, rewards, agent_terminated, agent_truncated,
+                           terminated, truncated, final_observations, final_observation_mask, needs_reset,
+                           episodes, seeds, autoreset_mode):
+        sx = cuda.shared.array(n, dtype=int32)  # cells after this step's moves (or after a reset)
+        sy = cuda.shared.array(n, dtype=int32)
+        nearest = cuda.shared.array(1, dtype=int64)  # least nearest-tagger key (partial observation only)
+        e = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        if e >= num_envs:
+            return
+
+        if autoreset_mode == NEXT_STEP and needs_reset[e]:
+            # The previous step ended this episode: this step only resets (the actions are ignored).
+            reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
+            for a in range(tid, n, cuda.blockDim.x):
+                rewards[e, a] = zero
+                agent_terminated[e, a] = False
+                agent_truncated[e, a] = False
+            if tid == 0:
+                terminated[e] = False
+                truncated[e] = False
+                needs_reset[e] = False
+            cuda.syncthreads()
+            observe_env(sx, sy, nearest, 0, observations, e)
+            return
+
+        # Spec step 1: every agent moves one cell (actions clamped into range), clipped to [0, L]. The
+        # reward slot holds the wall-hit penalty to subtract until the tag is known.
+        now = t[e] + 1
+        if tid == 0:
+            nearest[0] = NO_KEY
+        for a in range(tid, n, cuda.blockDim.x):
+            action = min(max(actions[e, a], 0), NUM_ACTIONS - 1)
+            moved_x = x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X)
+            moved_y = y[e, a] + np.int32(action == PLUS_Y) - np.int32(action == MINUS_Y)
+            cx = min(max(moved_x, 0), grid_length)
+            cy = min(max(moved_y, 0), grid_length)
+            x[e, a] = cx
+            y[e, a] = cy
+            sx[a] = cx
+            sy[a] = cy
+            rewards[e, a] = wall_hit_penalty if cx != moved_x or cy != moved_y else zero
+        cuda.syncthreads()
+
+        # Step 2: tagged when any tagger stands on the runner's cell after the moves.
+        on_runner = np.int32(0)
+        for g in range(tid, g_count, cuda.blockDim.x):
+            if sx[g] == sx[runner] and sy[g] == sy[runner]:
+                on_runner = np.int32(1)
+        tagged = cuda.syncthreads_or(on_runner) != 0
+
+        # Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
+        trunc = now >= episode_length and not tagged
+        for a in range(tid, n, cuda.blockDim.x):
+            if a == runner:
+                term = -tag_penalty if tagged else step_cost
+            else:
+                term = tag_reward if tagged else -step_cost
+            rewards[e, a] = term - rewards[e, a]
+            agent_terminated[e, a] = tagged  # every agent plays until the episode ends
+            agent_truncated[e, a] = trunc
+        done = tagged or trunc
+        if tid == 0:
+            t[e] = now
+            terminated[e] = tagged
+            truncated[e] = trunc
+            if autoreset_mode == SAME_STEP:
+                final_observation_mask[e] = done
+            else:
+                needs_reset[e] = done
+        if autoreset_mode == SAME_STEP and done:
+            observe_env(sx, sy, nearest, now, final_observations, e)
+            cuda.syncthreads()  # the final observations have read the cells the reset overwrites
+            reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
+            cuda.syncthreads()
+            observe_env(sx, sy, nearest, 0, observations, e)
+        else:
+            observe_env(sx, sy, nearest, now, observations, e)
+
+    @cuda.jit
+    def tag_gridworld_reset(num_envs, x, y, t, observations, reset_mask, needs_reset, episodes, seeds):
+        sx = cuda.shared.array(n, dtype=int32)
+        sy = cuda.shared.array(n, dtype=int32)
+        nearest = cuda.shared.array(1, dtype=int64)
+        e = cuda.blockIdx.x
+        if e >= num_envs or not reset_mask[e]:
+            return
+        reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
+        if cuda.threadIdx.x == 0:
+            needs_reset[e] = False
+        cuda.syncthreads()
+        observe_env(sx, sy, nearest, 0, observations, e)
+
+    return tag_gridworld_step, tag_gridworld_reset
