@@ -17,16 +17,15 @@ import torch
 
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
-# Most threads a block per env gets; envs with more agents spread them over the block's threads.
-MAX_THREADS_PER_BLOCK = 256
 # Kernels stage per-agent positions and flags in static shared memory sized by the number of
 # agents (MultiAgentDefinition.shared_bytes), which CUDA caps at 48 KiB per block.
 MAX_SHARED_BYTES = 48 * 1024
 
 
-def threads_per_block(num_agents: int) -> int:
-    """A block per env: whole warps, up to MAX_THREADS_PER_BLOCK."""
-    return min(MAX_THREADS_PER_BLOCK, 32 * ((num_agents + 31) // 32))
+def whole_warps(num_agents: int, most: int) -> int:
+    """Threads of a block per env: a thread per agent in whole warps, at most ``most`` (envs with
+    more agents spread them over the block's threads)."""
+    return min(most, 32 * ((num_agents + 31) // 32))
 
 
 def step_arguments(definition: MultiAgentDefinition) -> tuple[str, ...]:

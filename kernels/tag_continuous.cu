@@ -1,8 +1,9 @@
 // TagContinuous (gpu_marl_envs/envs/tag_continuous.py is the reference and documents the rules and
 // float32 conventions): one block per env; agent a is handled by thread a % blockDim.x, so envs with
 // more agents than threads loop, and every phase boundary is a __syncthreads of the one block (no
-// waiting across blocks). The params arrive as -D TC_* constants (kernel_constants in the reference
-// module), the RNG and autoreset constants as GME_* (pycuda_backend.compile_definitions).
+// waiting across blocks). The params arrive as #define TC_* constants (kernel_constants in the
+// reference module, TC_BLOCK_THREADS the launch's block size), the RNG and autoreset constants as
+// GME_* (multi_agent_pycuda.kernel_source).
 //
 // Race freedom: in each phase a thread writes only the agents it owns; what other threads read
 // (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
@@ -21,6 +22,9 @@ __constant__ float tc_turn_levels[TC_NUM_TURN_LEVELS + 1] = TC_TURN_LEVELS;
 struct TagShared {
     int tags[G];       // runners each tagger tagged this step
     int runners_left;  // runners in the game after this step's tags
+#if !TC_FULL_OBSERVATION
+    int observed[TC_BLOCK_THREADS * K];  // the nearest others of each agent of a chunk
+#endif
     float x[N];
     float y[N];
     bool in_game[N];
@@ -66,62 +70,85 @@ __device__ void reset_env(const EnvState& s, TagShared& sh, int* t, unsigned int
     }
 }
 
-__device__ __forceinline__ void write_features(float* out, const EnvState& s, const TagShared& sh, int a, int j) {
-    out[0] = (sh.x[j] - sh.x[a]) / TC_POSITION_SCALE;
-    out[1] = (sh.y[j] - sh.y[a]) / TC_POSITION_SCALE;
-    out[2] = (s.speed[j] - s.speed[a]) / TC_SPEED_SCALE;
-    out[3] = (s.acceleration[j] - s.acceleration[a]) / TC_SPEED_SCALE;
-    out[4] = (s.direction[j] - s.direction[a]) / TC_TWO_PI;
-    out[5] = j < G ? 1.0f : 0.0f;
-    out[6] = sh.in_game[j] ? 1.0f : 0.0f;
+#if !TC_FULL_OBSERVATION
+// Agent a's K nearest others in the game, by (squared distance, id), into ids (-1 for empty slots).
+// The sorted list lives in registers (K is a compile-time constant and every index below is one
+// after unrolling); scanning ids in order and moving entries only past strictly larger distances
+// keeps ties in id order.
+__device__ void nearest_others(const TagShared& sh, int a, int* ids) {
+    float best_d2[K];
+    int best_id[K];
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+        best_d2[m] = INFINITY;
+        best_id[m] = -1;
+    }
+    float xa = sh.x[a], ya = sh.y[a];
+#pragma unroll 1
+    for (int j = 0; j < N; ++j) {
+        if (j == a || !sh.in_game[j]) continue;
+        float d2 = squared_distance(sh.x[j] - xa, sh.y[j] - ya);
+        if (!(d2 < best_d2[K - 1])) continue;
+#pragma unroll
+        for (int m = K - 1; m > 0; --m) {
+            bool shift = d2 < best_d2[m - 1];
+            bool place = !shift && d2 < best_d2[m];
+            best_d2[m] = shift ? best_d2[m - 1] : (place ? d2 : best_d2[m]);
+            best_id[m] = shift ? best_id[m - 1] : (place ? j : best_id[m]);
+        }
+        if (d2 < best_d2[0]) {
+            best_d2[0] = d2;
+            best_id[0] = j;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m) ids[m] = best_id[m];
+}
+#endif
+
+// Feature f of agent a's observation row (r: a's row within the chunk being written).
+__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, int a, int r, int f, float time) {
+    if (!sh.in_game[a]) return 0.0f;
+    if (f == TC_OBS_DIM - 1) return time;
+    int m = f / FEATURES, c = f - m * FEATURES;
+#if TC_FULL_OBSERVATION
+    int j = m < a ? m : m + 1;  // every other agent in id order
+#else
+    int j = sh.observed[r * K + m];
+    if (j < 0) return 0.0f;
+#endif
+    switch (c) {
+        case 0: return (sh.x[j] - sh.x[a]) / TC_POSITION_SCALE;
+        case 1: return (sh.y[j] - sh.y[a]) / TC_POSITION_SCALE;
+        case 2: return (s.speed[j] - s.speed[a]) / TC_SPEED_SCALE;
+        case 3: return (s.acceleration[j] - s.acceleration[a]) / TC_SPEED_SCALE;
+        case 4: return (s.direction[j] - s.direction[a]) / TC_TWO_PI;
+        case 5: return j < G ? 1.0f : 0.0f;
+        default: return sh.in_game[j] ? 1.0f : 0.0f;
+    }
 }
 
 // Observations of this env's agents (the state rows and the staged positions must be current and
-// visible to the whole block).
-__device__ void observe_env(const EnvState& s, const TagShared& sh, int t, float* obs) {
+// visible to the whole block), a chunk of blockDim.x agents at a time: each thread finds its
+// agent's nearest others, then the block writes the chunk's rows with consecutive threads storing
+// consecutive floats (a thread writing its own row would spread each warp's stores over 32 rows).
+__device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
-    for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        float* row = obs + (long long)a * TC_OBS_DIM;
-        if (!sh.in_game[a]) {
-            for (int f = 0; f < TC_OBS_DIM; ++f) row[f] = 0.0f;
-            continue;
+    for (int first = 0; first < N; first += blockDim.x) {
+        int rows = min((int)blockDim.x, N - first);
+#if !TC_FULL_OBSERVATION
+        if (threadIdx.x < rows && sh.in_game[first + threadIdx.x]) {
+            nearest_others(sh, first + threadIdx.x, sh.observed + threadIdx.x * K);
         }
-#if TC_FULL_OBSERVATION
-        int m = 0;
-        for (int j = 0; j < N; ++j) {
-            if (j == a) continue;
-            write_features(row + FEATURES * m, s, sh, a, j);
-            ++m;
-        }
-#else
-        // The K nearest others in the game, by (squared distance, id): scanning ids in order and
-        // shifting only past strictly larger distances keeps ties in id order.
-        float best_d2[K];
-        int best_id[K];
-        int count = 0;
-        float xa = sh.x[a], ya = sh.y[a];
-        for (int j = 0; j < N; ++j) {
-            if (j == a || !sh.in_game[j]) continue;
-            float d2 = squared_distance(sh.x[j] - xa, sh.y[j] - ya);
-            if (count == K && !(d2 < best_d2[K - 1])) continue;
-            int pos = count < K ? count++ : K - 1;
-            while (pos > 0 && best_d2[pos - 1] > d2) {
-                best_d2[pos] = best_d2[pos - 1];
-                best_id[pos] = best_id[pos - 1];
-                --pos;
-            }
-            best_d2[pos] = d2;
-            best_id[pos] = j;
-        }
-        for (int m = 0; m < K; ++m) {
-            if (m < count) {
-                write_features(row + FEATURES * m, s, sh, a, best_id[m]);
-            } else {
-                for (int f = 0; f < FEATURES; ++f) row[FEATURES * m + f] = 0.0f;
-            }
-        }
+        __syncthreads();
 #endif
-        row[TC_OBS_DIM - 1] = time;
+        float* out = obs + (long long)first * TC_OBS_DIM;
+#pragma unroll 1
+        for (int k = threadIdx.x; k < rows * TC_OBS_DIM; k += blockDim.x) {
+            int r = k / TC_OBS_DIM;
+            out[k] = observation(s, sh, first + r, r, k - r * TC_OBS_DIM, time);
+        }
+        __syncthreads();  // the next chunk overwrites sh.observed
     }
 }
 

@@ -16,8 +16,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import (MultiAgentBuffers, reset_arguments, step_arguments,
-                                               threads_per_block)
+from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, reset_arguments, step_arguments
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,7 +35,7 @@ class MultiAgentNumbaBackend:
         self._step_kernel, self._reset_kernel = _kernels(definition, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
-        threads = threads_per_block(params.num_agents)
+        threads = definition.block_threads(params)
         if device.type != "cuda":
             # The simulator runs a Python thread per CUDA thread: no more than there are agents.
             threads = min(threads, params.num_agents)

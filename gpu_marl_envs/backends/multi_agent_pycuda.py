@@ -14,8 +14,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.pycuda_backend import StreamLauncher, _pack, kernel_dir, runtime_definitions
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import (MultiAgentBuffers, reset_arguments, step_arguments,
-                                               threads_per_block)
+from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, reset_arguments, step_arguments
 
 
 def _literal(value) -> str:
@@ -32,7 +31,7 @@ def _literal(value) -> str:
 def kernel_source(definition: MultiAgentDefinition, params) -> str:
     """A game's .cu source preceded by ``#define`` lines of the runtime's constants and the params'
     (not -D options: nvcc splits those at commas, and the tables are brace lists)."""
-    constants = dict(runtime_definitions())
+    constants = runtime_definitions()
     for name, value in definition.kernel_constants(params).items():
         constants[f"{definition.constant_prefix}_{name}"] = _literal(value)
     header = "".join(f"#define {name} {value}\n" for name, value in constants.items())
@@ -61,7 +60,7 @@ class MultiAgentPycudaBackend:
         self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
         num_envs = buffers.observations.shape[0]
         self._grid = (num_envs, 1, 1)
-        self._block = (threads_per_block(params.num_agents), 1, 1)
+        self._block = (definition.block_threads(params), 1, 1)
 
         values = buffers.tensors()
         values["num_envs"] = num_envs

@@ -52,6 +52,8 @@ class MultiAgentDefinition:
     """CUDA C sees constant ``NAME`` as the macro ``<prefix>_NAME``."""
     shared_bytes: Callable[[Any], int]
     """``p -> bytes`` of static shared memory a block of the kernels uses (at most 48 KiB)."""
+    block_threads: Callable[[Any], int]
+    """``p -> threads`` of the kernels' block per env (agents are spread over them)."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:

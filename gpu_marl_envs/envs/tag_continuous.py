@@ -107,6 +107,7 @@ from gymnasium import spaces
 
 from gpu_marl_envs import rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.multi_agent_buffers import whole_warps
 
 FEATURES_PER_AGENT = 7
 
@@ -315,6 +316,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
     return {
         "NUM_AGENTS": p.num_agents,
         "NUM_TAGGERS": p.num_taggers,
+        "BLOCK_THREADS": block_threads(p),  # the launch's block size; sizes shared memory
         "EPISODE_LENGTH": p.episode_length,
         "OBS_DIM": p.obs_dim,
         "FULL_OBSERVATION": p.use_full_observation,
@@ -339,6 +341,21 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "EDGE_HIT_PENALTY": _f32(p.edge_hit_penalty),
         "END_OF_GAME_REWARD_FOR_RUNNER": _f32(p.end_of_game_reward_for_runner),
     }
+
+
+def block_threads(p: TagContinuousParams) -> int:
+    """At least 256 threads even for ~100 agents: the observation rows are written by the whole
+    block, and with few envs (one block per SM) more warps hide more memory latency. At most 256
+    beyond 1024 agents, for the shared memory of the partial observation's ids."""
+    return max(256, whole_warps(p.num_agents, 512 if p.num_agents <= 1024 else 256))
+
+
+def shared_bytes(p: TagContinuousParams) -> int:
+    """TagShared in kernels/tag_continuous.cu: tag counts and the runners-left count (int32),
+    the partial observation's ids of a chunk of agents (int32, one chunk = one block of threads),
+    positions (float32) and in-game flags (bool)."""
+    observed = 0 if p.use_full_observation else block_threads(p) * p.num_other_agents_observed
+    return 4 * (p.num_taggers + 1 + observed) + 9 * p.num_agents
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
@@ -542,7 +559,6 @@ TAG_CONTINUOUS = MultiAgentDefinition(
     kernel_name="tag_continuous",
     kernel_constants=kernel_constants,
     constant_prefix="TC",
-    # TagShared in kernels/tag_continuous.cu: tag counts and the runners-left count (int32),
-    # positions (float32) and in-game flags (bool).
-    shared_bytes=lambda p: 4 * (p.num_taggers + 1) + 9 * p.num_agents,
+    shared_bytes=shared_bytes,
+    block_threads=block_threads,
 )
