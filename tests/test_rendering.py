@@ -159,9 +159,7 @@ def test_save_gif(tmp_path):
 
 
 def test_save_mp4(tmp_path):
-    pytest.importorskip("imageio")
-    pytest.importorskip("imageio_ffmpeg")
-    import imageio.v2 as imageio
+    import imageio.v2 as imageio  # the [dev] extra installs imageio[ffmpeg]
 
     path = rendering.save_animation(_frames(size=64), tmp_path / "anim.mp4", fps=10)
     assert len(imageio.mimread(path, format="FFMPEG")) == 5
