@@ -127,3 +127,11 @@ def test_without_cuda_graph_and_on_a_side_stream(backend, cuda_device):
 def test_default_backend_on_gpu_is_a_kernel(cuda_device):
     env = GpuParallelEnv("TagContinuous-v0", 2, device=cuda_device)
     assert env.backend == KERNEL_BACKENDS[0]
+
+
+@pytest.mark.parametrize("env_id", ["TagContinuous-v0", "TagGridworld-v0"])
+def test_render_from_gpu_state(env_id, cuda_device):
+    env = GpuParallelEnv(env_id, 3, device=cuda_device, render_mode="rgb_array", render_env_index=2)
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.dtype.name == "uint8" and frame.ndim == 3 and frame.shape[2] == 3
