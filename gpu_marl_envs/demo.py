@@ -3,7 +3,8 @@
     python -m gpu_marl_envs.demo [--num-envs N] [--steps T]
 
 Prints each env's throughput and the mean return of the episodes that finished (a sanity check
-that the dynamics and autoreset run: random CartPole returns ~22, MountainCar -200).
+that the dynamics and autoreset run: random CartPole returns ~22, MountainCar -200), then the
+same for the Tag games (``--num-games`` of them), with the taggers' reward per game and step.
 """
 
 from __future__ import annotations
@@ -48,11 +49,36 @@ def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
             "episodes": int(finished.item())}
 
 
+def run_tag(env_id: str, num_games: int, steps: int, device: str) -> dict:
+    env = gpu_marl_envs.make_parallel(env_id, num_games, device=device, validate_actions=False)
+    env.reset_groups(seed=0)
+    space = env.action_space(env.possible_agents[0])
+    high = [int(space.n)] if not space.shape else [int(n) for n in space.nvec]
+    generator = torch.Generator(device=env.device).manual_seed(0)
+    tagger_reward = torch.zeros((), device=env.device)
+    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
+    elapsed = 0.0
+    for _ in tqdm(range(steps), desc=f"{env_id:26s}", unit="step", leave=False):
+        actions = {}
+        for group, agents in env.groups.items():
+            columns = [torch.randint(0, h, (num_games, len(agents)), generator=generator, device=env.device) for h in high]
+            actions[group] = torch.stack(columns, dim=-1) if space.shape else columns[0]
+        sync()
+        start = time.perf_counter()
+        _, rewards, _, _, _ = env.step_groups(actions)
+        sync()
+        elapsed += time.perf_counter() - start
+        tagger_reward += rewards["taggers"].sum()
+    return {"env": env_id, "backend": env.backend, "rate": num_games * steps / elapsed,
+            "tagger_reward": tagger_reward.item() / (num_games * steps), "agents": env.max_num_agents}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     gpu = torch.cuda.is_available()
     parser.add_argument("--num-envs", type=int, default=65536 if gpu else 4096)
     parser.add_argument("--steps", type=int, default=1000 if gpu else 250)
+    parser.add_argument("--num-games", type=int, default=1000 if gpu else 16, help="Tag games")
     parser.add_argument("--device", default="cuda" if gpu else "cpu")
     args = parser.parse_args()
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU (no GPU found: torch backend)"
@@ -61,7 +87,12 @@ def main() -> None:
     for env_id in sorted(gpu_marl_envs.ENVS):
         r = run(env_id, args.num_envs, args.steps, args.device)
         print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {r['mean_return']:12.1f}")
-    print("(env-steps/s times env.step() alone; python benchmarks/throughput.py measures it properly)")
+    print(f"\nTag, {args.num_games:,} games x {args.steps} steps, random actions")
+    print(f"{'env':26s} {'backend':8s} {'agents':>6s} {'env-steps/s':>14s} {'taggers reward/game/step':>25s}")
+    for env_id in ("TagContinuous-v0", "TagGridworld-v0"):
+        r = run_tag(env_id, args.num_games, args.steps, args.device)
+        print(f"{r['env']:26s} {r['backend']:8s} {r['agents']:6d} {r['rate']:14,.0f} {r['tagger_reward']:25.3f}")
+    print("(env-steps/s times step() alone; benchmarks/throughput.py and tag_throughput.py measure it properly)")
 
 
 if __name__ == "__main__":
