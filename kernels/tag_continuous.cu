@@ -23,7 +23,7 @@ struct TagShared {
     int tags[G];       // runners each tagger tagged this step
     int runners_left;  // runners in the game after this step's tags
 #if !TC_FULL_OBSERVATION
-    int observed[TC_BLOCK_THREADS * K];  // the nearest others of each agent of a chunk
+    int observed[TC_BLOCK_THREADS / TC_SCAN_SPLIT * K];  // the nearest others of each agent of a chunk
 #endif
     float x[N];
     float y[N];
@@ -71,11 +71,15 @@ __device__ void reset_env(const EnvState& s, TagShared& sh, int* t, unsigned int
 }
 
 #if !TC_FULL_OBSERVATION
-// Agent a's K nearest others in the game, by (squared distance, id), into ids (-1 for empty slots).
-// The sorted list lives in registers (K is a compile-time constant and every index below is one
-// after unrolling); scanning ids in order and moving entries only past strictly larger distances
-// keeps ties in id order.
-__device__ void nearest_others(const TagShared& sh, int a, int* ids) {
+#define SPLIT TC_SCAN_SPLIT  // lanes that share one observer's search (a power of 2, at most 32)
+
+// Agent a's K nearest others in the game, by (squared distance, id), into ids (-1 for empty slots),
+// found by the SPLIT consecutive lanes of one warp: lane `part` scans ids part, part + SPLIT, ...
+// into a sorted list in registers (K is a compile-time constant, so after unrolling every index is
+// one), then the lanes merge their lists with shuffles. Scanning in id order and moving entries
+// only past strictly larger distances keeps ties in id order within a list; the merge breaks ties
+// by id. Every lane of the warp must call this (the shuffles); `active` says whether a is real.
+__device__ void nearest_others(const TagShared& sh, int a, int part, bool active, int* ids) {
     float best_d2[K];
     int best_id[K];
 #pragma unroll
@@ -83,26 +87,50 @@ __device__ void nearest_others(const TagShared& sh, int a, int* ids) {
         best_d2[m] = INFINITY;
         best_id[m] = -1;
     }
-    float xa = sh.x[a], ya = sh.y[a];
+    if (active) {
+        float xa = sh.x[a], ya = sh.y[a];
 #pragma unroll 1
-    for (int j = 0; j < N; ++j) {
-        if (j == a || !sh.in_game[j]) continue;
-        float d2 = squared_distance(sh.x[j] - xa, sh.y[j] - ya);
-        if (!(d2 < best_d2[K - 1])) continue;
+        for (int j = part; j < N; j += SPLIT) {
+            if (j == a || !sh.in_game[j]) continue;
+            float d2 = squared_distance(sh.x[j] - xa, sh.y[j] - ya);
+            if (!(d2 < best_d2[K - 1])) continue;
 #pragma unroll
-        for (int m = K - 1; m > 0; --m) {
-            bool shift = d2 < best_d2[m - 1];
-            bool place = !shift && d2 < best_d2[m];
-            best_d2[m] = shift ? best_d2[m - 1] : (place ? d2 : best_d2[m]);
-            best_id[m] = shift ? best_id[m - 1] : (place ? j : best_id[m]);
-        }
-        if (d2 < best_d2[0]) {
-            best_d2[0] = d2;
-            best_id[0] = j;
+            for (int m = K - 1; m > 0; --m) {
+                bool shift = d2 < best_d2[m - 1];
+                bool place = !shift && d2 < best_d2[m];
+                best_d2[m] = shift ? best_d2[m - 1] : (place ? d2 : best_d2[m]);
+                best_id[m] = shift ? best_id[m - 1] : (place ? j : best_id[m]);
+            }
+            if (d2 < best_d2[0]) {
+                best_d2[0] = d2;
+                best_id[0] = j;
+            }
         }
     }
 #pragma unroll
-    for (int m = 0; m < K; ++m) ids[m] = best_id[m];
+    for (int m = 0; m < K; ++m) {
+        // The smallest head among the SPLIT lists; an empty slot (INFINITY, -1 = max unsigned) loses.
+        float d2 = best_d2[0];
+        int id = best_id[0];
+#pragma unroll
+        for (int offset = 1; offset < SPLIT; offset <<= 1) {
+            float other_d2 = __shfl_xor_sync(0xffffffffu, d2, offset);
+            int other_id = __shfl_xor_sync(0xffffffffu, id, offset);
+            bool take = other_d2 < d2 || (other_d2 == d2 && (unsigned)other_id < (unsigned)id);
+            d2 = take ? other_d2 : d2;
+            id = take ? other_id : id;
+        }
+        if (part == 0 && active) ids[m] = id;
+        if (id >= 0 && best_id[0] == id) {  // the lists hold disjoint ids: this lane's head won
+#pragma unroll
+            for (int q = 0; q < K - 1; ++q) {
+                best_d2[q] = best_d2[q + 1];
+                best_id[q] = best_id[q + 1];
+            }
+            best_d2[K - 1] = INFINITY;
+            best_id[K - 1] = -1;
+        }
+    }
 }
 #endif
 
@@ -129,17 +157,22 @@ __device__ __forceinline__ float observation(const EnvState& s, const TagShared&
 }
 
 // Observations of this env's agents (the state rows and the staged positions must be current and
-// visible to the whole block), a chunk of blockDim.x agents at a time: each thread finds its
-// agent's nearest others, then the block writes the chunk's rows with consecutive threads storing
+// visible to the whole block), a chunk of agents at a time: the block finds the chunk's nearest
+// others (SPLIT threads per agent), then writes the chunk's rows with consecutive threads storing
 // consecutive floats (a thread writing its own row would spread each warp's stores over 32 rows).
 __device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
-    for (int first = 0; first < N; first += blockDim.x) {
-        int rows = min((int)blockDim.x, N - first);
+#if TC_FULL_OBSERVATION
+    int chunk = blockDim.x;
+#else
+    int chunk = blockDim.x / SPLIT;
+#endif
+    for (int first = 0; first < N; first += chunk) {
+        int rows = min(chunk, N - first);
 #if !TC_FULL_OBSERVATION
-        if (threadIdx.x < rows && sh.in_game[first + threadIdx.x]) {
-            nearest_others(sh, first + threadIdx.x, sh.observed + threadIdx.x * K);
-        }
+        int r = threadIdx.x / SPLIT;
+        bool active = r < rows && sh.in_game[first + r];
+        nearest_others(sh, first + r, threadIdx.x % SPLIT, active, sh.observed + r * K);
         __syncthreads();
 #endif
         float* out = obs + (long long)first * TC_OBS_DIM;

@@ -317,6 +317,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "NUM_AGENTS": p.num_agents,
         "NUM_TAGGERS": p.num_taggers,
         "BLOCK_THREADS": block_threads(p),  # the launch's block size; sizes shared memory
+        "SCAN_SPLIT": scan_split(p),
         "EPISODE_LENGTH": p.episode_length,
         "OBS_DIM": p.obs_dim,
         "FULL_OBSERVATION": p.use_full_observation,
@@ -344,17 +345,26 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 
 
 def block_threads(p: TagContinuousParams) -> int:
-    """At least 256 threads even for ~100 agents: the observation rows are written by the whole
-    block, and with few envs (one block per SM) more warps hide more memory latency. At most 256
-    beyond 1024 agents, for the shared memory of the partial observation's ids."""
-    return max(256, whole_warps(p.num_agents, 512 if p.num_agents <= 1024 else 256))
+    """512 threads up to 1024 agents, even for ~100: the observation rows are written by the whole
+    block and the nearest-others search is split over the spare threads (:func:`scan_split`), so
+    that a few envs (a block per SM) still keep many warps busy; 256 beyond, for shared memory."""
+    return 512 if p.num_agents <= 1024 else 256
+
+
+def scan_split(p: TagContinuousParams) -> int:
+    """Threads (consecutive lanes, a power of 2) sharing one agent's nearest-others search: the
+    spare threads of the block when it has more than there are agents, up to 32."""
+    split = 1
+    while split < 32 and 2 * split * whole_warps(p.num_agents, 1 << 30) <= block_threads(p):
+        split *= 2
+    return split
 
 
 def shared_bytes(p: TagContinuousParams) -> int:
     """TagShared in kernels/tag_continuous.cu: tag counts and the runners-left count (int32),
     the partial observation's ids of a chunk of agents (int32, one chunk = one block of threads),
     positions (float32) and in-game flags (bool)."""
-    observed = 0 if p.use_full_observation else block_threads(p) * p.num_other_agents_observed
+    observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
     return 4 * (p.num_taggers + 1 + observed) + 9 * p.num_agents
 
 
