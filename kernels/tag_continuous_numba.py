@@ -1,0 +1,363 @@
+"""TagContinuous Numba kernels, the twin of tag_continuous.cu; the torch reference is
+gpu_marl_envs/envs/tag_continuous.py (its docstring documents the rules and float32 conventions).
+
+``make_kernels(constants)`` builds ``(tag_continuous_step, tag_continuous_reset)`` for one set of
+params (``kernel_constants``): the kernels close over them, so the shared arrays are sized by the
+number of agents and the action tables are constant arrays. One block per env; agent ``a`` is
+handled by threads strided over the block (``for a in range(tid, N, blockDim)``), so any block size
+works; every phase boundary is a ``syncthreads`` of the one block, reached by all its threads.
+
+Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
+threads read (positions, in-game flags, a chunk's nearest-others lists) is staged in shared memory
+before a barrier; tag counts and the count of runners left are integer atomics, exact in any order.
+Observations are written a chunk of agents at a time, consecutive threads storing consecutive floats.
+
+Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
+keeps the simulator, where those return Python floats, on the float32 path). The products and sums
+that the reference rounds separately (squared distances, the move, the tag reward) go through
+``mul_rn``/``add_rn``: libdevice's ``fmul_rn``/``fadd_rn`` on a GPU, which NVVM never fuses into an
+FMA (the .cu's ``__fmul_rn``/``__fadd_rn``), and plain float32 operations in the simulator.
+"""
+
+import math
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from numba import boolean, float32, int32
+from numba.cuda.core import config as _numba_cuda_config
+
+from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.rng_numba import uniform
+
+NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
+SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
+FEATURES = 7
+
+if _numba_cuda_config.ENABLE_CUDASIM:
+    # The simulator runs numpy float32 operations, each rounded (libdevice has no simulator twin).
+    @cuda.jit(device=True)
+    def mul_rn(a, b):
+        return a * b
+
+    @cuda.jit(device=True)
+    def add_rn(a, b):
+        return a + b
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def mul_rn(a, b):
+        return libdevice.fmul_rn(a, b)
+
+    @cuda.jit(device=True)
+    def add_rn(a, b):
+        return libdevice.fadd_rn(a, b)
+
+
+def make_kernels(constants: dict):
+    """-> (tag_continuous_step, tag_continuous_reset) CUDA kernels compiled for these constants."""
+    N = int(constants["NUM_AGENTS"])
+    G = int(constants["NUM_TAGGERS"])
+    BLOCK_THREADS = int(constants["BLOCK_THREADS"])  # the launch's block size; sizes shared memory
+    K = int(constants["NUM_OBSERVED"])
+    OBS_DIM = int(constants["OBS_DIM"])
+    EPISODE_LENGTH = int(constants["EPISODE_LENGTH"])
+    FULL_OBSERVATION = bool(constants["FULL_OBSERVATION"])
+    RUNNER_EXITS = bool(constants["RUNNER_EXITS"])
+    NUM_ACCELERATION_LEVELS = int(constants["NUM_ACCELERATION_LEVELS"])
+    NUM_TURN_LEVELS = int(constants["NUM_TURN_LEVELS"])
+    ACCELERATION_LEVELS = np.array(constants["ACCELERATION_LEVELS"], dtype=np.float32)
+    TURN_LEVELS = np.array(constants["TURN_LEVELS"], dtype=np.float32)
+    if ACCELERATION_LEVELS.shape != (NUM_ACCELERATION_LEVELS + 1,) or TURN_LEVELS.shape != (NUM_TURN_LEVELS + 1,):
+        raise ValueError("the level tables must have NUM_*_LEVELS + 1 entries (index 0 = no change)")
+
+    GRID_LENGTH = np.float32(constants["GRID_LENGTH"])
+    TWO_PI = np.float32(constants["TWO_PI"])
+    HALF_PI = np.float32(constants["HALF_PI"])
+    MAX_SPEED_TAGGER = np.float32(constants["MAX_SPEED_TAGGER"])
+    MAX_SPEED_RUNNER = np.float32(constants["MAX_SPEED_RUNNER"])
+    TAGGING_RADIUS = np.float32(constants["TAGGING_RADIUS"])
+    POSITION_SCALE = np.float32(constants["POSITION_SCALE"])
+    SPEED_SCALE = np.float32(constants["SPEED_SCALE"])
+    TAG_REWARD_FOR_TAGGER = np.float32(constants["TAG_REWARD_FOR_TAGGER"])
+    TAG_PENALTY_FOR_RUNNER = np.float32(constants["TAG_PENALTY_FOR_RUNNER"])
+    STEP_PENALTY_FOR_TAGGER = np.float32(constants["STEP_PENALTY_FOR_TAGGER"])
+    STEP_REWARD_FOR_RUNNER = np.float32(constants["STEP_REWARD_FOR_RUNNER"])
+    EDGE_HIT_PENALTY = np.float32(constants["EDGE_HIT_PENALTY"])
+    END_OF_GAME_REWARD_FOR_RUNNER = np.float32(constants["END_OF_GAME_REWARD_FOR_RUNNER"])
+    TIME_SCALE = np.float32(EPISODE_LENGTH)
+    ZERO = np.float32(0.0)
+    ONE = np.float32(1.0)
+    FOUR = np.float32(4.0)
+    INFINITY = np.float32(np.inf)
+    # The partial observation's nearest-others lists live in shared memory, one chunk of agents
+    # (one per thread, at most the launch's block size) at a time; the full observation needs none.
+    OBSERVED_SIZE = 1 if FULL_OBSERVATION else BLOCK_THREADS * K
+
+    @cuda.jit(device=True)
+    def squared_distance(dx, dy):
+        return add_rn(mul_rn(dx, dx), mul_rn(dy, dy))
+
+    @cuda.jit(device=True)
+    def reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seed, sh_x, sh_y, sh_in_game):
+        # Draws as in the reference's reset: x_a is draw a, y_a draw N + a, the direction's quarter
+        # draw 2N + a. episodes is read as an unsigned counter (uniform masks it to 32 bits).
+        episode = episodes[e]
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
+            py = uniform(seed, episode, N + a, ZERO, GRID_LENGTH)
+            quarter = np.float32(math.floor(uniform(seed, episode, 2 * N + a, ZERO, FOUR)))
+            x[e, a] = px
+            sh_x[a] = px
+            y[e, a] = py
+            sh_y[a] = py
+            direction[e, a] = quarter * HALF_PI
+            speed[e, a] = ZERO
+            acceleration[e, a] = ZERO
+            in_game[e, a] = True
+            sh_in_game[a] = True
+        cuda.syncthreads()  # every thread has read episodes[e]
+        if cuda.threadIdx.x == 0:
+            # An unsigned increment, wrapping like the .cu's unsigned int, stored back as int32.
+            episodes[e] = np.int32(np.int64(episode) + np.int64(1))
+            t[e] = 0
+
+    @cuda.jit(device=True)
+    def nearest_others(a, sh_x, sh_y, sh_in_game, observed, base):
+        """Agent a's K nearest others in the game, by (squared distance, id), into
+        observed[base:base + K] (-1 for empty slots). The sorted list is meant to live in registers,
+        as in the .cu: K is a compile-time constant, so the loops over it unroll and every index
+        becomes a constant. Scanning ids in order and moving entries only past strictly larger
+        distances keeps ties in id order."""
+        best_d2 = cuda.local.array(K, float32)
+        best_id = cuda.local.array(K, int32)
+        for m in range(K):
+            best_d2[m] = INFINITY
+            best_id[m] = -1
+        xa = sh_x[a]
+        ya = sh_y[a]
+        for j in range(N):
+            if j == a or not sh_in_game[j]:
+                continue
+            d2 = squared_distance(sh_x[j] - xa, sh_y[j] - ya)
+            if not (d2 < best_d2[K - 1]):
+                continue
+            for m in range(K - 1, 0, -1):
+                shift = d2 < best_d2[m - 1]
+                place = not shift and d2 < best_d2[m]
+                best_d2[m] = best_d2[m - 1] if shift else (d2 if place else best_d2[m])
+                best_id[m] = best_id[m - 1] if shift else (j if place else best_id[m])
+            if d2 < best_d2[0]:
+                best_d2[0] = d2
+                best_id[0] = j
+        for m in range(K):
+            observed[base + m] = best_id[m]
+
+    @cuda.jit(device=True)
+    def observation(e, a, r, f, time, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
+        """Feature f of agent a's observation row (r: a's row within the chunk being written)."""
+        if not sh_in_game[a]:
+            return ZERO
+        if f == OBS_DIM - 1:
+            return time
+        m = f // FEATURES
+        c = f - m * FEATURES
+        if FULL_OBSERVATION:
+            j = m if m < a else m + 1  # every other agent in id order
+        else:
+            j = observed[r * K + m]
+            if j < 0:
+                return ZERO
+        if c == 0:
+            return (sh_x[j] - sh_x[a]) / POSITION_SCALE
+        if c == 1:
+            return (sh_y[j] - sh_y[a]) / POSITION_SCALE
+        if c == 2:
+            return (speed[e, j] - speed[e, a]) / SPEED_SCALE
+        if c == 3:
+            return (acceleration[e, j] - acceleration[e, a]) / SPEED_SCALE
+        if c == 4:
+            return (direction[e, j] - direction[e, a]) / TWO_PI
+        if c == 5:
+            return ONE if j < G else ZERO
+        return ONE if sh_in_game[j] else ZERO
+
+    @cuda.jit(device=True)
+    def observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, out):
+        """Observations of env e's agents into out[e] (the state rows and the staged positions must
+        be current and visible to the whole block), a chunk of agents at a time: each thread finds
+        its agent's nearest others, then the block writes the chunk's rows with consecutive threads
+        storing consecutive floats. Every thread runs every chunk, so the barriers are uniform."""
+        time = np.float32(now) / TIME_SCALE
+        tid = cuda.threadIdx.x
+        chunk = min(cuda.blockDim.x, BLOCK_THREADS)  # observed holds BLOCK_THREADS agents' lists
+        for first in range(0, N, chunk):
+            rows = min(chunk, N - first)
+            if not FULL_OBSERVATION:
+                if tid < rows and sh_in_game[first + tid]:
+                    nearest_others(first + tid, sh_x, sh_y, sh_in_game, observed, tid * K)
+                cuda.syncthreads()
+            for k in range(tid, rows * OBS_DIM, cuda.blockDim.x):
+                r = k // OBS_DIM
+                out[e, first + r, k - r * OBS_DIM] = observation(e, first + r, r, k - r * OBS_DIM, time, direction,
+                                                                 speed, acceleration, sh_x, sh_y, sh_in_game,
+                                                                 observed)
+            cuda.syncthreads()  # the next chunk overwrites observed
+
+    @cuda.jit
+    def tag_continuous_step(num_envs, x, y, direction, speed, acceleration, in_game, t, actions, observations,
+                            rewards, agent_terminated, agent_truncated, terminated, truncated, final_observations,
+                            final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+        sh_x = cuda.shared.array(N, float32)
+        sh_y = cuda.shared.array(N, float32)
+        sh_in_game = cuda.shared.array(N, boolean)
+        observed = cuda.shared.array(OBSERVED_SIZE, int32)  # the nearest others of a chunk's agents
+        tags = cuda.shared.array(G, int32)  # runners each tagger tagged this step
+        runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
+        e = cuda.blockIdx.x
+        if e >= num_envs:
+            return
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+
+        if autoreset_mode == NEXT_STEP and needs_reset[e]:
+            # The previous step ended this episode: this step only resets (the actions are ignored).
+            reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y,
+                      sh_in_game)
+            for a in range(tid, N, threads):
+                rewards[e, a] = ZERO
+                agent_terminated[e, a] = False
+                agent_truncated[e, a] = False
+            if tid == 0:
+                terminated[e] = False
+                truncated[e] = False
+                needs_reset[e] = False
+            cuda.syncthreads()
+            observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+            return
+
+        # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
+        now = t[e] + 1
+        for g in range(tid, G, threads):
+            tags[g] = 0
+        if tid == 0:
+            runners_left[0] = 0
+        for a in range(tid, N, threads):
+            playing = in_game[e, a]
+            px = x[e, a]
+            py = y[e, a]
+            reward = ZERO
+            if playing:
+                acc_index = min(max(actions[e, a, 0], 0), NUM_ACCELERATION_LEVELS)
+                turn_index = min(max(actions[e, a, 1], 0), NUM_TURN_LEVELS)
+                heading = np.float32(math.fmod(direction[e, a] + TURN_LEVELS[turn_index], TWO_PI))
+                if heading < ZERO:
+                    heading = heading + TWO_PI
+                if heading == TWO_PI:
+                    heading = ZERO
+                acc = acceleration[e, a] + ACCELERATION_LEVELS[acc_index]
+                top = MAX_SPEED_TAGGER if a < G else MAX_SPEED_RUNNER
+                v = min(max(speed[e, a] + acc, ZERO), top)
+                if v == ZERO or v == top:
+                    acc = ZERO
+                px = add_rn(px, mul_rn(v, np.float32(math.cos(heading))))
+                py = add_rn(py, mul_rn(v, np.float32(math.sin(heading))))
+                edge = px < ZERO or px > GRID_LENGTH or py < ZERO or py > GRID_LENGTH
+                px = min(max(px, ZERO), GRID_LENGTH)
+                py = min(max(py, ZERO), GRID_LENGTH)
+                direction[e, a] = heading
+                acceleration[e, a] = acc
+                speed[e, a] = v
+                x[e, a] = px
+                y[e, a] = py
+                reward = STEP_PENALTY_FOR_TAGGER if a < G else STEP_REWARD_FOR_RUNNER
+                if edge:
+                    reward = reward + EDGE_HIT_PENALTY
+            sh_x[a] = px
+            sh_y[a] = py
+            sh_in_game[a] = playing
+            rewards[e, a] = reward
+        cuda.syncthreads()
+
+        # Step 4: each runner in the game against its nearest tagger in the game (ties: lowest id).
+        left = 0
+        for a in range(G + tid, N, threads):
+            if not sh_in_game[a]:
+                continue
+            best = INFINITY
+            nearest = 0
+            for j in range(G):
+                if not sh_in_game[j]:
+                    continue
+                d2 = squared_distance(sh_x[a] - sh_x[j], sh_y[a] - sh_y[j])
+                if d2 < best:
+                    best = d2
+                    nearest = j
+            if np.float32(math.sqrt(best)) < TAGGING_RADIUS:
+                cuda.atomic.add(tags, nearest, np.int32(1))
+                rewards[e, a] = rewards[e, a] + TAG_PENALTY_FOR_RUNNER
+                if RUNNER_EXITS:
+                    # Only runners' flags change here, and this phase reads only taggers' flags.
+                    sh_in_game[a] = False
+                    in_game[e, a] = False
+                    speed[e, a] = ZERO
+                    acceleration[e, a] = ZERO
+            if sh_in_game[a]:
+                left += 1
+        if left > 0:
+            cuda.atomic.add(runners_left, 0, np.int32(left))
+        cuda.syncthreads()
+
+        # Steps 3-6: taggers' tag rewards, end-of-game rewards, episode end.
+        term = runners_left[0] == 0
+        last = now == EPISODE_LENGTH
+        trunc = last and not term
+        for a in range(tid, N, threads):
+            reward = rewards[e, a]
+            if a < G:
+                count = tags[a]
+                if count > 0:
+                    reward = add_rn(reward, mul_rn(np.float32(count), TAG_REWARD_FOR_TAGGER))
+            elif last and sh_in_game[a]:
+                reward = reward + END_OF_GAME_REWARD_FOR_RUNNER
+            rewards[e, a] = reward
+            agent_terminated[e, a] = term or not sh_in_game[a]
+            agent_truncated[e, a] = trunc and sh_in_game[a]
+        done = term or trunc
+        if tid == 0:
+            t[e] = now
+            terminated[e] = term
+            truncated[e] = trunc
+            if autoreset_mode == SAME_STEP:
+                final_observation_mask[e] = done
+            else:
+                needs_reset[e] = done
+        if autoreset_mode == SAME_STEP and done:
+            observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed,
+                        final_observations)
+            cuda.syncthreads()  # the final observations have read the state the reset overwrites
+            reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y,
+                      sh_in_game)
+            cuda.syncthreads()
+            observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+        else:
+            observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+
+    @cuda.jit
+    def tag_continuous_reset(num_envs, x, y, direction, speed, acceleration, in_game, t, observations, reset_mask,
+                             needs_reset, episodes, seeds):
+        sh_x = cuda.shared.array(N, float32)
+        sh_y = cuda.shared.array(N, float32)
+        sh_in_game = cuda.shared.array(N, boolean)
+        observed = cuda.shared.array(OBSERVED_SIZE, int32)
+        e = cuda.blockIdx.x
+        if e >= num_envs or not reset_mask[e]:
+            return
+        reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y, sh_in_game)
+        if cuda.threadIdx.x == 0:
+            needs_reset[e] = False
+        cuda.syncthreads()
+        observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+
+    return tag_continuous_step, tag_continuous_reset
