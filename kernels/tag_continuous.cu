@@ -134,11 +134,15 @@ __device__ void nearest_others(const TagShared& sh, int a, int part, bool active
 }
 #endif
 
-// Feature f of agent a's observation row (r: a's row within the chunk being written).
-__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, int a, int r, int f, float time) {
+#if TC_FULL_OBSERVATION
+#define SLOTS (N - 1)
+#else
+#define SLOTS K
+#endif
+
+// Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk).
+__device__ __forceinline__ float feature(const EnvState& s, const TagShared& sh, int a, int r, int m, int c) {
     if (!sh.in_game[a]) return 0.0f;
-    if (f == TC_OBS_DIM - 1) return time;
-    int m = f / FEATURES, c = f - m * FEATURES;
 #if TC_FULL_OBSERVATION
     int j = m < a ? m : m + 1;  // every other agent in id order
 #else
@@ -158,8 +162,9 @@ __device__ __forceinline__ float observation(const EnvState& s, const TagShared&
 
 // Observations of this env's agents (the state rows and the staged positions must be current and
 // visible to the whole block), a chunk of agents at a time: the block finds the chunk's nearest
-// others (SPLIT threads per agent), then writes the chunk's rows with consecutive threads storing
-// consecutive floats (a thread writing its own row would spread each warp's stores over 32 rows).
+// others (SPLIT threads per agent), then writes the chunk's rows one feature at a time: the
+// threads of a warp compute the same feature (no divergence over the 7 kinds) of consecutive
+// (agent, slot) pairs, whose stores lie 7 floats apart, a few sectors per warp.
 __device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
@@ -176,10 +181,22 @@ __device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs)
         __syncthreads();
 #endif
         float* out = obs + (long long)first * TC_OBS_DIM;
+        // Element k is feature c = k / pairs of pair p = k % pairs, tracked incrementally (no
+        // division by the run-time pair count).
+        int pairs = rows * SLOTS;
+        int c = threadIdx.x / pairs, p = threadIdx.x % pairs;
 #pragma unroll 1
-        for (int k = threadIdx.x; k < rows * TC_OBS_DIM; k += blockDim.x) {
-            int r = k / TC_OBS_DIM;
-            out[k] = observation(s, sh, first + r, r, k - r * TC_OBS_DIM, time);
+        while (c < FEATURES) {
+            int r = p / SLOTS, m = p - r * SLOTS;
+            out[(long long)r * TC_OBS_DIM + m * FEATURES + c] = feature(s, sh, first + r, r, m, c);
+            p += blockDim.x;
+            while (p >= pairs) {
+                p -= pairs;
+                ++c;
+            }
+        }
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+            out[(long long)r * TC_OBS_DIM + TC_OBS_DIM - 1] = sh.in_game[first + r] ? time : 0.0f;
         }
         __syncthreads();  // the next chunk overwrites sh.observed
     }
