@@ -93,7 +93,11 @@ def make_kernels(constants: dict):
     INFINITY = np.float32(np.inf)
     # The partial observation's nearest-others lists live in shared memory, one chunk of agents
     # (one per thread, at most the launch's block size) at a time; the full observation needs none.
-    OBSERVED_SIZE = 1 if FULL_OBSERVATION else BLOCK_THREADS * K
+    # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
+    # shared_bytes() declares), one thread each here.
+    CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // int(constants["SCAN_SPLIT"])
+    SLOTS = N - 1 if FULL_OBSERVATION else K
+    OBSERVED_SIZE = 1 if FULL_OBSERVATION else CHUNK * K
 
     @cuda.jit(device=True)
     def squared_distance(dx, dy):
@@ -155,14 +159,10 @@ def make_kernels(constants: dict):
             observed[base + m] = best_id[m]
 
     @cuda.jit(device=True)
-    def observation(e, a, r, f, time, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
-        """Feature f of agent a's observation row (r: a's row within the chunk being written)."""
+    def feature(e, a, r, m, c, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
+        """Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk)."""
         if not sh_in_game[a]:
             return ZERO
-        if f == OBS_DIM - 1:
-            return time
-        m = f // FEATURES
-        c = f - m * FEATURES
         if FULL_OBSERVATION:
             j = m if m < a else m + 1  # every other agent in id order
         else:
@@ -187,22 +187,29 @@ def make_kernels(constants: dict):
     def observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, out):
         """Observations of env e's agents into out[e] (the state rows and the staged positions must
         be current and visible to the whole block), a chunk of agents at a time: each thread finds
-        its agent's nearest others, then the block writes the chunk's rows with consecutive threads
-        storing consecutive floats. Every thread runs every chunk, so the barriers are uniform."""
+        its agent's nearest others, then the block writes the chunk's rows feature by feature, as
+        tag_continuous.cu does. Every thread runs every chunk, so the barriers are uniform. (The
+        CUDA C kernel also splits one agent's search over several lanes; here one thread does it.)"""
         time = np.float32(now) / TIME_SCALE
         tid = cuda.threadIdx.x
-        chunk = min(cuda.blockDim.x, BLOCK_THREADS)  # observed holds BLOCK_THREADS agents' lists
+        threads = cuda.blockDim.x
+        chunk = min(threads, CHUNK)  # observed holds CHUNK agents' lists
         for first in range(0, N, chunk):
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION:
                 if tid < rows and sh_in_game[first + tid]:
                     nearest_others(first + tid, sh_x, sh_y, sh_in_game, observed, tid * K)
                 cuda.syncthreads()
-            for k in range(tid, rows * OBS_DIM, cuda.blockDim.x):
-                r = k // OBS_DIM
-                out[e, first + r, k - r * OBS_DIM] = observation(e, first + r, r, k - r * OBS_DIM, time, direction,
-                                                                 speed, acceleration, sh_x, sh_y, sh_in_game,
-                                                                 observed)
+            pairs = rows * SLOTS
+            for k in range(tid, FEATURES * pairs, threads):
+                c = k // pairs
+                p = k - c * pairs
+                r = p // SLOTS
+                m = p - r * SLOTS
+                out[e, first + r, m * FEATURES + c] = feature(e, first + r, r, m, c, direction, speed, acceleration,
+                                                              sh_x, sh_y, sh_in_game, observed)
+            for r in range(tid, rows, threads):
+                out[e, first + r, OBS_DIM - 1] = time if sh_in_game[first + r] else ZERO
             cuda.syncthreads()  # the next chunk overwrites observed
 
     @cuda.jit
