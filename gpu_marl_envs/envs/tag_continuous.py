@@ -345,10 +345,11 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 
 
 def block_threads(p: TagContinuousParams) -> int:
-    """512 threads up to 1024 agents, even for ~100: the observation rows are written by the whole
-    block and the nearest-others search is split over the spare threads (:func:`scan_split`), so
-    that a few envs (a block per SM) still keep many warps busy; 256 beyond, for shared memory."""
-    return 512 if p.num_agents <= 1024 else 256
+    """256 threads per env whatever the number of agents: the observation rows are written by the
+    whole block and, with ~100 agents, the nearest-others search is split over the spare threads
+    (:func:`scan_split`). On an H200, 256 threads with a 2-way split beat 512 with a 4-way one by
+    12% at 1000 envs x 110 agents and lose 11% at 100 envs (benchmarks/tag_throughput.py)."""
+    return 256
 
 
 def scan_split(p: TagContinuousParams) -> int:
