@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a CUDA machine: the GPU tests, the throughput benchmark and the gymnax peer baseline, in one
+# On a CUDA machine: the GPU tests, the throughput benchmarks and the gymnax peer baseline, in one
 # session so that every number comes from the same GPU. Logs and tables go to $OUT (default
 # benchmarks/results). Needs the [cuda] extra; the gymnax baseline needs jax and gymnax.
 set -uo pipefail
@@ -9,3 +9,4 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
 python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
 python3 benchmarks/throughput.py --validate both --out "$out/throughput.md" --json "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
 python3 benchmarks/peers/gymnax_cartpole.py 2>&1 | tee "$out/gymnax.log"
+python3 benchmarks/tag_throughput.py --out "$out/tag.md" --json "$out/tag.json" 2>&1 | tee "$out/tag.log"
