@@ -59,9 +59,6 @@ class MultiAgentDefinition:
     def state_fields(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self.state_type))
 
-    def num_agents(self, params) -> int:
-        return params.num_agents
-
     def agent_names(self, params) -> list[str]:
         """``<group without its plural s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
         return [f"{group.removesuffix('s')}_{k}" for group, ids in self.agent_groups(params).items()
