@@ -5,6 +5,29 @@ switch is this import.
 """
 
 from numba import cuda
+from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda", "NumbaPerformanceWarning"]
+__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "mul_rn"]
+
+# Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
+# fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn).
+if config.ENABLE_CUDASIM:
+    # The simulator runs numpy float32 operations, each rounded (libdevice has no simulator twin).
+    @cuda.jit(device=True)
+    def mul_rn(a, b):
+        return a * b
+
+    @cuda.jit(device=True)
+    def add_rn(a, b):
+        return a + b
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def mul_rn(a, b):
+        return libdevice.fmul_rn(a, b)
+
+    @cuda.jit(device=True)
+    def add_rn(a, b):
+        return libdevice.fadd_rn(a, b)

@@ -24,35 +24,15 @@ import math
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from numba import boolean, float32, int32
-from numba.cuda.core import config as _numba_cuda_config
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 FEATURES = 7
 
-if _numba_cuda_config.ENABLE_CUDASIM:
-    # The simulator runs numpy float32 operations, each rounded (libdevice has no simulator twin).
-    @cuda.jit(device=True)
-    def mul_rn(a, b):
-        return a * b
-
-    @cuda.jit(device=True)
-    def add_rn(a, b):
-        return a + b
-else:
-    from numba.cuda import libdevice
-
-    @cuda.jit(device=True)
-    def mul_rn(a, b):
-        return libdevice.fmul_rn(a, b)
-
-    @cuda.jit(device=True)
-    def add_rn(a, b):
-        return libdevice.fadd_rn(a, b)
 
 
 def make_kernels(constants: dict):
