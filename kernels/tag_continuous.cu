@@ -5,7 +5,8 @@
 // reference module, TC_BLOCK_THREADS the launch's block size), the RNG and autoreset constants as
 // GME_* (multi_agent_pycuda.kernel_source).
 //
-// Race freedom: in each phase a thread writes only the agents it owns; what other threads read
+// Race freedom: in each phase a thread writes only the agents it handles in that phase (runners are
+// spread over the threads on their own in the tag phase); what other threads read
 // (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
 // of runners left are integer atomics, exact in any order.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.

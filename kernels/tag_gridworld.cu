@@ -4,8 +4,8 @@
 // waiting across blocks). The params arrive as TG_* constants (kernel_constants in the reference
 // module), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
 //
-// Race freedom: in each phase a thread writes only the agents it owns; what other threads read (the
-// cells after the moves) is staged in shared memory before a barrier. The tag is a block-wide OR
+// Race freedom: in each phase a thread writes only the agents it handles in that phase; what other
+// threads read (the cells after the moves) is staged in shared memory before a barrier. The tag is a block-wide OR
 // (__syncthreads_or), the runner's nearest tagger an integer atomicMin over exact keys: both are the
 // same in any order. Observations are written by the whole block in consecutive words.
 #include "rng.cuh"
