@@ -1,0 +1,201 @@
+"""PPO (Schulman et al., 2017, arXiv:1707.06347) on a batched single-agent env, everything on the
+env's device: CleanRL's ``ppo.py`` structure (rollout -> advantages -> update -> log).
+
+The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
+observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
+last reward, a terminated one is not. Nothing synchronises with the host inside the rollout or the
+update; episode statistics accumulate on the device and are read at the log interval.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs.baselines.gae import compute_gae
+from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.vector_env import GpuVectorEnv
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Defaults: PureJaxRL's CartPole-v1 hyper-parameters (Lu et al., 2022)."""
+
+    num_envs: int = 4
+    """Parallel envs of the rollout."""
+    num_steps: int = 128
+    """Steps per env per rollout."""
+    total_timesteps: int = 500_000
+    """Env steps of the whole run (rounded down to whole rollouts)."""
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: float = 0.2
+    clip_vloss: bool = False
+    """Clip the value update like the policy's (CleanRL's option; PureJaxRL clips, off here)."""
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: tuple[int, ...] = (64, 64)
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"PPOConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.batch_size % self.num_minibatches:
+            raise ValueError(f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
+                             f"= {self.num_minibatches}")
+        if self.total_timesteps < self.batch_size:
+            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig):
+    """The clipped surrogate, value and entropy terms on one minibatch: ``(loss, stats)``."""
+    _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    if config.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = torch.max(-advantages * ratio,
+                            -advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)).mean()
+    if config.clip_vloss:
+        clipped = old_values + (values - old_values).clamp(-config.clip_coef, config.clip_coef)
+        value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((values - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    with torch.no_grad():
+        stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
+                 "approx_kl": ((ratio - 1) - log_ratio).mean(),
+                 "clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean()}
+    return loss, stats
+
+
+def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
+          log_every: int = 10, log=print):
+    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
+    list of dicts (env steps, mean return of the episodes finished since the last log, losses)."""
+    torch.manual_seed(config.seed)
+    envs = GpuVectorEnv(env_id, config.num_envs, device=device, backend=backend,
+                        autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False)
+    device = envs.device
+    space = envs.single_action_space
+    obs_size = envs.single_observation_space.shape[0]
+    agent = ActorCritic(obs_size, space, config.hidden).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
+
+    T, E = config.num_steps, config.num_envs
+    obs_buf = torch.zeros((T, E, obs_size), device=device)
+    action_buf = torch.zeros((T, E, *space.shape), device=device,
+                             dtype=torch.float32 if isinstance(space, spaces.Box) else torch.int64)
+    log_prob_buf, reward_buf, done_buf, value_buf = (torch.zeros((T, E), device=device) for _ in range(4))
+    episode_return = torch.zeros(E, device=device)
+    finished_return, finished = torch.zeros((), device=device), torch.zeros((), device=device)
+    low = high = None
+    if isinstance(space, spaces.Box):
+        low = torch.as_tensor(space.low, device=device)
+        high = torch.as_tensor(space.high, device=device)
+
+    next_obs, _ = envs.reset(seed=config.seed)
+    next_obs = next_obs.clone()
+    history, start = [], time.perf_counter()
+    for iteration in range(config.num_iterations):
+        if config.anneal_lr:
+            optimizer.param_groups[0]["lr"] = config.learning_rate * (1.0 - iteration / config.num_iterations)
+
+        # Rollout.
+        for t in range(T):
+            obs_buf[t] = next_obs
+            with torch.no_grad():
+                action, log_prob, _, value = agent.action_and_value(next_obs)
+            env_action = action.clamp(low, high) if low is not None else action
+            obs, env_reward, terminated, truncated, infos = envs.step(env_action)
+            with torch.no_grad():  # truncation bootstraps from the final observation's value
+                final_value = agent.value(infos["final_obs"])
+            reward = env_reward + config.gamma * final_value * truncated
+            done = terminated | truncated
+            action_buf[t], log_prob_buf[t], value_buf[t] = action, log_prob, value
+            reward_buf[t], done_buf[t] = reward, done
+            episode_return += env_reward
+            finished_return += (episode_return * done).sum()
+            finished += done.sum()
+            episode_return *= ~done
+            next_obs = obs.clone()
+
+        # Advantages.
+        with torch.no_grad():
+            advantages, returns = compute_gae(reward_buf, value_buf, done_buf, agent.value(next_obs),
+                                              config.gamma, config.gae_lambda)
+
+        # Update: epochs of shuffled minibatches.
+        b_obs, b_actions = obs_buf.flatten(0, 1), action_buf.flatten(0, 1)
+        b_log_probs, b_adv = log_prob_buf.flatten(), advantages.flatten()
+        b_returns, b_values = returns.flatten(), value_buf.flatten()
+        minibatch = config.batch_size // config.num_minibatches
+        for _ in range(config.update_epochs):
+            order = torch.randperm(config.batch_size, device=device)
+            for first in range(0, config.batch_size, minibatch):
+                idx = order[first:first + minibatch]
+                loss, stats = ppo_loss(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
+                                       b_returns[idx], b_values[idx], config)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
+                optimizer.step()
+
+        # Log (the only host synchronisation).
+        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+            steps = (iteration + 1) * config.batch_size
+            entry = {"env_steps": steps, "seconds": time.perf_counter() - start,
+                     "mean_return": (finished_return / finished.clamp(min=1)).item(), "episodes": int(finished.item()),
+                     **{k: v.item() for k, v in stats.items()}}
+            history.append(entry)
+            finished_return.zero_()
+            finished.zero_()
+            if log is not None:
+                log(f"steps {steps:>9,d}  return {entry['mean_return']:8.1f}  ({entry['episodes']} episodes)  "
+                    f"{steps / entry['seconds']:,.0f} steps/s")
+    envs.close()
+    return agent, history
+
+
+def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:
+    """Returns of ``num_episodes`` episodes (one per env) with the agent's greedy actions."""
+    envs = GpuVectorEnv(env_id, num_episodes, device=device, autoreset_mode=AutoresetMode.DISABLED,
+                        validate_actions=False)
+    obs, _ = envs.reset(seed=seed)
+    returns = torch.zeros(num_episodes, device=envs.device)
+    running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
+    space = envs.single_action_space
+    while bool(running.any()):
+        with torch.no_grad():
+            action = agent.greedy(obs)
+        if isinstance(space, spaces.Box):
+            action = action.clamp(torch.as_tensor(space.low, device=envs.device),
+                                  torch.as_tensor(space.high, device=envs.device))
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        returns += reward * running
+        running &= ~(terminated | truncated)
+    envs.close()
+    return returns
+
