@@ -1,10 +1,9 @@
 """PPO (Schulman et al., 2017, arXiv:1707.06347) on a batched single-agent env, everything on the
 env's device: CleanRL's ``ppo.py`` structure (rollout -> advantages -> update -> log).
 
-The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
-observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
-last reward, a terminated one is not. Nothing synchronises with the host inside the rollout or the
-update; episode statistics accumulate on the device and are read at the log interval.
+Rollouts (with truncation bootstrapping) are :mod:`rollout`'s. Nothing synchronises with the host
+inside the rollout or the update; episode statistics accumulate on the device and are read at the
+log interval.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -96,85 +96,40 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
     list of dicts (env steps, mean return of the episodes finished since the last log, losses)."""
     torch.manual_seed(config.seed)
-    envs = GpuVectorEnv(env_id, config.num_envs, device=device, backend=backend,
-                        autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
     device = envs.device
-    space = envs.single_action_space
-    obs_size = envs.single_observation_space.shape[0]
-    agent = ActorCritic(obs_size, space, config.hidden).to(device)
+    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
-
-    T, E = config.num_steps, config.num_envs
-    obs_buf = torch.zeros((T, E, obs_size), device=device)
-    action_buf = torch.zeros((T, E, *space.shape), device=device,
-                             dtype=torch.float32 if isinstance(space, spaces.Box) else torch.int64)
-    log_prob_buf, reward_buf, done_buf, value_buf = (torch.zeros((T, E), device=device) for _ in range(4))
-    episode_return = torch.zeros(E, device=device)
-    finished_return, finished = torch.zeros((), device=device), torch.zeros((), device=device)
-    low = high = None
-    if isinstance(space, spaces.Box):
-        low = torch.as_tensor(space.low, device=device)
-        high = torch.as_tensor(space.high, device=device)
-
-    next_obs, _ = envs.reset(seed=config.seed)
-    next_obs = next_obs.clone()
+    rollout = Rollout.allocate(config.num_steps, envs)
+    stats = EpisodeStats(config.num_envs, device)
+    minibatch = config.batch_size // config.num_minibatches
     history, start = [], time.perf_counter()
     for iteration in range(config.num_iterations):
         if config.anneal_lr:
             optimizer.param_groups[0]["lr"] = config.learning_rate * (1.0 - iteration / config.num_iterations)
 
-        # Rollout.
-        for t in range(T):
-            obs_buf[t] = next_obs
-            with torch.no_grad():
-                action, log_prob, _, value = agent.action_and_value(next_obs)
-            env_action = action.clamp(low, high) if low is not None else action
-            obs, env_reward, terminated, truncated, infos = envs.step(env_action)
-            with torch.no_grad():  # truncation bootstraps from the final observation's value
-                final_value = agent.value(infos["final_obs"])
-            reward = env_reward + config.gamma * final_value * truncated
-            done = terminated | truncated
-            action_buf[t], log_prob_buf[t], value_buf[t] = action, log_prob, value
-            reward_buf[t], done_buf[t] = reward, done
-            episode_return += env_reward
-            finished_return += (episode_return * done).sum()
-            finished += done.sum()
-            episode_return *= ~done
-            next_obs = obs.clone()
+        obs = collect(agent, envs, rollout, obs, stats, config.gamma)
 
-        # Advantages.
         with torch.no_grad():
-            advantages, returns = compute_gae(reward_buf, value_buf, done_buf, agent.value(next_obs),
+            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, agent.value(obs),
                                               config.gamma, config.gae_lambda)
 
-        # Update: epochs of shuffled minibatches.
-        b_obs, b_actions = obs_buf.flatten(0, 1), action_buf.flatten(0, 1)
-        b_log_probs, b_adv = log_prob_buf.flatten(), advantages.flatten()
-        b_returns, b_values = returns.flatten(), value_buf.flatten()
-        minibatch = config.batch_size // config.num_minibatches
+        # Epochs of shuffled minibatches; the old log-probabilities and values are the rollout's.
+        b_obs, b_actions, b_log_probs, b_values = (rollout.flat(n) for n in ("obs", "actions", "log_probs", "values"))
+        b_adv, b_returns = advantages.flatten(), returns.flatten()
         for _ in range(config.update_epochs):
             order = torch.randperm(config.batch_size, device=device)
             for first in range(0, config.batch_size, minibatch):
                 idx = order[first:first + minibatch]
-                loss, stats = ppo_loss(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
-                                       b_returns[idx], b_values[idx], config)
+                loss, losses = ppo_loss(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
+                                        b_returns[idx], b_values[idx], config)
                 optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
                 optimizer.step()
 
-        # Log (the only host synchronisation).
         if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            steps = (iteration + 1) * config.batch_size
-            entry = {"env_steps": steps, "seconds": time.perf_counter() - start,
-                     "mean_return": (finished_return / finished.clamp(min=1)).item(), "episodes": int(finished.item()),
-                     **{k: v.item() for k, v in stats.items()}}
-            history.append(entry)
-            finished_return.zero_()
-            finished.zero_()
-            if log is not None:
-                log(f"steps {steps:>9,d}  return {entry['mean_return']:8.1f}  ({entry['episodes']} episodes)  "
-                    f"{steps / entry['seconds']:,.0f} steps/s")
+            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log))
     envs.close()
     return agent, history
 

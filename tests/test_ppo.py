@@ -103,3 +103,36 @@ def test_bad_config_is_rejected():
         PPOConfig(num_envs=3, num_steps=5, num_minibatches=4)
     with pytest.raises(ValueError, match="num_envs"):
         PPOConfig(num_envs=0)
+
+
+# -- A2C -----------------------------------------------------------------------------------------
+
+from gpu_marl_envs.baselines import a2c  # noqa: E402
+
+
+def test_a2c_loss_follows_its_formula():
+    torch.manual_seed(1)
+    agent = ActorCritic(4, spaces.Discrete(2))
+    obs, actions = torch.randn(5, 4), torch.tensor([0, 1, 1, 0, 1])
+    advantages, returns = torch.randn(5), torch.randn(5)
+    config = a2c.A2CConfig(ent_coef=0.02, vf_coef=0.5)
+    loss, stats = a2c.a2c_loss(agent, obs, actions, advantages, returns, config)
+    with torch.no_grad():
+        _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+    expected = -(advantages * log_probs).mean() - 0.02 * entropy.mean() + 0.5 * 0.5 * ((returns - values) ** 2).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert stats["value_loss"].item() == pytest.approx((0.5 * ((returns - values) ** 2).mean()).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCarContinuous-v0"])
+def test_a2c_smoke(env_id):
+    config = a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=200)
+    agent, history = a2c.train(env_id, config, device="cpu", log_every=5, log=None)
+    assert [h["env_steps"] for h in history] == [100, 200]
+    assert all(math.isfinite(v) for entry in history for v in entry.values())
+    assert torch.isfinite(evaluate(agent, env_id, num_episodes=2, device="cpu")).all()
+
+
+def test_a2c_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="cover one rollout"):
+        a2c.A2CConfig(num_envs=8, num_steps=5, total_timesteps=10)

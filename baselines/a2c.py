@@ -1,0 +1,97 @@
+"""A2C (Mnih et al., 2016, arXiv:1602.01783, synchronous form) on a batched single-agent env: one
+gradient step per short rollout, everything on the env's device.
+
+Rollouts (with truncation bootstrapping) are :mod:`rollout`'s; returns are n-step returns
+(``gae_lambda = 1``) by default, GAE with a smaller ``gae_lambda``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gpu_marl_envs.baselines.gae import compute_gae
+from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs
+
+
+@dataclass(frozen=True)
+class A2CConfig:
+    """Defaults: Stable-Baselines3's A2C (RMSprop, 5-step rollouts), with 16 envs."""
+
+    num_envs: int = 16
+    num_steps: int = 5
+    """Steps per env per update."""
+    total_timesteps: int = 500_000
+    learning_rate: float = 7e-4
+    anneal_lr: bool = False
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    """1: plain n-step returns."""
+    norm_adv: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    rms_prop_eps: float = 1e-5
+    hidden: tuple[int, ...] = (64, 64)
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("num_envs", "num_steps", "total_timesteps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"A2CConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.total_timesteps < self.batch_size:
+            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+def a2c_loss(agent, obs, actions, advantages, returns, config: A2CConfig):
+    """Policy gradient, value and entropy terms on one rollout: ``(loss, stats)``."""
+    _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+    if config.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -(advantages * log_probs).mean()
+    value_loss = 0.5 * ((returns - values) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats
+
+
+def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
+          log_every: int = 100, log=print):
+    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``."""
+    torch.manual_seed(config.seed)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
+    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space,
+                        config.hidden).to(envs.device)
+    optimizer = torch.optim.RMSprop(agent.parameters(), lr=config.learning_rate, alpha=0.99, eps=config.rms_prop_eps)
+    rollout = Rollout.allocate(config.num_steps, envs)
+    stats = EpisodeStats(config.num_envs, envs.device)
+    history, start = [], time.perf_counter()
+    for iteration in range(config.num_iterations):
+        if config.anneal_lr:
+            optimizer.param_groups[0]["lr"] = config.learning_rate * (1.0 - iteration / config.num_iterations)
+        obs = collect(agent, envs, rollout, obs, stats, config.gamma)
+        with torch.no_grad():
+            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, agent.value(obs),
+                                              config.gamma, config.gae_lambda)
+        loss, losses = a2c_loss(agent, rollout.flat("obs"), rollout.flat("actions"), advantages.flatten(),
+                                returns.flatten(), config)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
+        optimizer.step()
+        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log))
+    envs.close()
+    return agent, history

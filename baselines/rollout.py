@@ -1,0 +1,111 @@
+"""On-policy rollouts on a batched env, kept on the env's device (shared by PPO and A2C).
+
+The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
+observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
+last reward; a terminated one is not. Nothing here synchronises with the host.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs.vector_env import GpuVectorEnv
+
+
+def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None):
+    """The training envs and their first observations (a copy)."""
+    envs = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP,
+                        validate_actions=False)
+    obs, _ = envs.reset(seed=seed)
+    return envs, obs.clone()
+
+
+@dataclass
+class Rollout:
+    """``(num_steps, num_envs, ...)`` tensors of one rollout."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    rewards: torch.Tensor  # with truncations bootstrapped
+    dones: torch.Tensor  # float: the transition ended its episode
+    values: torch.Tensor
+
+    @classmethod
+    def allocate(cls, num_steps: int, envs: GpuVectorEnv) -> "Rollout":
+        space, device = envs.single_action_space, envs.device
+        shape = (num_steps, envs.num_envs)
+        action_dtype = torch.float32 if isinstance(space, spaces.Box) else torch.int64
+        return cls(obs=torch.zeros((*shape, *envs.single_observation_space.shape), device=device),
+                   actions=torch.zeros((*shape, *space.shape), dtype=action_dtype, device=device),
+                   log_probs=torch.zeros(shape, device=device), rewards=torch.zeros(shape, device=device),
+                   dones=torch.zeros(shape, device=device), values=torch.zeros(shape, device=device))
+
+    def flat(self, name: str) -> torch.Tensor:
+        """A field with the step and env dimensions merged (a view)."""
+        return getattr(self, name).flatten(0, 1)
+
+
+class EpisodeStats:
+    """Returns of finished episodes, summed on the device; read (one sync) only when logging."""
+
+    def __init__(self, num_envs: int, device):
+        self.running = torch.zeros(num_envs, device=device)
+        self.total = torch.zeros((), device=device)
+        self.count = torch.zeros((), device=device)
+
+    def update(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
+        self.running += rewards
+        self.total += (self.running * done).sum()
+        self.count += done.sum()
+        self.running *= ~done
+
+    def read_and_clear(self) -> tuple[float, int]:
+        """Mean return and number of the episodes finished since the last call."""
+        mean, count = (self.total / self.count.clamp(min=1)).item(), int(self.count.item())
+        self.total.zero_()
+        self.count.zero_()
+        return mean, count
+
+
+def collect(agent, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
+            gamma: float) -> torch.Tensor:
+    """Fill ``rollout`` with the agent's sampled actions from ``obs``; returns the next observations."""
+    space = envs.single_action_space
+    low = high = None
+    if isinstance(space, spaces.Box):
+        low = torch.as_tensor(space.low, device=envs.device)
+        high = torch.as_tensor(space.high, device=envs.device)
+    for t in range(rollout.obs.shape[0]):
+        rollout.obs[t] = obs
+        with torch.no_grad():
+            action, log_prob, _, value = agent.action_and_value(obs)
+        # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
+        env_action = action.clamp(low, high) if low is not None else action
+        next_obs, env_reward, terminated, truncated, infos = envs.step(env_action)
+        with torch.no_grad():
+            final_value = agent.value(infos["final_obs"])
+        done = terminated | truncated
+        rollout.actions[t], rollout.log_probs[t], rollout.values[t] = action, log_prob, value
+        rollout.rewards[t] = env_reward + gamma * final_value * truncated
+        rollout.dones[t] = done
+        stats.update(env_reward, done)
+        obs = next_obs.clone()  # the env overwrites its buffers at the next step
+    return obs
+
+
+def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log) -> dict:
+    """One history entry (the only host synchronisation of a run), printed by ``log`` if given."""
+    seconds = time.perf_counter() - start
+    mean_return, episodes = stats.read_and_clear()
+    entry = {"env_steps": env_steps, "seconds": seconds, "mean_return": mean_return, "episodes": episodes,
+             **{name: value.item() for name, value in losses.items()}}
+    if log is not None:
+        log(f"steps {env_steps:>9,d}  return {mean_return:8.1f}  ({episodes} episodes)  "
+            f"{env_steps / seconds:,.0f} steps/s")
+    return entry
