@@ -14,7 +14,7 @@ import torch
 
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs
+from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs, print_entry
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def a2c_loss(agent, obs, actions, advantages, returns, config: A2CConfig):
 
 
 def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 100, log=print):
+          log_every: int = 100, log=print_entry):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``."""
     torch.manual_seed(config.seed)
     envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)

@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs
+from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs, print_entry
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -92,9 +92,10 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
 
 
 def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 10, log=print):
+          log_every: int = 10, log=print_entry):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
-    list of dicts (env steps, mean return of the episodes finished since the last log, losses)."""
+    list of dicts (env steps, mean return of the episodes finished since the last log, losses),
+    each also handed to ``log`` when it is made."""
     torch.manual_seed(config.seed)
     envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
     device = envs.device

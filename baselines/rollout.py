@@ -99,13 +99,17 @@ def collect(agent, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stat
     return obs
 
 
+def print_entry(entry: dict) -> None:
+    """The default ``log`` of the trainers: one line per log interval."""
+    print(f"steps {entry['env_steps']:>9,d}  return {entry['mean_return']:8.1f}  ({entry['episodes']} episodes)  "
+          f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s")
+
+
 def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log) -> dict:
-    """One history entry (the only host synchronisation of a run), printed by ``log`` if given."""
-    seconds = time.perf_counter() - start
+    """One history entry (the only host synchronisation of a run), handed to ``log`` if given."""
     mean_return, episodes = stats.read_and_clear()
-    entry = {"env_steps": env_steps, "seconds": seconds, "mean_return": mean_return, "episodes": episodes,
-             **{name: value.item() for name, value in losses.items()}}
+    entry = {"env_steps": env_steps, "seconds": time.perf_counter() - start, "mean_return": mean_return,
+             "episodes": episodes, **{name: value.item() for name, value in losses.items()}}
     if log is not None:
-        log(f"steps {env_steps:>9,d}  return {mean_return:8.1f}  ({episodes} episodes)  "
-            f"{env_steps / seconds:,.0f} steps/s")
+        log(entry)
     return entry

@@ -1,0 +1,200 @@
+"""``gpu-marl-train``: train a policy on one env from a config file, with a progress bar, metrics,
+a learning-curve picture and a checkpoint; or evaluate a checkpoint.
+
+    gpu-marl-train --env CartPole-v1                       # the shipped config for the env
+    gpu-marl-train --config my.toml --set num_envs=64 --set learning_rate=1e-3 --seed 3
+    gpu-marl-train --evaluate runs/CartPole-v1-ppo-seed0/checkpoint.pt
+
+(also ``python -m gpu_marl_envs.baselines.train``). A config is a TOML file with ``env``,
+``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
+(``PPOConfig``, ``A2CConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
+The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) receives
+``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png`` and ``checkpoint.pt``
+(written atomically). The device is the GPU when there is one, else the CPU (``--device``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import os
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gpu_marl_envs.baselines import a2c, ppo
+from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.plotting import plot_learning_curve
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ALGORITHMS = {"ppo": (ppo.PPOConfig, ppo.train), "a2c": (a2c.A2CConfig, a2c.train)}
+CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
+DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml"}
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message says why."""
+
+
+def read_config(path=None, env: str | None = None) -> dict:
+    if path is None:
+        if env not in DEFAULT_CONFIGS:
+            raise ConfigError(f"no shipped config for env {env!r}; shipped: {sorted(DEFAULT_CONFIGS)} "
+                              "(or pass --config FILE)")
+        text = (CONFIGS / DEFAULT_CONFIGS[env]).read_text()
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as error:
+            raise ConfigError(f"cannot read config {path}: {error}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config {path or DEFAULT_CONFIGS[env]} is not valid TOML: {error}") from None
+    unknown = set(raw) - {"env", "algorithm", "hyperparameters"}
+    if unknown:
+        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; expected env, algorithm, [hyperparameters]")
+    return raw
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """``key=value`` with a TOML value (``3``, ``1e-3``, ``true``, ``[64, 64]``; bare words are strings)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return key.strip(), parsed
+
+
+def build_config(raw: dict, overrides: list[str], seed: int | None):
+    """The algorithm name, env id and the algorithm's config dataclass."""
+    algorithm = raw.get("algorithm")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    config_type, _ = ALGORITHMS[algorithm]
+    values = dict(raw.get("hyperparameters", {}))
+    values.update(parse_override(text) for text in overrides)
+    if seed is not None:
+        values["seed"] = seed
+    names = {f.name for f in dataclasses.fields(config_type)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown {algorithm} hyper-parameters {unknown}; known: {sorted(names)}")
+    if "hidden" in values:
+        values["hidden"] = tuple(values["hidden"])
+    try:
+        return algorithm, raw.get("env"), config_type(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from None
+
+
+def atomic_save(obj, path: Path) -> None:
+    """Write to a temporary file in the same folder, then rename: a crash leaves the old file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(handle)
+    try:
+        torch.save(obj, temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def to_toml(algorithm: str, env: str, config) -> str:
+    def literal(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (tuple, list)):
+            return "[" + ", ".join(literal(x) for x in v) + "]"
+        return repr(v) if not isinstance(v, str) else f'"{v}"'
+
+    lines = [f'env = "{env}"', f'algorithm = "{algorithm}"', "", "[hyperparameters]"]
+    lines += [f"{k} = {literal(v)}" for k, v in dataclasses.asdict(config).items()]
+    return "\n".join(lines) + "\n"
+
+
+def run_training(algorithm: str, env: str, config, out: Path, device: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.toml").write_text(to_toml(algorithm, env, config))
+    _, train = ALGORITHMS[algorithm]
+    total = config.num_iterations * config.batch_size
+    metrics = open(out / "metrics.csv", "w", newline="")
+    writer = None
+    with metrics, tqdm(total=total, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
+        def log(entry: dict) -> None:
+            nonlocal writer
+            if writer is None:
+                writer = csv.DictWriter(metrics, fieldnames=list(entry))
+                writer.writeheader()
+            writer.writerow(entry)
+            metrics.flush()
+            bar.update(entry["env_steps"] - bar.n)
+            bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
+
+        agent, history = train(env, config, device=device, log=log, log_every=max(1, config.num_iterations // 50))
+    plot_learning_curve(history, out / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})")
+    checkpoint = {"algorithm": algorithm, "env": env, "config": dataclasses.asdict(config),
+                  "model": agent.state_dict(), "history": history}
+    atomic_save(checkpoint, out / "checkpoint.pt")
+    returns = ppo.evaluate(agent, env, device=device)
+    return {"mean_return": returns.mean().item(), "checkpoint": out / "checkpoint.pt"}
+
+
+def load_agent(path, device) -> tuple[ActorCritic, str]:
+    """The policy and env of a checkpoint written by this command."""
+    checkpoint = torch.load(path, map_location=device, weights_only=False)
+    from gpu_marl_envs.vector_env import GpuVectorEnv
+
+    probe = GpuVectorEnv(checkpoint["env"], 1, device="cpu")
+    agent = ActorCritic(probe.single_observation_space.shape[0], probe.single_action_space,
+                        tuple(checkpoint["config"]["hidden"]))
+    agent.load_state_dict(checkpoint["model"])
+    return agent.to(device), checkpoint["env"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-marl-train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--env", help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)})")
+    source.add_argument("--config", help="train with this TOML config")
+    source.add_argument("--evaluate", metavar="CHECKPOINT", help="evaluate a checkpoint and exit")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyper-parameter")
+    parser.add_argument("--seed", type=int, help="the run's seed (overrides the config's)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", help="run directory (default runs/<env>-<algorithm>-seed<seed>)")
+    parser.add_argument("--episodes", type=int, default=16, help="evaluation episodes")
+    args = parser.parse_args(argv)
+    try:
+        if args.evaluate:
+            agent, env = load_agent(args.evaluate, args.device)
+            returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
+            print(f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
+                  f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})")
+            return 0
+        raw = read_config(args.config, args.env)
+        algorithm, env, config = build_config(raw, args.set, args.seed)
+        if args.env and env != args.env:
+            raise ConfigError(f"the shipped config is for {env}, not {args.env}")
+        out = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
+        result = run_training(algorithm, env, config, out, args.device)
+        print(f"{env}: greedy mean return {result['mean_return']:.1f}; run saved in {out}")
+        return 0
+    except ConfigError as error:
+        parser.error(str(error))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

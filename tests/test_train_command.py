@@ -1,0 +1,92 @@
+"""The ``gpu-marl-train`` command with tiny budgets: the files a run leaves, evaluation of its
+checkpoint, and clear errors for bad configs."""
+
+import csv
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+from gpu_marl_envs.baselines import plotting, train
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gpu_marl_envs.baselines.train", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("config", ["cartpole_ppo.toml", "acrobot_a2c.toml"])
+def test_training_run_leaves_metrics_curve_and_checkpoint(config, tmp_path):
+    path = train.CONFIGS / config
+    out = tmp_path / "run"
+    result = run("--config", str(path), "--set", "total_timesteps=2048", "--set", "num_steps=16",
+                 "--seed", "3", "--device", "cpu", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "greedy mean return" in result.stdout
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert rows and int(rows[-1]["env_steps"]) <= 2048 and float(rows[-1]["seconds"]) > 0
+    curve = Image.open(out / "learning_curve.png")
+    assert curve.format == "PNG" and curve.size == (plotting.WIDTH, plotting.HEIGHT)
+    resolved = train.tomllib.loads((out / "config.toml").read_text())
+    assert resolved["hyperparameters"]["seed"] == 3 and resolved["hyperparameters"]["num_steps"] == 16
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert checkpoint["config"]["total_timesteps"] == 2048 and checkpoint["history"]
+    evaluation = run("--evaluate", str(out / "checkpoint.pt"), "--episodes", "2", "--device", "cpu")
+    assert evaluation.returncode == 0, evaluation.stderr
+    assert "mean return" in evaluation.stdout
+
+
+def test_checkpoint_round_trip_gives_the_same_policy(tmp_path):
+    result = run("--env", "CartPole-v1", "--set", "total_timesteps=1024", "--device", "cpu", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    agent, env = train.load_agent(tmp_path / "checkpoint.pt", "cpu")
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
+    assert env == "CartPole-v1"
+    for name, value in agent.state_dict().items():
+        assert torch.equal(value, saved[name]), name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "CartPole-v1", "--set", "bogus=1"], "unknown ppo hyper-parameters"),
+    (["--env", "CartPole-v1", "--set", "num_envs=0"], "num_envs"),
+    (["--env", "CartPole-v1", "--set", "novalue"], "key=value"),
+    (["--env", "Pendulum-v1"], "no shipped config"),
+])
+def test_bad_configs_get_clear_errors(args, message, tmp_path):
+    result = run(*args, "--device", "cpu", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_bad_config_files(tmp_path):
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("env = \n")
+    unknown_key = tmp_path / "unknown.toml"
+    unknown_key.write_text('env = "CartPole-v1"\nalgorithm = "ppo"\nschedule = 1\n')
+    bad_algorithm = tmp_path / "algorithm.toml"
+    bad_algorithm.write_text('env = "CartPole-v1"\nalgorithm = "trpo"\n')
+    for path, message in [(bad_toml, "not valid TOML"), (unknown_key, "unknown top-level keys"),
+                          (bad_algorithm, "algorithm must be one of"), (tmp_path / "missing.toml", "cannot read")]:
+        result = run("--config", str(path), "--device", "cpu", "--out", str(tmp_path / "run"))
+        assert result.returncode == 2 and message in result.stderr, (path, result.stderr)
+
+
+def test_overrides_parse_toml_values():
+    assert train.parse_override("learning_rate=1e-3") == ("learning_rate", 1e-3)
+    assert train.parse_override("hidden=[32, 32]") == ("hidden", [32, 32])
+    assert train.parse_override("anneal_lr=false") == ("anneal_lr", False)
+
+
+def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    train.atomic_save({"a": 1}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError):
+        train.atomic_save({"a": Unpicklable()}, path)
+    assert torch.load(path, weights_only=False) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"], "a failed save left a temporary file"
