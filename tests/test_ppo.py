@@ -136,3 +136,12 @@ def test_a2c_smoke(env_id):
 def test_a2c_bad_config_is_rejected():
     with pytest.raises(ValueError, match="cover one rollout"):
         a2c.A2CConfig(num_envs=8, num_steps=5, total_timesteps=10)
+
+
+def test_ppo_learns_cartpole():
+    # The README's main job: the shipped config, 100k steps on the CPU (~45 s on two cores).
+    config = PPOConfig(total_timesteps=100_000)
+    agent, history = train("CartPole-v1", config, device="cpu", log=None)
+    returns = evaluate(agent, "CartPole-v1", num_episodes=16, device="cpu")
+    assert returns.mean().item() >= 475, f"greedy returns {returns.tolist()}; training curve " \
+        f"{[round(h['mean_return']) for h in history]}"
