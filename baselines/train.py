@@ -7,7 +7,7 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
 
 (also ``python -m gpu_marl_envs.baselines.train``). A config is a TOML file with ``env``,
 ``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
-(``PPOConfig``, ``A2CConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
+(``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
 The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) receives
 ``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png`` and ``checkpoint.pt``
 (written atomically). The device is the GPU when there is one, else the CPU (``--device``).
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gpu_marl_envs.baselines import a2c, ppo
+from gpu_marl_envs.baselines import a2c, ddpg, ppo
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 
@@ -36,9 +36,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ALGORITHMS = {"ppo": (ppo.PPOConfig, ppo.train), "a2c": (a2c.A2CConfig, a2c.train)}
+# algorithm -> (config type, train function, the policy class its checkpoints hold)
+ALGORITHMS = {"ppo": (ppo.PPOConfig, ppo.train, ActorCritic), "a2c": (a2c.A2CConfig, a2c.train, ActorCritic),
+              "ddpg": (ddpg.DDPGConfig, ddpg.train, ddpg.Actor)}
 CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
-DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml"}
+DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml",
+                   "Pendulum-v1": "pendulum_ddpg.toml", "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml"}
 
 
 class ConfigError(ValueError):
@@ -83,7 +86,7 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
     algorithm = raw.get("algorithm")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-    config_type, _ = ALGORITHMS[algorithm]
+    config_type = ALGORITHMS[algorithm][0]
     values = dict(raw.get("hyperparameters", {}))
     values.update(parse_override(text) for text in overrides)
     if seed is not None:
@@ -128,8 +131,8 @@ def to_toml(algorithm: str, env: str, config) -> str:
 def run_training(algorithm: str, env: str, config, out: Path, device: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(to_toml(algorithm, env, config))
-    _, train = ALGORITHMS[algorithm]
-    total = config.num_iterations * config.batch_size
+    train = ALGORITHMS[algorithm][1]
+    total = config.total_timesteps
     metrics = open(out / "metrics.csv", "w", newline="")
     writer = None
     with metrics, tqdm(total=total, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
@@ -152,13 +155,14 @@ def run_training(algorithm: str, env: str, config, out: Path, device: str) -> di
     return {"mean_return": returns.mean().item(), "checkpoint": out / "checkpoint.pt"}
 
 
-def load_agent(path, device) -> tuple[ActorCritic, str]:
+def load_agent(path, device) -> tuple[torch.nn.Module, str]:
     """The policy and env of a checkpoint written by this command."""
     checkpoint = torch.load(path, map_location=device, weights_only=False)
     from gpu_marl_envs.vector_env import GpuVectorEnv
 
     probe = GpuVectorEnv(checkpoint["env"], 1, device="cpu")
-    agent = ActorCritic(probe.single_observation_space.shape[0], probe.single_action_space,
+    policy_type = ALGORITHMS[checkpoint["algorithm"]][2]
+    agent = policy_type(probe.single_observation_space.shape[0], probe.single_action_space,
                         tuple(checkpoint["config"]["hidden"]))
     agent.load_state_dict(checkpoint["model"])
     return agent.to(device), checkpoint["env"]

@@ -17,11 +17,16 @@ def run(*args, cwd=None):
                           text=True, timeout=300, cwd=cwd)
 
 
-@pytest.mark.parametrize("config", ["cartpole_ppo.toml", "acrobot_a2c.toml"])
-def test_training_run_leaves_metrics_curve_and_checkpoint(config, tmp_path):
+@pytest.mark.parametrize("config, overrides", [
+    ("cartpole_ppo.toml", ["num_steps=16"]),
+    ("acrobot_a2c.toml", ["num_steps=16"]),
+    ("pendulum_ddpg.toml", ["learning_starts=512", "batch_size=64"]),
+])
+def test_training_run_leaves_metrics_curve_and_checkpoint(config, overrides, tmp_path):
     path = train.CONFIGS / config
     out = tmp_path / "run"
-    result = run("--config", str(path), "--set", "total_timesteps=2048", "--set", "num_steps=16",
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    result = run("--config", str(path), "--set", "total_timesteps=2048", *sets,
                  "--seed", "3", "--device", "cpu", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "greedy mean return" in result.stdout
@@ -30,7 +35,7 @@ def test_training_run_leaves_metrics_curve_and_checkpoint(config, tmp_path):
     curve = Image.open(out / "learning_curve.png")
     assert curve.format == "PNG" and curve.size == (plotting.WIDTH, plotting.HEIGHT)
     resolved = train.tomllib.loads((out / "config.toml").read_text())
-    assert resolved["hyperparameters"]["seed"] == 3 and resolved["hyperparameters"]["num_steps"] == 16
+    assert resolved["hyperparameters"]["seed"] == 3 and resolved["hyperparameters"]["total_timesteps"] == 2048
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["total_timesteps"] == 2048 and checkpoint["history"]
     evaluation = run("--evaluate", str(out / "checkpoint.pt"), "--episodes", "2", "--device", "cpu")
@@ -52,7 +57,7 @@ def test_checkpoint_round_trip_gives_the_same_policy(tmp_path):
     (["--env", "CartPole-v1", "--set", "bogus=1"], "unknown ppo hyper-parameters"),
     (["--env", "CartPole-v1", "--set", "num_envs=0"], "num_envs"),
     (["--env", "CartPole-v1", "--set", "novalue"], "key=value"),
-    (["--env", "Pendulum-v1"], "no shipped config"),
+    (["--env", "TagContinuous-v0"], "no shipped config"),
 ])
 def test_bad_configs_get_clear_errors(args, message, tmp_path):
     result = run(*args, "--device", "cpu", "--out", str(tmp_path / "run"))

@@ -1,0 +1,277 @@
+"""DDPG (Lillicrap et al., 2016, arXiv:1509.02971) for ``Box`` action spaces on a batched env,
+everything on the env's device: CleanRL's ``ddpg_continuous_action.py`` structure (act -> store ->
+sample -> critic update -> delayed actor and target updates -> log).
+
+Each iteration steps every env once and stores the ``num_envs`` transitions in a device-resident
+:class:`ReplayBuffer`. The env runs with SAME_STEP autoreset, so a transition that ended its
+episode is stored with the episode's final observation as its successor; the TD target stops
+bootstrapping only where the episode *terminated*, and bootstraps from ``Q'(final obs)`` where it
+was truncated (a time limit is no property of the state). Nothing synchronises with the host except
+at the log interval.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from gpu_marl_envs.baselines import ppo
+from gpu_marl_envs.baselines.models import layer
+from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
+from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
+
+
+@dataclass(frozen=True)
+class DDPGConfig:
+    """Defaults: CleanRL's DDPG (TD3-style Gaussian exploration and delayed actor updates, one
+    gradient step per env step), with 4 envs and a smaller ``learning_starts``; Lillicrap et al.'s
+    OU noise is ``exploration="ou"``, their every-step actor update ``policy_frequency=1``."""
+
+    num_envs: int = 4
+    """Parallel envs; each iteration adds ``num_envs`` transitions to the replay."""
+    total_timesteps: int = 1_000_000
+    """Env steps of the whole run (rounded down to whole vector steps)."""
+    learning_starts: int = 5_000
+    """Env steps of uniform random actions that fill the replay before the first update."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (>= num_envs); the oldest are overwritten."""
+    batch_size: int = 256
+    """Transitions per gradient step, sampled uniformly with replacement."""
+    gamma: float = 0.99
+    tau: float = 0.005
+    """Soft (Polyak) target update: ``target <- (1 - tau) * target + tau * online``."""
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    gradient_steps: int = 4
+    """Critic updates per iteration (vector step): the update-to-data ratio is gradient_steps / num_envs."""
+    policy_frequency: int = 2
+    """Actor and target updates every this many critic updates (TD3's delay; 1 is the paper's DDPG)."""
+    exploration: str = "gaussian"
+    """Behaviour noise: ``"gaussian"`` (independent per step) or ``"ou"`` (Ornstein-Uhlenbeck, per env)."""
+    exploration_noise: float = 0.1
+    """Noise scale (the Gaussian's std, or OU's sigma) as a fraction of the action half-range
+    ``(high - low) / 2``, i.e. of the tanh output's unit scale."""
+    ou_theta: float = 0.15
+    """OU mean reversion per step: ``x <- (1 - ou_theta) * x + exploration_noise * N(0, 1)``."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor and the critic (ReLU)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "gradient_steps",
+                     "policy_frequency"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"DDPGConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if not _is_int(self.learning_starts) or self.learning_starts < 0:
+            raise ValueError(f"DDPGConfig.learning_starts must be an int >= 0, got {self.learning_starts!r}")
+        if self.total_timesteps < self.num_envs:
+            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one vector step "
+                             f"(num_envs = {self.num_envs})")
+        if self.buffer_size < self.num_envs:
+            raise ValueError(f"buffer_size ({self.buffer_size}) must hold one vector step (num_envs = {self.num_envs})")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DDPGConfig.gamma must lie in [0, 1], got {self.gamma!r}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"DDPGConfig.tau must lie in (0, 1], got {self.tau!r}")
+        for name in ("actor_lr", "critic_lr"):
+            if not (isinstance(getattr(self, name), (int, float)) and math.isfinite(getattr(self, name))
+                    and getattr(self, name) > 0):
+                raise ValueError(f"DDPGConfig.{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        if self.exploration not in ("gaussian", "ou"):
+            raise ValueError(f"DDPGConfig.exploration must be 'gaussian' or 'ou', got {self.exploration!r}")
+        if not (math.isfinite(self.exploration_noise) and self.exploration_noise >= 0):
+            raise ValueError(f"DDPGConfig.exploration_noise must be a finite number >= 0, got {self.exploration_noise!r}")
+        if not 0.0 < self.ou_theta <= 1.0:
+            raise ValueError(f"DDPGConfig.ou_theta must lie in (0, 1], got {self.ou_theta!r}")
+        if (not isinstance(self.hidden, tuple) or not self.hidden
+                or not all(_is_int(h) and h >= 1 for h in self.hidden)):
+            raise ValueError(f"DDPGConfig.hidden must be a non-empty tuple of ints >= 1, got {self.hidden!r}")
+
+    @property
+    def num_iterations(self) -> int:
+        """Vector steps of the run."""
+        return self.total_timesteps // self.num_envs
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def relu_mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) -> nn.Sequential:
+    """CleanRL's DDPG networks are ReLU MLPs; initialised orthogonally like :mod:`models`."""
+    sizes = (inputs, *hidden)
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [layer(a, b), nn.ReLU()]
+    return nn.Sequential(*layers, layer(sizes[-1], outputs, last_gain))
+
+
+def _box_bounds(action_space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(action_space, spaces.Box):
+        raise TypeError(f"DDPG needs a Box action space, got {action_space}")
+    low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+        raise ValueError(f"DDPG scales a tanh onto the action bounds, which must be finite with high > low; "
+                         f"got low={action_space.low}, high={action_space.high}")
+    return low, high
+
+
+class Actor(nn.Module):
+    """The deterministic policy mu(s): an MLP whose tanh output is scaled onto the Box bounds."""
+
+    def __init__(self, observation_size: int, action_space: spaces.Box, hidden: tuple[int, ...] = (256, 256)):
+        super().__init__()
+        low, high = _box_bounds(action_space)
+        # A small last layer starts the policy near the middle of the bounds, off tanh's flat tails.
+        self.net = relu_mlp(observation_size, hidden, low.size, last_gain=0.01)
+        self.register_buffer("action_scale", torch.as_tensor((high - low) / 2))
+        self.register_buffer("action_bias", torch.as_tensor((high + low) / 2))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's action, for evaluation (the interface :func:`ppo.evaluate` uses)."""
+        return self(obs)
+
+
+class Critic(nn.Module):
+    """Q(s, a): an MLP on the concatenated observation and action; returns ``(B,)``."""
+
+    def __init__(self, observation_size: int, action_size: int, hidden: tuple[int, ...] = (256, 256)):
+        super().__init__()
+        self.net = relu_mlp(observation_size + action_size, hidden, 1, last_gain=1.0)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``r + gamma * Q'(s', mu'(s'))``, without the bootstrap where the episode *terminated*.
+
+    A truncated transition keeps it: its ``s'`` is the episode's final observation, and the return
+    beyond a time limit is as real as anywhere else.
+    """
+    return rewards + gamma * next_q * (~terminated)
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging of the parameters: ``target <- (1 - tau) * target + tau * source``."""
+    torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+def update_critic(critic: Critic, critic_optimizer: torch.optim.Optimizer, target_actor: Actor,
+                  target_critic: Critic, batch: Transitions, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step on the mean squared TD error; only the critic's parameters move. ``(loss, mean Q)``."""
+    with torch.no_grad():
+        next_q = target_critic(batch.next_obs, target_actor(batch.next_obs))
+        target = td_target(batch.rewards, batch.terminated, next_q, gamma)
+    q = critic(batch.obs, batch.actions)
+    loss = ((q - target) ** 2).mean()
+    critic_optimizer.zero_grad()
+    loss.backward()
+    critic_optimizer.step()
+    return loss.detach(), q.detach().mean()
+
+
+def update_actor(actor: Actor, actor_optimizer: torch.optim.Optimizer, critic: Critic,
+                 obs: torch.Tensor) -> torch.Tensor:
+    """One step on ``-Q(s, mu(s)).mean()``; only the actor's parameters move. Returns the loss.
+
+    The critic is a fixed function here: its parameters stop requiring gradients while the loss's
+    graph is built, so the backward pass computes (and leaves) no critic gradients at all, rather
+    than gradients that would have to be zeroed before the critic's own step.
+    """
+    critic.requires_grad_(False)
+    try:
+        loss = -critic(obs, actor(obs)).mean()
+    finally:
+        critic.requires_grad_(True)
+    actor_optimizer.zero_grad()
+    loss.backward()
+    actor_optimizer.step()
+    return loss.detach()
+
+
+def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backend: str | None = None,
+          log_every: int = 1000, log=print_entry):
+    """Train a fresh :class:`Actor` (and its critic) on ``env_id``; returns ``(actor, history)``, the
+    history as ``ppo.train``'s (env steps, seconds, mean return of the episodes finished since the
+    last log, and the last losses: NaN before the first update). ``log_every`` counts iterations
+    (vector steps of ``num_envs`` env steps)."""
+    torch.manual_seed(config.seed)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
+    device = envs.device
+    space = envs.single_action_space
+    obs_size = envs.single_observation_space.shape[0]
+    actor = Actor(obs_size, space, config.hidden).to(device)
+    action_size = actor.action_scale.numel()
+    critic = Critic(obs_size, action_size, config.hidden).to(device)
+    # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
+    target_actor = copy.deepcopy(actor).requires_grad_(False)
+    target_critic = copy.deepcopy(critic).requires_grad_(False)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=config.actor_lr)
+    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=config.critic_lr)
+    replay = ReplayBuffer(config.buffer_size, obs_size, action_size, device)
+    stats = EpisodeStats(config.num_envs, device)
+
+    low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
+    noise_std = config.exploration_noise * actor.action_scale
+    ou_state = torch.zeros((config.num_envs, action_size), device=device)
+    nan = torch.tensor(float("nan"), device=device)
+    losses = {"critic_loss": nan, "actor_loss": nan, "q_value": nan}
+    updates = 0
+    history, start = [], time.perf_counter()
+    for iteration in range(config.num_iterations):
+        global_step = iteration * config.num_envs
+        if global_step < config.learning_starts:
+            actions = low + (high - low) * torch.rand((config.num_envs, action_size), device=device)
+        else:
+            with torch.no_grad():
+                actions = actor(obs)
+            if config.exploration == "ou":
+                ou_state.mul_(1.0 - config.ou_theta).add_(torch.randn_like(ou_state))  # sigma applied below
+                noise = ou_state
+            else:
+                noise = torch.randn_like(actions)
+            actions = (actions + noise_std * noise).clamp(low, high)
+
+        next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+        done = terminated | truncated
+        # SAME_STEP autoreset: next_obs already starts the next episode where one ended; the
+        # transition's successor is the final observation there.
+        successor = torch.where(infos["_final_obs"].unsqueeze(-1), infos["final_obs"], next_obs)
+        replay.add(obs, actions, rewards, successor, terminated)
+        stats.update(rewards, done)
+        ou_state.mul_(~done.unsqueeze(-1))  # a new episode starts its noise afresh
+        obs = next_obs.clone()  # the env overwrites its buffers at the next step
+
+        if global_step >= config.learning_starts:
+            for _ in range(config.gradient_steps):
+                batch = replay.sample(config.batch_size)
+                losses["critic_loss"], losses["q_value"] = update_critic(
+                    critic, critic_optimizer, target_actor, target_critic, batch, config.gamma)
+                updates += 1
+                if updates % config.policy_frequency == 0:
+                    losses["actor_loss"] = update_actor(actor, actor_optimizer, critic, batch.obs)
+                    soft_update(target_actor, actor, config.tau)
+                    soft_update(target_critic, critic, config.tau)
+
+        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+            history.append(log_entry((iteration + 1) * config.num_envs, start, stats, losses, log))
+    envs.close()
+    return actor, history
+
+
+def evaluate(actor: Actor, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:
+    """Returns of ``num_episodes`` episodes (one per env, autoreset DISABLED) with the actor's
+    noiseless actions: :func:`ppo.evaluate`, which calls ``actor.greedy``."""
+    return ppo.evaluate(actor, env_id, num_episodes, device=device, seed=seed)

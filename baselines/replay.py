@@ -1,0 +1,78 @@
+"""A uniform experience replay (Lin, 1992; Mnih et al., 2015) kept on the env's device, for the
+off-policy baselines.
+
+Storage is preallocated once; a batch of transitions (one per env of a vector step) is written in
+one indexed copy per field. The number of stored items is a Python int updated arithmetically, so
+neither ``add`` nor ``sample`` synchronises with the device.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Transitions(NamedTuple):
+    """A batch of transitions, each field ``(B, ...)``."""
+
+    obs: torch.Tensor  # (B, obs_size) float32
+    actions: torch.Tensor  # (B, action_size) float32
+    rewards: torch.Tensor  # (B,) float32
+    next_obs: torch.Tensor  # (B, obs_size) float32: the successor of obs, the final observation where an episode ended
+    terminated: torch.Tensor  # (B,) bool: the episode ended in a terminal state (no bootstrapping); not truncation
+
+
+class ReplayBuffer:
+    """A ring of ``capacity`` transitions on ``device``; once full, each write replaces the oldest."""
+
+    def __init__(self, capacity: int, obs_size: int, action_size: int, device="cpu"):
+        for name, value in (("capacity", capacity), ("obs_size", obs_size), ("action_size", action_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ReplayBuffer {name} must be an int >= 1, got {value!r}")
+        self.capacity, self.obs_size, self.action_size = capacity, obs_size, action_size
+        self.device = torch.device(device)
+        self.obs = torch.zeros((capacity, obs_size), device=self.device)
+        self.actions = torch.zeros((capacity, action_size), device=self.device)
+        self.rewards = torch.zeros(capacity, device=self.device)
+        self.next_obs = torch.zeros((capacity, obs_size), device=self.device)
+        self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
+        self.position = 0  # the slot the next item goes to
+        self.size = 0  # items stored, at most capacity
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
+            terminated: torch.Tensor) -> None:
+        """Store a batch of ``B`` transitions (``B <= capacity``); the values are copied."""
+        batch = obs.shape[0] if obs.dim() > 0 else -1
+        expected = {"obs": (batch, self.obs_size), "actions": (batch, self.action_size), "rewards": (batch,),
+                    "next_obs": (batch, self.obs_size), "terminated": (batch,)}
+        given = {"obs": obs, "actions": actions, "rewards": rewards, "next_obs": next_obs, "terminated": terminated}
+        for name, tensor in given.items():
+            if tuple(tensor.shape) != expected[name]:
+                raise ValueError(f"ReplayBuffer.add: {name} has shape {tuple(tensor.shape)}, expected "
+                                 f"{expected[name]} (a batch of B transitions, B taken from obs)")
+        if batch > self.capacity:
+            raise ValueError(f"ReplayBuffer.add: a batch of {batch} transitions exceeds the capacity {self.capacity}")
+        # Slots position, position + 1, ... wrapping round; distinct since batch <= capacity.
+        slots = torch.arange(self.position, self.position + batch, device=self.device) % self.capacity
+        self.obs[slots] = obs
+        self.actions[slots] = actions
+        self.rewards[slots] = rewards
+        self.next_obs[slots] = next_obs
+        self.terminated[slots] = terminated
+        self.position = (self.position + batch) % self.capacity
+        self.size = min(self.size + batch, self.capacity)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transitions:
+        """``batch_size`` stored transitions drawn uniformly with replacement (copies)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"ReplayBuffer.sample: batch_size must be an int >= 1, got {batch_size!r}")
+        if self.size == 0:
+            raise ValueError("ReplayBuffer.sample: the buffer is empty; add transitions first")
+        # Drawn on the device (the generator, if given, must live there too): no host round trip.
+        idx = torch.randint(self.size, (batch_size,), device=self.device, generator=generator)
+        return Transitions(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx],
+                           self.terminated[idx])
