@@ -14,11 +14,12 @@ import torch
 
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs, print_entry
+from gpu_marl_envs.baselines.rollout import (EpisodeStats, Rollout, RolloutSizes, collect, log_entry, make_envs,
+                                              print_entry)
 
 
 @dataclass(frozen=True)
-class A2CConfig:
+class A2CConfig(RolloutSizes):
     """Defaults: Stable-Baselines3's A2C (RMSprop, 5-step rollouts), with 16 envs."""
 
     num_envs: int = 16
@@ -39,19 +40,7 @@ class A2CConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("num_envs", "num_steps", "total_timesteps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"A2CConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if self.total_timesteps < self.batch_size:
-            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.batch_size
+        self.check_sizes()
 
 
 def a2c_loss(agent, obs, actions, advantages, returns, config: A2CConfig):

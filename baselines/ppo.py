@@ -17,12 +17,13 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, Rollout, collect, log_entry, make_envs, print_entry
+from gpu_marl_envs.baselines.rollout import (EpisodeStats, Rollout, RolloutSizes, collect, log_entry, make_envs,
+                                              print_entry)
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
 @dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(RolloutSizes):
     """Defaults: PureJaxRL's CartPole-v1 hyper-parameters (Lu et al., 2022)."""
 
     num_envs: int = 4
@@ -50,22 +51,10 @@ class PPOConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"PPOConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        self.check_sizes(("num_minibatches", "update_epochs"))
         if self.batch_size % self.num_minibatches:
             raise ValueError(f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
                              f"= {self.num_minibatches}")
-        if self.total_timesteps < self.batch_size:
-            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.batch_size
 
 
 def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig):

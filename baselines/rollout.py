@@ -17,6 +17,30 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
+class RolloutSizes:
+    """What the configs of on-policy trainers share: ``num_envs``, ``num_steps`` and
+    ``total_timesteps`` fields, the sizes derived from them and their checks."""
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per rollout."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    def check_sizes(self, counts: tuple[str, ...] = ()) -> None:
+        """``num_envs``, ``num_steps``, ``total_timesteps`` and ``counts`` are ints >= 1, and the run
+        covers at least one rollout; errors name the config's field."""
+        for name in ("num_envs", "num_steps", "total_timesteps", *counts):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{type(self).__name__}.{name} must be an int >= 1, got {value!r}")
+        if self.total_timesteps < self.batch_size:
+            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
+
+
 def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None):
     """The training envs and their first observations (a copy)."""
     envs = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP,

@@ -1,6 +1,7 @@
 """Gymnasium's autoreset modes as the integer codes the kernels branch on (written once here;
 CUDA C receives them as -D definitions, Numba imports them)."""
 
+import torch
 from gymnasium.vector import AutoresetMode
 
 AUTORESET_CODES = {
@@ -16,3 +17,11 @@ def parse_autoreset_mode(mode) -> AutoresetMode:
     except ValueError:
         valid = ", ".join(f"AutoresetMode.{m.name}" for m in AutoresetMode)
         raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
+
+
+def select_resets(reset_mask: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """Write the reset kernels' input: every sub-env (``mask`` None) or those of ``mask``."""
+    if mask is None:
+        reset_mask.fill_(True)
+    else:
+        reset_mask.copy_(mask)

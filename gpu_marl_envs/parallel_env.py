@@ -11,12 +11,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import rng
-from gpu_marl_envs.autoreset import parse_autoreset_mode
+from gpu_marl_envs.autoreset import parse_autoreset_mode, select_resets
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
-from gpu_marl_envs.validation import check_env_ids, check_num_envs, check_options, check_reset_mask, sub_env_seeds
+from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
 
@@ -269,15 +269,11 @@ class GpuParallelEnv:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _reset(self, seed, options) -> None:
-        options = check_options(options, ("reset_mask",))
-        mask = check_reset_mask(options.get("reset_mask"), self.num_envs, self.device)
+        mask = reset_mask_option(options, self.num_envs, self.device)
         if seed is not None:
             self._set_seeds(seed, mask)
         b = self._buffers
-        if mask is None:
-            b.reset_mask.fill_(True)
-        else:
-            b.reset_mask.copy_(mask)
+        select_resets(b.reset_mask, mask)
         self._backend.reset()
         self._mark_initialised(mask)
 

@@ -71,6 +71,11 @@ def check_options(options, allowed: tuple[str, ...]) -> dict:
     return options
 
 
+def reset_mask_option(options, num_envs: int, device: torch.device) -> torch.Tensor | None:
+    """The ``reset_mask`` of ``reset(options=...)``, checked (None: every sub-env); the only option."""
+    return check_reset_mask(check_options(options, ("reset_mask",)).get("reset_mask"), num_envs, device)
+
+
 def check_reset_mask(mask, num_envs: int, device: torch.device) -> torch.Tensor | None:
     if mask is None:
         return None

@@ -10,12 +10,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gpu_marl_envs import rng
-from gpu_marl_envs.autoreset import parse_autoreset_mode
+from gpu_marl_envs.autoreset import parse_autoreset_mode, select_resets
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.graphs import GraphedStep
-from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, check_options, check_reset_mask,
+from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
 
@@ -114,16 +114,12 @@ class GpuVectorEnv(VectorEnv):
     # -- Gymnasium API -------------------------------------------------------------------------
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
-        options = check_options(options, ("reset_mask",))
-        mask = check_reset_mask(options.get("reset_mask"), self.num_envs, self.device)
+        mask = reset_mask_option(options, self.num_envs, self.device)
         if seed is not None:
             self._set_seeds(seed, mask)
             self._np_random_seed = seed if isinstance(seed, int) else None
         b = self._buffers
-        if mask is None:
-            b.reset_mask.fill_(True)
-        else:
-            b.reset_mask.copy_(mask)
+        select_resets(b.reset_mask, mask)
         self._backend.reset()
         self._mark_initialised(mask)
         return b.observations, {}
