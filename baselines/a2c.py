@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 import torch
 
+from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import (EpisodeStats, Rollout, RolloutSizes, collect, log_entry, make_envs,
-                                              print_entry)
+from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
+                                              make_envs, print_entry)
 
 
 @dataclass(frozen=True)
-class A2CConfig(RolloutSizes):
+class A2CConfig(RolloutSizes, CaptureOptions):
     """Defaults: Stable-Baselines3's A2C (RMSprop, 5-step rollouts), with 16 envs."""
 
     num_envs: int = 16
@@ -60,27 +61,46 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
           log_every: int = 100, log=print_entry):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``."""
     torch.manual_seed(config.seed)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
-    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space,
-                        config.hidden).to(envs.device)
-    optimizer = torch.optim.RMSprop(agent.parameters(), lr=config.learning_rate, alpha=0.99, eps=config.rms_prop_eps)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend,
+                          captured=config.cuda_graph)
+    device = envs.device
+    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
+    optimizer = make_optimizer(torch.optim.RMSprop, agent.parameters(), config.learning_rate, device,
+                               captured=config.cuda_graph and device.type == "cuda", alpha=0.99,
+                               eps=config.rms_prop_eps)
+    act, value = config.compiled(agent.action_and_value), config.compiled(agent.value)
+    loss_fn = config.compiled(a2c_loss)
     rollout = Rollout.allocate(config.num_steps, envs)
-    stats = EpisodeStats(config.num_envs, envs.device)
-    history, start = [], time.perf_counter()
-    for iteration in range(config.num_iterations):
-        if config.anneal_lr:
-            optimizer.param_groups[0]["lr"] = config.learning_rate * (1.0 - iteration / config.num_iterations)
-        obs = collect(agent, envs, rollout, obs, stats, config.gamma)
+    stats = EpisodeStats(config.num_envs, device)
+
+    def rollout_phase():
+        collect(act, value, envs, rollout, obs, stats, config.gamma)
+        return {}
+
+    def update_phase():
         with torch.no_grad():
-            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, agent.value(obs),
+            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, value(obs),
                                               config.gamma, config.gae_lambda)
-        loss, losses = a2c_loss(agent, rollout.flat("obs"), rollout.flat("actions"), advantages.flatten(),
-                                returns.flatten(), config)
-        optimizer.zero_grad()
+        loss, losses = loss_fn(agent, rollout.flat("obs"), rollout.flat("actions"), advantages.flatten(),
+                               returns.flatten(), config)
+        optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
         optimizer.step()
+        return losses
+
+    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
+    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
+    times = PhaseTimes(device)
+    history, start = [], time.perf_counter()
+    for iteration in range(config.num_iterations):
+        if config.anneal_lr:
+            set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
+        with times("rollout"):
+            rollout_phase()
+        with times("update"):
+            losses = update_phase()
         if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log))
+            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
     envs.close()
     return agent, history

@@ -15,6 +15,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
 
 def layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
     linear = nn.Linear(inputs, outputs)
@@ -52,31 +54,36 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
-    def distribution(self, obs: torch.Tensor):
-        out = self.actor(obs)
-        if self.nvec is None:
-            return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
-        return [torch.distributions.Categorical(logits=logits) for logits in out.split(self.nvec, dim=-1)]
+    # The distributions are written out rather than taken from torch.distributions: its argument
+    # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
+    def _log_probs(self, out: torch.Tensor) -> list[torch.Tensor]:
+        """Per categorical component, normalised log-probabilities ``(B, n)``."""
+        return [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
 
     def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
-        dist = self.distribution(obs)
+        out = self.actor(obs)
         if self.nvec is None:
+            log_std = self.log_std.expand_as(out)
             if action is None:
-                action = dist.sample()
-            log_prob, entropy = dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
+                action = out + log_std.exp() * torch.randn_like(out)
+            log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
+            entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
+            return action, log_prob, entropy, self.value(obs)
+        log_probs = self._log_probs(out)
+        if action is None:
+            # Gumbel-max: argmax(log p + Gumbel noise) is a sample of the categorical.
+            parts = torch.stack([(lp - torch.rand_like(lp).log().neg().log()).argmax(-1) for lp in log_probs], -1)
         else:
-            parts = action.unsqueeze(-1) if len(self.nvec) == 1 and action is not None else action
-            if action is None:
-                parts = torch.stack([d.sample() for d in dist], dim=-1)
-            log_prob = sum(d.log_prob(parts[..., i]) for i, d in enumerate(dist))
-            entropy = sum(d.entropy() for d in dist)
-            action = parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
+            parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
+        log_prob = sum(lp.gather(-1, parts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
+        entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
+        action = parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
         return action, log_prob, entropy, self.value(obs)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The most likely action (the mean for Box spaces), for evaluation."""
-        dist = self.distribution(obs)
+        out = self.actor(obs)
         if self.nvec is None:
-            return dist.mean
-        parts = torch.stack([d.probs.argmax(-1) for d in dist], dim=-1)
+            return out
+        parts = torch.stack([logits.argmax(-1) for logits in out.split(self.nvec, dim=-1)], dim=-1)
         return parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts

@@ -15,15 +15,16 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import (EpisodeStats, Rollout, RolloutSizes, collect, log_entry, make_envs,
-                                              print_entry)
+from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
+                                              make_envs, print_entry)
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
 @dataclass(frozen=True)
-class PPOConfig(RolloutSizes):
+class PPOConfig(RolloutSizes, CaptureOptions):
     """Defaults: PureJaxRL's CartPole-v1 hyper-parameters (Lu et al., 2022)."""
 
     num_envs: int = 4
@@ -83,43 +84,57 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
 def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
           log_every: int = 10, log=print_entry):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
-    list of dicts (env steps, mean return of the episodes finished since the last log, losses),
-    each also handed to ``log`` when it is made."""
+    list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
+    in rollouts and updates, losses), each also handed to ``log`` when it is made."""
     torch.manual_seed(config.seed)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend,
+                          captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
+    optimizer = make_optimizer(torch.optim.Adam, agent.parameters(), config.learning_rate, device,
+                               captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
+    act, value = config.compiled(agent.action_and_value), config.compiled(agent.value)
+    loss_fn = config.compiled(ppo_loss)
     rollout = Rollout.allocate(config.num_steps, envs)
     stats = EpisodeStats(config.num_envs, device)
     minibatch = config.batch_size // config.num_minibatches
-    history, start = [], time.perf_counter()
-    for iteration in range(config.num_iterations):
-        if config.anneal_lr:
-            optimizer.param_groups[0]["lr"] = config.learning_rate * (1.0 - iteration / config.num_iterations)
 
-        obs = collect(agent, envs, rollout, obs, stats, config.gamma)
+    def rollout_phase():
+        collect(act, value, envs, rollout, obs, stats, config.gamma)
+        return {}
 
+    def update_phase():
         with torch.no_grad():
-            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, agent.value(obs),
+            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, value(obs),
                                               config.gamma, config.gae_lambda)
-
         # Epochs of shuffled minibatches; the old log-probabilities and values are the rollout's.
         b_obs, b_actions, b_log_probs, b_values = (rollout.flat(n) for n in ("obs", "actions", "log_probs", "values"))
         b_adv, b_returns = advantages.flatten(), returns.flatten()
         for _ in range(config.update_epochs):
-            order = torch.randperm(config.batch_size, device=device)
+            order = torch.rand(config.batch_size, device=device).argsort()  # a permutation, capturable
             for first in range(0, config.batch_size, minibatch):
                 idx = order[first:first + minibatch]
-                loss, losses = ppo_loss(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
-                                        b_returns[idx], b_values[idx], config)
-                optimizer.zero_grad()
+                loss, losses = loss_fn(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
+                                       b_returns[idx], b_values[idx], config)
+                optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
                 optimizer.step()
+        return losses
 
+    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
+    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
+    times = PhaseTimes(device)
+    history, start = [], time.perf_counter()
+    for iteration in range(config.num_iterations):
+        if config.anneal_lr:
+            set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
+        with times("rollout"):
+            rollout_phase()
+        with times("update"):
+            losses = update_phase()
         if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log))
+            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
     envs.close()
     return agent, history
 

@@ -8,6 +8,7 @@ last reward; a terminated one is not. Nothing here synchronises with the host.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,10 +42,15 @@ class RolloutSizes:
             raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None):
-    """The training envs and their first observations (a copy)."""
+def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None,
+              captured: bool = False):
+    """The training envs and a persistent tensor holding their current observations.
+
+    ``captured``: the trainer captures whole rollouts in CUDA graphs, so the env must not replay
+    its own graph inside them (graphs do not nest); its backend's launches are captured instead.
+    """
     envs = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP,
-                        validate_actions=False)
+                        validate_actions=False, cuda_graph=False if captured else None)
     obs, _ = envs.reset(seed=seed)
     return envs, obs.clone()
 
@@ -97,9 +103,10 @@ class EpisodeStats:
         return mean, count
 
 
-def collect(agent, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
-            gamma: float) -> torch.Tensor:
-    """Fill ``rollout`` with the agent's sampled actions from ``obs``; returns the next observations."""
+def collect(act, value, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
+            gamma: float) -> None:
+    """Fill ``rollout`` with actions sampled by ``act`` (a policy's ``action_and_value``) from
+    ``obs``, which is advanced in place; ``value`` is the policy's critic."""
     space = envs.single_action_space
     low = high = None
     if isinstance(space, spaces.Box):
@@ -108,19 +115,49 @@ def collect(agent, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stat
     for t in range(rollout.obs.shape[0]):
         rollout.obs[t] = obs
         with torch.no_grad():
-            action, log_prob, _, value = agent.action_and_value(obs)
+            action, log_prob, _, values = act(obs)
         # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
         env_action = action.clamp(low, high) if low is not None else action
         next_obs, env_reward, terminated, truncated, infos = envs.step(env_action)
         with torch.no_grad():
-            final_value = agent.value(infos["final_obs"])
+            final_value = value(infos["final_obs"])
         done = terminated | truncated
-        rollout.actions[t], rollout.log_probs[t], rollout.values[t] = action, log_prob, value
+        rollout.actions[t], rollout.log_probs[t], rollout.values[t] = action, log_prob, values
         rollout.rewards[t] = env_reward + gamma * final_value * truncated
         rollout.dones[t] = done
         stats.update(env_reward, done)
-        obs = next_obs.clone()  # the env overwrites its buffers at the next step
-    return obs
+        obs.copy_(next_obs)  # the env overwrites its buffers at the next step
+
+
+class PhaseTimes:
+    """Seconds spent in each phase of training (rollout, update). On a GPU they are measured with
+    CUDA events, read only at the log interval, so timing adds no synchronisation."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+        self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+
+    @contextmanager
+    def __call__(self, phase: str):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._pending.append((phase, start, end))
+        else:
+            start = time.perf_counter()
+            yield
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def read(self) -> dict[str, float]:
+        """Total seconds per phase since the start of the run."""
+        for phase, start, end in self._pending:
+            end.synchronize()
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + start.elapsed_time(end) / 1000
+        self._pending.clear()
+        return dict(self.seconds)
 
 
 def print_entry(entry: dict) -> None:
@@ -129,11 +166,14 @@ def print_entry(entry: dict) -> None:
           f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s")
 
 
-def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log) -> dict:
-    """One history entry (the only host synchronisation of a run), handed to ``log`` if given."""
+def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log,
+              times: PhaseTimes | None = None) -> dict:
+    """One history entry (the only host synchronisation of a run), handed to ``log`` if given;
+    with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...)."""
     mean_return, episodes = stats.read_and_clear()
+    phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
     entry = {"env_steps": env_steps, "seconds": time.perf_counter() - start, "mean_return": mean_return,
-             "episodes": episodes, **{name: value.item() for name, value in losses.items()}}
+             "episodes": episodes, **phases, **{name: value.item() for name, value in losses.items()}}
     if log is not None:
         log(entry)
     return entry

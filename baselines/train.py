@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import os
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -28,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from gpu_marl_envs.baselines import a2c, ddpg, ppo
+from gpu_marl_envs.baselines.checkpoint import atomic_save
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 
@@ -101,18 +100,6 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
         return algorithm, raw.get("env"), config_type(**values)
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
-
-
-def atomic_save(obj, path: Path) -> None:
-    """Write to a temporary file in the same folder, then rename: a crash leaves the old file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(handle)
-    try:
-        torch.save(obj, temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def to_toml(algorithm: str, env: str, config) -> str:

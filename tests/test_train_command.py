@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gpu_marl_envs.baselines import plotting, train
+from gpu_marl_envs.baselines import checkpoint, plotting, train
 
 
 def run(*args, cwd=None):
@@ -85,13 +85,13 @@ def test_overrides_parse_toml_values():
 
 def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):
     path = tmp_path / "checkpoint.pt"
-    train.atomic_save({"a": 1}, path)
+    checkpoint.atomic_save({"a": 1}, path)
 
     class Unpicklable:
         def __reduce__(self):
             raise RuntimeError("cannot pickle")
 
     with pytest.raises(RuntimeError):
-        train.atomic_save({"a": Unpicklable()}, path)
+        checkpoint.atomic_save({"a": Unpicklable()}, path)
     assert torch.load(path, weights_only=False) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"], "a failed save left a temporary file"

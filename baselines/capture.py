@@ -1,0 +1,82 @@
+"""Replaying a trainer's phase (a whole rollout, a whole update) as one CUDA graph.
+
+A phase is a function without arguments that reads and writes only tensors that live for the whole
+run (the env's buffers, the rollout storage, the parameters and optimizer state) and returns a dict
+of tensors. Its first call runs eagerly on a side stream (it compiles kernels, creates the
+optimizer's state and the gradients, fills cuBLAS's workspace), the second captures it, and every
+call from then on replays the graph: one launch instead of thousands. What a replay returns are the
+same tensors each time, overwritten by the next replay.
+
+So that a captured phase stays valid, it must not synchronise with the host, branch in Python on
+tensor values, or allocate a tensor that outlives it; Python numbers it reads are frozen at capture
+(schedule values such as the learning rate are device tensors, updated in place between calls).
+On the CPU, or with ``enabled=False``, the phase simply runs each time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Phase = Callable[[], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How the on-policy trainers run their phases (fields shared by their configs)."""
+
+    cuda_graph: bool = True
+    """On CUDA, replay each rollout and each update as one CUDA graph (ignored on the CPU)."""
+    compile: bool = False
+    """``torch.compile`` the policy and the loss, fusing their small kernels (compiling takes a while)."""
+
+    def compiled(self, fn):
+        return torch.compile(fn) if self.compile else fn
+
+
+def make_optimizer(optimizer_type, parameters, learning_rate: float, device: torch.device, captured: bool, **kwargs):
+    """``optimizer_type`` (Adam, RMSprop) whose learning rate a captured update can see change:
+    in a graph it is a device tensor (set it with :func:`set_learning_rate`)."""
+    if captured:
+        return optimizer_type(parameters, lr=torch.tensor(learning_rate, device=device), capturable=True, **kwargs)
+    return optimizer_type(parameters, lr=learning_rate, **kwargs)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)  # in place: the captured update reads this tensor
+        else:
+            group["lr"] = value
+
+
+class GraphedPhase:
+    def __init__(self, phase: Phase, device: torch.device, enabled: bool = True):
+        self.phase = phase
+        self.enabled = enabled and device.type == "cuda"
+        self.device = device
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._outputs: dict[str, torch.Tensor] = {}
+        self._warmed_up = False
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        if not self.enabled:
+            return self.phase()
+        if not self._warmed_up:
+            # Warm-up on a side stream, as torch.cuda.graphs' documentation asks.
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                outputs = self.phase()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._warmed_up = True
+            return outputs
+        if self._graph is None:
+            self._graph = torch.cuda.CUDAGraph()
+            # Capture records the work without doing it: the replay below does this call's work.
+            with torch.cuda.graph(self._graph):
+                self._outputs = self.phase()
+        self._graph.replay()
+        return self._outputs

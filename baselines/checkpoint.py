@@ -1,0 +1,60 @@
+"""What a training run saves so that it can go on later, and the atomic write of that file.
+
+A trainer's state is the ``state_dict()`` of each of its parts (networks, optimizers, a replay
+buffer) plus the iteration it reached and its history. A resumed run loads them and continues at
+the next iteration; its envs start afresh (reset with a seed shifted past the first run's), so the
+learning-rate schedule and the step count continue but episodes in progress are not carried over.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def training_state(iteration: int, history: list[dict], **parts) -> dict:
+    """``{"iteration": ..., "history": ..., name: part.state_dict(), ...}``."""
+    return {"iteration": iteration, "history": list(history), **{name: part.state_dict() for name, part in parts.items()}}
+
+
+def restore(state: dict, **parts) -> tuple[int, list[dict]]:
+    """Load ``state[name]`` into each part; returns the iteration reached and the history so far."""
+    missing = sorted({"iteration", "history", *parts} - set(state))
+    if missing:
+        raise ValueError(f"the checkpoint lacks {missing}: it was not written by this trainer")
+    for name, part in parts.items():
+        if isinstance(part, torch.optim.Optimizer):
+            load_optimizer(part, state[name])
+        else:
+            part.load_state_dict(state[name])
+    return int(state["iteration"]), list(state["history"])
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict`` that keeps this optimizer's own learning-rate objects: a
+    captured update reads its learning rate from a device tensor that must stay the same tensor,
+    whatever device or form (float or tensor) the saved one had."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, rate in zip(optimizer.param_groups, rates):
+        saved = float(group["lr"])
+        if isinstance(rate, torch.Tensor):
+            rate.fill_(saved)
+            group["lr"] = rate
+        else:
+            group["lr"] = saved
+
+
+def atomic_save(obj, path: Path) -> None:
+    """Write to a temporary file in the same folder, then rename: a crash leaves the old file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(handle)
+    try:
+        torch.save(obj, temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
