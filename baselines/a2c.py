@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
@@ -58,29 +59,32 @@ def a2c_loss(agent, obs, actions, advantages, returns, config: A2CConfig):
 
 
 def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 100, log=print_entry):
+          log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``."""
-    torch.manual_seed(config.seed)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend,
-                          captured=config.cuda_graph)
+    first = resumed_iteration(resume)
+    # A resumed run draws new random numbers and new episodes (see checkpoint.py).
+    torch.manual_seed(config.seed + first)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed + first * config.num_envs, device=device,
+                          backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     optimizer = make_optimizer(torch.optim.RMSprop, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", alpha=0.99,
                                eps=config.rms_prop_eps)
-    act, value = config.compiled(agent.action_and_value), config.compiled(agent.value)
+    sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
+    gae = config.compiled(compute_gae)
     loss_fn = config.compiled(a2c_loss)
     rollout = Rollout.allocate(config.num_steps, envs)
     stats = EpisodeStats(config.num_envs, device)
 
     def rollout_phase():
-        collect(act, value, envs, rollout, obs, stats, config.gamma)
+        collect(sample, envs, rollout, obs, stats)
         return {}
 
     def update_phase():
+        _, values, rewards, next_value = rollout.evaluate(act, value, obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, value(obs),
-                                              config.gamma, config.gae_lambda)
+            advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
         loss, losses = loss_fn(agent, rollout.flat("obs"), rollout.flat("actions"), advantages.flatten(),
                                returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
@@ -92,15 +96,19 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
     update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
     times = PhaseTimes(device)
-    history, start = [], time.perf_counter()
-    for iteration in range(config.num_iterations):
-        if config.anneal_lr:
-            set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
-        with times("rollout"):
-            rollout_phase()
-        with times("update"):
-            losses = update_phase()
-        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
+    history = restore(resume, model=agent, optimizer=optimizer)
+    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    with config.matmul_precision():
+        for iteration in range(first, config.num_iterations):
+            if config.anneal_lr:
+                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
+            with times("rollout"):
+                rollout_phase()
+            with times("update"):
+                losses = update_phase()
+            if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
+                if save is not None:
+                    save(training_state(iteration + 1, history, model=agent, optimizer=optimizer))
     envs.close()
     return agent, history

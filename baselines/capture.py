@@ -15,6 +15,7 @@ On the CPU, or with ``enabled=False``, the phase simply runs each time.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,10 +31,24 @@ class CaptureOptions:
     cuda_graph: bool = True
     """On CUDA, replay each rollout and each update as one CUDA graph (ignored on the CPU)."""
     compile: bool = False
-    """``torch.compile`` the policy and the loss, fusing their small kernels (compiling takes a while)."""
+    """``torch.compile`` the policy, the advantages and the loss, fusing their small kernels
+    (compiling takes a minute or so)."""
+    tf32: bool = False
+    """Float32 matrix products on TF32 tensor cores (10-bit mantissa), as JAX does by default on
+    NVIDIA GPUs: faster; off by default for full float32 precision."""
 
     def compiled(self, fn):
         return torch.compile(fn) if self.compile else fn
+
+    @contextmanager
+    def matmul_precision(self):
+        """The run's float32 matmul precision, restored afterwards (torch's setting is global)."""
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
 
 
 def make_optimizer(optimizer_type, parameters, learning_rate: float, device: torch.device, captured: bool, **kwargs):

@@ -20,17 +20,28 @@ def training_state(iteration: int, history: list[dict], **parts) -> dict:
     return {"iteration": iteration, "history": list(history), **{name: part.state_dict() for name, part in parts.items()}}
 
 
-def restore(state: dict, **parts) -> tuple[int, list[dict]]:
-    """Load ``state[name]`` into each part; returns the iteration reached and the history so far."""
+def resumed_iteration(state: dict | None) -> int:
+    """The iteration a run resumed from ``state`` starts at (0 for a fresh run)."""
+    if state is None:
+        return 0
+    if "iteration" not in state:
+        raise ValueError("cannot resume: the checkpoint holds no training state (no 'iteration')")
+    return int(state["iteration"])
+
+
+def restore(state: dict | None, **parts) -> list[dict]:
+    """Load ``state[name]`` into each part; returns the history so far (empty for a fresh run)."""
+    if state is None:
+        return []
     missing = sorted({"iteration", "history", *parts} - set(state))
     if missing:
-        raise ValueError(f"the checkpoint lacks {missing}: it was not written by this trainer")
+        raise ValueError(f"cannot resume: the checkpoint lacks {missing} (was it written by another trainer?)")
     for name, part in parts.items():
         if isinstance(part, torch.optim.Optimizer):
             load_optimizer(part, state[name])
         else:
             part.load_state_dict(state[name])
-    return int(state["iteration"]), list(state["history"])
+    return list(state["history"])
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:

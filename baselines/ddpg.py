@@ -23,6 +23,7 @@ from gymnasium import spaces
 from torch import nn
 
 from gpu_marl_envs.baselines import ppo
+from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.models import layer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
@@ -202,13 +203,16 @@ def update_actor(actor: Actor, actor_optimizer: torch.optim.Optimizer, critic: C
 
 
 def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 1000, log=print_entry):
+          log_every: int = 1000, log=print_entry, save=None, resume: dict | None = None):
     """Train a fresh :class:`Actor` (and its critic) on ``env_id``; returns ``(actor, history)``, the
     history as ``ppo.train``'s (env steps, seconds, mean return of the episodes finished since the
     last log, and the last losses: NaN before the first update). ``log_every`` counts iterations
-    (vector steps of ``num_envs`` env steps)."""
-    torch.manual_seed(config.seed)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend)
+    (vector steps of ``num_envs`` env steps). ``save`` and ``resume`` as for ``ppo.train``; the
+    state includes the replay buffer's items."""
+    first = resumed_iteration(resume)
+    torch.manual_seed(config.seed + first)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed + first * config.num_envs, device=device,
+                          backend=backend)
     device = envs.device
     space = envs.single_action_space
     obs_size = envs.single_observation_space.shape[0]
@@ -228,9 +232,13 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     ou_state = torch.zeros((config.num_envs, action_size), device=device)
     nan = torch.tensor(float("nan"), device=device)
     losses = {"critic_loss": nan, "actor_loss": nan, "q_value": nan}
-    updates = 0
-    history, start = [], time.perf_counter()
-    for iteration in range(config.num_iterations):
+    parts = {"model": actor, "critic": critic, "target_actor": target_actor, "target_critic": target_critic,
+             "actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer, "replay": replay}
+    history = restore(resume, **parts)
+    # Gradient steps taken before iteration `first` (the actor's delayed updates count them).
+    updates = max(0, first - math.ceil(config.learning_starts / config.num_envs)) * config.gradient_steps
+    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    for iteration in range(first, config.num_iterations):
         global_step = iteration * config.num_envs
         if global_step < config.learning_starts:
             actions = low + (high - low) * torch.rand((config.num_envs, action_size), device=device)
@@ -267,6 +275,8 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
 
         if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
             history.append(log_entry((iteration + 1) * config.num_envs, start, stats, losses, log))
+            if save is not None:
+                save(training_state(iteration + 1, history, **parts))
     envs.close()
     return actor, history
 

@@ -2,8 +2,11 @@
 
 ``ActorCritic(observation_size, action_space)`` works for ``Discrete`` (categorical),
 ``MultiDiscrete`` (one categorical per component) and ``Box`` (diagonal Gaussian, state-independent
-log std) action spaces. A custom policy is any ``torch.nn.Module`` with the same two methods:
-``value(obs) -> (B,)`` and ``action_and_value(obs, action=None) -> (action, log_prob, entropy, value)``.
+log std) action spaces. A custom policy is any ``torch.nn.Module`` with the same three methods:
+``sample(obs) -> action``, ``value(obs) -> (B,)`` and
+``action_and_value(obs, action=None) -> (action, log_prob, entropy, value)``; to be captured in a
+CUDA graph they must not synchronise with the host (no ``.item()``, no ``torch.distributions``
+argument validation).
 """
 
 from __future__ import annotations
@@ -56,28 +59,30 @@ class ActorCritic(nn.Module):
 
     # The distributions are written out rather than taken from torch.distributions: its argument
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
-    def _log_probs(self, out: torch.Tensor) -> list[torch.Tensor]:
-        """Per categorical component, normalised log-probabilities ``(B, n)``."""
-        return [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
+    def sample(self, obs: torch.Tensor) -> torch.Tensor:
+        """An action drawn from the policy (the rollout's only use of the networks)."""
+        out = self.actor(obs)
+        if self.nvec is None:
+            return out + self.log_std.exp() * torch.randn_like(out)
+        # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits.
+        parts = torch.stack([(logits - torch.rand_like(logits).log().neg().log()).argmax(-1)
+                             for logits in out.split(self.nvec, dim=-1)], dim=-1)
+        return parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
 
     def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        """``(action, log_prob, entropy, value)``; the action is drawn where none is given."""
+        if action is None:
+            action = self.sample(obs)
         out = self.actor(obs)
         if self.nvec is None:
             log_std = self.log_std.expand_as(out)
-            if action is None:
-                action = out + log_std.exp() * torch.randn_like(out)
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
             return action, log_prob, entropy, self.value(obs)
-        log_probs = self._log_probs(out)
-        if action is None:
-            # Gumbel-max: argmax(log p + Gumbel noise) is a sample of the categorical.
-            parts = torch.stack([(lp - torch.rand_like(lp).log().neg().log()).argmax(-1) for lp in log_probs], -1)
-        else:
-            parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
+        log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
+        parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
         log_prob = sum(lp.gather(-1, parts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
-        action = parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
         return action, log_prob, entropy, self.value(obs)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
@@ -82,34 +83,41 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
 
 
 def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 10, log=print_entry):
+          log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
     list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
-    in rollouts and updates, losses), each also handed to ``log`` when it is made."""
-    torch.manual_seed(config.seed)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed, device=device, backend=backend,
-                          captured=config.cuda_graph)
+    in rollouts and updates, losses), each also handed to ``log`` when it is made.
+
+    ``save(state)``, if given, receives the training state (:mod:`checkpoint`) at each log
+    interval; ``resume`` = such a state continues that run from its iteration."""
+    first = resumed_iteration(resume)
+    # A resumed run draws new random numbers and new episodes (see checkpoint.py).
+    torch.manual_seed(config.seed + first)
+    envs, obs = make_envs(env_id, config.num_envs, config.seed + first * config.num_envs, device=device,
+                          backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     optimizer = make_optimizer(torch.optim.Adam, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
-    act, value = config.compiled(agent.action_and_value), config.compiled(agent.value)
+    sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
+    gae = config.compiled(compute_gae)
     loss_fn = config.compiled(ppo_loss)
     rollout = Rollout.allocate(config.num_steps, envs)
     stats = EpisodeStats(config.num_envs, device)
     minibatch = config.batch_size // config.num_minibatches
 
     def rollout_phase():
-        collect(act, value, envs, rollout, obs, stats, config.gamma)
+        collect(sample, envs, rollout, obs, stats)
         return {}
 
     def update_phase():
+        # The old policy's log-probabilities and values, before any gradient step.
+        log_probs, values, rewards, next_value = rollout.evaluate(act, value, obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = compute_gae(rollout.rewards, rollout.values, rollout.dones, value(obs),
-                                              config.gamma, config.gae_lambda)
-        # Epochs of shuffled minibatches; the old log-probabilities and values are the rollout's.
-        b_obs, b_actions, b_log_probs, b_values = (rollout.flat(n) for n in ("obs", "actions", "log_probs", "values"))
-        b_adv, b_returns = advantages.flatten(), returns.flatten()
+            advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
+        # Epochs of shuffled minibatches.
+        b_obs, b_actions = rollout.flat("obs"), rollout.flat("actions")
+        b_log_probs, b_values, b_adv, b_returns = (x.flatten() for x in (log_probs, values, advantages, returns))
         for _ in range(config.update_epochs):
             order = torch.rand(config.batch_size, device=device).argsort()  # a permutation, capturable
             for first in range(0, config.batch_size, minibatch):
@@ -125,16 +133,20 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
     update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
     times = PhaseTimes(device)
-    history, start = [], time.perf_counter()
-    for iteration in range(config.num_iterations):
-        if config.anneal_lr:
-            set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
-        with times("rollout"):
-            rollout_phase()
-        with times("update"):
-            losses = update_phase()
-        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
+    history = restore(resume, model=agent, optimizer=optimizer)
+    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    with config.matmul_precision():
+        for iteration in range(first, config.num_iterations):
+            if config.anneal_lr:
+                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
+            with times("rollout"):
+                rollout_phase()
+            with times("update"):
+                losses = update_phase()
+            if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
+                if save is not None:
+                    save(training_state(iteration + 1, history, model=agent, optimizer=optimizer))
     envs.close()
     return agent, history
 

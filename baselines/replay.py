@@ -66,6 +66,24 @@ class ReplayBuffer:
         self.position = (self.position + batch) % self.capacity
         self.size = min(self.size + batch, self.capacity)
 
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
+    def state_dict(self) -> dict:
+        """The stored items (not the empty slots) and the write position, for checkpoints."""
+        # Copies, so that a saved file holds only the stored items, not the whole preallocated ring.
+        return {"position": self.position, **{name: getattr(self, name)[:self.size].clone() for name in self.FIELDS}}
+
+    def load_state_dict(self, state: dict) -> None:
+        size = state["obs"].shape[0]
+        if size > self.capacity or state["obs"].shape[1:] != self.obs.shape[1:] \
+                or state["actions"].shape[1:] != self.actions.shape[1:]:
+            raise ValueError(f"cannot load a replay state of {size} items of obs {tuple(state['obs'].shape[1:])} and "
+                             f"actions {tuple(state['actions'].shape[1:])} into a buffer of {self.capacity} items of "
+                             f"obs {tuple(self.obs.shape[1:])} and actions {tuple(self.actions.shape[1:])}")
+        for name in self.FIELDS:
+            getattr(self, name)[:size] = state[name]
+        self.size, self.position = size, int(state["position"])
+
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transitions:
         """``batch_size`` stored transitions drawn uniformly with replacement (copies)."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:

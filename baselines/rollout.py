@@ -2,7 +2,8 @@
 
 The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
 observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
-last reward; a terminated one is not. Nothing here synchronises with the host.
+last reward; a terminated one is not. Nothing here synchronises with the host (except
+``log_entry``, at the log interval).
 """
 
 from __future__ import annotations
@@ -57,28 +58,43 @@ def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: st
 
 @dataclass
 class Rollout:
-    """``(num_steps, num_envs, ...)`` tensors of one rollout."""
+    """``(num_steps, num_envs, ...)`` tensors of one rollout: what the envs and the sampled actions
+    gave. Values and log-probabilities are not stored: the update computes them for the whole
+    rollout in one batched pass (the policy has not changed since), which keeps the rollout step to
+    the actor and the env."""
 
     obs: torch.Tensor
     actions: torch.Tensor
-    log_probs: torch.Tensor
-    rewards: torch.Tensor  # with truncations bootstrapped
+    rewards: torch.Tensor
     dones: torch.Tensor  # float: the transition ended its episode
-    values: torch.Tensor
+    truncated: torch.Tensor  # float: ... by truncation (to be bootstrapped from final_obs)
+    final_obs: torch.Tensor  # the episode's last observation where the transition ended it
 
     @classmethod
     def allocate(cls, num_steps: int, envs: GpuVectorEnv) -> "Rollout":
         space, device = envs.single_action_space, envs.device
         shape = (num_steps, envs.num_envs)
+        obs_shape = (*shape, *envs.single_observation_space.shape)
         action_dtype = torch.float32 if isinstance(space, spaces.Box) else torch.int64
-        return cls(obs=torch.zeros((*shape, *envs.single_observation_space.shape), device=device),
+        return cls(obs=torch.zeros(obs_shape, device=device),
                    actions=torch.zeros((*shape, *space.shape), dtype=action_dtype, device=device),
-                   log_probs=torch.zeros(shape, device=device), rewards=torch.zeros(shape, device=device),
-                   dones=torch.zeros(shape, device=device), values=torch.zeros(shape, device=device))
+                   rewards=torch.zeros(shape, device=device), dones=torch.zeros(shape, device=device),
+                   truncated=torch.zeros(shape, device=device), final_obs=torch.zeros(obs_shape, device=device))
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step and env dimensions merged (a view)."""
         return getattr(self, name).flatten(0, 1)
+
+    def evaluate(self, act, value, next_obs: torch.Tensor, gamma: float):
+        """The rollout's log-probabilities and values under the current policy (``act``: its
+        ``action_and_value``), its rewards with each truncated episode bootstrapped by
+        ``gamma * V(final observation)`` (a terminated one is not), and V(``next_obs``)."""
+        shape = self.rewards.shape
+        with torch.no_grad():
+            _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
+            final_values = value(self.flat("final_obs")).view(shape)
+            rewards = self.rewards + gamma * final_values * self.truncated
+            return log_probs.view(shape), values.view(shape), rewards, value(next_obs)
 
 
 class EpisodeStats:
@@ -103,10 +119,9 @@ class EpisodeStats:
         return mean, count
 
 
-def collect(act, value, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
-            gamma: float) -> None:
-    """Fill ``rollout`` with actions sampled by ``act`` (a policy's ``action_and_value``) from
-    ``obs``, which is advanced in place; ``value`` is the policy's critic."""
+def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats) -> None:
+    """Fill ``rollout`` with actions drawn by ``sample`` (a policy's ``sample``) from ``obs``, which
+    is advanced in place."""
     space = envs.single_action_space
     low = high = None
     if isinstance(space, spaces.Box):
@@ -115,17 +130,14 @@ def collect(act, value, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor,
     for t in range(rollout.obs.shape[0]):
         rollout.obs[t] = obs
         with torch.no_grad():
-            action, log_prob, _, values = act(obs)
+            action = sample(obs)
         # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
         env_action = action.clamp(low, high) if low is not None else action
-        next_obs, env_reward, terminated, truncated, infos = envs.step(env_action)
-        with torch.no_grad():
-            final_value = value(infos["final_obs"])
+        next_obs, rewards, terminated, truncated, infos = envs.step(env_action)
         done = terminated | truncated
-        rollout.actions[t], rollout.log_probs[t], rollout.values[t] = action, log_prob, values
-        rollout.rewards[t] = env_reward + gamma * final_value * truncated
-        rollout.dones[t] = done
-        stats.update(env_reward, done)
+        rollout.actions[t], rollout.rewards[t], rollout.dones[t] = action, rewards, done
+        rollout.truncated[t], rollout.final_obs[t] = truncated, infos["final_obs"]
+        stats.update(rewards, done)
         obs.copy_(next_obs)  # the env overwrites its buffers at the next step
 
 

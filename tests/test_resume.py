@@ -1,0 +1,97 @@
+"""Checkpoints of the trainers: a run interrupted after a save and resumed from it ends where an
+uninterrupted run's schedule ends, with its networks, optimizer state and history carried over."""
+
+import pytest
+import torch
+
+from gpu_marl_envs.baselines import a2c, ddpg, ppo
+from gpu_marl_envs.baselines.checkpoint import load_optimizer, training_state
+from gpu_marl_envs.baselines.replay import ReplayBuffer
+
+CASES = {
+    "ppo": (ppo, ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=2),
+            "CartPole-v1"),
+    "a2c": (a2c, a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 6, anneal_lr=True), "Acrobot-v1"),
+    "ddpg": (ddpg, ddpg.DDPGConfig(num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8,
+                                   buffer_size=64, hidden=(16, 16)), "Pendulum-v1"),
+}
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupted_run(module, config, env_id, stop_after: int):
+    """The states saved by a run that crashes after its ``stop_after``-th log entry."""
+    saved = []
+
+    def save(state):
+        saved.append(state)
+        if len(saved) == stop_after:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        module.train(env_id, config, device="cpu", log_every=1, log=None, save=save)
+    return saved
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_resume_continues_the_run(name):
+    module, config, env_id = CASES[name]
+    saved = interrupted_run(module, config, env_id, stop_after=3)[-1]
+    steps_per_iteration = config.num_envs * getattr(config, "num_steps", 1)
+    assert saved["iteration"] == 3 and len(saved["history"]) == 3
+
+    states = []
+    _, history = module.train(env_id, config, device="cpu", log_every=1, log=None, resume=saved, save=states.append)
+    # The history goes on from the checkpoint's, to the end of the run's schedule.
+    assert history[:3] == saved["history"]
+    assert [h["env_steps"] for h in history] == [steps_per_iteration * (i + 1) for i in range(6)]
+    assert [s["iteration"] for s in states] == [4, 5, 6]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_resume_restores_networks_and_optimizers(name):
+    module, config, env_id = CASES[name]
+    saved = interrupted_run(module, config, env_id, stop_after=6)[-1]  # the run's last iteration
+    resumed = []
+    policy, history = module.train(env_id, config, device="cpu", log_every=1, log=None, resume=saved,
+                                   save=resumed.append)
+    assert resumed == [] and history == saved["history"], "a finished run resumes to nothing more"
+    for key, value in saved["model"].items():
+        assert torch.equal(policy.state_dict()[key], value), f"parameter {key} differs after resume"
+
+
+def test_resume_rejects_a_foreign_state():
+    module, config, env_id = CASES["ppo"]
+    with pytest.raises(ValueError, match="no training state"):
+        module.train(env_id, config, device="cpu", log=None, resume={"model": {}})
+    with pytest.raises(ValueError, match=r"lacks \['optimizer'\]"):
+        module.train(env_id, config, device="cpu", log=None, resume={"iteration": 1, "history": [], "model": {}})
+
+
+def test_optimizer_state_round_trips_with_its_learning_rate_tensor():
+    """A captured update reads its learning rate from a tensor, which loading must keep (and set)."""
+    net = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.Adam(net.parameters(), lr=torch.tensor(0.1))
+    rate = optimizer.param_groups[0]["lr"]
+    net(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    state = training_state(1, [], optimizer=optimizer)["optimizer"]
+    state["param_groups"][0]["lr"] = 0.05
+    load_optimizer(optimizer, state)
+    assert optimizer.param_groups[0]["lr"] is rate and rate.item() == pytest.approx(0.05)
+    assert optimizer.state[net.weight]["step"].item() == 1
+
+
+def test_replay_state_round_trip():
+    replay = ReplayBuffer(4, 2, 1)
+    for value in range(6):  # wraps round: holds 2, 3, 4, 5 with the next write at slot 2
+        replay.add(torch.full((1, 2), float(value)), torch.zeros(1, 1), torch.tensor([value * 1.0]),
+                   torch.zeros(1, 2), torch.tensor([False]))
+    copy = ReplayBuffer(4, 2, 1)
+    copy.load_state_dict(replay.state_dict())
+    assert (copy.size, copy.position) == (replay.size, replay.position) == (4, 2)
+    assert torch.equal(copy.rewards, replay.rewards)
+    with pytest.raises(ValueError, match="cannot load a replay state"):
+        ReplayBuffer(4, 3, 1).load_state_dict(replay.state_dict())
