@@ -4,10 +4,18 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
     gpu-marl-train --env CartPole-v1                       # the shipped config for the env
     gpu-marl-train --config my.toml --set num_envs=64 --set learning_rate=1e-3 --seed 3
     gpu-marl-train --evaluate runs/CartPole-v1-ppo-seed0/checkpoint.pt
+    gpu-marl-train --env TagContinuous-v0 --set num_envs=8 --set policies.runners.train=false
 
 (also ``python -m gpu_marl_envs.baselines.train``). A config is a TOML file with ``env``,
 ``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
 (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
+A multi-agent game (Tag) trains one network per policy (:mod:`multi_agent`): its config adds
+``[groups]`` (group -> policy name), one ``[policies.<name>]`` table per policy (``PolicyConfig``
+fields; ``algorithm`` defaults to the top-level one) and optionally ``[env_params]``; its
+``[hyperparameters]`` are the run's (``MultiAgentConfig``: num_envs, num_steps, total_timesteps,
+seed, ...). ``--set`` also takes dotted keys (``policies.taggers.learning_rate=1e-3``,
+``env_params.num_runners=20``). Evaluating a Tag checkpoint prints each group's return and writes
+``animation.gif`` of one game beside the checkpoint.
 The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) receives
 ``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png`` and ``checkpoint.pt``
 (written atomically). The device is the GPU when there is one, else the CPU (``--device``).
@@ -16,6 +24,7 @@ The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) rec
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import sys
@@ -25,10 +34,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gpu_marl_envs.baselines import a2c, ddpg, ppo
+from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo
 from gpu_marl_envs.baselines.checkpoint import atomic_save
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
+from gpu_marl_envs.rendering import save_animation
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,7 +50,9 @@ ALGORITHMS = {"ppo": (ppo.PPOConfig, ppo.train, ActorCritic), "a2c": (a2c.A2CCon
               "ddpg": (ddpg.DDPGConfig, ddpg.train, ddpg.Actor)}
 CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
 DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml",
-                   "Pendulum-v1": "pendulum_ddpg.toml", "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml"}
+                   "Pendulum-v1": "pendulum_ddpg.toml", "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml",
+                   "TagContinuous-v0": "tag_continuous_ppo.toml", "TagGridworld-v0": "tag_gridworld_a2c.toml"}
+MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
 
 
 class ConfigError(ValueError):
@@ -62,9 +74,10 @@ def read_config(path=None, env: str | None = None) -> dict:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config {path or DEFAULT_CONFIGS[env]} is not valid TOML: {error}") from None
-    unknown = set(raw) - {"env", "algorithm", "hyperparameters"}
+    unknown = set(raw) - {"env", "algorithm", "hyperparameters", *MULTI_AGENT_TABLES}
     if unknown:
-        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; expected env, algorithm, [hyperparameters]")
+        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; expected env, algorithm, [hyperparameters] "
+                          "(and, for a multi-agent game, [env_params], [groups], [policies.<name>])")
     return raw
 
 
@@ -82,6 +95,12 @@ def parse_override(text: str) -> tuple[str, object]:
 
 def build_config(raw: dict, overrides: list[str], seed: int | None):
     """The algorithm name, env id and the algorithm's config dataclass."""
+    if multi_agent.is_game(raw.get("env")):
+        return build_multi_agent_config(raw, overrides, seed)
+    tables = sorted(set(MULTI_AGENT_TABLES) & set(raw))
+    if tables:
+        raise ConfigError(f"{tables} apply to multi-agent games only ({', '.join(sorted(multi_agent.games()))}), "
+                          f"not {raw.get('env')!r}")
     algorithm = raw.get("algorithm")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
@@ -102,23 +121,66 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
         raise ConfigError(str(error)) from None
 
 
-def to_toml(algorithm: str, env: str, config) -> str:
-    def literal(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (tuple, list)):
-            return "[" + ", ".join(literal(x) for x in v) + "]"
-        return repr(v) if not isinstance(v, str) else f'"{v}"'
+def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
+    """The policies' default algorithm, the game and its :class:`multi_agent.MultiAgentConfig`.
 
-    lines = [f'env = "{env}"', f'algorithm = "{algorithm}"', "", "[hyperparameters]"]
-    lines += [f"{k} = {literal(v)}" for k, v in dataclasses.asdict(config).items()]
+    ``--set`` keys: a plain key is a run setting (``num_envs=8``); a dotted key reaches into a table
+    (``policies.taggers.learning_rate=1e-3``, ``env_params.num_runners=20``, ``groups.runners=shared``).
+    """
+    algorithm, env = raw.get("algorithm"), raw["env"]
+    if algorithm not in multi_agent.ALGORITHMS:
+        raise ConfigError(f"algorithm of a multi-agent config (the default of its policies) must be one of "
+                          f"{list(multi_agent.ALGORITHMS)}, got {algorithm!r}")
+    tables = {name: copy.deepcopy(raw.get(name, {})) for name in ("hyperparameters", *MULTI_AGENT_TABLES)}
+    for text in overrides:
+        key, value = parse_override(text)
+        path = key.split(".")
+        if len(path) == 1:
+            path = ["hyperparameters", *path]
+        if path[0] not in tables or len(path) != (3 if path[0] == "policies" else 2):
+            raise ConfigError(f"--set {key}: use a run setting (num_envs=8) or a dotted key into a table: "
+                              "policies.<name>.<setting>, env_params.<field>, groups.<group>")
+        table = tables[path[0]]
+        if path[0] == "policies":
+            table = table.setdefault(path[1], {})
+        table[path[-1]] = value
+    if seed is not None:
+        tables["hyperparameters"]["seed"] = seed
+    try:
+        config = multi_agent.MultiAgentConfig.from_dict(tables, algorithm)
+        multi_agent.game_params(env, config)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from None
+    return algorithm, env, config
+
+
+def literal(v) -> str:
+    """A TOML value (``repr(math.inf)`` is TOML's ``inf``)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(literal(x) for x in v) + "]"
+    return repr(v) if not isinstance(v, str) else f'"{v}"'
+
+
+def to_toml(algorithm: str, env: str, config) -> str:
+    lines = [f'env = "{env}"', f'algorithm = "{algorithm}"']
+    if isinstance(config, multi_agent.MultiAgentConfig):
+        tables = config.to_dict()
+        named = [(name, tables[name]) for name in ("hyperparameters", "env_params", "groups")]
+        named += [(f"policies.{name}", settings) for name, settings in tables["policies"].items()]
+    else:
+        named = [("hyperparameters", dataclasses.asdict(config))]
+    for name, table in named:
+        lines += ["", f"[{name}]", *(f"{k} = {literal(v)}" for k, v in table.items())]
     return "\n".join(lines) + "\n"
 
 
 def run_training(algorithm: str, env: str, config, out: Path, device: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(to_toml(algorithm, env, config))
-    train = ALGORITHMS[algorithm][1]
+    multi = isinstance(config, multi_agent.MultiAgentConfig)
+    train = multi_agent.train if multi else ALGORITHMS[algorithm][1]
     total = config.total_timesteps
     metrics = open(out / "metrics.csv", "w", newline="")
     writer = None
@@ -135,11 +197,43 @@ def run_training(algorithm: str, env: str, config, out: Path, device: str) -> di
 
         agent, history = train(env, config, device=device, log=log, log_every=max(1, config.num_iterations // 50))
     plot_learning_curve(history, out / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})")
+    if multi:
+        return save_policies(algorithm, env, config, agent, history, out, device)
     checkpoint = {"algorithm": algorithm, "env": env, "config": dataclasses.asdict(config),
                   "model": agent.state_dict(), "history": history}
     atomic_save(checkpoint, out / "checkpoint.pt")
     returns = ppo.evaluate(agent, env, device=device)
     return {"mean_return": returns.mean().item(), "checkpoint": out / "checkpoint.pt"}
+
+
+def save_policies(algorithm: str, env: str, config, policies: dict, history: list, out: Path, device: str) -> dict:
+    """A multi-agent run's checkpoint (every policy's weights) and its greedy returns per group."""
+    checkpoint = {"algorithm": algorithm, "env": env, "config": config.to_dict(),
+                  "policies": {name: policy.state_dict() for name, policy in policies.items()}, "history": history}
+    atomic_save(checkpoint, out / "checkpoint.pt")
+    returns = multi_agent.evaluate(policies, env, config, device=device)
+    return {"mean_return": returns[multi_agent.reported_group(config)], "group_returns": returns,
+            "checkpoint": out / "checkpoint.pt"}
+
+
+def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.MultiAgentConfig]:
+    """The policies, game and config of a (loaded) multi-agent checkpoint written by this command."""
+    config = multi_agent.MultiAgentConfig.from_dict(checkpoint["config"])
+    policies = multi_agent.make_policies(checkpoint["env"], config, device)
+    for name, policy in policies.items():
+        policy.load_state_dict(checkpoint["policies"][name])
+    return policies, checkpoint["env"], config
+
+
+def evaluate_policies(checkpoint: dict, path: Path, episodes: int, device) -> None:
+    """Print a multi-agent checkpoint's greedy returns per group; write game 0 as ``animation.gif``
+    beside the checkpoint's ``path``."""
+    policies, env, config = load_policies(checkpoint, device)
+    frames = []
+    returns = multi_agent.evaluate(policies, env, config, episodes, device=device, frames=frames)
+    animation = save_animation(frames, path.with_name("animation.gif"))
+    print(f"{env}: greedy mean return per agent over {episodes} games: "
+          + ", ".join(f"{group} {value:.2f}" for group, value in returns.items()) + f"; game 0 drawn in {animation}")
 
 
 def load_agent(path, device) -> tuple[torch.nn.Module, str]:
@@ -170,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.evaluate:
+            checkpoint = torch.load(args.evaluate, map_location=args.device, weights_only=False)
+            if "policies" in checkpoint:  # a multi-agent run's
+                evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
+                return 0
             agent, env = load_agent(args.evaluate, args.device)
             returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
             print(f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
@@ -181,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"the shipped config is for {env}, not {args.env}")
         out = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
         result = run_training(algorithm, env, config, out, args.device)
-        print(f"{env}: greedy mean return {result['mean_return']:.1f}; run saved in {out}")
+        if "group_returns" in result:
+            returns = ", ".join(f"{group} {value:.2f}" for group, value in result["group_returns"].items())
+            print(f"{env}: greedy mean return per agent: {returns}; run saved in {out}")
+        else:
+            print(f"{env}: greedy mean return {result['mean_return']:.1f}; run saved in {out}")
         return 0
     except ConfigError as error:
         parser.error(str(error))

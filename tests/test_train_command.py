@@ -57,7 +57,7 @@ def test_checkpoint_round_trip_gives_the_same_policy(tmp_path):
     (["--env", "CartPole-v1", "--set", "bogus=1"], "unknown ppo hyper-parameters"),
     (["--env", "CartPole-v1", "--set", "num_envs=0"], "num_envs"),
     (["--env", "CartPole-v1", "--set", "novalue"], "key=value"),
-    (["--env", "TagContinuous-v0"], "no shipped config"),
+    (["--env", "MountainCar-v0"], "no shipped config"),
 ])
 def test_bad_configs_get_clear_errors(args, message, tmp_path):
     result = run(*args, "--device", "cpu", "--out", str(tmp_path / "run"))

@@ -1,0 +1,554 @@
+"""Per-group policies on a batched multi-agent game (Tag), everything on the env's device: one network
+per *policy*, each trained with its own algorithm (PPO or A2C) and settings, or only acting.
+
+A config maps every group of the game to a policy name: ``{"taggers": "taggers", "runners":
+"runners"}`` gives each group its own network, ``{"taggers": "shared", "runners": "shared"}`` one
+network for both (WarpDrive's ``policy_tag_to_agent_id_map``, by group). A policy's agents are its
+groups side by side; each ``(env, agent)`` slot is one stream of transitions:
+
+- a transition counts where the agent was in the game *before* the step (``active`` after the
+  previous step): tagged runners stay in the arrays, observe zeros and get reward 0 until their game
+  resets, and those rows get weight 0 in every mean of the losses (weights rather than selected rows,
+  because boolean indexing synchronises with the host);
+- ``done`` = that agent's ``terminated | truncated``; an agent truncated while in the game is
+  bootstrapped with ``gamma * V(final observation)`` (SAME_STEP autoreset keeps it on the device); a
+  terminated one is not.
+
+As in :mod:`rollout`, a rollout step runs only the actors and the env; the update computes the
+rollout's log-probabilities and values in one batched pass per policy (the policy has not changed
+since), so the rollout stores each step's final observations too.
+
+The losses are :func:`ppo.ppo_loss` and :func:`a2c.a2c_loss` with each mean weighted by that mask
+(:func:`masked_ppo_loss`, :func:`masked_a2c_loss`); advantages come from :func:`gae.compute_gae`.
+Both algorithms use Adam, as WarpDrive does. Nothing synchronises with the host inside the rollout
+or the update; per-group episode returns accumulate on the device and are read at the log interval.
+
+Custom networks: ``train(..., models={"runners": module})`` uses ``module`` for that policy instead
+of a fresh :class:`ActorCritic`. It is any ``torch.nn.Module`` with ActorCritic's methods ``sample(obs)
+-> action``, ``value(obs)`` and ``action_and_value(obs, action=None) -> (action, log_prob, entropy,
+value)`` over any leading batch dimensions (the rollout hands it ``(num_envs, agents, obs_dim)``, the
+update ``(rows, obs_dim)``), and ``greedy(obs)`` for :func:`evaluate`; it is moved to the env's
+device. For CUDA graphs it must not synchronise with the host.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.gae import compute_gae
+from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes
+from gpu_marl_envs.parallel_env import GpuParallelEnv, games, get_game
+
+ALGORITHMS = ("ppo", "a2c")
+PPO_ONLY = ("clip_coef", "update_epochs", "num_minibatches")
+POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a bare TOML key, and a clean metrics-column prefix
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """One policy's algorithm and settings. Defaults: CleanRL's PPO."""
+
+    algorithm: str = "ppo"
+    """``"ppo"`` (clipped surrogate, epochs of minibatches) or ``"a2c"`` (one gradient step per rollout)."""
+    train: bool = True
+    """False: the policy acts but is never updated (WarpDrive's ``to_train``)."""
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    """1: plain n-step returns (WarpDrive's A2C)."""
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    """Weight of the value loss ``0.5 * (V - return)^2``; WarpDrive's ``vf_loss_coeff`` weighs the
+    squared error without the 1/2, so its value 1 is 2 here."""
+    max_grad_norm: float = 0.5
+    """Clip the gradient's global norm at this; ``inf`` (TOML ``inf``): no clipping."""
+    norm_adv: bool = True
+    """Normalise advantages (per minibatch, over the rows that count)."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the actor's and the critic's MLPs."""
+    clip_coef: float = 0.2
+    """PPO only: the ratio's clip range."""
+    update_epochs: int = 4
+    """PPO only: passes over each rollout."""
+    num_minibatches: int = 4
+    """PPO only: minibatches per pass (rows of the policy's agents, split as evenly as possible)."""
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"{name}.algorithm must be one of {list(ALGORITHMS)}, got {self.algorithm!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"{name}.{f.name} must be true or false, got {value!r}")
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}.{f.name} must be an int >= 1, got {value!r}")
+            if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or math.isnan(value) or value < 0):
+                raise ValueError(f"{name}.{f.name} must be a number >= 0, got {value!r}")
+        for key in ("gamma", "gae_lambda"):
+            if not getattr(self, key) <= 1:
+                raise ValueError(f"{name}.{key} must lie in [0, 1], got {getattr(self, key)}")
+        if not (isinstance(self.hidden, tuple) and self.hidden
+                and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden)):
+            raise ValueError(f"{name}.hidden must be a non-empty list of ints >= 1, got {self.hidden!r}")
+
+
+def _default_groups() -> dict[str, str]:
+    return {"taggers": "taggers", "runners": "runners"}
+
+
+def _default_policies() -> dict[str, PolicyConfig]:
+    return {"taggers": PolicyConfig(), "runners": PolicyConfig()}
+
+
+@dataclass(frozen=True)
+class MultiAgentConfig(RolloutSizes, CaptureOptions):
+    """A run: sizes, seed, how phases run (``cuda_graph``, ``compile``), the game's params and the
+    group -> policy map. Default: one PPO policy per Tag group."""
+
+    num_envs: int = 64
+    """Parallel games of the rollout."""
+    num_steps: int = 128
+    """Steps per game per rollout."""
+    total_timesteps: int = 1_000_000
+    """Env steps of the whole run (games x steps, as WarpDrive counts; not agent steps), rounded
+    down to whole rollouts."""
+    seed: int = 0
+    groups: dict[str, str] = field(default_factory=_default_groups)
+    """Group -> policy name; every group of the game needs one, and groups may share a policy."""
+    policies: dict[str, PolicyConfig] = field(default_factory=_default_policies)
+    """Policy name -> its settings; every policy serves at least one group."""
+    env_params: dict = field(default_factory=dict)
+    """Fields of the game's params dataclass to change from its defaults (the published config)."""
+
+    def __post_init__(self):
+        self.check_sizes()
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"MultiAgentConfig.seed must be an int, got {self.seed!r}")
+        if not self.groups:
+            raise ValueError("groups is empty: map every group of the game to a policy, e.g. "
+                             '[groups] taggers = "taggers", runners = "runners"')
+        for group, policy in self.groups.items():
+            if policy not in self.policies:
+                raise ValueError(f"group {group!r} uses policy {policy!r}, which has no settings: add a "
+                                 f"[policies.{policy}] table (policies: {sorted(self.policies)})")
+        for policy, settings in self.policies.items():
+            if not POLICY_NAME.fullmatch(policy):
+                raise ValueError(f"policy name {policy!r} must use only letters, digits, '_' and '-'")
+            if policy not in self.groups.values():
+                raise ValueError(f"policy {policy!r} serves no group: map a group to it in [groups] or remove "
+                                 f"[policies.{policy}]")
+            if not isinstance(settings, PolicyConfig):
+                raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(settings).__name__}")
+
+    @classmethod
+    def from_dict(cls, tables: dict, algorithm: str | None = None) -> "MultiAgentConfig":
+        """The config of a TOML-shaped dict: ``hyperparameters`` (the run's fields), ``groups``,
+        ``policies`` (name -> settings table) and ``env_params``; ``algorithm`` is the default of the
+        policies that do not name theirs. Errors name the table and the fix."""
+        unknown = set(tables) - {"hyperparameters", "groups", "policies", "env_params"}
+        if unknown:
+            raise ValueError(f"unknown tables {sorted(unknown)}; expected hyperparameters, groups, policies, env_params")
+        run = dict(tables.get("hyperparameters", {}))
+        run_keys = {f.name for f in fields(cls)} - {"groups", "policies", "env_params"}
+        policy_keys = {f.name for f in fields(PolicyConfig)}
+        for key in sorted(set(run) - run_keys):
+            hint = (f"; {key} is a policy setting: put it in [policies.<name>] (--set policies.<name>.{key}=...)"
+                    if key in policy_keys else "")
+            raise ValueError(f"unknown run setting {key!r} in [hyperparameters]; known: {sorted(run_keys)}{hint}")
+        policies = {}
+        for name, settings in tables.get("policies", {}).items():
+            if not isinstance(settings, dict):
+                raise ValueError(f"policies.{name} must be a table of settings, got {settings!r}")
+            settings = dict(settings)
+            settings.setdefault("algorithm", algorithm or PolicyConfig.algorithm)
+            unknown = sorted(set(settings) - policy_keys)
+            if unknown:
+                raise ValueError(f"unknown settings {unknown} in [policies.{name}]; known: {sorted(policy_keys)}")
+            if settings["algorithm"] == "a2c":
+                ppo_only = sorted(set(settings) & set(PPO_ONLY))
+                if ppo_only:
+                    raise ValueError(f"{ppo_only} in [policies.{name}] apply to PPO only; remove them or set "
+                                     'algorithm = "ppo"')
+            if isinstance(settings.get("hidden"), list):
+                settings["hidden"] = tuple(settings["hidden"])
+            try:
+                policies[name] = PolicyConfig(**settings)
+            except ValueError as error:
+                raise ValueError(f"[policies.{name}]: {error}") from None
+        groups = tables.get("groups", {})
+        if not all(isinstance(v, str) for v in groups.values()):
+            raise ValueError(f"[groups] maps each group to a policy name (a string), got {groups!r}")
+        return cls(**run, groups=dict(groups), policies=policies, env_params=dict(tables.get("env_params", {})))
+
+    def to_dict(self) -> dict:
+        """The TOML-shaped dict :meth:`from_dict` reads (every setting written out)."""
+        run = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("groups", "policies", "env_params")}
+        return {"hyperparameters": run, "env_params": dict(self.env_params), "groups": dict(self.groups),
+                "policies": {name: {key: value for key, value in asdict(settings).items()
+                                    if settings.algorithm == "ppo" or key not in PPO_ONLY}
+                             for name, settings in self.policies.items()}}
+
+
+def is_game(env_id) -> bool:
+    """Whether ``env_id`` names a multi-agent game (trained here) rather than a single-agent env."""
+    return isinstance(env_id, str) and env_id.split("/", 1)[-1] in games()
+
+
+def game_params(env_id: str, config: MultiAgentConfig):
+    """The game's params from ``config.env_params``, with the config's groups checked against the game's."""
+    game = get_game(env_id)
+    known = [f.name for f in fields(game.params_type)]
+    unknown = sorted(set(config.env_params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown env_params {unknown} for {game.id}; known: {known}")
+    params = game.params_type(**config.env_params)
+    game_groups = list(game.agent_groups(params))
+    missing = [g for g in game_groups if g not in config.groups]
+    unknown = [g for g in config.groups if g not in game_groups]
+    if missing or unknown:
+        raise ValueError(f"[groups] must map exactly the groups of {game.id} {game_groups} to policies; "
+                         f"missing {missing}, unknown {unknown}")
+    return params
+
+
+def policy_slots(env_id: str, config: MultiAgentConfig) -> dict[str, dict[str, slice]]:
+    """Policy -> {group: its agents' slice of the policy's agent dimension}: groups side by side in
+    the game's group order."""
+    game = get_game(env_id)
+    slots: dict[str, dict[str, slice]] = {name: {} for name in config.policies}
+    sizes = {name: 0 for name in config.policies}
+    for group, ids in game.agent_groups(game_params(env_id, config)).items():
+        name = config.groups[group]
+        slots[name][group] = slice(sizes[name], sizes[name] + len(ids))
+        sizes[name] += len(ids)
+    return slots
+
+
+def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: dict | None = None) -> dict:
+    """A fresh :class:`ActorCritic` per policy (or the module ``models`` gives for it), moved to ``device``."""
+    models = dict(models or {})
+    unknown = sorted(set(models) - set(config.policies))
+    if unknown:
+        raise ValueError(f"models given for unknown policies {unknown}; policies: {sorted(config.policies)}")
+    game = get_game(env_id)
+    params = game_params(env_id, config)
+    obs_size = game.observation_space(params).shape[0]
+    policies = {}
+    for name, settings in config.policies.items():
+        module = models[name] if name in models else ActorCritic(obs_size, game.action_space(params), settings.hidden)
+        policies[name] = module.to(device)
+    return policies
+
+
+def reported_group(config: MultiAgentConfig) -> str:
+    """The group whose return is a run's ``mean_return``: the first group of the first trained policy."""
+    trained = [group for group, policy in config.groups.items() if config.policies[policy].train]
+    return (trained or list(config.groups))[0]
+
+
+# -- rollout storage -------------------------------------------------------------------------------
+
+@dataclass
+class PolicyRollout:
+    """``(num_steps, num_envs, agents, ...)`` tensors of one policy's agents (its groups side by side):
+    what the env and the sampled actions gave."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor  # float: the agent's terminated | truncated
+    truncated: torch.Tensor  # float: truncated while in the game and not tagged (to be bootstrapped)
+    final_obs: torch.Tensor  # the agent's last observation where its game ended on this step
+    weights: torch.Tensor  # float: 1 where the agent was in the game before the step
+
+    @classmethod
+    def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
+                 device) -> "PolicyRollout":
+        shape = (num_steps, num_envs, agents)
+
+        def zeros(*extra, dtype=torch.float32):
+            return torch.zeros((*shape, *extra), dtype=dtype, device=device)
+
+        return cls(obs=zeros(obs_size), actions=zeros(*action_space.shape, dtype=torch.int64), rewards=zeros(),
+                   dones=zeros(), truncated=zeros(), final_obs=zeros(obs_size), weights=zeros())
+
+    def flat(self, name: str) -> torch.Tensor:
+        """A field with the step, env and agent dimensions merged (a view)."""
+        return getattr(self, name).flatten(0, 2)
+
+    def evaluate(self, act, value, next_obs: torch.Tensor, gamma: float):
+        """As :meth:`rollout.Rollout.evaluate`: log-probabilities and values under the current policy
+        (``act``: its ``action_and_value``), the rewards with truncations bootstrapped by
+        ``gamma * V(final observation)``, and V(``next_obs``)."""
+        shape = self.rewards.shape
+        with torch.no_grad():
+            _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
+            final_values = value(self.flat("final_obs")).view(shape)
+            rewards = self.rewards + gamma * final_values * self.truncated
+            return log_probs.view(shape), values.view(shape), rewards, value(next_obs)
+
+
+@dataclass
+class PolicyState:
+    """A policy's persistent ``(num_envs, agents, ...)`` inputs, updated in place with ``copy_`` (their
+    addresses never change, so a CUDA graph can capture the rollout)."""
+
+    obs: torch.Tensor
+    active: torch.Tensor  # bool: in the game now, i.e. before the next step
+
+
+def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, states: dict, stats: dict) -> None:
+    """Fill each policy's rollout from its state, stepping every game ``num_steps`` times;
+    ``sample`` holds each policy's ``sample``."""
+    for t in range(next(iter(rollouts.values())).obs.shape[0]):
+        actions = {}
+        for name, rollout in rollouts.items():
+            state = states[name]
+            rollout.obs[t].copy_(state.obs)
+            rollout.weights[t].copy_(state.active)
+            with torch.no_grad():
+                rollout.actions[t].copy_(sample[name](state.obs))
+            actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
+        obs, rewards, terminated, truncated, infos = env.step_groups(actions)
+        for name, rollout in rollouts.items():
+            state = states[name]
+            for group, s in slots[name].items():
+                rollout.rewards[t, :, s].copy_(rewards[group])
+                rollout.dones[t, :, s].copy_(terminated[group] | truncated[group])
+                # A runner tagged on the truncating step is terminated too: no bootstrap for it.
+                rollout.truncated[t, :, s].copy_(truncated[group] & ~terminated[group] & state.active[:, s])
+                rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
+                state.obs[:, s].copy_(obs[group])
+                state.active[:, s].copy_(infos[group]["active"])
+        for group, group_stats in stats.items():
+            # The mean over the group's agents of their episode sums: the mean return per agent.
+            group_stats.update(rewards[group].mean(1), infos[group]["_final_obs"])
+
+
+# -- losses ----------------------------------------------------------------------------------------
+
+def masked_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The mean of ``x`` over the rows of weight 1 (0 when there are none), without a host sync."""
+    return (x * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def normalise(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    mean = masked_mean(advantages, weights)
+    return (advantages - mean) / (masked_mean((advantages - mean) ** 2, weights).sqrt() + 1e-8)
+
+
+def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig):
+    """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count."""
+    _, log_probs, entropy, values = policy.action_and_value(obs, actions)
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    if config.norm_adv:
+        advantages = normalise(advantages, weights)
+    clipped = ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)
+    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped), weights)
+    value_loss = 0.5 * masked_mean((values - returns) ** 2, weights)
+    entropy_loss = masked_mean(entropy, weights)
+    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    with torch.no_grad():
+        stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
+                 "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
+                 "clip_fraction": masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights)}
+    return loss, stats
+
+
+def masked_a2c_loss(policy, obs, actions, advantages, returns, weights, config: PolicyConfig):
+    """:func:`a2c.a2c_loss` with every mean over the rows that count."""
+    _, log_probs, entropy, values = policy.action_and_value(obs, actions)
+    if config.norm_adv:
+        advantages = normalise(advantages, weights)
+    policy_loss = -masked_mean(advantages * log_probs, weights)
+    value_loss = 0.5 * masked_mean((returns - values) ** 2, weights)
+    entropy_loss = masked_mean(entropy, weights)
+    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats
+
+
+def update(policy, optimizer, rollout: PolicyRollout, log_probs, advantages, returns, config: PolicyConfig,
+           loss_fn) -> dict:
+    """One policy's update from its rollout with ``loss_fn`` (its algorithm's masked loss, maybe
+    compiled); returns the last gradient step's loss terms."""
+    b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
+    b_log_probs, b_adv, b_returns = (x.flatten() for x in (log_probs, advantages, returns))
+
+    def step(loss, losses):
+        optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
+        loss.backward()
+        if math.isfinite(config.max_grad_norm):
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+        optimizer.step()
+        return losses
+
+    if config.algorithm == "a2c":
+        return step(*loss_fn(policy, b_obs, b_actions, b_adv, b_returns, b_weights, config))
+    # Epochs of shuffled minibatches; the old log-probabilities are the rollout's.
+    for _ in range(config.update_epochs):
+        order = torch.rand(len(b_obs), device=b_obs.device).argsort()  # a permutation, capturable
+        for idx in torch.tensor_split(order, config.num_minibatches):
+            losses = step(*loss_fn(policy, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
+                                   b_returns[idx], b_weights[idx], config))
+    return losses
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+def print_entry(entry: dict) -> None:
+    """The default ``log`` of :func:`train`: one line per log interval, every group's return."""
+    returns = "  ".join(f"{key.split('/', 1)[1]} {value:8.2f}" for key, value in entry.items()
+                        if key.startswith("mean_return/"))
+    print(f"steps {entry['env_steps']:>11,d}  return per agent: {returns}  ({entry['episodes']} games)  "
+          f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s")
+
+
+def log_entry(env_steps: int, start: float, stats: dict, losses: dict, reported: str, log,
+              times: PhaseTimes) -> dict:
+    """One history entry (the only host synchronisation of a run), handed to ``log`` if given."""
+    returns = {group: group_stats.read_and_clear() for group, group_stats in stats.items()}
+    entry = {"env_steps": env_steps, "seconds": time.perf_counter() - start, "mean_return": returns[reported][0],
+             "episodes": returns[reported][1], **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
+             **{f"{phase}_seconds": seconds for phase, seconds in times.read().items()},
+             **{name: value.item() for name, value in losses.items()}}
+    if log is not None:
+        log(entry)
+    return entry
+
+
+# -- training --------------------------------------------------------------------------------------
+
+def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=None, backend: str | None = None,
+          models: dict | None = None, log_every: int = 10, log=print_entry):
+    """Train the config's policies on the game ``env_id``; returns ``(policies, history)``.
+
+    ``policies`` maps each policy name to its module; ``history`` is a list of dicts (env steps,
+    seconds, ``mean_return/<group>``: the mean episode return per agent of each group over the
+    games finished since the last entry, ``mean_return`` that of :func:`reported_group`,
+    ``episodes``: games finished, seconds spent in rollouts and updates, and ``<policy>/<loss term>``
+    for each trained policy), each also handed to ``log`` when it is made. ``models``: custom
+    modules for some policies (module docstring).
+    """
+    torch.manual_seed(config.seed)
+    # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
+    env = GpuParallelEnv(env_id, config.num_envs, device=device, backend=backend, params=game_params(env_id, config),
+                         autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False,
+                         cuda_graph=False if config.cuda_graph else None)
+    device = env.device
+    policies = make_policies(env_id, config, device, models)
+    trained = {name: settings for name, settings in config.policies.items() if settings.train}
+    optimizers = {name: make_optimizer(torch.optim.Adam, policies[name].parameters(), settings.learning_rate, device,
+                                       captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
+                  for name, settings in trained.items()}
+    sample = {name: config.compiled(policy.sample) for name, policy in policies.items()}
+    act = {name: config.compiled(policies[name].action_and_value) for name in trained}
+    value = {name: config.compiled(policies[name].value) for name in trained}
+    gae = config.compiled(compute_gae)
+    loss_fns = {"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)}
+
+    # Storage: per policy, its groups side by side along the agent dimension.
+    slots = policy_slots(env_id, config)
+    obs_size = env.observation_space(env.possible_agents[0]).shape[0]
+    action_space = env.action_space(env.possible_agents[0])
+    rollouts, states = {}, {}
+    for name, groups in slots.items():
+        agents = sum(s.stop - s.start for s in groups.values())
+        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, obs_size, action_space,
+                                                device)
+        states[name] = PolicyState(obs=torch.zeros((config.num_envs, agents, obs_size), device=device),
+                                   active=torch.ones((config.num_envs, agents), dtype=torch.bool, device=device))
+    obs, _ = env.reset_groups(seed=config.seed)
+    for name, groups in slots.items():
+        for group, s in groups.items():
+            states[name].obs[:, s].copy_(obs[group])
+    stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
+
+    def rollout_phase():
+        collect(env, sample, slots, rollouts, states, stats)
+        return {}
+
+    def update_phase():
+        losses = {}
+        for name, settings in trained.items():
+            rollout = rollouts[name]
+            # The old policy's log-probabilities and values, before any gradient step.
+            log_probs, values, rewards, next_value = rollout.evaluate(act[name], value[name], states[name].obs,
+                                                                      settings.gamma)
+            with torch.no_grad():
+                advantages, returns = gae(rewards, values, rollout.dones, next_value, settings.gamma,
+                                          settings.gae_lambda)
+            terms = update(policies[name], optimizers[name], rollout, log_probs, advantages, returns, settings,
+                           loss_fns[settings.algorithm])
+            losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
+        return losses
+
+    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
+    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
+    times = PhaseTimes(device)
+    reported = reported_group(config)
+    history, start = [], time.perf_counter()
+    with config.matmul_precision():
+        for iteration in range(config.num_iterations):
+            for name, settings in trained.items():
+                if settings.anneal_lr:
+                    set_learning_rate(optimizers[name],
+                                      settings.learning_rate * (1.0 - iteration / config.num_iterations))
+            with times("rollout"):
+                rollout_phase()
+            with times("update"):
+                losses = update_phase()
+            if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, reported, log,
+                                         times))
+    env.close()
+    return policies, history
+
+
+# -- evaluation ------------------------------------------------------------------------------------
+
+def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes: int = 16, *, device=None,
+             seed: int = 10_000, frames: list | None = None) -> dict[str, float]:
+    """Mean episode return per agent of each group over ``num_episodes`` games (one per env) with
+    every policy's greedy actions. With a list as ``frames``, appends the RGB frames of game 0's
+    episode to it (``gpu_marl_envs.rendering.save_animation`` writes them)."""
+    env = GpuParallelEnv(env_id, num_episodes, device=device, params=game_params(env_id, config),
+                         autoreset_mode=AutoresetMode.DISABLED, validate_actions=False,
+                         render_mode=None if frames is None else "rgb_array")
+    slots = policy_slots(env_id, config)
+    obs, _ = env.reset_groups(seed=seed)
+    returns = {group: torch.zeros(num_episodes, device=env.device) for group in config.groups}
+    running = torch.ones(num_episodes, dtype=torch.bool, device=env.device)
+    if frames is not None:
+        frames.append(env.render())
+    while bool(running.any()):
+        actions = {}
+        with torch.no_grad():
+            for name, policy in policies.items():
+                greedy = policy.greedy(torch.cat([obs[group] for group in slots[name]], dim=1))
+                actions.update({group: greedy[:, s] for group, s in slots[name].items()})
+        obs, rewards, terminated, truncated, _ = env.step_groups(actions)
+        for group, group_returns in returns.items():
+            group_returns += rewards[group].mean(1) * running
+        if frames is not None and bool(running[0]):
+            frames.append(env.render())
+        # A game is over when every agent of it is done (tagged runners are terminated from their tag on).
+        running &= ~torch.stack([(terminated[g] | truncated[g]).all(1) for g in returns]).all(0)
+    env.close()
+    return {group: group_returns.mean().item() for group, group_returns in returns.items()}
