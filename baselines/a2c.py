@@ -45,9 +45,10 @@ class A2CConfig(RolloutSizes, CaptureOptions):
         self.check_sizes()
 
 
-def a2c_loss(agent, obs, actions, advantages, returns, config: A2CConfig):
-    """Policy gradient, value and entropy terms on one rollout: ``(loss, stats)``."""
-    _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig):
+    """Policy gradient, value and entropy terms on one rollout, from the policy's outputs on it
+    (``action_and_value`` of the rollout's observations and actions, with gradients):
+    ``(loss, stats)``."""
     if config.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     policy_loss = -(advantages * log_probs).mean()
@@ -82,11 +83,14 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
         return {}
 
     def update_phase():
-        _, values, rewards, next_value = rollout.evaluate(act, value, obs, config.gamma)
+        # One pass of the policy over the rollout, with gradients: its values (detached) give the
+        # advantages, and the same outputs give the loss.
+        _, log_probs, entropy, values = act(rollout.flat("obs"), rollout.flat("actions"))
+        rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
-        loss, losses = loss_fn(agent, rollout.flat("obs"), rollout.flat("actions"), advantages.flatten(),
-                               returns.flatten(), config)
+            advantages, returns = gae(rewards, values.detach().view(rewards.shape), rollout.dones, next_value,
+                                      config.gamma, config.gae_lambda)
+        loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)

@@ -258,7 +258,7 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
         # transition's successor is the final observation there.
         successor = torch.where(infos["_final_obs"].unsqueeze(-1), infos["final_obs"], next_obs)
         replay.add(obs, actions, rewards, successor, terminated)
-        stats.update(rewards, done)
+        stats.add(rewards[None], done[None])
         ou_state.mul_(~done.unsqueeze(-1))  # a new episode starts its noise afresh
         obs = next_obs.clone()  # the env overwrites its buffers at the next step
 

@@ -48,6 +48,8 @@ class ActorCritic(nn.Module):
         else:
             raise TypeError(f"ActorCritic supports Discrete, MultiDiscrete and Box action spaces, got {action_space}")
         self.space = action_space
+        # Components of one size (Tag's two moves) are handled as one (..., components, n) tensor.
+        self.uniform = self.nvec is not None and len(set(self.nvec)) == 1
         self.critic = mlp(observation_size, hidden, 1, last_gain=1.0)
         outputs = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
         self.actor = mlp(observation_size, hidden, outputs, last_gain=0.01)
@@ -64,10 +66,9 @@ class ActorCritic(nn.Module):
         out = self.actor(obs)
         if self.nvec is None:
             return out + self.log_std.exp() * torch.randn_like(out)
-        # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits.
-        parts = torch.stack([(logits - torch.rand_like(logits).log().neg().log()).argmax(-1)
-                             for logits in out.split(self.nvec, dim=-1)], dim=-1)
-        return parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
+        # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits;
+        # the noise of every component is drawn at once.
+        return self._argmax(out - torch.rand_like(out).log().neg().log())
 
     def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         """``(action, log_prob, entropy, value)``; the action is drawn where none is given."""
@@ -79,8 +80,13 @@ class ActorCritic(nn.Module):
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
             return action, log_prob, entropy, self.value(obs)
-        log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
         parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
+        if self.uniform:
+            log_probs = out.unflatten(-1, (len(self.nvec), self.nvec[0])).log_softmax(-1)
+            log_prob = log_probs.gather(-1, parts.unsqueeze(-1)).sum((-2, -1))
+            entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
+            return action, log_prob, entropy, self.value(obs)
+        log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
         log_prob = sum(lp.gather(-1, parts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
         return action, log_prob, entropy, self.value(obs)
@@ -88,7 +94,12 @@ class ActorCritic(nn.Module):
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The most likely action (the mean for Box spaces), for evaluation."""
         out = self.actor(obs)
-        if self.nvec is None:
-            return out
-        parts = torch.stack([logits.argmax(-1) for logits in out.split(self.nvec, dim=-1)], dim=-1)
-        return parts[..., 0] if isinstance(self.space, spaces.Discrete) else parts
+        return out if self.nvec is None else self._argmax(out)
+
+    def _argmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """The index of the largest score of each component: the action."""
+        if isinstance(self.space, spaces.Discrete):
+            return scores.argmax(-1)
+        if self.uniform:
+            return scores.unflatten(-1, (len(self.nvec), self.nvec[0])).argmax(-1)
+        return torch.stack([part.argmax(-1) for part in scores.split(self.nvec, dim=-1)], dim=-1)

@@ -43,6 +43,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes
@@ -271,10 +272,11 @@ class PolicyRollout:
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
-    dones: torch.Tensor  # float: the agent's terminated | truncated
-    truncated: torch.Tensor  # float: truncated while in the game and not tagged (to be bootstrapped)
+    terminated: torch.Tensor  # bool: the agent's terminated flag after the step
+    truncated: torch.Tensor  # bool: the agent's truncated flag after the step
     final_obs: torch.Tensor  # the agent's last observation where its game ended on this step
     weights: torch.Tensor  # float: 1 where the agent was in the game before the step
+    game_over: torch.Tensor  # bool (num_steps, num_envs): the game ended on this step
 
     @classmethod
     def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
@@ -285,22 +287,32 @@ class PolicyRollout:
             return torch.zeros((*shape, *extra), dtype=dtype, device=device)
 
         return cls(obs=zeros(obs_size), actions=zeros(*action_space.shape, dtype=torch.int64), rewards=zeros(),
-                   dones=zeros(), truncated=zeros(), final_obs=zeros(obs_size), weights=zeros())
+                   terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool), final_obs=zeros(obs_size),
+                   weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device))
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""
         return getattr(self, name).flatten(0, 2)
 
-    def evaluate(self, act, value, next_obs: torch.Tensor, gamma: float):
-        """As :meth:`rollout.Rollout.evaluate`: log-probabilities and values under the current policy
-        (``act``: its ``action_and_value``), the rewards with truncations bootstrapped by
-        ``gamma * V(final observation)``, and V(``next_obs``)."""
-        shape = self.rewards.shape
+    @property
+    def dones(self) -> torch.Tensor:
+        """Where the agent's stream of transitions ends: its terminated | truncated."""
+        return self.terminated | self.truncated
+
+    def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`rollout.Rollout.old_policy`."""
         with torch.no_grad():
             _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-            final_values = value(self.flat("final_obs")).view(shape)
-            rewards = self.rewards + gamma * final_values * self.truncated
-            return log_probs.view(shape), values.view(shape), rewards, value(next_obs)
+        return log_probs.view(self.rewards.shape), values.view(self.rewards.shape)
+
+    def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`rollout.Rollout.bootstrap`: an agent truncated while in the game is bootstrapped
+        with ``gamma * V(final observation)``; one tagged, even on the truncating step, or already out
+        is not."""
+        with torch.no_grad():
+            final_values = value(self.flat("final_obs")).view(self.rewards.shape)
+            bootstrapped = self.truncated & ~self.terminated & (self.weights > 0)
+            return self.rewards + gamma * final_values * bootstrapped, value(next_obs)
 
 
 @dataclass
@@ -314,7 +326,9 @@ class PolicyState:
 
 def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, states: dict, stats: dict) -> None:
     """Fill each policy's rollout from its state, stepping every game ``num_steps`` times;
-    ``sample`` holds each policy's ``sample``."""
+    ``sample`` holds each policy's ``sample``. A step only copies what the env gave into the rollout
+    (in a captured rollout every kernel counts); episode statistics are taken from the whole
+    rollout at its end."""
     for t in range(next(iter(rollouts.values())).obs.shape[0]):
         actions = {}
         for name, rollout in rollouts.items():
@@ -329,15 +343,16 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, stat
             state = states[name]
             for group, s in slots[name].items():
                 rollout.rewards[t, :, s].copy_(rewards[group])
-                rollout.dones[t, :, s].copy_(terminated[group] | truncated[group])
-                # A runner tagged on the truncating step is terminated too: no bootstrap for it.
-                rollout.truncated[t, :, s].copy_(truncated[group] & ~terminated[group] & state.active[:, s])
+                rollout.terminated[t, :, s].copy_(terminated[group])
+                rollout.truncated[t, :, s].copy_(truncated[group])
                 rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
                 state.obs[:, s].copy_(obs[group])
                 state.active[:, s].copy_(infos[group]["active"])
-        for group, group_stats in stats.items():
+            rollout.game_over[t].copy_(infos[group]["_final_obs"])
+    for name, rollout in rollouts.items():
+        for group, s in slots[name].items():
             # The mean over the group's agents of their episode sums: the mean return per agent.
-            group_stats.update(rewards[group].mean(1), infos[group]["_final_obs"])
+            stats[group].add(rollout.rewards[:, :, s].mean(-1), rollout.game_over)
 
 
 # -- losses ----------------------------------------------------------------------------------------
@@ -371,9 +386,8 @@ def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, we
     return loss, stats
 
 
-def masked_a2c_loss(policy, obs, actions, advantages, returns, weights, config: PolicyConfig):
+def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, config: PolicyConfig):
     """:func:`a2c.a2c_loss` with every mean over the rows that count."""
-    _, log_probs, entropy, values = policy.action_and_value(obs, actions)
     if config.norm_adv:
         advantages = normalise(advantages, weights)
     policy_loss = -masked_mean(advantages * log_probs, weights)
@@ -384,12 +398,18 @@ def masked_a2c_loss(policy, obs, actions, advantages, returns, weights, config: 
     return loss, stats
 
 
-def update(policy, optimizer, rollout: PolicyRollout, log_probs, advantages, returns, config: PolicyConfig,
+def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
            loss_fn) -> dict:
-    """One policy's update from its rollout with ``loss_fn`` (its algorithm's masked loss, maybe
-    compiled); returns the last gradient step's loss terms."""
+    """One policy's update from its rollout (``next_obs``: the observations after it) with its
+    ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
+    algorithm's masked loss (each maybe compiled); returns the last gradient step's loss terms."""
+    rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
-    b_log_probs, b_adv, b_returns = (x.flatten() for x in (log_probs, advantages, returns))
+
+    def advantages_and_returns(values):
+        with torch.no_grad():
+            advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
+        return advantages.flatten(), returns.flatten()
 
     def step(loss, losses):
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
@@ -400,8 +420,15 @@ def update(policy, optimizer, rollout: PolicyRollout, log_probs, advantages, ret
         return losses
 
     if config.algorithm == "a2c":
-        return step(*loss_fn(policy, b_obs, b_actions, b_adv, b_returns, b_weights, config))
-    # Epochs of shuffled minibatches; the old log-probabilities are the rollout's.
+        # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
+        _, log_probs, entropy, values = act(b_obs, b_actions)
+        b_adv, b_returns = advantages_and_returns(values.detach().view(rewards.shape))
+        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config))
+    # The old policy's log-probabilities and values, before any gradient step; then epochs of
+    # shuffled minibatches.
+    log_probs, values = rollout.old_policy(act)
+    b_adv, b_returns = advantages_and_returns(values)
+    b_log_probs = log_probs.flatten()
     for _ in range(config.update_epochs):
         order = torch.rand(len(b_obs), device=b_obs.device).argsort()  # a permutation, capturable
         for idx in torch.tensor_split(order, config.num_minibatches):
@@ -436,7 +463,7 @@ def log_entry(env_steps: int, start: float, stats: dict, losses: dict, reported:
 # -- training --------------------------------------------------------------------------------------
 
 def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=None, backend: str | None = None,
-          models: dict | None = None, log_every: int = 10, log=print_entry):
+          models: dict | None = None, log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
     """Train the config's policies on the game ``env_id``; returns ``(policies, history)``.
 
     ``policies`` maps each policy name to its module; ``history`` is a list of dicts (env steps,
@@ -444,9 +471,12 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     games finished since the last entry, ``mean_return`` that of :func:`reported_group`,
     ``episodes``: games finished, seconds spent in rollouts and updates, and ``<policy>/<loss term>``
     for each trained policy), each also handed to ``log`` when it is made. ``models``: custom
-    modules for some policies (module docstring).
+    modules for some policies (module docstring). ``save`` and ``resume`` as for ``ppo.train``: the
+    state holds every policy and each trained policy's optimizer, as ``policy/<name>`` and ``optimizer/<name>``.
     """
-    torch.manual_seed(config.seed)
+    first = resumed_iteration(resume)
+    # A resumed run draws new random numbers and new games (see checkpoint.py).
+    torch.manual_seed(config.seed + first)
     # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
     env = GpuParallelEnv(env_id, config.num_envs, device=device, backend=backend, params=game_params(env_id, config),
                          autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False,
@@ -474,7 +504,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                                                 device)
         states[name] = PolicyState(obs=torch.zeros((config.num_envs, agents, obs_size), device=device),
                                    active=torch.ones((config.num_envs, agents), dtype=torch.bool, device=device))
-    obs, _ = env.reset_groups(seed=config.seed)
+    obs, _ = env.reset_groups(seed=config.seed + first * config.num_envs)
     for name, groups in slots.items():
         for group, s in groups.items():
             states[name].obs[:, s].copy_(obs[group])
@@ -487,15 +517,8 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     def update_phase():
         losses = {}
         for name, settings in trained.items():
-            rollout = rollouts[name]
-            # The old policy's log-probabilities and values, before any gradient step.
-            log_probs, values, rewards, next_value = rollout.evaluate(act[name], value[name], states[name].obs,
-                                                                      settings.gamma)
-            with torch.no_grad():
-                advantages, returns = gae(rewards, values, rollout.dones, next_value, settings.gamma,
-                                          settings.gae_lambda)
-            terms = update(policies[name], optimizers[name], rollout, log_probs, advantages, returns, settings,
-                           loss_fns[settings.algorithm])
+            terms = update(policies[name], optimizers[name], rollouts[name], states[name].obs, act[name], value[name],
+                           gae, settings, loss_fns[settings.algorithm])
             losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
 
@@ -503,9 +526,12 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
     times = PhaseTimes(device)
     reported = reported_group(config)
-    history, start = [], time.perf_counter()
+    parts = {**{f"policy/{name}": policy for name, policy in policies.items()},
+             **{f"optimizer/{name}": optimizer for name, optimizer in optimizers.items()}}
+    history = restore(resume, **parts)
+    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     with config.matmul_precision():
-        for iteration in range(config.num_iterations):
+        for iteration in range(first, config.num_iterations):
             for name, settings in trained.items():
                 if settings.anneal_lr:
                     set_learning_rate(optimizers[name],
@@ -517,6 +543,8 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
             if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
                 history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, reported, log,
                                          times))
+                if save is not None:
+                    save(training_state(iteration + 1, history, **parts))
     env.close()
     return policies, history
 

@@ -112,7 +112,8 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
 
     def update_phase():
         # The old policy's log-probabilities and values, before any gradient step.
-        log_probs, values, rewards, next_value = rollout.evaluate(act, value, obs, config.gamma)
+        log_probs, values = rollout.old_policy(act)
+        rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
         with torch.no_grad():
             advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
         # Epochs of shuffled minibatches.

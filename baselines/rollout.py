@@ -66,8 +66,8 @@ class Rollout:
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
-    dones: torch.Tensor  # float: the transition ended its episode
-    truncated: torch.Tensor  # float: ... by truncation (to be bootstrapped from final_obs)
+    dones: torch.Tensor  # bool: the transition ended its episode
+    truncated: torch.Tensor  # bool: ... by truncation (to be bootstrapped from final_obs)
     final_obs: torch.Tensor  # the episode's last observation where the transition ended it
 
     @classmethod
@@ -78,23 +78,28 @@ class Rollout:
         action_dtype = torch.float32 if isinstance(space, spaces.Box) else torch.int64
         return cls(obs=torch.zeros(obs_shape, device=device),
                    actions=torch.zeros((*shape, *space.shape), dtype=action_dtype, device=device),
-                   rewards=torch.zeros(shape, device=device), dones=torch.zeros(shape, device=device),
-                   truncated=torch.zeros(shape, device=device), final_obs=torch.zeros(obs_shape, device=device))
+                   rewards=torch.zeros(shape, device=device),
+                   dones=torch.zeros(shape, dtype=torch.bool, device=device),
+                   truncated=torch.zeros(shape, dtype=torch.bool, device=device),
+                   final_obs=torch.zeros(obs_shape, device=device))
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step and env dimensions merged (a view)."""
         return getattr(self, name).flatten(0, 1)
 
-    def evaluate(self, act, value, next_obs: torch.Tensor, gamma: float):
-        """The rollout's log-probabilities and values under the current policy (``act``: its
-        ``action_and_value``), its rewards with each truncated episode bootstrapped by
-        ``gamma * V(final observation)`` (a terminated one is not), and V(``next_obs``)."""
-        shape = self.rewards.shape
+    def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities and values of the rollout under the current policy (``act``: its
+        ``action_and_value``), computed without gradients."""
         with torch.no_grad():
             _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-            final_values = value(self.flat("final_obs")).view(shape)
-            rewards = self.rewards + gamma * final_values * self.truncated
-            return log_probs.view(shape), values.view(shape), rewards, value(next_obs)
+        return log_probs.view(self.rewards.shape), values.view(self.rewards.shape)
+
+    def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rewards with each truncated episode bootstrapped by ``gamma * V(final observation)``
+        (a terminated one is not), and V(``next_obs``), both without gradients."""
+        with torch.no_grad():
+            final_values = value(self.flat("final_obs")).view(self.rewards.shape)
+            return self.rewards + gamma * final_values * self.truncated, value(next_obs)
 
 
 class EpisodeStats:
@@ -105,11 +110,22 @@ class EpisodeStats:
         self.total = torch.zeros((), device=device)
         self.count = torch.zeros((), device=device)
 
-    def update(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
-        self.running += rewards
-        self.total += (self.running * done).sum()
+    def add(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
+        """Account for ``(T, num_envs)`` rewards and done flags of ``T`` consecutive steps, all at
+        once (a rollout's, at its end: a dozen kernels instead of a few per step)."""
+        sums = rewards.cumsum(0)
+        steps = torch.arange(len(done), device=done.device).view(-1, *[1] * (done.dim() - 1))
+        # last[t]: the latest step <= t that ended an episode, -1 if none.
+        last = torch.where(done, steps, -1).cummax(0).values
+        previous = torch.cat([torch.full_like(last[:1], -1), last[:-1]])
+        # An episode ending at t returns sums[t] - sums[previous end], or running + sums[t] if it
+        # began before these steps.
+        before = torch.where(previous >= 0, sums.gather(0, previous.clamp(min=0)), -self.running)
+        self.total += ((sums - before) * done).sum()
         self.count += done.sum()
-        self.running *= ~done
+        end = last[-1]
+        self.running.copy_(torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0],
+                                       self.running + sums[-1]))
 
     def read_and_clear(self) -> tuple[float, int]:
         """Mean return and number of the episodes finished since the last call."""
@@ -121,24 +137,27 @@ class EpisodeStats:
 
 def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats) -> None:
     """Fill ``rollout`` with actions drawn by ``sample`` (a policy's ``sample``) from ``obs``, which
-    is advanced in place."""
+    is advanced in place. Each step writes straight into the rollout's rows (``out=``, ``copy_``):
+    in a captured rollout every kernel counts."""
     space = envs.single_action_space
     low = high = None
     if isinstance(space, spaces.Box):
         low = torch.as_tensor(space.low, device=envs.device)
         high = torch.as_tensor(space.high, device=envs.device)
     for t in range(rollout.obs.shape[0]):
-        rollout.obs[t] = obs
+        rollout.obs[t].copy_(obs)
         with torch.no_grad():
             action = sample(obs)
         # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
         env_action = action.clamp(low, high) if low is not None else action
         next_obs, rewards, terminated, truncated, infos = envs.step(env_action)
-        done = terminated | truncated
-        rollout.actions[t], rollout.rewards[t], rollout.dones[t] = action, rewards, done
-        rollout.truncated[t], rollout.final_obs[t] = truncated, infos["final_obs"]
-        stats.update(rewards, done)
+        rollout.actions[t].copy_(action)
+        rollout.rewards[t].copy_(rewards)
+        torch.logical_or(terminated, truncated, out=rollout.dones[t])
+        rollout.truncated[t].copy_(truncated)
+        rollout.final_obs[t].copy_(infos["final_obs"])
         obs.copy_(next_obs)  # the env overwrites its buffers at the next step
+    stats.add(rollout.rewards, rollout.dones)
 
 
 class PhaseTimes:

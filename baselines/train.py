@@ -4,6 +4,7 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
     gpu-marl-train --env CartPole-v1                       # the shipped config for the env
     gpu-marl-train --config my.toml --set num_envs=64 --set learning_rate=1e-3 --seed 3
     gpu-marl-train --evaluate runs/CartPole-v1-ppo-seed0/checkpoint.pt
+    gpu-marl-train --resume runs/CartPole-v1-ppo-seed0/checkpoint.pt --set total_timesteps=1000000
     gpu-marl-train --env TagContinuous-v0 --set num_envs=8 --set policies.runners.train=false
 
 (also ``python -m gpu_marl_envs.baselines.train``). A config is a TOML file with ``env``,
@@ -17,8 +18,10 @@ seed, ...). ``--set`` also takes dotted keys (``policies.taggers.learning_rate=1
 ``env_params.num_runners=20``). Evaluating a Tag checkpoint prints each group's return and writes
 ``animation.gif`` of one game beside the checkpoint.
 The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) receives
-``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png`` and ``checkpoint.pt``
-(written atomically). The device is the GPU when there is one, else the CPU (``--device``).
+``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png``, ``checkpoint.pt``
+(rewritten atomically at each log interval, with the optimizer state that ``--resume`` continues
+from) and, when TensorBoard is installed, ``tensorboard/``. The device is the GPU when there is one,
+else the CPU (``--device``).
 """
 
 from __future__ import annotations
@@ -176,44 +179,84 @@ def to_toml(algorithm: str, env: str, config) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_training(algorithm: str, env: str, config, out: Path, device: str) -> dict:
+def config_dict(config) -> dict:
+    """The config as the checkpoint stores it (what :func:`raw_config` reads back)."""
+    return config.to_dict() if isinstance(config, multi_agent.MultiAgentConfig) else dataclasses.asdict(config)
+
+
+def raw_config(checkpoint: dict) -> dict:
+    """A checkpoint's config as a parsed config file (for :func:`build_config`)."""
+    if multi_agent.is_game(checkpoint["env"]):
+        return {"env": checkpoint["env"], "algorithm": checkpoint["algorithm"], **checkpoint["config"]}
+    return {"env": checkpoint["env"], "algorithm": checkpoint["algorithm"], "hyperparameters": checkpoint["config"]}
+
+
+class MetricsWriter:
+    """Each history entry as a row of ``metrics.csv`` and, where TensorBoard is installed, as
+    scalars of an event file in ``tensorboard/`` (x axis: env steps)."""
+
+    def __init__(self, out: Path):
+        self.file = open(out / "metrics.csv", "w", newline="")
+        self.csv = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # TensorBoard is optional (the [tensorboard] extra)
+            self.tensorboard = None
+        else:
+            self.tensorboard = SummaryWriter(str(out / "tensorboard"))
+
+    def write(self, entry: dict) -> None:
+        if self.csv is None:
+            self.csv = csv.DictWriter(self.file, fieldnames=list(entry))
+            self.csv.writeheader()
+        self.csv.writerow(entry)
+        self.file.flush()
+        if self.tensorboard is not None:
+            for key, value in entry.items():
+                if key != "env_steps":
+                    self.tensorboard.add_scalar(key, value, entry["env_steps"])
+            self.tensorboard.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+def run_training(algorithm: str, env: str, config, out: Path, device: str, resume: dict | None = None) -> dict:
+    """Train (or, with ``resume`` = a checkpoint of this command, continue) a run in ``out``:
+    ``checkpoint.pt`` is rewritten at each log interval and holds everything a resume needs."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(to_toml(algorithm, env, config))
     multi = isinstance(config, multi_agent.MultiAgentConfig)
     train = multi_agent.train if multi else ALGORITHMS[algorithm][1]
-    total = config.total_timesteps
-    metrics = open(out / "metrics.csv", "w", newline="")
-    writer = None
-    with metrics, tqdm(total=total, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
+    header = {"algorithm": algorithm, "env": env, "config": config_dict(config)}
+    state = None if resume is None else {k: v for k, v in resume.items() if k not in header}
+    metrics = MetricsWriter(out)
+    earlier = [] if state is None else state["history"]
+    with tqdm(total=config.total_timesteps, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
         def log(entry: dict) -> None:
-            nonlocal writer
-            if writer is None:
-                writer = csv.DictWriter(metrics, fieldnames=list(entry))
-                writer.writeheader()
-            writer.writerow(entry)
-            metrics.flush()
+            metrics.write(entry)
             bar.update(entry["env_steps"] - bar.n)
             bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
 
-        agent, history = train(env, config, device=device, log=log, log_every=max(1, config.num_iterations // 50))
+        def save(training_state: dict) -> None:
+            atomic_save({**header, **training_state}, out / "checkpoint.pt")
+
+        for entry in earlier:  # a resumed run's metrics start with the first run's
+            log(entry)
+        try:
+            agent, history = train(env, config, device=device, log=log, save=save, resume=state,
+                                   log_every=max(1, config.num_iterations // 50))
+        finally:
+            metrics.close()
     plot_learning_curve(history, out / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})")
     if multi:
-        return save_policies(algorithm, env, config, agent, history, out, device)
-    checkpoint = {"algorithm": algorithm, "env": env, "config": dataclasses.asdict(config),
-                  "model": agent.state_dict(), "history": history}
-    atomic_save(checkpoint, out / "checkpoint.pt")
+        returns = multi_agent.evaluate(agent, env, config, device=device)
+        return {"mean_return": returns[multi_agent.reported_group(config)], "group_returns": returns,
+                "checkpoint": out / "checkpoint.pt"}
     returns = ppo.evaluate(agent, env, device=device)
     return {"mean_return": returns.mean().item(), "checkpoint": out / "checkpoint.pt"}
-
-
-def save_policies(algorithm: str, env: str, config, policies: dict, history: list, out: Path, device: str) -> dict:
-    """A multi-agent run's checkpoint (every policy's weights) and its greedy returns per group."""
-    checkpoint = {"algorithm": algorithm, "env": env, "config": config.to_dict(),
-                  "policies": {name: policy.state_dict() for name, policy in policies.items()}, "history": history}
-    atomic_save(checkpoint, out / "checkpoint.pt")
-    returns = multi_agent.evaluate(policies, env, config, device=device)
-    return {"mean_return": returns[multi_agent.reported_group(config)], "group_returns": returns,
-            "checkpoint": out / "checkpoint.pt"}
 
 
 def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.MultiAgentConfig]:
@@ -221,7 +264,7 @@ def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.Mult
     config = multi_agent.MultiAgentConfig.from_dict(checkpoint["config"])
     policies = multi_agent.make_policies(checkpoint["env"], config, device)
     for name, policy in policies.items():
-        policy.load_state_dict(checkpoint["policies"][name])
+        policy.load_state_dict(checkpoint[f"policy/{name}"])
     return policies, checkpoint["env"], config
 
 
@@ -256,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--env", help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)})")
     source.add_argument("--config", help="train with this TOML config")
     source.add_argument("--evaluate", metavar="CHECKPOINT", help="evaluate a checkpoint and exit")
+    source.add_argument("--resume", metavar="CHECKPOINT",
+                        help="continue the run of a checkpoint, in its folder unless --out is given "
+                             "(--set total_timesteps=N lengthens it)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyper-parameter")
     parser.add_argument("--seed", type=int, help="the run's seed (overrides the config's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -265,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.evaluate:
             checkpoint = torch.load(args.evaluate, map_location=args.device, weights_only=False)
-            if "policies" in checkpoint:  # a multi-agent run's
+            if multi_agent.is_game(checkpoint["env"]):
                 evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
                 return 0
             agent, env = load_agent(args.evaluate, args.device)
@@ -273,12 +319,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
                   f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})")
             return 0
-        raw = read_config(args.config, args.env)
-        algorithm, env, config = build_config(raw, args.set, args.seed)
-        if args.env and env != args.env:
-            raise ConfigError(f"the shipped config is for {env}, not {args.env}")
-        out = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
-        result = run_training(algorithm, env, config, out, args.device)
+        resume = None
+        if args.resume:
+            resume = torch.load(args.resume, map_location=args.device, weights_only=False)
+            if "iteration" not in resume:
+                raise ConfigError(f"{args.resume} holds no training state to resume from")
+            changed = sorted({parse_override(text)[0] for text in args.set} - {"total_timesteps"})
+            if changed or args.seed is not None:
+                raise ConfigError(f"a resumed run keeps its config; only --set total_timesteps=N may change "
+                                  f"(got {changed or ['--seed']})")
+            algorithm, env, config = build_config(raw_config(resume), args.set, None)
+            out = Path(args.out) if args.out else Path(args.resume).parent
+        else:
+            algorithm, env, config = build_config(read_config(args.config, args.env), args.set, args.seed)
+            if args.env and env != args.env:
+                raise ConfigError(f"the shipped config is for {env}, not {args.env}")
+            out = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
+        result = run_training(algorithm, env, config, out, args.device, resume)
         if "group_returns" in result:
             returns = ", ".join(f"{group} {value:.2f}" for group, value in result["group_returns"].items())
             print(f"{env}: greedy mean return per agent: {returns}; run saved in {out}")

@@ -1,5 +1,6 @@
 """Training speed of the bundled trainers on the GPU: env-steps/s with the rollout/update breakdown,
-and wall time until CartPole's mean training return first reaches 475.
+and wall time until CartPole's mean training return first reaches 475; Tag (TagContinuous, 10
+taggers + 100 runners) with WarpDrive's published A2C configuration at WarpDrive's benchmark sizes.
 
 Each configuration runs ``ppo.train`` / ``a2c.train`` as a user would, logging every iteration (one
 host synchronisation per iteration, which the timing includes). Throughput is taken between the end
@@ -7,7 +8,7 @@ of the third iteration and the end of the run, so it excludes warm-up and graph 
 threshold is wall time from the call to ``train`` (env construction, warm-up and capture included)
 to the end of the first iteration whose finished episodes average >= 475. The in-run baseline is the
 same trainer with ``cuda_graph=False`` (eager PyTorch); peer numbers (PureJaxRL, WarpDrive) are the
-issue's, measured on an H200.
+issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
 
     python benchmarks/train_throughput.py --out docs/benchmarks/train-h200.md --json docs/benchmarks/train-h200.json
 """
@@ -21,30 +22,32 @@ import time
 
 import torch
 
-from gpu_marl_envs.baselines import a2c, ppo
+from gpu_marl_envs.baselines import a2c, multi_agent, ppo
+from gpu_marl_envs.baselines.train import CONFIGS, build_config, read_config
 
 THRESHOLD = 475.0
 
 
-def run(algorithm, env_id: str, config, *, stop_at_threshold: bool = False) -> dict:
+def run(algorithm, env_id: str, config, *, backend=None, stop_at_threshold: bool = False) -> dict:
     """Train once; returns throughput, breakdown and time to threshold (None if not reached)."""
-    module = {"ppo": ppo, "a2c": a2c}[algorithm]
+    module = {"ppo": ppo, "a2c": a2c, "multi_agent": multi_agent}[algorithm]
     reached, history = {}, []
     begin = time.perf_counter()
 
     def log(entry):
         history.append(entry)
-        if entry["mean_return"] >= THRESHOLD and entry["episodes"] and "seconds" not in reached:
+        if (env_id == "CartPole-v1" and entry["mean_return"] >= THRESHOLD and entry["episodes"]
+                and "seconds" not in reached):
             reached.update(seconds=time.perf_counter() - begin, env_steps=entry["env_steps"])
             if stop_at_threshold:
                 raise StopIteration
 
     try:
-        module.train(env_id, config, device="cuda", log_every=1, log=log)
+        module.train(env_id, config, device="cuda", backend=backend, log_every=1, log=log)
     except StopIteration:
         pass
     torch.cuda.synchronize()
-    result = {"algorithm": algorithm, "env": env_id, "config": dataclasses.asdict(config),
+    result = {"algorithm": algorithm, "env": env_id, "backend": backend, "config": dataclasses.asdict(config),
               "time_to_threshold_s": reached.get("seconds"), "steps_to_threshold": reached.get("env_steps"),
               "first_two_iterations_s": history[1]["seconds"] if len(history) > 1 else None}
     if len(history) > 3:
@@ -59,17 +62,46 @@ def run(algorithm, env_id: str, config, *, stop_at_threshold: bool = False) -> d
     return result
 
 
+def tag_a2c(num_envs: int, num_steps: int, iterations: int):
+    """WarpDrive's published TagContinuous A2C configuration (the shipped tag_continuous_a2c.toml)
+    at another number of games."""
+    _, _, config = build_config(read_config(CONFIGS / "tag_continuous_a2c.toml"), [], None)
+    return dataclasses.replace(config, num_envs=num_envs, num_steps=num_steps,
+                               total_timesteps=num_envs * num_steps * iterations)
+
+
 def cases(quick: bool):
+    """(label, algorithm, env, config, backend, stop at the threshold)."""
     purejaxrl = ppo.PPOConfig()  # PureJaxRL's CartPole defaults: 4 envs x 128 steps
     big = dataclasses.replace(purejaxrl, num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * (8 if quick else 30))
-    yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475", "ppo", purejaxrl, True
-    yield "PPO CartPole 4x128, eager (baseline)", "ppo", dataclasses.replace(purejaxrl, cuda_graph=False), True
-    yield "PPO CartPole 4096x128", "ppo", big, False
-    yield "PPO CartPole 4096x128, eager (baseline)", "ppo", dataclasses.replace(
-        big, cuda_graph=False, total_timesteps=4096 * 128 * 6), False
-    yield "PPO CartPole 4096x128, torch.compile", "ppo", dataclasses.replace(big, compile=True), False
-    yield "PPO CartPole 4096x128, torch.compile + TF32", "ppo", dataclasses.replace(big, compile=True, tf32=True), False
-    yield "PPO CartPole 4x128, TF32, to 475", "ppo", dataclasses.replace(purejaxrl, tf32=True), True
+    # The first run of a process also pays for CUDA's and cuBLAS's start and the env kernel's compilation.
+    yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475, first run in the process", "ppo", "CartPole-v1", \
+        purejaxrl, None, True
+    yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475", "ppo", "CartPole-v1", purejaxrl, None, True
+    yield "PPO CartPole 4x128, to 475, seed 1", "ppo", "CartPole-v1", dataclasses.replace(purejaxrl, seed=1), None, True
+    yield "PPO CartPole 4x128, eager (baseline), to 475", "ppo", "CartPole-v1", dataclasses.replace(
+        purejaxrl, cuda_graph=False), None, True
+    yield "PPO CartPole 4096x128", "ppo", "CartPole-v1", big, None, False
+    yield "PPO CartPole 4096x128, eager (baseline)", "ppo", "CartPole-v1", dataclasses.replace(
+        big, cuda_graph=False, total_timesteps=4096 * 128 * 6), None, False
+    yield "PPO CartPole 4096x128, full float32 (no TF32)", "ppo", "CartPole-v1", dataclasses.replace(
+        big, tf32=False), None, False
+    yield "PPO CartPole 4096x128, torch.compile", "ppo", "CartPole-v1", dataclasses.replace(big, compile=True), None, False
+    cartpole_10k = a2c.A2CConfig(num_envs=10_000, num_steps=5, total_timesteps=10_000 * 5 * (20 if quick else 200))
+    yield "A2C CartPole 10000x5", "a2c", "CartPole-v1", cartpole_10k, None, False
+    iterations = 4 if quick else 12
+    # WarpDrive's 100 games with its rollout of one whole episode (500 steps); at 1000 games the
+    # same 50,000 env steps per update (50 steps per game).
+    for num_envs, num_steps in ((100, 500), (1000, 50)):
+        config = tag_a2c(num_envs, num_steps, iterations)
+        for backend in ("pycuda", "numba"):
+            yield (f"A2C TagContinuous {num_envs}x{num_steps} (WarpDrive config), {backend}", "multi_agent",
+                   "TagContinuous-v0", config, backend, False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32)", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, tf32=False), "pycuda", False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager (baseline)", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False,
+                                                       total_timesteps=num_envs * num_steps * 5), "pycuda", False)
 
 
 def main() -> None:
@@ -81,16 +113,17 @@ def main() -> None:
     args = parser.parse_args()
     gpu = torch.cuda.get_device_name()
     rows, results = [], []
-    for label, algorithm, config, to_threshold in cases(args.quick):
+    for label, algorithm, env_id, config, backend, to_threshold in cases(args.quick):
         if args.only and args.only not in label:
             continue
-        result = {"label": label, **run(algorithm, "CartPole-v1", config, stop_at_threshold=to_threshold)}
+        result = {"label": label, **run(algorithm, env_id, config, backend=backend, stop_at_threshold=to_threshold)}
         results.append(result)
         sps, tt = result.get("env_steps_per_s"), result["time_to_threshold_s"]
         speed = f"{sps / 1e6:.2f} M" if sps else "—"
         shares = f"{result['rollout_share']:.0%} / {result['update_share']:.0%}" if sps else "—"
         threshold = f"{tt:.2f} s ({result['steps_to_threshold']:,} steps)" if tt else "—"
-        row = f"| {label} | {speed} | {shares} | {threshold} | {result['first_two_iterations_s']:.2f} s |"
+        first_two = result["first_two_iterations_s"]
+        row = f"| {label} | {speed} | {shares} | {threshold} | {f'{first_two:.2f} s' if first_two else '—'} |"
         print(row, flush=True)
         rows.append(row)
     table = "\n".join([f"Training speed on {gpu} (torch {torch.__version__})", "",

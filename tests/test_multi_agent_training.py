@@ -84,7 +84,7 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     assert rollout.weights[:, 0].tolist() == [[1, 1, 1, 1], [1, 0, 1, 1]], "runner_0 counts only before its tag"
     assert rollout.dones[:, 0].tolist() == [[0, 1, 0, 0], [1, 1, 1, 1]]
     # Truncated while in the game: + gamma * V(final obs). Tagged (even on the last step) or out: no bootstrap.
-    _, _, rewards, _ = rollout.evaluate(policy.action_and_value, policy.value, state.obs, gamma)
+    rewards, _ = rollout.bootstrap(policy.value, state.obs, gamma)
     assert rewards[:, 0].tolist() == [[1, 2, 3, 4], [5 + gamma * 10, 0, 7 + gamma * 30, 8]]
     assert state.active.all(), "the reset game's agents all count again"
     assert stats["taggers"].read_and_clear() == (6.0, 1)
@@ -101,10 +101,12 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
         gradients = []
         for scale in (0.0, 1e3):
             noisy = [x + scale * garbage.view(-1, *[1] * (x.dim() - 1)) for x in (obs, advantages, returns)]
-            args = (noisy[0], actions, old_log_probs, noisy[1], noisy[2]) if loss_fn is multi_agent.masked_ppo_loss \
-                else (noisy[0], actions, noisy[1], noisy[2])
             net.zero_grad()
-            loss, _ = loss_fn(net, *args, weights, settings)
+            if loss_fn is multi_agent.masked_ppo_loss:
+                loss, _ = loss_fn(net, noisy[0], actions, old_log_probs, noisy[1], noisy[2], weights, settings)
+            else:
+                _, log_probs, entropy, values = net.action_and_value(noisy[0], actions)
+                loss, _ = loss_fn(log_probs, entropy, values, noisy[1], noisy[2], weights, settings)
             loss.backward()
             gradients.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
         torch.testing.assert_close(gradients[0], gradients[1], msg=f"{loss_fn.__name__} reads masked rows")

@@ -13,6 +13,7 @@ from gpu_marl_envs.baselines import a2c, ppo
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.ppo import PPOConfig, evaluate, ppo_loss, train
+from gpu_marl_envs.baselines.rollout import EpisodeStats
 
 
 def gae_loop(rewards, values, dones, next_value, gamma, lam):
@@ -47,6 +48,27 @@ def test_gae_episode_end_stops_bootstrapping():
     advantages, _ = compute_gae(rewards, values, torch.tensor([[True], [False]]), torch.tensor([10.0]), 1.0, 1.0)
     assert advantages[0, 0] == pytest.approx(0.5), "the value after an ended episode must not leak back"
     assert advantages[1, 0] == pytest.approx(1.0 + 10.0 - 0.5)
+
+
+def test_episode_stats_of_whole_rollouts_match_a_plain_loop():
+    # Episodes that end inside a rollout, span two rollouts, or span all three; integer rewards keep sums exact.
+    generator = torch.Generator().manual_seed(3)
+    rollouts = [(torch.randint(-3, 4, (T, 5), generator=generator).float(), torch.rand(T, 5, generator=generator) < 0.2)
+                for T in (7, 1, 9)]
+    rollouts[0][1][:, 4] = False  # env 4 finishes its first episode in the last rollout
+    stats, ended = EpisodeStats(5, "cpu"), []
+    running = [0.0] * 5
+    for rewards, dones in rollouts:
+        stats.add(rewards, dones)
+        for t in range(len(rewards)):
+            for env in range(5):
+                running[env] += rewards[t, env].item()
+                if dones[t, env]:
+                    ended.append(running[env])
+                    running[env] = 0.0
+    assert stats.read_and_clear() == (pytest.approx(sum(ended) / len(ended)), len(ended))
+    assert stats.running.tolist() == running
+    assert stats.read_and_clear() == (0.0, 0), "read_and_clear clears"
 
 
 def test_clipped_losses_follow_their_formulas():
@@ -116,9 +138,9 @@ def test_a2c_loss_follows_its_formula():
     obs, actions = torch.randn(5, 4), torch.tensor([0, 1, 1, 0, 1])
     advantages, returns = torch.randn(5), torch.randn(5)
     config = a2c.A2CConfig(ent_coef=0.02, vf_coef=0.5)
-    loss, stats = a2c.a2c_loss(agent, obs, actions, advantages, returns, config)
-    with torch.no_grad():
-        _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+    _, log_probs, entropy, values = agent.action_and_value(obs, actions)
+    loss, stats = a2c.a2c_loss(log_probs, entropy, values, advantages, returns, config)
+    log_probs, entropy, values = log_probs.detach(), entropy.detach(), values.detach()
     expected = -(advantages * log_probs).mean() - 0.02 * entropy.mean() + 0.5 * 0.5 * ((returns - values) ** 2).mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert stats["value_loss"].item() == pytest.approx((0.5 * ((returns - values) ** 2).mean()).item(), rel=1e-6)

@@ -95,3 +95,53 @@ def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):
         checkpoint.atomic_save({"a": Unpicklable()}, path)
     assert torch.load(path, weights_only=False) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"], "a failed save left a temporary file"
+
+
+@pytest.mark.parametrize("env_args", [
+    ["--env", "CartPole-v1", "--set", "num_steps=16"],
+    ["--env", "TagContinuous-v0", "--set", "num_envs=2", "--set", "num_steps=8", "--set", "env_params.num_taggers=1",
+     "--set", "env_params.num_runners=2", "--set", "env_params.num_other_agents_observed=2",
+     "--set", "policies.taggers.hidden=[8]", "--set", "policies.runners.hidden=[8]"],
+], ids=["ppo", "tag"])
+def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
+    out = tmp_path / "run"
+    first = run(*env_args, "--set", "total_timesteps=256", "--device", "cpu", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)
+    rows_before = list(csv.DictReader(open(out / "metrics.csv")))
+    resumed = run("--resume", str(out / "checkpoint.pt"), "--set", "total_timesteps=512", "--device", "cpu")
+    assert resumed.returncode == 0, resumed.stderr
+    again = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert again["iteration"] == 2 * saved["iteration"]
+    assert again["history"][:len(saved["history"])] == saved["history"]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert rows[:len(rows_before)] == rows_before and int(rows[-1]["env_steps"]) == again["history"][-1]["env_steps"]
+    assert again["history"][-1]["env_steps"] > saved["history"][-1]["env_steps"]
+
+
+def test_resume_keeps_the_config(tmp_path):
+    out = tmp_path / "run"
+    assert run("--env", "CartPole-v1", "--set", "total_timesteps=512", "--device", "cpu", "--out", str(out)).returncode == 0
+    for extra, message in [(["--set", "num_envs=8"], "only --set total_timesteps"),
+                           (["--seed", "4"], "only --set total_timesteps")]:
+        result = run("--resume", str(out / "checkpoint.pt"), *extra, "--device", "cpu")
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    torch.save({"model": {}}, tmp_path / "weights.pt")
+    result = run("--resume", str(tmp_path / "weights.pt"), "--device", "cpu")
+    assert result.returncode == 2 and "no training state" in result.stderr, result.stderr
+
+
+def test_metrics_go_to_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    result = run("--env", "CartPole-v1", "--set", "total_timesteps=1024", "--set", "num_steps=16", "--device", "cpu",
+                 "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    returns = events.Scalars("mean_return")
+    assert [e.step for e in returns] == [int(row["env_steps"]) for row in rows]
+    assert [e.value for e in returns] == pytest.approx([float(row["mean_return"]) for row in rows])
+    assert "value_loss" in events.Tags()["scalars"]
