@@ -6,9 +6,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 WIDTH, HEIGHT, MARGIN = 720, 420, 60
+TICKS = 5  # labelled grid lines per axis
 
 
 def plot_learning_curve(history: list[dict], path, title: str) -> Path:
@@ -17,10 +18,12 @@ def plot_learning_curve(history: list[dict], path, title: str) -> Path:
     points = [(h["env_steps"], h["mean_return"]) for h in history if h["episodes"] > 0]
     image = Image.new("RGB", (WIDTH, HEIGHT), "white")
     draw = ImageDraw.Draw(image)
-    left, top, right, bottom = MARGIN, MARGIN // 2, WIDTH - MARGIN // 2, HEIGHT - MARGIN
-    draw.rectangle((left, top, right, bottom), outline="black")
-    draw.text((left, 8), title, fill="black")
-    draw.text(((left + right) // 2 - 30, HEIGHT - 22), "env steps", fill="black")
+    # Pillow's default font at 13 px (its 10 px default renders spaces barely wider than a pixel).
+    font = ImageFont.load_default(size=13)
+    left, top, right, bottom = MARGIN, 50, WIDTH - MARGIN, HEIGHT - MARGIN
+    draw.text((left, 8), title, fill="black", font=font)
+    draw.text(((left + right) // 2, HEIGHT - 8), "env steps", fill="black", font=font, anchor="ms")
+    draw.text((6, 30), "mean return", fill="black", font=font)
     if points:
         x_max = max(x for x, _ in points) or 1
         y_low, y_high = min(y for _, y in points), max(y for _, y in points)
@@ -30,16 +33,20 @@ def plot_learning_curve(history: list[dict], path, title: str) -> Path:
         def to_pixel(x, y):
             return (left + (right - left) * x / x_max, bottom - (bottom - top) * (y - y_low) / (y_high - y_low))
 
+        for i in range(TICKS):
+            x, y = x_max * i / (TICKS - 1), y_low + (y_high - y_low) * i / (TICKS - 1)
+            px, py = to_pixel(x, y)
+            draw.line((px, top, px, bottom), fill=(225, 225, 225))
+            draw.line((left, py, right, py), fill=(225, 225, 225))
+            draw.text((px, bottom + 6), f"{x:,.0f}", fill="black", font=font, anchor="mt")
+            draw.text((left - 6, py), f"{y:.4g}", fill="black", font=font, anchor="rm")
         draw.line([to_pixel(x, y) for x, y in points], fill=(31, 119, 180), width=2)
         for x, y in points:
             cx, cy = to_pixel(x, y)
             draw.ellipse((cx - 2, cy - 2, cx + 2, cy + 2), fill=(31, 119, 180))
-        draw.text((4, top), f"{y_high:.1f}", fill="black")
-        draw.text((4, bottom - 10), f"{y_low:.1f}", fill="black")
-        draw.text((right - 60, bottom + 6), f"{x_max:,}", fill="black")
-        draw.text((4, (top + bottom) // 2), "return", fill="black")
     else:
-        draw.text((left + 10, (top + bottom) // 2), "no episode finished", fill="black")
+        draw.text((left + 10, (top + bottom) // 2), "no episode finished", fill="black", font=font)
+    draw.rectangle((left, top, right, bottom), outline="black")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".png")
