@@ -10,7 +10,7 @@ to the end of the first iteration whose finished episodes average >= 475. The in
 same trainer with ``cuda_graph=False`` (eager PyTorch); peer numbers (PureJaxRL, WarpDrive) are the
 issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
 
-    python benchmarks/train_throughput.py --out docs/benchmarks/train-h200.md --json docs/benchmarks/train-h200.json
+    python benchmarks/train_throughput.py --out train.md --json train.json   # results: docs/benchmarks/train-h100.md
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def main() -> None:
         result = {"label": label, **run(algorithm, env_id, config, backend=backend, stop_at_threshold=to_threshold)}
         results.append(result)
         sps, tt = result.get("env_steps_per_s"), result["time_to_threshold_s"]
-        speed = f"{sps / 1e6:.2f} M" if sps else "—"
+        speed = f"{sps / 1e6:.3g} M" if sps else "—"
         shares = f"{result['rollout_share']:.0%} / {result['update_share']:.0%}" if sps else "—"
         threshold = f"{tt:.2f} s ({result['steps_to_threshold']:,} steps)" if tt else "—"
         first_two = result["first_two_iterations_s"]
