@@ -339,6 +339,7 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, stat
                 rollout.actions[t].copy_(sample[name](state.obs))
             actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
+        game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
         for name, rollout in rollouts.items():
             state = states[name]
             for group, s in slots[name].items():
@@ -348,7 +349,7 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, stat
                 rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
                 state.obs[:, s].copy_(obs[group])
                 state.active[:, s].copy_(infos[group]["active"])
-            rollout.game_over[t].copy_(infos[group]["_final_obs"])
+            rollout.game_over[t].copy_(game_over)
     for name, rollout in rollouts.items():
         for group, s in slots[name].items():
             # The mean over the group's agents of their episode sums: the mean return per agent.
@@ -472,7 +473,8 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     ``episodes``: games finished, seconds spent in rollouts and updates, and ``<policy>/<loss term>``
     for each trained policy), each also handed to ``log`` when it is made. ``models``: custom
     modules for some policies (module docstring). ``save`` and ``resume`` as for ``ppo.train``: the
-    state holds every policy and each trained policy's optimizer, as ``policy/<name>`` and ``optimizer/<name>``.
+    state holds every policy (``policy/<name>``) and each trained policy's optimizer
+    (``optimizer/<name>``).
     """
     first = resumed_iteration(resume)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
