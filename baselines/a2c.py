@@ -85,12 +85,14 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     def update_phase():
         # One pass of the policy over the rollout, with gradients: its values (detached) give the
         # advantages, and the same outputs give the loss.
-        _, log_probs, entropy, values = act(rollout.flat("obs"), rollout.flat("actions"))
-        rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
+        with config.autocast(device):
+            _, log_probs, entropy, values = act(rollout.flat("obs"), rollout.flat("actions"))
+            rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = gae(rewards, values.detach().view(rewards.shape), rollout.dones, next_value,
-                                      config.gamma, config.gae_lambda)
-        loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
+            advantages, returns = gae(rewards, values.detach().float().view(rewards.shape), rollout.dones,
+                                      next_value, config.gamma, config.gae_lambda)
+        with config.autocast(device):
+            loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)

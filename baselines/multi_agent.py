@@ -33,6 +33,7 @@ device. For CUDA graphs it must not synchronise with the host.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -303,16 +304,17 @@ class PolicyRollout:
         """As :meth:`rollout.Rollout.old_policy`."""
         with torch.no_grad():
             _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-        return log_probs.view(self.rewards.shape), values.view(self.rewards.shape)
+        # float32 whatever precision the passes ran in (bf16 autocast): advantages are float32.
+        return log_probs.float().view(self.rewards.shape), values.float().view(self.rewards.shape)
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.bootstrap`: an agent truncated while in the game is bootstrapped
         with ``gamma * V(final observation)``; one tagged, even on the truncating step, or already out
         is not."""
         with torch.no_grad():
-            final_values = value(self.flat("final_obs")).view(self.rewards.shape)
+            final_values = value(self.flat("final_obs")).float().view(self.rewards.shape)
             bootstrapped = self.truncated & ~self.terminated & (self.weights > 0)
-            return self.rewards + gamma * final_values * bootstrapped, value(next_obs)
+            return self.rewards + gamma * final_values * bootstrapped, value(next_obs).float()
 
 
 @dataclass
@@ -400,11 +402,13 @@ def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, co
 
 
 def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
-           loss_fn) -> dict:
+           loss_fn, autocast=contextlib.nullcontext) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
-    algorithm's masked loss (each maybe compiled); returns the last gradient step's loss terms."""
-    rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
+    algorithm's masked loss (each maybe compiled); ``autocast()`` is the context of the forward
+    passes (:meth:`CaptureOptions.autocast`). Returns the last gradient step's loss terms."""
+    with autocast():
+        rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
 
     def advantages_and_returns(values):
@@ -422,19 +426,25 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
 
     if config.algorithm == "a2c":
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
-        _, log_probs, entropy, values = act(b_obs, b_actions)
-        b_adv, b_returns = advantages_and_returns(values.detach().view(rewards.shape))
-        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config))
+        with autocast():
+            _, log_probs, entropy, values = act(b_obs, b_actions)
+        b_adv, b_returns = advantages_and_returns(values.detach().float().view(rewards.shape))
+        with autocast():
+            loss = loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config)
+        return step(*loss)
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
-    log_probs, values = rollout.old_policy(act)
+    with autocast():
+        log_probs, values = rollout.old_policy(act)
     b_adv, b_returns = advantages_and_returns(values)
     b_log_probs = log_probs.flatten()
     for _ in range(config.update_epochs):
         order = torch.rand(len(b_obs), device=b_obs.device).argsort()  # a permutation, capturable
         for idx in torch.tensor_split(order, config.num_minibatches):
-            losses = step(*loss_fn(policy, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
-                                   b_returns[idx], b_weights[idx], config))
+            with autocast():
+                loss = loss_fn(policy, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx], b_returns[idx],
+                               b_weights[idx], config)
+            losses = step(*loss)
     return losses
 
 
@@ -520,7 +530,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
         losses = {}
         for name, settings in trained.items():
             terms = update(policies[name], optimizers[name], rollouts[name], states[name].obs, act[name], value[name],
-                           gae, settings, loss_fns[settings.algorithm])
+                           gae, settings, loss_fns[settings.algorithm], autocast=lambda: config.autocast(device))
             losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
 

@@ -112,8 +112,9 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
 
     def update_phase():
         # The old policy's log-probabilities and values, before any gradient step.
-        log_probs, values = rollout.old_policy(act)
-        rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
+        with config.autocast(device):
+            log_probs, values = rollout.old_policy(act)
+            rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
         with torch.no_grad():
             advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
         # Epochs of shuffled minibatches.
@@ -123,8 +124,9 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
             order = torch.rand(config.batch_size, device=device).argsort()  # a permutation, capturable
             for first in range(0, config.batch_size, minibatch):
                 idx = order[first:first + minibatch]
-                loss, losses = loss_fn(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
-                                       b_returns[idx], b_values[idx], config)
+                with config.autocast(device):
+                    loss, losses = loss_fn(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
+                                           b_returns[idx], b_values[idx], config)
                 optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)

@@ -92,14 +92,15 @@ class Rollout:
         ``action_and_value``), computed without gradients."""
         with torch.no_grad():
             _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-        return log_probs.view(self.rewards.shape), values.view(self.rewards.shape)
+        # float32 whatever precision the passes ran in (bf16 autocast): advantages are float32.
+        return log_probs.float().view(self.rewards.shape), values.float().view(self.rewards.shape)
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The rewards with each truncated episode bootstrapped by ``gamma * V(final observation)``
         (a terminated one is not), and V(``next_obs``), both without gradients."""
         with torch.no_grad():
-            final_values = value(self.flat("final_obs")).view(self.rewards.shape)
-            return self.rewards + gamma * final_values * self.truncated, value(next_obs)
+            final_values = value(self.flat("final_obs")).float().view(self.rewards.shape)
+            return self.rewards + gamma * final_values * self.truncated, value(next_obs).float()
 
 
 class EpisodeStats:

@@ -183,3 +183,11 @@ def test_captured_training_matches_eager(algorithm, backend, cuda_device):
     for graphed, eager in zip(*runs):
         for key in ("mean_return", "episodes", "value_loss", "entropy"):
             assert graphed[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-4), (key, graphed, eager)
+
+
+@pytest.mark.parametrize("module, config_type", [(ppo, PPOConfig), (a2c, a2c.A2CConfig)])
+def test_bf16_updates_run_on_the_cpu(module, config_type):
+    config = config_type(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, bf16=True)
+    agent, history = module.train("CartPole-v1", config, device="cpu", log_every=1, log=None)
+    assert all(math.isfinite(v) for entry in history for v in entry.values()), history
+    assert all(p.dtype == torch.float32 for p in agent.parameters()), "autocast leaves the parameters float32"
