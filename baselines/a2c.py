@@ -79,7 +79,7 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     stats = EpisodeStats(config.num_envs, device)
 
     def rollout_phase():
-        collect(sample, envs, rollout, obs, stats)
+        collect(sample, envs, rollout, obs, stats, autocast=lambda: config.autocast(device))
         return {}
 
     def update_phase():

@@ -63,7 +63,7 @@ class ActorCritic(nn.Module):
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
         """An action drawn from the policy (the rollout's only use of the networks)."""
-        out = self.actor(obs)
+        out = self.actor(obs).float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
             return out + self.log_std.exp() * torch.randn_like(out)
         # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits;

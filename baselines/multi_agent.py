@@ -318,40 +318,61 @@ class PolicyRollout:
 
 
 @dataclass
-class PolicyState:
-    """A policy's persistent ``(num_envs, agents, ...)`` inputs, updated in place with ``copy_`` (their
-    addresses never change, so a CUDA graph can capture the rollout)."""
+class PolicyInputs:
+    """What a policy reads at each step, ``(num_envs, agents, ...)``: its agents' observations and
+    whether each is in the game now (before the next step). For a policy that serves one group
+    these are the env's own buffers, which the env updates in place (no copies per step); for a
+    policy that serves several groups they are tensors of its own, refreshed from the env's after
+    each step. Either way their addresses never change, so a CUDA graph can capture the rollout."""
 
     obs: torch.Tensor
-    active: torch.Tensor  # bool: in the game now, i.e. before the next step
+    active: torch.Tensor  # bool
+    groups: dict[str, slice]  # group -> slice of the agent dimension to refresh; empty for the env's views
+
+    @classmethod
+    def of(cls, groups: dict[str, slice], obs: dict, infos: dict) -> "PolicyInputs":
+        """The inputs of a policy serving ``groups`` (group -> its slice), from the env's outputs."""
+        if len(groups) == 1:
+            (group,) = groups
+            return cls(obs[group], infos[group]["active"], {})
+        first = obs[next(iter(groups))]
+        agents = sum(s.stop - s.start for s in groups.values())
+        inputs = cls(first.new_empty((first.shape[0], agents, *first.shape[2:])),
+                     torch.empty((first.shape[0], agents), dtype=torch.bool, device=first.device), dict(groups))
+        inputs.refresh(obs, infos)
+        return inputs
+
+    def refresh(self, obs: dict, infos: dict) -> None:
+        for group, s in self.groups.items():
+            self.obs[:, s].copy_(obs[group])
+            self.active[:, s].copy_(infos[group]["active"])
 
 
-def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, states: dict, stats: dict) -> None:
-    """Fill each policy's rollout from its state, stepping every game ``num_steps`` times;
-    ``sample`` holds each policy's ``sample``. A step only copies what the env gave into the rollout
-    (in a captured rollout every kernel counts); episode statistics are taken from the whole
-    rollout at its end."""
+def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inputs: dict, stats: dict,
+            autocast=contextlib.nullcontext) -> None:
+    """Fill each policy's rollout from its inputs, stepping every game ``num_steps`` times;
+    ``sample`` holds each policy's ``sample`` (run under ``autocast()``). A step only copies what
+    the env gave into the rollout (in a captured rollout every kernel counts); episode statistics
+    are taken from the whole rollout at its end."""
     for t in range(next(iter(rollouts.values())).obs.shape[0]):
         actions = {}
         for name, rollout in rollouts.items():
-            state = states[name]
-            rollout.obs[t].copy_(state.obs)
-            rollout.weights[t].copy_(state.active)
-            with torch.no_grad():
-                rollout.actions[t].copy_(sample[name](state.obs))
+            policy_inputs = inputs[name]
+            rollout.obs[t].copy_(policy_inputs.obs)
+            rollout.weights[t].copy_(policy_inputs.active)
+            with torch.no_grad(), autocast():
+                rollout.actions[t].copy_(sample[name](policy_inputs.obs))
             actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
         for name, rollout in rollouts.items():
-            state = states[name]
             for group, s in slots[name].items():
                 rollout.rewards[t, :, s].copy_(rewards[group])
                 rollout.terminated[t, :, s].copy_(terminated[group])
                 rollout.truncated[t, :, s].copy_(truncated[group])
                 rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
-                state.obs[:, s].copy_(obs[group])
-                state.active[:, s].copy_(infos[group]["active"])
             rollout.game_over[t].copy_(game_over)
+            inputs[name].refresh(obs, infos)
     for name, rollout in rollouts.items():
         for group, s in slots[name].items():
             # The mean over the group's agents of their episode sums: the mean return per agent.
@@ -509,27 +530,23 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     slots = policy_slots(env_id, config)
     obs_size = env.observation_space(env.possible_agents[0]).shape[0]
     action_space = env.action_space(env.possible_agents[0])
-    rollouts, states = {}, {}
+    rollouts = {}
     for name, groups in slots.items():
         agents = sum(s.stop - s.start for s in groups.values())
         rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, obs_size, action_space,
                                                 device)
-        states[name] = PolicyState(obs=torch.zeros((config.num_envs, agents, obs_size), device=device),
-                                   active=torch.ones((config.num_envs, agents), dtype=torch.bool, device=device))
-    obs, _ = env.reset_groups(seed=config.seed + first * config.num_envs)
-    for name, groups in slots.items():
-        for group, s in groups.items():
-            states[name].obs[:, s].copy_(obs[group])
+    obs, infos = env.reset_groups(seed=config.seed + first * config.num_envs)
+    inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
 
     def rollout_phase():
-        collect(env, sample, slots, rollouts, states, stats)
+        collect(env, sample, slots, rollouts, inputs, stats, autocast=lambda: config.autocast(device))
         return {}
 
     def update_phase():
         losses = {}
         for name, settings in trained.items():
-            terms = update(policies[name], optimizers[name], rollouts[name], states[name].obs, act[name], value[name],
+            terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name], value[name],
                            gae, settings, loss_fns[settings.algorithm], autocast=lambda: config.autocast(device))
             losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses

@@ -107,7 +107,7 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     minibatch = config.batch_size // config.num_minibatches
 
     def rollout_phase():
-        collect(sample, envs, rollout, obs, stats)
+        collect(sample, envs, rollout, obs, stats, autocast=lambda: config.autocast(device))
         return {}
 
     def update_phase():

@@ -8,8 +8,8 @@ last reward; a terminated one is not. Nothing here synchronises with the host (e
 
 from __future__ import annotations
 
+import contextlib
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -136,10 +136,11 @@ class EpisodeStats:
         return mean, count
 
 
-def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats) -> None:
-    """Fill ``rollout`` with actions drawn by ``sample`` (a policy's ``sample``) from ``obs``, which
-    is advanced in place. Each step writes straight into the rollout's rows (``out=``, ``copy_``):
-    in a captured rollout every kernel counts."""
+def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
+            autocast=contextlib.nullcontext) -> None:
+    """Fill ``rollout`` with actions drawn by ``sample`` (a policy's ``sample``, run under
+    ``autocast()``) from ``obs``, which is advanced in place. Each step writes straight into the
+    rollout's rows (``out=``, ``copy_``): in a captured rollout every kernel counts."""
     space = envs.single_action_space
     low = high = None
     if isinstance(space, spaces.Box):
@@ -147,7 +148,7 @@ def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, sta
         high = torch.as_tensor(space.high, device=envs.device)
     for t in range(rollout.obs.shape[0]):
         rollout.obs[t].copy_(obs)
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             action = sample(obs)
         # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
         env_action = action.clamp(low, high) if low is not None else action
@@ -170,7 +171,7 @@ class PhaseTimes:
         self.seconds: dict[str, float] = {}
         self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
 
-    @contextmanager
+    @contextlib.contextmanager
     def __call__(self, phase: str):
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -78,7 +78,8 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     slots = {"shared": {"taggers": slice(0, 1), "runners": slice(1, 4)}}
     policy = FeaturePolicy()
     rollout = multi_agent.PolicyRollout.allocate(2, 1, 4, 3, spaces.MultiDiscrete([21, 21]), "cpu")
-    state = multi_agent.PolicyState(obs=torch.zeros(1, 4, 3), active=torch.ones(1, 4, dtype=torch.bool))
+    state = multi_agent.PolicyInputs(obs=torch.zeros(1, 4, 3), active=torch.ones(1, 4, dtype=torch.bool),
+                                     groups=slots["shared"])
     stats = {group: EpisodeStats(1, "cpu") for group in ("taggers", "runners")}
     multi_agent.collect(ScriptedEnv(steps), {"shared": policy.sample}, slots, {"shared": rollout},
                         {"shared": state}, stats)
@@ -112,6 +113,20 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
             loss.backward()
             gradients.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
         torch.testing.assert_close(gradients[0], gradients[1], msg=f"{loss_fn.__name__} reads masked rows")
+
+
+def test_a_policy_of_one_group_reads_the_envs_buffers():
+    env = multi_agent.GpuParallelEnv("TagContinuous-v0", 2, device="cpu", backend="torch",
+                                     params=multi_agent.game_params("TagContinuous-v0", config()))
+    obs, infos = env.reset_groups(seed=0)
+    own = multi_agent.PolicyInputs.of({"runners": slice(0, 3)}, obs, infos)
+    assert own.obs is obs["runners"] and own.active is infos["runners"]["active"] and not own.groups
+    shared = multi_agent.PolicyInputs.of({"taggers": slice(0, 2), "runners": slice(2, 5)}, obs, infos)
+    obs, _, _, _, infos = env.step_groups({group: torch.zeros(2, n, 2, dtype=torch.int64) for group, n in
+                                           (("taggers", 2), ("runners", 3))})
+    assert torch.equal(own.obs, obs["runners"]), "the env's buffers, updated in place by the step"
+    shared.refresh(obs, infos)
+    assert torch.equal(shared.obs, torch.cat([obs["taggers"], obs["runners"]], dim=1))
 
 
 def test_gae_streams_stop_at_each_agents_own_end():
