@@ -15,6 +15,7 @@ On the CPU, or with ``enabled=False``, the phase simply runs each time.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -80,6 +81,37 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
             group["lr"].fill_(value)  # in place: the captured update reads this tensor
         else:
             group["lr"] = value
+
+
+class Branches:
+    """Independent pieces of a phase (one per policy) on CUDA streams of their own, forked from the
+    current stream and joined back into it. Inside a captured phase they become parallel branches
+    of the graph, so one policy's small kernels no longer wait for the other's; on the CPU they
+    simply run one after another.
+
+        with branches.fork():
+            for name in names:
+                with branches.branch(name):
+                    ...  # reads what the current stream wrote before the fork; the current stream sees it after
+    """
+
+    def __init__(self, names, device: torch.device):
+        self.streams = {name: torch.cuda.Stream(device) for name in names} if device.type == "cuda" else {}
+
+    @contextmanager
+    def fork(self):
+        if not self.streams:
+            yield
+            return
+        current = torch.cuda.current_stream()
+        for stream in self.streams.values():
+            stream.wait_stream(current)
+        yield
+        for stream in self.streams.values():
+            current.wait_stream(stream)
+
+    def branch(self, name):
+        return torch.cuda.stream(self.streams[name]) if self.streams else contextlib.nullcontext()
 
 
 class GraphedPhase:

@@ -43,7 +43,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
@@ -349,30 +349,37 @@ class PolicyInputs:
 
 
 def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inputs: dict, stats: dict,
-            autocast=contextlib.nullcontext) -> None:
+            autocast=contextlib.nullcontext, branches: Branches | None = None) -> None:
     """Fill each policy's rollout from its inputs, stepping every game ``num_steps`` times;
     ``sample`` holds each policy's ``sample`` (run under ``autocast()``). A step only copies what
-    the env gave into the rollout (in a captured rollout every kernel counts); episode statistics
-    are taken from the whole rollout at its end."""
+    the env gave into the rollout (in a captured rollout every kernel counts), each policy's work
+    in its own branch of ``branches``; episode statistics are taken from the whole rollout at its
+    end."""
+    branches = branches or Branches((), torch.device("cpu"))
     for t in range(next(iter(rollouts.values())).obs.shape[0]):
         actions = {}
-        for name, rollout in rollouts.items():
-            policy_inputs = inputs[name]
-            rollout.obs[t].copy_(policy_inputs.obs)
-            rollout.weights[t].copy_(policy_inputs.active)
-            with torch.no_grad(), autocast():
-                rollout.actions[t].copy_(sample[name](policy_inputs.obs))
-            actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
+        with branches.fork():
+            for name, rollout in rollouts.items():
+                with branches.branch(name):
+                    policy_inputs = inputs[name]
+                    rollout.obs[t].copy_(policy_inputs.obs)
+                    rollout.weights[t].copy_(policy_inputs.active)
+                    with torch.no_grad(), autocast():
+                        rollout.actions[t].copy_(sample[name](policy_inputs.obs))
+                actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
-        for name, rollout in rollouts.items():
-            for group, s in slots[name].items():
-                rollout.rewards[t, :, s].copy_(rewards[group])
-                rollout.terminated[t, :, s].copy_(terminated[group])
-                rollout.truncated[t, :, s].copy_(truncated[group])
-                rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
-            rollout.game_over[t].copy_(game_over)
-            inputs[name].refresh(obs, infos)
+        # The env's next step overwrites what these copies read: it waits for the join.
+        with branches.fork():
+            for name, rollout in rollouts.items():
+                with branches.branch(name):
+                    for group, s in slots[name].items():
+                        rollout.rewards[t, :, s].copy_(rewards[group])
+                        rollout.terminated[t, :, s].copy_(terminated[group])
+                        rollout.truncated[t, :, s].copy_(truncated[group])
+                        rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
+                    rollout.game_over[t].copy_(game_over)
+                    inputs[name].refresh(obs, infos)
     for name, rollout in rollouts.items():
         for group, s in slots[name].items():
             # The mean over the group's agents of their episode sums: the mean return per agent.
@@ -539,16 +546,23 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
 
+    # Each policy's share of a rollout step, and each policy's update, is a branch of its own.
+    rollout_branches, update_branches = Branches(policies, device), Branches(trained, device)
+
     def rollout_phase():
-        collect(env, sample, slots, rollouts, inputs, stats, autocast=lambda: config.autocast(device))
+        collect(env, sample, slots, rollouts, inputs, stats, autocast=lambda: config.autocast(device),
+                branches=rollout_branches)
         return {}
 
     def update_phase():
         losses = {}
-        for name, settings in trained.items():
-            terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name], value[name],
-                           gae, settings, loss_fns[settings.algorithm], autocast=lambda: config.autocast(device))
-            losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
+        with update_branches.fork():
+            for name, settings in trained.items():
+                with update_branches.branch(name):
+                    terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name],
+                                   value[name], gae, settings, loss_fns[settings.algorithm],
+                                   autocast=lambda: config.autocast(device))
+                losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
 
     rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
