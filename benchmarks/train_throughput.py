@@ -88,6 +88,8 @@ def cases(quick: bool):
         big, tf32=False), None, False
     yield "PPO CartPole 4096x128, bf16 updates", "ppo", "CartPole-v1", dataclasses.replace(big, bf16=True), None, False
     yield "PPO CartPole 4096x128, torch.compile", "ppo", "CartPole-v1", dataclasses.replace(big, compile=True), None, False
+    yield "PPO CartPole 4096x128, bf16 updates + torch.compile", "ppo", "CartPole-v1", dataclasses.replace(
+        big, bf16=True, compile=True), None, False
     cartpole_10k = a2c.A2CConfig(num_envs=10_000, num_steps=5, total_timesteps=10_000 * 5 * (20 if quick else 200))
     yield "A2C CartPole 10000x5", "a2c", "CartPole-v1", cartpole_10k, None, False
     iterations = 4 if quick else 12
@@ -100,6 +102,8 @@ def cases(quick: bool):
                    "TagContinuous-v0", config, backend, False)
         yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, bf16 updates", "multi_agent",
                "TagContinuous-v0", dataclasses.replace(config, bf16=True), "pycuda", False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, bf16 updates + torch.compile", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, bf16=True, compile=True), "pycuda", False)
         yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32)", "multi_agent",
                "TagContinuous-v0", dataclasses.replace(config, tf32=False), "pycuda", False)
         yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager (baseline)", "multi_agent",
