@@ -133,17 +133,23 @@ def main() -> None:
         row = f"| {label} | {speed} | {shares} | {threshold} | {f'{first_two:.2f} s' if first_two else '—'} |"
         print(row, flush=True)
         rows.append(row)
-    table = "\n".join([f"Training speed on {gpu} (torch {torch.__version__})", "",
-                       "| configuration | env-steps/s | rollout / update | time to mean return 475 | first 2 iterations |",
-                       "|---|---:|---:|---:|---:|", *rows])
-    print(table)
+        save(args, gpu, rows, results)  # after every case: a run cut short keeps what it measured
+    print("\n".join(table(gpu, rows)))
+
+
+def table(gpu: str, rows: list[str]) -> list[str]:
+    return [f"Training speed on {gpu} (torch {torch.__version__})", "",
+            "| configuration | env-steps/s | rollout / update | time to mean return 475 | first 2 iterations |",
+            "|---|---:|---:|---:|---:|", *rows]
+
+
+def save(args, gpu: str, rows: list[str], results: list[dict]) -> None:
     if args.out:
         with open(args.out, "w") as f:
-            f.write(table + "\n")
+            f.write("\n".join(table(gpu, rows)) + "\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": gpu, "torch": torch.__version__, "results": results}, f, indent=1)
-
 
 if __name__ == "__main__":
     main()
