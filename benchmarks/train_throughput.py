@@ -151,5 +151,6 @@ def save(args, gpu: str, rows: list[str], results: list[dict]) -> None:
         with open(args.json, "w") as f:
             json.dump({"gpu": gpu, "torch": torch.__version__, "results": results}, f, indent=1)
 
+
 if __name__ == "__main__":
     main()
