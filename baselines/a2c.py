@@ -91,8 +91,7 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
         with torch.no_grad():
             advantages, returns = gae(rewards, values.detach().float().view(rewards.shape), rollout.dones,
                                       next_value, config.gamma, config.gae_lambda)
-        with config.autocast(device):
-            loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
+        loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)

@@ -16,7 +16,6 @@ On the CPU, or with ``enabled=False``, the phase simply runs each time.
 from __future__ import annotations
 
 import contextlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -40,20 +39,20 @@ class CaptureOptions:
     wide networks; false: full float32 products."""
 
     bf16: bool = False
-    """Run the update's passes of the policy over the rollout (values, log-probabilities, losses) in
-    bfloat16 autocast: half the memory traffic of wide networks' activations and faster tensor-core
-    products, at bfloat16's 8-bit mantissa; the rollout's sampling, the advantages and the optimizer
-    stay in float32. Off by default."""
+    """Run the policies' forward passes (the rollout's sampling; values, log-probabilities and
+    losses in the update) in bfloat16 autocast: half the memory traffic of wide networks'
+    activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
+    the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
 
     def autocast(self, device: torch.device):
-        """A context for the update's forward passes: bfloat16 autocast when ``bf16``, else nothing.
+        """A context for the policies' forward passes: bfloat16 autocast when ``bf16``, else nothing.
         (Only forward passes: PyTorch advises against running backward under autocast.)"""
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def compiled(self, fn):
         return torch.compile(fn) if self.compile else fn
 
-    @contextmanager
+    @contextlib.contextmanager
     def matmul_precision(self):
         """The run's float32 matmul precision, restored afterwards (torch's setting is global)."""
         before = torch.get_float32_matmul_precision()
@@ -98,7 +97,7 @@ class Branches:
     def __init__(self, names, device: torch.device):
         self.streams = {name: torch.cuda.Stream(device) for name in names} if device.type == "cuda" else {}
 
-    @contextmanager
+    @contextlib.contextmanager
     def fork(self):
         if not self.streams:
             yield

@@ -457,9 +457,7 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
         with autocast():
             _, log_probs, entropy, values = act(b_obs, b_actions)
         b_adv, b_returns = advantages_and_returns(values.detach().float().view(rewards.shape))
-        with autocast():
-            loss = loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config)
-        return step(*loss)
+        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config))
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
     with autocast():

@@ -198,6 +198,8 @@ class MetricsWriter:
     def __init__(self, out: Path):
         self.file = open(out / "metrics.csv", "w", newline="")
         self.csv = None
+        # A resumed run in the same folder already has the earlier entries in its event files.
+        self.has_earlier_events = (out / "tensorboard").is_dir()
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # TensorBoard is optional (the [tensorboard] extra)
@@ -205,13 +207,14 @@ class MetricsWriter:
         else:
             self.tensorboard = SummaryWriter(str(out / "tensorboard"))
 
-    def write(self, entry: dict) -> None:
+    def write(self, entry: dict, earlier: bool = False) -> None:
+        """One entry; ``earlier``: an entry of the run this one resumes."""
         if self.csv is None:
             self.csv = csv.DictWriter(self.file, fieldnames=list(entry))
             self.csv.writeheader()
         self.csv.writerow(entry)
         self.file.flush()
-        if self.tensorboard is not None:
+        if self.tensorboard is not None and not (earlier and self.has_earlier_events):
             for key, value in entry.items():
                 if key != "env_steps":
                     self.tensorboard.add_scalar(key, value, entry["env_steps"])
@@ -235,8 +238,8 @@ def run_training(algorithm: str, env: str, config, out: Path, device: str, resum
     metrics = MetricsWriter(out)
     earlier = [] if state is None else state["history"]
     with tqdm(total=config.total_timesteps, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
-        def log(entry: dict) -> None:
-            metrics.write(entry)
+        def log(entry: dict, earlier: bool = False) -> None:
+            metrics.write(entry, earlier)
             bar.update(entry["env_steps"] - bar.n)
             bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
 
@@ -244,7 +247,7 @@ def run_training(algorithm: str, env: str, config, out: Path, device: str, resum
             atomic_save({**header, **training_state}, out / "checkpoint.pt")
 
         for entry in earlier:  # a resumed run's metrics start with the first run's
-            log(entry)
+            log(entry, earlier=True)
         try:
             agent, history = train(env, config, device=device, log=log, save=save, resume=state,
                                    log_every=max(1, config.num_iterations // 50))

@@ -117,6 +117,12 @@ def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert rows[:len(rows_before)] == rows_before and int(rows[-1]["env_steps"]) == again["history"][-1]["env_steps"]
     assert again["history"][-1]["env_steps"] > saved["history"][-1]["env_steps"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("mean_return")]
+    assert sorted(steps) == [int(row["env_steps"]) for row in rows], "each entry once in TensorBoard"
 
 
 def test_resume_keeps_the_config(tmp_path):
