@@ -47,7 +47,7 @@ from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPha
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes
+from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values
 from gpu_marl_envs.parallel_env import GpuParallelEnv, games, get_game
 
 ALGORITHMS = ("ppo", "a2c")
@@ -278,10 +278,11 @@ class PolicyRollout:
     final_obs: torch.Tensor  # the agent's last observation where its game ended on this step
     weights: torch.Tensor  # float: 1 where the agent was in the game before the step
     game_over: torch.Tensor  # bool (num_steps, num_envs): the game ended on this step
+    max_truncations: int  # truncations a game can have in one rollout (see rollout.bootstrap_values)
 
     @classmethod
     def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
-                 device) -> "PolicyRollout":
+                 device, episode_length: int) -> "PolicyRollout":
         shape = (num_steps, num_envs, agents)
 
         def zeros(*extra, dtype=torch.float32):
@@ -289,7 +290,8 @@ class PolicyRollout:
 
         return cls(obs=zeros(obs_size), actions=zeros(*action_space.shape, dtype=torch.int64), rewards=zeros(),
                    terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool), final_obs=zeros(obs_size),
-                   weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device))
+                   weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
+                   max_truncations=math.ceil(num_steps / episode_length))
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""
@@ -312,9 +314,9 @@ class PolicyRollout:
         with ``gamma * V(final observation)``; one tagged, even on the truncating step, or already out
         is not."""
         with torch.no_grad():
-            final_values = value(self.flat("final_obs")).float().view(self.rewards.shape)
             bootstrapped = self.truncated & ~self.terminated & (self.weights > 0)
-            return self.rewards + gamma * final_values * bootstrapped, value(next_obs).float()
+            final_values = bootstrap_values(value, self.final_obs, bootstrapped, self.max_truncations)
+            return self.rewards + gamma * final_values, value(next_obs).float()
 
 
 @dataclass
@@ -539,7 +541,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     for name, groups in slots.items():
         agents = sum(s.stop - s.start for s in groups.values())
         rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, obs_size, action_space,
-                                                device)
+                                                device, env.params.episode_length)
     obs, infos = env.reset_groups(seed=config.seed + first * config.num_envs)
     inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}

@@ -9,6 +9,7 @@ last reward; a terminated one is not. Nothing here synchronises with the host (e
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 
@@ -69,6 +70,7 @@ class Rollout:
     dones: torch.Tensor  # bool: the transition ended its episode
     truncated: torch.Tensor  # bool: ... by truncation (to be bootstrapped from final_obs)
     final_obs: torch.Tensor  # the episode's last observation where the transition ended it
+    max_truncations: int  # truncations an env can have in one rollout (see bootstrap_values)
 
     @classmethod
     def allocate(cls, num_steps: int, envs: GpuVectorEnv) -> "Rollout":
@@ -81,7 +83,8 @@ class Rollout:
                    rewards=torch.zeros(shape, device=device),
                    dones=torch.zeros(shape, dtype=torch.bool, device=device),
                    truncated=torch.zeros(shape, dtype=torch.bool, device=device),
-                   final_obs=torch.zeros(obs_shape, device=device))
+                   final_obs=torch.zeros(obs_shape, device=device),
+                   max_truncations=math.ceil(num_steps / envs.params.max_episode_steps))
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step and env dimensions merged (a view)."""
@@ -99,8 +102,28 @@ class Rollout:
         """The rewards with each truncated episode bootstrapped by ``gamma * V(final observation)``
         (a terminated one is not), and V(``next_obs``), both without gradients."""
         with torch.no_grad():
-            final_values = value(self.flat("final_obs")).float().view(self.rewards.shape)
-            return self.rewards + gamma * final_values * self.truncated, value(next_obs).float()
+            final_values = bootstrap_values(value, self.final_obs, self.truncated, self.max_truncations)
+            return self.rewards + gamma * final_values, value(next_obs).float()
+
+
+def bootstrap_values(value, final_obs: torch.Tensor, mask: torch.Tensor, max_per_column: int) -> torch.Tensor:
+    """``V(final_obs)`` where ``mask`` (``(T, ...)``, bool) is set and 0 elsewhere, as float32.
+
+    An episode is truncated only once it has run its full length L, so an env (or agent) has at
+    most ``ceil(T / L)`` truncations in T steps: given that bound, the critic runs on those rows
+    only, picked per column with ``topk`` (no host sync, fixed shapes for CUDA graphs), instead of
+    on all T rows of which nearly all are multiplied by 0.
+    """
+    columns = mask.dim()
+    with torch.no_grad():
+        if max_per_column >= mask.shape[0]:
+            return value(final_obs.flatten(0, columns - 1)).float().view(mask.shape) * mask
+        steps = mask.float().topk(max_per_column, dim=0).indices  # every set step, then unset ones
+        index = steps.view(*steps.shape, *[1] * (final_obs.dim() - columns)).expand(
+            *steps.shape, *final_obs.shape[columns:])
+        picked = final_obs.gather(0, index)
+        values = value(picked.flatten(0, columns - 1)).float().view(steps.shape) * mask.gather(0, steps)
+        return torch.zeros(mask.shape, device=mask.device).scatter_(0, steps, values)
 
 
 class EpisodeStats:

@@ -77,7 +77,7 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     ]
     slots = {"shared": {"taggers": slice(0, 1), "runners": slice(1, 4)}}
     policy = FeaturePolicy()
-    rollout = multi_agent.PolicyRollout.allocate(2, 1, 4, 3, spaces.MultiDiscrete([21, 21]), "cpu")
+    rollout = multi_agent.PolicyRollout.allocate(2, 1, 4, 3, spaces.MultiDiscrete([21, 21]), "cpu", episode_length=2)
     state = multi_agent.PolicyInputs(obs=torch.zeros(1, 4, 3), active=torch.ones(1, 4, dtype=torch.bool),
                                      groups=slots["shared"])
     stats = {group: EpisodeStats(1, "cpu") for group in ("taggers", "runners")}

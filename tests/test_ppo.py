@@ -13,7 +13,7 @@ from gpu_marl_envs.baselines import a2c, ppo
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.ppo import PPOConfig, evaluate, ppo_loss, train
-from gpu_marl_envs.baselines.rollout import EpisodeStats
+from gpu_marl_envs.baselines.rollout import EpisodeStats, bootstrap_values
 
 
 def gae_loop(rewards, values, dones, next_value, gamma, lam):
@@ -69,6 +69,27 @@ def test_episode_stats_of_whole_rollouts_match_a_plain_loop():
     assert stats.read_and_clear() == (pytest.approx(sum(ended) / len(ended)), len(ended))
     assert stats.running.tolist() == running
     assert stats.read_and_clear() == (0.0, 0), "read_and_clear clears"
+
+
+@pytest.mark.parametrize("max_per_column", [1, 2, 3, 9])
+def test_bootstrap_values_only_where_truncated(max_per_column):
+    # (T, envs, agents) columns with 0 .. max_per_column truncations each; V(obs) = a linear map of the obs.
+    generator = torch.Generator().manual_seed(max_per_column)
+    T, shape = 9, (4, 3)
+    mask = torch.zeros(T, *shape, dtype=torch.bool)
+    for column in range(12):
+        count = column % (min(max_per_column, T) + 1)
+        steps = torch.randperm(T, generator=generator)[:count]
+        mask.view(T, -1)[steps, column] = True
+    final_obs = torch.randn(T, *shape, 5, generator=generator)
+    weights = torch.randn(5, generator=generator)
+
+    def value(obs):
+        assert obs.dim() == 2, "the critic gets a batch of rows"
+        return obs @ weights
+
+    expected = (final_obs @ weights) * mask
+    torch.testing.assert_close(bootstrap_values(value, final_obs, mask, max_per_column), expected)
 
 
 def test_clipped_losses_follow_their_formulas():
