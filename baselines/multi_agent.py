@@ -47,7 +47,8 @@ from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPha
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values
+from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
+                                              old_policy_outputs)
 from gpu_marl_envs.parallel_env import GpuParallelEnv, games, get_game
 
 ALGORITHMS = ("ppo", "a2c")
@@ -304,10 +305,7 @@ class PolicyRollout:
 
     def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.old_policy`."""
-        with torch.no_grad():
-            _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-        # float32 whatever precision the passes ran in (bf16 autocast): advantages are float32.
-        return log_probs.float().view(self.rewards.shape), values.float().view(self.rewards.shape)
+        return old_policy_outputs(act, self.flat("obs"), self.flat("actions"), self.rewards.shape)
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.bootstrap`: an agent truncated while in the game is bootstrapped

@@ -93,10 +93,7 @@ class Rollout:
     def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities and values of the rollout under the current policy (``act``: its
         ``action_and_value``), computed without gradients."""
-        with torch.no_grad():
-            _, log_probs, _, values = act(self.flat("obs"), self.flat("actions"))
-        # float32 whatever precision the passes ran in (bf16 autocast): advantages are float32.
-        return log_probs.float().view(self.rewards.shape), values.float().view(self.rewards.shape)
+        return old_policy_outputs(act, self.flat("obs"), self.flat("actions"), self.rewards.shape)
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The rewards with each truncated episode bootstrapped by ``gamma * V(final observation)``
@@ -104,6 +101,14 @@ class Rollout:
         with torch.no_grad():
             final_values = bootstrap_values(value, self.final_obs, self.truncated, self.max_truncations)
             return self.rewards + gamma * final_values, value(next_obs).float()
+
+
+def old_policy_outputs(act, obs: torch.Tensor, actions: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """``act(obs, actions)``'s log-probabilities and values without gradients, shaped ``shape`` and
+    float32 whatever precision the pass ran in (bf16 autocast): advantages are float32."""
+    with torch.no_grad():
+        _, log_probs, _, values = act(obs, actions)
+    return log_probs.float().view(shape), values.float().view(shape)
 
 
 def bootstrap_values(value, final_obs: torch.Tensor, mask: torch.Tensor, max_per_column: int) -> torch.Tensor:
