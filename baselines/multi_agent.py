@@ -250,10 +250,13 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
         raise ValueError(f"models given for unknown policies {unknown}; policies: {sorted(config.policies)}")
     game = get_game(env_id)
     params = game_params(env_id, config)
-    obs_size = game.observation_space(params).shape[0]
+    observation_spaces, action_spaces = game.observation_spaces(params), game.action_spaces(params)
     policies = {}
     for name, settings in config.policies.items():
-        module = models[name] if name in models else ActorCritic(obs_size, game.action_space(params), settings.hidden)
+        # A policy's groups share one network: the spaces of its first group.
+        group = next(g for g, policy in config.groups.items() if policy == name)
+        module = models[name] if name in models else ActorCritic(observation_spaces[group].shape[0],
+                                                                 action_spaces[group], settings.hidden)
         policies[name] = module.to(device)
     return policies
 
@@ -533,12 +536,12 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
 
     # Storage: per policy, its groups side by side along the agent dimension.
     slots = policy_slots(env_id, config)
-    obs_size = env.observation_space(env.possible_agents[0]).shape[0]
-    action_space = env.action_space(env.possible_agents[0])
     rollouts = {}
     for name, groups in slots.items():
         agents = sum(s.stop - s.start for s in groups.values())
-        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, obs_size, action_space,
+        agent = env.groups[next(iter(groups))][0]  # the policy's groups share its first group's spaces
+        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents,
+                                                env.observation_space(agent).shape[0], env.action_space(agent),
                                                 device, env.params.episode_length)
     obs, infos = env.reset_groups(seed=config.seed + first * config.num_envs)
     inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}

@@ -1,8 +1,10 @@
 """The device store of a batch of multi-agent games: the game's state plus every tensor a step
 writes, allocated once and updated in place by the backends.
 
-The kernels' parameter lists are ``step_arguments(definition)`` and ``reset_arguments(definition)``:
-the game's state fields (in its state dataclass's order) sit between the runtime's own buffers.
+The kernels' parameter lists are ``step_arguments(definition, params)`` and
+``reset_arguments(definition, params)``: the game's state fields (in its state dataclass's order)
+sit between the runtime's own buffers; ``action_masks`` follows ``observations`` only in games with
+masks, ``episode_totals`` follows ``episode_returns`` only in games with episode metrics.
 ``num_envs``, ``actions`` and ``autoreset_mode`` are supplied by the backends; every other name is
 an attribute of :class:`MultiAgentBuffers` (state fields: of ``buffers.state``).
 ``tests/test_kernel_abi.py`` checks that the kernels declare exactly these parameters.
@@ -17,8 +19,8 @@ import torch
 
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
-# Kernels stage per-agent positions and flags in static shared memory sized by the number of
-# agents (MultiAgentDefinition.shared_bytes), which CUDA caps at 48 KiB per block.
+# Kernels stage per-agent values in static shared memory sized by the number of agents
+# (MultiAgentDefinition.shared_bytes), which CUDA caps at 48 KiB per block.
 MAX_SHARED_BYTES = 48 * 1024
 
 
@@ -28,26 +30,37 @@ def whole_warps(num_agents: int, most: int) -> int:
     return min(most, 32 * ((num_agents + 31) // 32))
 
 
-def step_arguments(definition: MultiAgentDefinition) -> tuple[str, ...]:
-    return ("num_envs", *definition.state_fields, "actions", "observations", "rewards", "agent_terminated",
-            "agent_truncated", "terminated", "truncated", "final_observations", "final_observation_mask",
-            "needs_reset", "episodes", "seeds", "autoreset_mode")
+def _masks(definition: MultiAgentDefinition) -> tuple[str, ...]:
+    return ("action_masks",) if definition.has_action_masks else ()
 
 
-def reset_arguments(definition: MultiAgentDefinition) -> tuple[str, ...]:
-    return ("num_envs", *definition.state_fields, "observations", "reset_mask", "needs_reset", "episodes", "seeds")
+def step_arguments(definition: MultiAgentDefinition, params) -> tuple[str, ...]:
+    totals = ("episode_totals",) if definition.episode_metrics(params) else ()
+    return ("num_envs", *definition.state_fields, "actions", "observations", *_masks(definition), "rewards",
+            "agent_terminated", "agent_truncated", "terminated", "truncated", "running_returns", "episode_returns",
+            *totals, "final_observations", "final_observation_mask", "needs_reset", "episodes", "seeds",
+            "autoreset_mode")
+
+
+def reset_arguments(definition: MultiAgentDefinition, params) -> tuple[str, ...]:
+    return ("num_envs", *definition.state_fields, "observations", *_masks(definition), "running_returns",
+            "reset_mask", "needs_reset", "episodes", "seeds")
 
 
 @dataclass
 class MultiAgentBuffers:
     state: Any  # the game's state dataclass, batch first
-    observations: torch.Tensor  # (num_envs, N, obs_dim) float32
+    observations: torch.Tensor  # (num_envs, obs_size) float32: per env the groups in order, each (n_g, d_g)
+    action_masks: torch.Tensor | None  # (num_envs, mask_size) bool, groups as in observations; None without masks
     rewards: torch.Tensor  # (num_envs, N) float32
     agent_terminated: torch.Tensor  # (num_envs, N) bool: the episode terminated, or the agent left the game
     agent_truncated: torch.Tensor  # (num_envs, N) bool: the episode truncated while the agent was in the game
     terminated: torch.Tensor  # (num_envs,) bool
     truncated: torch.Tensor  # (num_envs,) bool
-    final_observations: torch.Tensor  # (num_envs, N, obs_dim): valid where final_observation_mask (SAME_STEP)
+    running_returns: torch.Tensor  # (num_envs, N) float32: rewards of the episode so far
+    episode_returns: torch.Tensor  # (num_envs, N) float32: the last ended episode's returns
+    episode_totals: torch.Tensor | None  # (num_envs, K) float32: the last ended episode's totals; None if K = 0
+    final_observations: torch.Tensor  # (num_envs, obs_size): valid where final_observation_mask (SAME_STEP)
     final_observation_mask: torch.Tensor  # (num_envs,) bool
     needs_reset: torch.Tensor  # (num_envs,) bool: the last step ended the episode (NEXT_STEP, DISABLED)
     episodes: torch.Tensor  # (num_envs,) int32, resets so far under the current seed (RNG counter)
@@ -60,20 +73,26 @@ class MultiAgentBuffers:
         def zeros(*shape, dtype=torch.float32):
             return torch.zeros(shape, dtype=dtype, device=device)
 
-        n, obs_dim = params.num_agents, params.obs_dim
+        n, obs_size = params.num_agents, definition.obs_size(params)
+        num_metrics = len(definition.episode_metrics(params))
         # A valid state to start from (the seed is irrelevant: reset() overwrites it).
         state = definition.reset(params, torch.zeros(num_envs, dtype=torch.int64, device=device), num_envs)
         state = definition.state_type(**{name: getattr(state, name).clone().contiguous()
                                          for name in definition.state_fields})
         return cls(
             state=state,
-            observations=zeros(num_envs, n, obs_dim),
+            observations=zeros(num_envs, obs_size),
+            action_masks=zeros(num_envs, definition.mask_size(params), dtype=torch.bool)
+            if definition.has_action_masks else None,
             rewards=zeros(num_envs, n),
             agent_terminated=zeros(num_envs, n, dtype=torch.bool),
             agent_truncated=zeros(num_envs, n, dtype=torch.bool),
             terminated=zeros(num_envs, dtype=torch.bool),
             truncated=zeros(num_envs, dtype=torch.bool),
-            final_observations=zeros(num_envs, n, obs_dim),
+            running_returns=zeros(num_envs, n),
+            episode_returns=zeros(num_envs, n),
+            episode_totals=zeros(num_envs, num_metrics) if num_metrics else None,
+            final_observations=zeros(num_envs, obs_size),
             final_observation_mask=zeros(num_envs, dtype=torch.bool),
             needs_reset=zeros(num_envs, dtype=torch.bool),
             episodes=zeros(num_envs, dtype=torch.int32),
@@ -82,7 +101,7 @@ class MultiAgentBuffers:
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every buffer by its kernel-argument name (state fields included)."""
-        named = {name: value for name, value in vars(self).items() if name != "state"}
+        """Every buffer by its kernel-argument name (state fields included; absent ones left out)."""
+        named = {name: value for name, value in vars(self).items() if name != "state" and value is not None}
         named.update(vars(self.state))
         return named

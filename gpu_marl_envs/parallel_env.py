@@ -43,6 +43,7 @@ class GpuParallelEnv:
     every value is a tensor with a leading ``num_envs`` dimension, and agents never leave
     ``agents``: an agent out of the game (a tagged runner) stays in the arrays, observes zeros, is
     frozen, gets no reward and is marked by ``active`` (it is terminated from the step it left on).
+    Agents of one group share their spaces; groups may differ (their actions have one shape).
 
     Args:
         env_id: ``"TagContinuous-v0"`` or ``"TagGridworld-v0"`` (``gpu_marl_envs/`` prefix optional).
@@ -55,12 +56,24 @@ class GpuParallelEnv:
 
     ## Two views of the same buffers
     - :meth:`reset` / :meth:`step`: dicts keyed by agent (``possible_agents``); observations
-      ``(num_envs, obs_dim)``, rewards, terminations and truncations ``(num_envs,)``; ``infos[agent]``
-      holds ``"active"`` ``(num_envs,)``: whether the agent is still in the game after this step.
+      ``(num_envs, obs_dim)`` (its group's ``obs_dim``), rewards, terminations and truncations
+      ``(num_envs,)``; ``infos[agent]`` holds ``"active"`` ``(num_envs,)``: whether the agent is still
+      in the game after this step.
     - :meth:`reset_groups` / :meth:`step_groups`: dicts keyed by group (``groups``), each value
       ``(num_envs, group_size, ...)`` — one tensor per group, without per-agent dict overhead.
     An agent's transition of a step counts where it was active *before* the step (``active`` of the
     previous step; every agent is active after a reset).
+
+    ## Infos
+    - ``"active"``, as above.
+    - ``"action_mask"`` (games with action masks): bool, per agent ``(num_envs, n)``, per group
+      ``(num_envs, group_size, n)``: the actions allowed now (``n`` = the group's ``Discrete`` size).
+    - After a step, ``"episode"`` and ``"_episode"``: ``_episode`` ``(num_envs,)`` says where an
+      episode ended on this step; there ``episode["return"]`` holds the ended episode's return
+      (the sum of the agent's rewards, per agent ``(num_envs,)``, per group ``(num_envs,
+      group_size)``) and ``episode[<metric>]`` ``(num_envs,)`` each of the game's episode totals
+      (``definition.episode_metrics``). Elsewhere they hold the last ended episode's values.
+    - SAME_STEP: ``"final_obs"`` and ``"_final_obs"``, as in Gymnasium's vector envs.
 
     Actions: int64 tensors on the env's device, per agent ``(num_envs, *action_shape)`` or per
     group ``(num_envs, group_size, *action_shape)``. Outputs are views of the env's buffers,
@@ -96,9 +109,10 @@ class GpuParallelEnv:
         self._ids = {agent: i for i, agent in enumerate(self.possible_agents)}
         self._group_ids = d.agent_groups(self.params)
         self.groups = {group: self.possible_agents[ids.start:ids.stop] for group, ids in self._group_ids.items()}
-        self._observation_space = d.observation_space(self.params)
-        self._action_space = d.action_space(self.params)
-        self._action_shape = tuple(self._action_space.shape)
+        self._group_of = {agent: group for group, agents in self.groups.items() for agent in agents}
+        self._observation_spaces = d.observation_spaces(self.params)
+        self._action_spaces = d.action_spaces(self.params)
+        self._action_shape = d.action_shape(self.params)
 
         backend_type = resolve_backend(backend, self.device, kind="multi_agent")
         if backend_type.name != "torch" and d.shared_bytes(self.params) > MAX_SHARED_BYTES:
@@ -118,6 +132,7 @@ class GpuParallelEnv:
             raise ValueError("cuda_graph=True needs a CUDA device")
         self._launcher = GraphedStep(self._backend, b, self._actions) if cuda_graph else self._backend
         self.cuda_graph = bool(cuda_graph)
+        self._action_high = d.action_high(self.params).to(self.device)  # for validate_actions
         # A tensor that stays valid: the live in-game flags, or constant ones for games without exits.
         self.active = d.in_game(self.params, b.state)
         self._set_seeds(rng.random_seed(), None)
@@ -126,8 +141,8 @@ class GpuParallelEnv:
         self._build_views()
 
     def _build_views(self) -> None:
-        # Built once: the buffers never move, so each call hands out shallow copies of these dicts.
-        b = self._buffers
+        # Built once: the buffers never move, so each call hands out copies of these dicts.
+        b, d, p = self._buffers, self.definition, self.params
         final = self.autoreset_mode == AutoresetMode.SAME_STEP
 
         def by_agent(tensor):
@@ -136,19 +151,42 @@ class GpuParallelEnv:
         def by_group(tensor):
             return {group: tensor[:, ids.start:ids.stop] for group, ids in self._group_ids.items()}
 
-        self._agent_views = tuple(by_agent(t) for t in (b.observations, b.rewards, b.agent_terminated,
-                                                        b.agent_truncated))
-        self._group_views = tuple(by_group(t) for t in (b.observations, b.rewards, b.agent_terminated,
-                                                        b.agent_truncated))
-        active, final_obs = by_agent(self.active), by_agent(b.final_observations)
-        self._agent_infos = {agent: {"active": active[agent]} for agent in self.possible_agents}
-        active, final_obs_groups = by_group(self.active), by_group(b.final_observations)
-        self._group_infos = {group: {"active": active[group]} for group in self._group_ids}
+        def flat_by_agent(tensor, layout):
+            # Agent k of a group: its `size` values from start + k * size of the env's flat row.
+            return {agent: tensor[:, s.start + k * s.size:s.start + (k + 1) * s.size]
+                    for group, s in layout.items() for k, agent in enumerate(self.groups[group])}
+
+        def flat_by_group(tensor, layout):
+            return {group: tensor[:, s.start:s.stop].unflatten(1, (s.count, s.size)) for group, s in layout.items()}
+
+        obs_layout = d.observation_layout(p)
+        self._agent_views = (flat_by_agent(b.observations, obs_layout),
+                             *(by_agent(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated)))
+        self._group_views = (flat_by_group(b.observations, obs_layout),
+                             *(by_group(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated)))
+        self._agent_infos = {agent: {"active": active} for agent, active in by_agent(self.active).items()}
+        self._group_infos = {group: {"active": active} for group, active in by_group(self.active).items()}
+        if d.has_action_masks:
+            for infos, masks in ((self._agent_infos, flat_by_agent(b.action_masks, d.mask_layout(p))),
+                                 (self._group_infos, flat_by_group(b.action_masks, d.mask_layout(p)))):
+                for key, info in infos.items():
+                    info["action_mask"] = masks[key]
         if final:
-            for agent, info in self._agent_infos.items():
-                info.update(final_obs=final_obs[agent], _final_obs=b.final_observation_mask)
-            for group, info in self._group_infos.items():
-                info.update(final_obs=final_obs_groups[group], _final_obs=b.final_observation_mask)
+            for infos, final_obs in ((self._agent_infos, flat_by_agent(b.final_observations, obs_layout)),
+                                     (self._group_infos, flat_by_group(b.final_observations, obs_layout))):
+                for key, info in infos.items():
+                    info.update(final_obs=final_obs[key], _final_obs=b.final_observation_mask)
+        # Where an episode ended on the last step: SAME_STEP records it in final_observation_mask,
+        # the other modes in needs_reset (which a NEXT_STEP reset step clears), so no extra buffer.
+        ended = b.final_observation_mask if final else b.needs_reset
+        totals = {name: b.episode_totals[:, k] for k, name in enumerate(d.episode_metrics(p))}
+        self._agent_step_infos = {
+            agent: {**info, "episode": {"return": b.episode_returns[:, self._ids[agent]], **totals}, "_episode": ended}
+            for agent, info in self._agent_infos.items()}
+        returns = by_group(b.episode_returns)
+        self._group_step_infos = {
+            group: {**info, "episode": {"return": returns[group], **totals}, "_episode": ended}
+            for group, info in self._group_infos.items()}
 
     # -- PettingZoo API --------------------------------------------------------------------------
 
@@ -161,14 +199,14 @@ class GpuParallelEnv:
         return len(self.possible_agents)
 
     def observation_space(self, agent: str) -> spaces.Box:
-        """One agent's (unbatched) observation space."""
+        """One agent's (unbatched) observation space: its group's."""
         self._check_agent(agent)
-        return self._observation_space
+        return self._observation_spaces[self._group_of[agent]]
 
     def action_space(self, agent: str) -> spaces.Space:
-        """One agent's (unbatched) action space."""
+        """One agent's (unbatched) action space: its group's."""
         self._check_agent(agent)
-        return self._action_space
+        return self._action_spaces[self._group_of[agent]]
 
     def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """Reset every sub-env (or those of ``options["reset_mask"]``); returns
@@ -191,7 +229,7 @@ class GpuParallelEnv:
             self._check_tensor(f"actions[{name!r}]", actions[name], shape)
         torch.stack([actions[name] for name in names], dim=1, out=self._actions)
         self._step()
-        return (*self._agent_outputs(), self._copy_infos(self._agent_infos))
+        return (*self._agent_outputs(), self._copy_infos(self._agent_step_infos))
 
     def step_groups(self, actions: Mapping[str, torch.Tensor]):
         """:meth:`step` with actions and outputs keyed by group (``(num_envs, group_size, ...)``)."""
@@ -202,7 +240,7 @@ class GpuParallelEnv:
             self._check_tensor(f"actions[{name!r}]", actions[name], shape)
         torch.cat([actions[name] for name in names], dim=1, out=self._actions)
         self._step()
-        return (*self._group_outputs(), self._copy_infos(self._group_infos))
+        return (*self._group_outputs(), self._copy_infos(self._group_step_infos))
 
     def render(self) -> np.ndarray | None:
         """An RGB frame ``(H, W, 3)`` uint8 of sub-env ``render_env_index`` (``render_mode="rgb_array"``)."""
@@ -233,7 +271,13 @@ class GpuParallelEnv:
         :meth:`get_state` (or broadcastable to it); ``env_ids``: indices, a bool mask, or ``None``
         for every sub-env. The values are checked for type, shape and finiteness and ``t`` for
         ``0 <= t < episode_length``; otherwise they are the caller's (e.g. positions off the arena
-        are not clipped). Returns the observations keyed by agent, updated for those sub-envs.
+        are not clipped). Returns the observations keyed by agent, updated for those sub-envs
+        (action masks too, in games with masks).
+
+        Returns restart there: the running return of each agent of those sub-envs is set to 0 (the
+        rewards that led to a hand-set state are unknown), so the next ended episode's return sums
+        the rewards from this state on; the last ended episode's returns are kept. Episode totals
+        come from the state itself (its accumulators), as given.
         """
         ids = check_env_ids(env_ids, self.num_envs, self.device)
         missing = set(self.state_fields) - set(state)
@@ -261,7 +305,11 @@ class GpuParallelEnv:
             raise ValueError(f"state['t'] must lie in [0, {self.params.episode_length - 1}]")
         for name, value in rows.items():
             getattr(b.state, name)[ids] = value
-        b.observations[ids] = d.observe(self.params, d.state_type(**rows))
+        state = d.state_type(**rows)
+        b.observations[ids] = d.flat_observations(self.params, state)
+        if d.has_action_masks:
+            b.action_masks[ids] = d.flat_action_masks(self.params, state)
+        b.running_returns[ids] = 0.0
         b.needs_reset[ids] = False
         self._mark_initialised(ids)
         return self._agent_outputs()[0]
@@ -284,15 +332,13 @@ class GpuParallelEnv:
 
     def _check_action_values(self) -> None:
         # One device-to-host sync; nothing has been stepped yet, so a bad action changes nothing.
-        space = self._action_space
-        high = [int(space.n)] if isinstance(space, spaces.Discrete) else [int(n) for n in space.nvec]
-        actions = self._actions.view(self.num_envs, self.params.num_agents, len(high))
-        for column, n in enumerate(high):
-            bad = (actions[..., column] < 0) | (actions[..., column] >= n)
-            if bad.any():
-                env, agent = (int(v) for v in bad.nonzero()[0])
-                raise ValueError(f"actions of {self.possible_agents[agent]} in env {env}: "
-                                 f"{actions[env, agent].tolist()} not in {space} (no env was stepped)")
+        # Each agent's actions against its group's range.
+        bad = (self._actions < 0) | (self._actions > self._action_high)
+        if bad.any():
+            env, agent = (int(v) for v in bad.view(self.num_envs, self.params.num_agents, -1).any(2).nonzero()[0])
+            name = self.possible_agents[agent]
+            raise ValueError(f"actions of {name} in env {env}: {self._actions[env, agent].tolist()} not in "
+                             f"{self.action_space(name)} (no env was stepped)")
 
     def _agent_outputs(self):
         return tuple(dict(view) for view in self._agent_views)
@@ -302,7 +348,7 @@ class GpuParallelEnv:
 
     @staticmethod
     def _copy_infos(infos):
-        return {key: dict(info) for key, info in infos.items()}
+        return {key: {k: dict(v) if isinstance(v, dict) else v for k, v in info.items()} for key, info in infos.items()}
 
     def _check_agent(self, agent) -> None:
         if agent not in self._ids:

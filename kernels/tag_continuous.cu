@@ -206,8 +206,9 @@ __device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs)
 extern "C" __global__ void tag_continuous_step(
     int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
     const long long* actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
-    bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask, bool* needs_reset,
-    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
+    bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,
+    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode) {
     __shared__ TagShared sh;
     int e = blockIdx.x;
     if (e >= num_envs) return;
@@ -220,6 +221,7 @@ extern "C" __global__ void tag_continuous_step(
         reset_env(s, sh, t, episodes, seeds[e], e);
         for (int a = threadIdx.x; a < N; a += blockDim.x) {
             rewards[row + a] = 0.0f;
+            running_returns[row + a] = 0.0f;
             agent_terminated[row + a] = false;
             agent_truncated[row + a] = false;
         }
@@ -303,6 +305,7 @@ extern "C" __global__ void tag_continuous_step(
     bool term = sh.runners_left == 0;
     bool last = now == TC_EPISODE_LENGTH;
     bool trunc = last && !term;
+    bool done = term || trunc;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         float reward = rewards[row + a];
         if (a < G) {
@@ -311,10 +314,12 @@ extern "C" __global__ void tag_continuous_step(
             reward = reward + TC_END_OF_GAME_REWARD_FOR_RUNNER;
         }
         rewards[row + a] = reward;
+        float sum = running_returns[row + a] + reward;
+        if (done) episode_returns[row + a] = sum;
+        running_returns[row + a] = done ? 0.0f : sum;
         agent_terminated[row + a] = term || !sh.in_game[a];
         agent_truncated[row + a] = trunc && sh.in_game[a];
     }
-    bool done = term || trunc;
     if (threadIdx.x == 0) {
         t[e] = now;
         terminated[e] = term;
@@ -338,13 +343,14 @@ extern "C" __global__ void tag_continuous_step(
 
 extern "C" __global__ void tag_continuous_reset(int num_envs, float* x, float* y, float* direction, float* speed,
                                                 float* acceleration, bool* in_game, int* t, float* observations,
-                                                const bool* reset_mask, bool* needs_reset, unsigned int* episodes,
-                                                const unsigned long long* seeds) {
+                                                float* running_returns, const bool* reset_mask, bool* needs_reset,
+                                                unsigned int* episodes, const unsigned long long* seeds) {
     __shared__ TagShared sh;
     int e = blockIdx.x;
     if (e >= num_envs || !reset_mask[e]) return;
     EnvState s = env_rows(e, x, y, direction, speed, acceleration, in_game);
     reset_env(s, sh, t, episodes, seeds[e], e);
+    for (int a = threadIdx.x; a < N; a += blockDim.x) running_returns[(long long)e * N + a] = 0.0f;
     if (threadIdx.x == 0) needs_reset[e] = false;
     __syncthreads();
     observe_env(s, sh, 0, observations + (long long)e * N * TC_OBS_DIM);

@@ -186,16 +186,17 @@ def make_kernels(constants: dict):
                 p = k - c * pairs
                 r = p // SLOTS
                 m = p - r * SLOTS
-                out[e, first + r, m * FEATURES + c] = feature(e, first + r, r, m, c, direction, speed, acceleration,
+                out[e, (first + r) * OBS_DIM + m * FEATURES + c] = feature(e, first + r, r, m, c, direction, speed, acceleration,
                                                               sh_x, sh_y, sh_in_game, observed)
             for r in range(tid, rows, threads):
-                out[e, first + r, OBS_DIM - 1] = time if sh_in_game[first + r] else ZERO
+                out[e, (first + r) * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[first + r] else ZERO
             cuda.syncthreads()  # the next chunk overwrites observed
 
     @cuda.jit
     def tag_continuous_step(num_envs, x, y, direction, speed, acceleration, in_game, t, actions, observations,
-                            rewards, agent_terminated, agent_truncated, terminated, truncated, final_observations,
-                            final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+                            rewards, agent_terminated, agent_truncated, terminated, truncated, running_returns,
+                            episode_returns, final_observations, final_observation_mask, needs_reset, episodes, seeds,
+                            autoreset_mode):
         sh_x = cuda.shared.array(N, float32)
         sh_y = cuda.shared.array(N, float32)
         sh_in_game = cuda.shared.array(N, boolean)
@@ -214,6 +215,7 @@ def make_kernels(constants: dict):
                       sh_in_game)
             for a in range(tid, N, threads):
                 rewards[e, a] = ZERO
+                running_returns[e, a] = ZERO
                 agent_terminated[e, a] = False
                 agent_truncated[e, a] = False
             if tid == 0:
@@ -300,6 +302,7 @@ def make_kernels(constants: dict):
         term = runners_left[0] == 0
         last = now == EPISODE_LENGTH
         trunc = last and not term
+        done = term or trunc
         for a in range(tid, N, threads):
             reward = rewards[e, a]
             if a < G:
@@ -309,9 +312,12 @@ def make_kernels(constants: dict):
             elif last and sh_in_game[a]:
                 reward = reward + END_OF_GAME_REWARD_FOR_RUNNER
             rewards[e, a] = reward
+            total = running_returns[e, a] + reward
+            if done:
+                episode_returns[e, a] = total
+            running_returns[e, a] = ZERO if done else total
             agent_terminated[e, a] = term or not sh_in_game[a]
             agent_truncated[e, a] = trunc and sh_in_game[a]
-        done = term or trunc
         if tid == 0:
             t[e] = now
             terminated[e] = term
@@ -332,8 +338,8 @@ def make_kernels(constants: dict):
             observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
 
     @cuda.jit
-    def tag_continuous_reset(num_envs, x, y, direction, speed, acceleration, in_game, t, observations, reset_mask,
-                             needs_reset, episodes, seeds):
+    def tag_continuous_reset(num_envs, x, y, direction, speed, acceleration, in_game, t, observations,
+                             running_returns, reset_mask, needs_reset, episodes, seeds):
         sh_x = cuda.shared.array(N, float32)
         sh_y = cuda.shared.array(N, float32)
         sh_in_game = cuda.shared.array(N, boolean)
@@ -342,6 +348,8 @@ def make_kernels(constants: dict):
         if e >= num_envs or not reset_mask[e]:
             return
         reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y, sh_in_game)
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            running_returns[e, a] = ZERO
         if cuda.threadIdx.x == 0:
             needs_reset[e] = False
         cuda.syncthreads()

@@ -116,9 +116,9 @@ __device__ void observe_env(TagShared& sh, int t, float* obs) {
 
 extern "C" __global__ void tag_gridworld_step(
     int num_envs, int* x, int* y, int* t, const long long* actions, float* observations, float* rewards,
-    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* final_observations,
-    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
-    int autoreset_mode) {
+    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* running_returns,
+    float* episode_returns, float* final_observations, bool* final_observation_mask, bool* needs_reset,
+    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
     __shared__ TagShared sh;
     int e = blockIdx.x;
     if (e >= num_envs) return;
@@ -132,6 +132,7 @@ extern "C" __global__ void tag_gridworld_step(
         reset_env(ex, ey, sh, t, episodes, seeds[e], e);
         for (int a = threadIdx.x; a < N; a += blockDim.x) {
             rewards[row + a] = 0.0f;
+            running_returns[row + a] = 0.0f;
             agent_terminated[row + a] = false;
             agent_truncated[row + a] = false;
         }
@@ -168,14 +169,18 @@ extern "C" __global__ void tag_gridworld_step(
 
     // Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
     bool trunc = now >= TG_EPISODE_LENGTH && !tagged;
+    bool done = tagged || trunc;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         float term = a == R ? (tagged ? -TG_TAG_PENALTY_FOR_RUNNER : TG_STEP_COST_FOR_TAGGER)
                             : (tagged ? TG_TAG_REWARD_FOR_TAGGER : -TG_STEP_COST_FOR_TAGGER);
-        rewards[row + a] = term - rewards[row + a];
+        float reward = term - rewards[row + a];
+        rewards[row + a] = reward;
+        float sum = running_returns[row + a] + reward;
+        if (done) episode_returns[row + a] = sum;
+        running_returns[row + a] = done ? 0.0f : sum;
         agent_terminated[row + a] = tagged;  // every agent plays until the episode ends
         agent_truncated[row + a] = trunc;
     }
-    bool done = tagged || trunc;
     if (threadIdx.x == 0) {
         t[e] = now;
         terminated[e] = tagged;
@@ -198,13 +203,14 @@ extern "C" __global__ void tag_gridworld_step(
 }
 
 extern "C" __global__ void tag_gridworld_reset(int num_envs, int* x, int* y, int* t, float* observations,
-                                               const bool* reset_mask, bool* needs_reset, unsigned int* episodes,
-                                               const unsigned long long* seeds) {
+                                               float* running_returns, const bool* reset_mask, bool* needs_reset,
+                                               unsigned int* episodes, const unsigned long long* seeds) {
     __shared__ TagShared sh;
     int e = blockIdx.x;
     if (e >= num_envs || !reset_mask[e]) return;
     long long row = (long long)e * N;
     reset_env(x + row, y + row, sh, t, episodes, seeds[e], e);
+    for (int a = threadIdx.x; a < N; a += blockDim.x) running_returns[row + a] = 0.0f;
     if (threadIdx.x == 0) needs_reset[e] = false;
     __syncthreads();
     observe_env(sh, 0, observations + row * TG_OBS_DIM);

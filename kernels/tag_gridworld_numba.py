@@ -106,7 +106,7 @@ def make_kernels(constants: dict):
                     value = one if f - 3 * n == i else zero
                 else:
                     value = time
-                obs[e, i, f] = value
+                obs[e, k] = value
         else:
             # The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
             best = np.int64(NO_KEY)
@@ -136,12 +136,12 @@ def make_kernels(constants: dict):
                     value = one if i == runner else zero
                 else:
                     value = time
-                obs[e, i, f] = value
+                obs[e, k] = value
 
     @cuda.jit
     def tag_gridworld_step(num_envs, x, y, t, actions, observations, rewards, agent_terminated, agent_truncated,
-                           terminated, truncated, final_observations, final_observation_mask, needs_reset,
-                           episodes, seeds, autoreset_mode):
+                           terminated, truncated, running_returns, episode_returns, final_observations,
+                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
         sx = cuda.shared.array(n, dtype=int32)  # cells after this step's moves (or after a reset)
         sy = cuda.shared.array(n, dtype=int32)
         nearest = cuda.shared.array(1, dtype=int64)  # least nearest-tagger key (partial observation only)
@@ -155,6 +155,7 @@ def make_kernels(constants: dict):
             reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
             for a in range(tid, n, cuda.blockDim.x):
                 rewards[e, a] = zero
+                running_returns[e, a] = zero
                 agent_terminated[e, a] = False
                 agent_truncated[e, a] = False
             if tid == 0:
@@ -192,15 +193,20 @@ def make_kernels(constants: dict):
 
         # Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
         trunc = now >= episode_length and not tagged
+        done = tagged or trunc
         for a in range(tid, n, cuda.blockDim.x):
             if a == runner:
                 term = -tag_penalty if tagged else step_cost
             else:
                 term = tag_reward if tagged else -step_cost
-            rewards[e, a] = term - rewards[e, a]
+            reward = term - rewards[e, a]
+            rewards[e, a] = reward
+            total = running_returns[e, a] + reward
+            if done:
+                episode_returns[e, a] = total
+            running_returns[e, a] = zero if done else total
             agent_terminated[e, a] = tagged  # every agent plays until the episode ends
             agent_truncated[e, a] = trunc
-        done = tagged or trunc
         if tid == 0:
             t[e] = now
             terminated[e] = tagged
@@ -219,7 +225,7 @@ def make_kernels(constants: dict):
             observe_env(sx, sy, nearest, now, observations, e)
 
     @cuda.jit
-    def tag_gridworld_reset(num_envs, x, y, t, observations, reset_mask, needs_reset, episodes, seeds):
+    def tag_gridworld_reset(num_envs, x, y, t, observations, running_returns, reset_mask, needs_reset, episodes, seeds):
         sx = cuda.shared.array(n, dtype=int32)
         sy = cuda.shared.array(n, dtype=int32)
         nearest = cuda.shared.array(1, dtype=int64)
@@ -227,6 +233,8 @@ def make_kernels(constants: dict):
         if e >= num_envs or not reset_mask[e]:
             return
         reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
+        for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+            running_returns[e, a] = zero
         if cuda.threadIdx.x == 0:
             needs_reset[e] = False
         cuda.syncthreads()

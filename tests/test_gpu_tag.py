@@ -3,9 +3,9 @@ from identical states.
 
 Each step, the reference env's state is copied into the first envs of the backend's env (its own
 autoreset bookkeeping is left alone, so both reset the same envs), both step with the same
-actions, and the outputs of those envs are compared: rewards, flags and in-game flags exactly,
-floats to a few ulps (CUDA's sinf/cosf and the compilers' fused multiply-adds differ from torch
-in the last bits). The reference runs on at most ``REFERENCE_ENVS`` envs: its full observation
+actions, and the outputs of those envs are compared: rewards, episode returns, flags and in-game
+flags exactly, floats to a few ulps (CUDA's sinf/cosf and the compilers' fused multiply-adds differ
+from torch in the last bits). The reference runs on at most ``REFERENCE_ENVS`` envs: its full observation
 and nearest-neighbour search are O(N^2) tensors per env.
 """
 
@@ -44,10 +44,10 @@ KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
 
 
 def random_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    space = env.action_space(env.possible_agents[0])
-    high = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
     actions = {}
     for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        high = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
         columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
                    for h in high]
         actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
@@ -55,7 +55,8 @@ def random_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str,
 
 
 def compare(name, expected, actual, context):
-    exact = not expected.is_floating_point() or name.startswith("rewards")
+    # Rewards and their sums are exact: the same float32 additions in the same order everywhere.
+    exact = not expected.is_floating_point() or name.startswith(("rewards", "episode returns", "running_returns"))
     assert_close(name, expected, actual, context, **({"rtol": 0, "atol": 0} if exact else {}))
 
 
@@ -86,6 +87,10 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
                 compare(f"{name}[{group}]", expected[group], actual[group][:k], context)
         for group, info in reference_out[4].items():
             compare(f"active[{group}]", info["active"], kernel_out[4][group]["active"][:k], context)
+            ended = info["_episode"]
+            compare("_episode", ended, kernel_out[4][group]["_episode"][:k], context)
+            compare(f"episode returns[{group}]", info["episode"]["return"][ended],
+                    kernel_out[4][group]["episode"]["return"][:k][ended], context)
             if "final_obs" in info:
                 mask = info["_final_obs"]
                 compare("_final_obs", mask, kernel_out[4][group]["_final_obs"][:k], context)
@@ -93,6 +98,8 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
                         context)
         for name, value in reference.get_state().items():
             compare(f"state.{name}", value, kernel_env.get_state()[name][:k], context)
+        compare("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns[:k],
+                context)
         ended += int((reference._buffers.terminated | reference._buffers.truncated).sum())
     assert ended > 0, f"{context}: no episode ended; autoreset went untested"
     # Beyond the compared envs the kernels ran too: every output is finite and flags consistent.

@@ -122,7 +122,8 @@ def _game_params(game_id):
 @pytest.mark.parametrize("kind", ["step", "reset"])
 def test_game_cuda_c_kernel_parameters(game_id, kind):
     definition = games()[game_id]
-    expected = step_arguments(definition) if kind == "step" else reset_arguments(definition)
+    params = definition.params_type()
+    expected = step_arguments(definition, params) if kind == "step" else reset_arguments(definition, params)
     source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
     match = re.search(rf"__global__\s+void\s+{definition.kernel_name}_{kind}\s*\((.*?)\)\s*\{{", source, re.S)
     assert match, f"{definition.kernel_name}.cu declares no {definition.kernel_name}_{kind} kernel"
@@ -133,9 +134,10 @@ def test_game_cuda_c_kernel_parameters(game_id, kind):
 @pytest.mark.parametrize("kind", ["step", "reset"])
 def test_game_numba_kernel_parameters(game_id, kind):
     definition = games()[game_id]
-    expected = step_arguments(definition) if kind == "step" else reset_arguments(definition)
+    params = definition.params_type()
+    expected = step_arguments(definition, params) if kind == "step" else reset_arguments(definition, params)
     module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
-    step, reset = module.make_kernels(definition.kernel_constants(definition.params_type()))
+    step, reset = module.make_kernels(definition.kernel_constants(params))
     function = _python_function(step if kind == "step" else reset)
     assert tuple(inspect.signature(function).parameters) == expected
 

@@ -34,10 +34,10 @@ NUM_ENVS, NUM_STEPS = 3, 7
 
 
 def random_group_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    space = env.action_space(env.possible_agents[0])
-    high = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
     actions = {}
     for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        high = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
         columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator) for h in high]
         actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
     return actions
@@ -49,11 +49,18 @@ def assert_same_outputs(reference, twin, context: str) -> None:
         for group in expected:
             assert_close(f"{name}[{group}]", expected[group], actual[group], context)
     for group, info in reference[4].items():
+        assert info.keys() == twin[4][group].keys(), f"{context}: infos[{group}] keys differ"
         for key, expected in info.items():
             actual = twin[4][group][key]
             if key == "final_obs":
                 mask = info["_final_obs"]
                 expected, actual = expected[mask], actual[mask]
+            if key == "episode":
+                # Returns and totals are those of the episodes that ended on this step.
+                mask = info["_episode"]
+                for name in expected:
+                    assert_close(f"infos[{group}][episode][{name}]", expected[name][mask], actual[name][mask], context)
+                continue
             assert_close(f"infos[{group}][{key}]", expected, actual, context)
 
 
@@ -62,9 +69,13 @@ def assert_same_state(reference: GpuParallelEnv, twin: GpuParallelEnv, context: 
         assert_close(f"state.{name}", expected, twin.get_state()[name], context)
 
 
-def clone(outputs):
-    return tuple({k: (v.clone() if isinstance(v, torch.Tensor) else {kk: vv.clone() for kk, vv in v.items()})
-                  for k, v in part.items()} for part in outputs)
+def clone(value):
+    """A deep copy of a step's outputs (tuples and dicts of tensors): the env overwrites them in place."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    return tuple(clone(v) for v in value)
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)

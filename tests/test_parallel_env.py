@@ -1,15 +1,20 @@
 """The batched PettingZoo-style API of ``GpuParallelEnv`` (torch backend on the CPU): agents and
-groups, the two views, seeding, autoreset, the ``active`` mask, explicit states, rendering, bad input."""
+groups, the two views, seeding, autoreset, the ``active`` mask, explicit states, rendering, bad input,
+per-agent episode returns; and, on a toy game defined here, groups with their own observation sizes
+and action ranges, action masks and episode totals."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from conftest import KERNEL_BACKENDS_HERE
+from gpu_marl_envs import parallel_env
 from gpu_marl_envs.envs import tag_continuous, tag_gridworld
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
 SMALL = tag_continuous.TagContinuousParams(num_taggers=2, num_runners=3, grid_length=2.0, episode_length=4,
@@ -239,3 +244,169 @@ def test_make_parallel_by_gymnasium_style_id():
     assert isinstance(env, GpuParallelEnv) and env.num_envs == 3 and env.definition.id == "TagGridworld-v0"
     with pytest.raises(ValueError, match="unknown namespace"):
         gpu_marl_envs.make_parallel("other/TagGridworld-v0")
+
+
+# -- per-agent episode returns -------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_episode_returns_sum_each_agents_rewards(env_id, mode):
+    params = SMALL if env_id == "TagContinuous-v0" else tag_gridworld.TagGridworldParams(
+        grid_length=2, episode_length=4, random_start=True)
+    env = GpuParallelEnv(env_id, 3, device="cpu", params=params, autoreset_mode=mode)
+    env.reset(seed=2)
+    generator = torch.Generator().manual_seed(1)
+    sums = {agent: torch.zeros(3) for agent in env.possible_agents}
+    ended_episodes = 0
+    for _ in range(3 * params.episode_length):
+        actions = {a: torch.randint(0, 5, (3, *env.action_space(a).shape), generator=generator)
+                   for a in env.possible_agents}
+        _, rewards, _, _, infos = env.step(actions)
+        for agent in env.possible_agents:
+            ended = infos[agent]["_episode"]
+            sums[agent] += rewards[agent]
+            assert torch.equal(infos[agent]["episode"]["return"][ended], sums[agent][ended]), agent
+            sums[agent][ended] = 0.0
+        ended_episodes += int(ended.sum())
+        if mode == AutoresetMode.DISABLED and bool(ended.any()):
+            env.reset(options={"reset_mask": ended.clone()})
+    assert ended_episodes >= 3, "every game ends at least once"
+    group_infos = env.step_groups(zero_actions(env))[4]
+    for group, agents in env.groups.items():
+        assert torch.equal(group_infos[group]["episode"]["return"],
+                           torch.stack([infos[a]["episode"]["return"] for a in agents], dim=1))
+    assert set(group_infos["taggers"]["episode"]) == {"return"}, "Tag has no episode metrics"
+
+
+def test_reset_and_set_state_restart_running_returns():
+    env = GpuParallelEnv("TagContinuous-v0", 2, device="cpu", params=SMALL)
+    env.set_state(crafted_tag_state())
+    env.step(zero_actions(env, by="agent"))  # runner 0 tagged: -10 so far
+    assert env._buffers.running_returns[:, SMALL.num_taggers].tolist() == [-10.0, -10.0]
+    env.set_state({k: v[:1] for k, v in crafted_tag_state(1).items()}, env_ids=[1])
+    env.reset(options={"reset_mask": torch.tensor([True, False])})
+    assert (env._buffers.running_returns == 0).all()
+
+
+# -- a game whose groups differ: observation sizes, action ranges, masks, episode totals ---------
+
+@dataclasses.dataclass(frozen=True)
+class ToyParams:
+    num_movers: int = 3
+    episode_length: int = 3
+
+    @property
+    def num_agents(self) -> int:
+        return self.num_movers + 1
+
+
+@dataclasses.dataclass
+class ToyState:
+    level: torch.Tensor  # int32 (E, N): the sum of the agent's actions
+    total: torch.Tensor  # float32 (E,): the sum of every reward of the episode
+    t: torch.Tensor  # int32 (E,)
+
+
+def _toy_groups(p):
+    return {"movers": range(0, p.num_movers), "judges": range(p.num_movers, p.num_agents)}
+
+
+def _toy_step(p, state, actions):
+    rewards = actions.to(torch.float32)
+    rewards[:, -1] = -rewards[:, -1]  # the judge pays what it plays
+    t = state.t + 1
+    next_state = ToyState(level=state.level + actions.to(torch.int32), total=state.total + rewards.sum(1), t=t)
+    return next_state, rewards, torch.zeros_like(t, dtype=torch.bool), t == p.episode_length
+
+
+def _toy_observe(p, state):
+    t = state.t.to(torch.float32)[:, None]
+    movers = torch.stack([state.level[:, :-1].to(torch.float32), t.expand(-1, p.num_movers)], dim=2)
+    judge = torch.cat([state.level.sum(1, keepdim=True).to(torch.float32), t, state.total[:, None],
+                       torch.ones_like(t)], dim=1)
+    return {"movers": movers, "judges": judge[:, None, :]}
+
+
+def _toy_masks(p, state):
+    # Movers may play up to t % 3; the judge anything.
+    allowed = torch.arange(3)[None, None, :] <= (state.t % 3)[:, None, None]
+    return {"movers": allowed.expand(-1, p.num_movers, 3),
+            "judges": torch.ones(state.t.shape[0], 1, 5, dtype=torch.bool)}
+
+
+TOY = MultiAgentDefinition(
+    id="Toy-v0", params_type=ToyParams, state_type=ToyState, agent_groups=_toy_groups,
+    observation_spaces=lambda p: {"movers": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                                  "judges": spaces.Box(-np.inf, np.inf, (4,), np.float32)},
+    action_spaces=lambda p: {"movers": spaces.Discrete(3), "judges": spaces.Discrete(5)},
+    reset=lambda p, key, n: ToyState(level=torch.zeros(n, p.num_agents, dtype=torch.int32), total=torch.zeros(n),
+                                     t=torch.zeros(n, dtype=torch.int32)),
+    step=_toy_step, observe=_toy_observe, in_game=lambda p, s: torch.ones_like(s.level, dtype=torch.bool),
+    kernel_name="toy", kernel_constants=lambda p: {}, constant_prefix="TOY", shared_bytes=lambda p: 0,
+    block_threads=lambda p: 32, action_masks=_toy_masks, episode_metrics=lambda p: ("total",),
+    episode_totals=lambda p, s: s.total[:, None])
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    known = parallel_env.games()
+    monkeypatch.setattr(parallel_env, "games", lambda: {**known, TOY.id: TOY})
+    return TOY
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+def test_groups_with_their_own_spaces_masks_and_totals(toy, mode):
+    env = GpuParallelEnv("Toy-v0", 2, device="cpu", autoreset_mode=mode)
+    assert env.observation_space("mover_2").shape == (2,) and env.observation_space("judge_0").shape == (4,)
+    assert env.action_space("mover_0").n == 3 and env.action_space("judge_0").n == 5
+    assert env._buffers.observations.shape == (2, 3 * 2 + 4) and env._buffers.action_masks.shape == (2, 3 * 3 + 5)
+    obs, infos = env.reset(seed=0)
+    group_obs, group_infos = env.reset_groups(seed=0)
+    assert group_obs["movers"].shape == (2, 3, 2) and group_obs["judges"].shape == (2, 1, 4)
+    assert infos["mover_1"]["action_mask"].tolist() == [[True, False, False]] * 2
+    assert group_infos["judges"]["action_mask"].shape == (2, 1, 5) and group_infos["judges"]["action_mask"].all()
+    assert "episode" not in infos["mover_0"], "a reset ends no episode"
+
+    actions = {"movers": torch.tensor([[1, 0, 1], [0, 0, 1]]), "judges": torch.tensor([[4], [2]])}
+    rewards_so_far = torch.zeros(2, 4)
+    for t in range(1, 4):
+        obs, rewards, _, truncations, infos = env.step_groups(actions)
+        rewards_so_far += torch.cat([rewards["movers"], rewards["judges"]], dim=1)
+        if t < 3:
+            assert not infos["movers"]["_episode"].any()
+            assert obs["judges"][:, 0].tolist() == [[6.0 * t, t, -2.0 * t, 1.0], [3.0 * t, t, -1.0 * t, 1.0]]
+            assert obs["movers"][0].tolist() == [[t, t], [0, t], [t, t]]
+            assert torch.equal(obs["movers"][:, 2], env._agent_outputs()[0]["mover_2"])
+            assert infos["movers"]["action_mask"][0, 0].tolist() == [True] * (t % 3 + 1) + [False] * (2 - t % 3)
+    assert infos["judges"]["_episode"].all() and truncations["judges"].all()
+    episode = infos["judges"]["episode"]
+    assert torch.equal(episode["return"], rewards_so_far[:, 3:]) and torch.equal(infos["movers"]["episode"]["return"],
+                                                                                   rewards_so_far[:, :3])
+    assert torch.equal(episode["total"], rewards_so_far.sum(1)), "the totals of the state right after the step"
+    if mode == AutoresetMode.SAME_STEP:
+        assert infos["judges"]["final_obs"][:, 0, 1].tolist() == [3.0, 3.0] and (obs["judges"][:, 0, 1] == 0).all()
+
+
+def test_actions_are_checked_against_their_groups_range(toy):
+    env = GpuParallelEnv("Toy-v0", 2, device="cpu")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"mover_2 in env 1: 3 not in Discrete\(3\)"):
+        env.step_groups({"movers": torch.tensor([[0, 0, 0], [0, 0, 3]]), "judges": torch.tensor([[4], [4]])})
+    with pytest.raises(ValueError, match=r"judge_0 in env 0: 5 not in Discrete\(5\)"):
+        env.step({"mover_0": torch.zeros(2, dtype=torch.int64), "mover_1": torch.zeros(2, dtype=torch.int64),
+                  "mover_2": torch.zeros(2, dtype=torch.int64), "judge_0": torch.tensor([5, 0])})
+    unchecked = GpuParallelEnv("Toy-v0", 1, device="cpu", validate_actions=False)
+    unchecked.reset(seed=0)
+    _, rewards, *_ = unchecked.step_groups({"movers": torch.tensor([[7, -1, 2]]), "judges": torch.tensor([[9]])})
+    assert rewards["movers"].tolist() == [[2.0, 0.0, 2.0]] and rewards["judges"].tolist() == [[-4.0]], \
+        "out-of-range actions are clamped into each group's own range"
+
+
+def test_set_state_rewrites_masks(toy):
+    env = GpuParallelEnv("Toy-v0", 2, device="cpu")
+    env.reset(seed=0)
+    state = env.get_state()
+    state["t"] = torch.tensor([2, 1], dtype=torch.int32)
+    obs = env.set_state(state)
+    assert env._buffers.action_masks[:, :3].tolist() == [[True] * 3, [True, True, False]]
+    assert obs["judge_0"][:, 1].tolist() == [2.0, 1.0]

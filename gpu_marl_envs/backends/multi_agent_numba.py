@@ -47,8 +47,8 @@ class MultiAgentNumbaBackend:
         views["actions"] = self._launcher.view(self.actions_buffer)
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
-        self._step_args = tuple(views[name] for name in step_arguments(definition))
-        self._reset_args = tuple(views[name] for name in reset_arguments(definition))
+        self._step_args = tuple(views[name] for name in step_arguments(definition, params))
+        self._reset_args = tuple(views[name] for name in reset_arguments(definition, params))
 
     def step(self, actions: torch.Tensor) -> None:
         if actions is not self.actions_buffer:

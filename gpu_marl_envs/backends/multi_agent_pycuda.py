@@ -66,8 +66,8 @@ class MultiAgentPycudaBackend:
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
         values["actions"] = buffers.observations  # placeholder pointer, rewritten each step
-        self._step_buffer, self._actions_offset = _pack(step_arguments(definition), values)
-        self._reset_buffer, _ = _pack(reset_arguments(definition), values)
+        self._step_buffer, self._actions_offset = _pack(step_arguments(definition, params), values)
+        self._reset_buffer, _ = _pack(reset_arguments(definition, params), values)
         self._launcher = StreamLauncher(device)
 
     def step(self, actions: torch.Tensor) -> None:

@@ -2,18 +2,28 @@
 
 A game module (e.g. ``tag_continuous.py``) holds its params dataclass, its state dataclass and a
 torch reference of ``reset``/``step``/``observe``, and exports one :class:`MultiAgentDefinition`.
-Batching, autoreset, seeding, devices, backends and the PettingZoo front ends live in the runtime.
+Batching, autoreset, seeding, devices, backends, per-agent episode returns and the PettingZoo front
+ends live in the runtime.
 
 Conventions every game follows:
 - The state is a dataclass of tensors, batch first: per-agent fields ``(num_envs, N)``, per-env
   fields ``(num_envs,)``; the per-env int32 field ``t`` counts the steps since reset.
 - Agents have fixed ids ``0 .. N - 1``; a group is a contiguous id range, so a group's slice of a
-  batched tensor is a view.
+  batched tensor is a view. Agents of one group share their observation and action spaces; groups
+  may differ in both, except that every group's actions have one shape (``Discrete`` everywhere, or
+  ``MultiDiscrete`` of one length), so that one int64 buffer ``(E, N, *shape)`` holds them all.
 - ``step(p, state, actions) -> (next_state, rewards (E, N), terminated (E,), truncated (E,))`` is pure,
-  with actions already in range; ``observe(p, state) -> (E, N, obs_dim)``; ``reset(p, key, E)``
-  draws from ``key`` (``rng.key_hash(seed, episode)`` per env). None of them synchronises with the host.
+  with actions already in their group's range; ``observe(p, state) -> {group: (E, n_g, d_g)}``;
+  ``reset(p, key, E)`` draws from ``key`` (``rng.key_hash(seed, episode)`` per env). None of them
+  synchronises with the host.
+- The runtime keeps observations in one flat float32 buffer ``(E, obs_size)``: per env the groups in
+  order, each ``(n_g, d_g)`` row-major (:meth:`MultiAgentDefinition.observation_layout`). Action
+  masks, where a game has them, likewise in one bool buffer ``(E, mask_size)``.
 - ``in_game(p, state)``: bool ``(E, N)``, whether each agent is still playing (the batched API's
   ``active`` mask). Agents out of the game are individually terminated.
+- ``episode_totals(p, state)``: float32 ``(E, K)``, one column per name of ``episode_metrics(p)``,
+  evaluated on the state right after a step (before any autoreset): the game keeps the
+  accumulators it needs in its state.
 - Kernels receive the params as compile-time constants (``kernel_constants``): a kernel is built per
   params, so shared-memory arrays are sized by the number of agents and constants fold.
 """
@@ -21,10 +31,28 @@ Conventions every game follows:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from gymnasium import spaces
+
+
+def no_metrics(params) -> tuple[str, ...]:
+    """The default ``episode_metrics``: a game with no episode totals."""
+    return ()
+
+
+class GroupSlice(NamedTuple):
+    """Where one group sits in a flat per-env buffer: ``count`` agents of ``size`` values each,
+    from ``start`` (row-major, so agent ``k`` of the group is ``start + k * size``)."""
+
+    start: int
+    count: int
+    size: int
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.count * self.size
 
 
 @dataclass(frozen=True)
@@ -36,13 +64,14 @@ class MultiAgentDefinition:
     """Dataclass of tensors; its field order is the kernels' argument order."""
     agent_groups: Callable[[Any], dict[str, range]]
     """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order."""
-    observation_space: Callable[[Any], spaces.Box]
-    """One agent's observation space (every agent of these games shares it)."""
-    action_space: Callable[[Any], spaces.Space]
-    """One agent's action space (shared by every agent)."""
+    observation_spaces: Callable[[Any], dict[str, spaces.Box]]
+    """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
+    action_spaces: Callable[[Any], dict[str, spaces.Space]]
+    """``p -> {group: one agent's action space}``: ``Discrete``, or ``MultiDiscrete`` of one length."""
     reset: Callable
     step: Callable
     observe: Callable
+    """``(p, state) -> {group: float32 (E, n_g, d_g)}``."""
     in_game: Callable[[Any, Any], torch.Tensor]
     kernel_name: str
     """``kernels/<name>.cu`` and ``kernels/<name>_numba.py`` hold the kernels."""
@@ -54,18 +83,57 @@ class MultiAgentDefinition:
     """``p -> bytes`` of static shared memory a block of the kernels uses (at most 48 KiB)."""
     block_threads: Callable[[Any], int]
     """``p -> threads`` of the kernels' block per env (agents are spread over them)."""
+    action_masks: Callable[[Any, Any], dict[str, torch.Tensor]] | None = None
+    """``(p, state) -> {group: bool (E, n_g, A_g)}``: the actions each agent may take now (``A_g``
+    = the group's ``Discrete`` size), or ``None`` for a game without masks."""
+    episode_metrics: Callable[[Any], tuple[str, ...]] = no_metrics
+    """``p -> names`` of the game's episode totals (empty: none)."""
+    episode_totals: Callable[[Any, Any], torch.Tensor] | None = None
+    """``(p, state) -> float32 (E, K)``, ``K = len(episode_metrics(p))``; needed when ``K > 0``."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self.state_type))
+
+    @property
+    def has_action_masks(self) -> bool:
+        return self.action_masks is not None
 
     def agent_names(self, params) -> list[str]:
         """``<group without its plural s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
         return [f"{group.removesuffix('s')}_{k}" for group, ids in self.agent_groups(params).items()
                 for k in range(len(ids))]
 
+    def observation_layout(self, params) -> dict[str, GroupSlice]:
+        """Each group's place in the flat observation buffer ``(E, obs_size)``."""
+        return _layout(self.agent_groups(params),
+                       {g: int(space.shape[0]) for g, space in self.observation_spaces(params).items()})
+
+    def mask_layout(self, params) -> dict[str, GroupSlice]:
+        """Each group's place in the flat action-mask buffer ``(E, mask_size)`` (games with masks)."""
+        return _layout(self.agent_groups(params),
+                       {g: int(space.n) for g, space in self.action_spaces(params).items()})
+
+    def obs_size(self, params) -> int:
+        return sum(s.count * s.size for s in self.observation_layout(params).values())
+
+    def mask_size(self, params) -> int:
+        return sum(s.count * s.size for s in self.mask_layout(params).values()) if self.has_action_masks else 0
+
     def action_shape(self, params) -> tuple[int, ...]:
-        return self.action_space(params).shape
+        """The shape of one agent's action, the same in every group."""
+        shapes = {group: tuple(space.shape) for group, space in self.action_spaces(params).items()}
+        if len(set(shapes.values())) != 1:
+            raise ValueError(f"{self.id}: every group's actions must have one shape, got {shapes}")
+        return next(iter(shapes.values()))
+
+    def action_high(self, params) -> torch.Tensor:
+        """int64 ``(N, *action_shape)``: each agent's largest valid index per action component."""
+        rows = []
+        for group, space in self.action_spaces(params).items():
+            high = torch.as_tensor(space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n) - 1
+            rows.append(high.to(torch.int64).expand(len(self.agent_groups(params)[group]), *high.shape))
+        return torch.cat(rows)
 
     def make_params(self, params: Any = None) -> Any:
         if params is None:
@@ -74,10 +142,38 @@ class MultiAgentDefinition:
             raise TypeError(f"params must be a {self.params_type.__name__}, got {type(params).__name__}")
         return params
 
-    def clamp_actions(self, params, actions: torch.Tensor) -> torch.Tensor:
-        """Out-of-range discrete indices clamped into range, as every kernel does."""
-        space = self.action_space(params)
-        if isinstance(space, spaces.Discrete):
-            return actions.clamp(0, int(space.n) - 1)
-        # Column by column with Python bounds: no host-to-device copy, so a CUDA graph can capture it.
-        return torch.stack([actions[..., c].clamp(0, int(n) - 1) for c, n in enumerate(space.nvec)], dim=-1)
+    def flat_observations(self, params, state) -> torch.Tensor:
+        """``observe`` in the runtime's flat layout, float32 ``(E, obs_size)``."""
+        return _flatten(self.observe(params, state), self.observation_layout(params), "observe")
+
+    def flat_action_masks(self, params, state) -> torch.Tensor:
+        """``action_masks`` in the runtime's flat layout, bool ``(E, mask_size)``."""
+        return _flatten(self.action_masks(params, state), self.mask_layout(params), "action_masks")
+
+
+def split_groups(groups: dict[str, range], tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{group: tensor[:, ids]}`` (views) of a tensor whose dimension 1 is the agents: for games
+    whose reference computes every agent's observation in one ``(E, N, d)`` tensor."""
+    return {group: tensor[:, ids.start:ids.stop] for group, ids in groups.items()}
+
+
+def _layout(groups: dict[str, range], sizes: dict[str, int]) -> dict[str, GroupSlice]:
+    if list(sizes) != list(groups):
+        raise ValueError(f"spaces are given for groups {list(sizes)}, the game has {list(groups)} (in that order)")
+    layout, start = {}, 0
+    for group, ids in groups.items():
+        layout[group] = GroupSlice(start, len(ids), sizes[group])
+        start = layout[group].stop
+    return layout
+
+
+def _flatten(per_group: dict[str, torch.Tensor], layout: dict[str, GroupSlice], what: str) -> torch.Tensor:
+    if list(per_group) != list(layout):
+        raise ValueError(f"{what} returned groups {list(per_group)}, expected {list(layout)} (in that order)")
+    parts = []
+    for group, s in layout.items():
+        value = per_group[group]
+        if tuple(value.shape[1:]) != (s.count, s.size):
+            raise ValueError(f"{what}[{group!r}] has shape {tuple(value.shape)}, expected (E, {s.count}, {s.size})")
+        parts.append(value.reshape(value.shape[0], -1))
+    return torch.cat(parts, dim=1)

@@ -106,7 +106,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs import rng
-from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.multi_agent_buffers import whole_warps
 
 FEATURES_PER_AGENT = 7
@@ -556,16 +556,31 @@ def observe(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
     return torch.where(state.in_game[..., None], obs, 0.0)
 
 
+def observation_spaces(p: TagContinuousParams) -> dict[str, spaces.Box]:
+    """Every group observes alike: :func:`observation_space` for each."""
+    return {group: observation_space(p) for group in agent_groups(p)}
+
+
+def action_spaces(p: TagContinuousParams) -> dict[str, spaces.Space]:
+    """Every group acts alike: :func:`action_space` for each."""
+    return {group: action_space(p) for group in agent_groups(p)}
+
+
+def observe_groups(p: TagContinuousParams, state) -> dict[str, torch.Tensor]:
+    """:func:`observe` split by group, ``{group: (E, n_g, obs_dim)}`` (the runtime's form)."""
+    return split_groups(agent_groups(p), observe(p, state))
+
+
 TAG_CONTINUOUS = MultiAgentDefinition(
     id="TagContinuous-v0",
     params_type=TagContinuousParams,
     state_type=TagContinuousState,
     agent_groups=agent_groups,
-    observation_space=observation_space,
-    action_space=action_space,
+    observation_spaces=observation_spaces,
+    action_spaces=action_spaces,
     reset=reset,
     step=step,
-    observe=observe,
+    observe=observe_groups,
     in_game=in_game,
     kernel_name="tag_continuous",
     kernel_constants=kernel_constants,
