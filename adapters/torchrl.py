@@ -1,0 +1,262 @@
+"""TorchRL adapter: the batched envs as native TorchRL environments that stay on the env's device.
+
+    from gpu_marl_envs.adapters.torchrl import make_env
+
+    env = make_env("CartPole-v1", num_envs=4096, device="cuda")         # TorchRLVectorEnv
+    games = make_env("TagContinuous-v0", num_envs=1024, device="cuda")  # TorchRLParallelEnv
+
+Both are :class:`torchrl.envs.EnvBase` subclasses with ``batch_size == [num_envs]`` whose specs come
+from the env's spaces (``Box`` -> ``Bounded``, ``Discrete`` -> ``Categorical``, ``MultiDiscrete`` ->
+``MultiCategorical``), so ``check_env_specs``, collectors, losses and value estimators use them as
+they are. Nothing crosses to the host per step: the env's tensors go into the tensordicts (copied,
+since the env overwrites its buffers on the next step), and ``"done"``, ``"terminated"`` and
+``"truncated"`` are kept apart.
+
+Resets. The env runs with ``AutoresetMode.SAME_STEP``: a sub-env whose episode ends is reset inside
+the step that ended it, and its final observation is kept on the device. :meth:`step` reports the
+final observation under ``("next", "observation")``, as TorchRL expects. ``step_and_maybe_reset``
+(what collectors and ``rollout`` call) then takes the reset observations straight from the env, as
+TorchRL's own EnvPool wrapper does for its auto-resetting pool, so it needs neither a second reset
+nor the host synchronisation of TorchRL's generic ``any_done`` check. The generic path still works
+(a ``TransformedEnv`` takes it): ``reset`` with a ``"_reset"`` mask resets the sub-envs it names,
+except those the env has just reset itself.
+
+Multi-agent games follow the layout of TorchRL's VMAS and PettingZoo wrappers (BenchMARL's input):
+one sub-tensordict per agent group with batch ``[num_envs, group_size]`` holding ``"observation"``,
+``"action"``, ``"reward"`` ``(..., 1)``, per-agent ``"done"``/``"terminated"``/``"truncated"``
+``(..., 1)``, ``"mask"`` (the agent is still in the game: PettingZoo wrapper's name for it) and, in
+games with action masks, ``"action_mask"``; the game's own ``"done"``/``"terminated"``/``"truncated"``
+``(num_envs, 1)`` sit at the root. An agent that left the game stays in its group (zeros observed,
+no reward, terminated) until its game ends; losses should weight its transitions by the root
+``"mask"`` of the step (whether it was in the game when it acted). A game resets as a whole: a
+``"_reset"`` at agent level alone resets nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
+from torchrl.envs import EnvBase
+
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
+from gpu_marl_envs.parallel_env import GpuParallelEnv
+from gpu_marl_envs.vector_env import GpuVectorEnv
+
+MAKE = "gpu_marl_envs.adapters.torchrl.make_env"
+FLAGS = ("done", "terminated", "truncated")
+
+
+def make_env(env_id: str, num_envs: int = 1, **kwargs) -> TorchRLVectorEnv | TorchRLParallelEnv:
+    """A TorchRL env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
+    with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
+    ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions drawn from the specs
+    are in range, and checking values costs a host synchronisation per step)."""
+    env = make_batched_env(env_id, num_envs, **kwargs)
+    return TorchRLParallelEnv(env) if is_multi_agent(env_id) else TorchRLVectorEnv(env)
+
+
+def space_spec(space: spaces.Space, batch: tuple[int, ...], device: torch.device) -> TensorSpec:
+    """The TorchRL spec of a Gymnasium space, with leading dims ``batch``."""
+    if isinstance(space, spaces.Discrete) and int(space.start) == 0:
+        spec = Categorical(int(space.n), dtype=torch.int64, device=device)
+    elif isinstance(space, spaces.MultiDiscrete) and not space.start.any():
+        spec = MultiCategorical([int(n) for n in space.nvec], dtype=torch.int64, device=device)
+    elif isinstance(space, spaces.Box):
+        spec = Bounded(torch.as_tensor(space.low), torch.as_tensor(space.high), shape=space.shape,
+                       dtype=torch.as_tensor(space.low).dtype, device=device)
+    else:
+        raise TypeError(f"no TorchRL spec for {space}")
+    return spec.expand(*batch, *spec.shape)
+
+
+def flag_specs(shape: tuple[int, ...], device: torch.device) -> dict[str, TensorSpec]:
+    return {key: Categorical(2, shape=shape, dtype=torch.bool, device=device) for key in FLAGS}
+
+
+def flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The three flags with a trailing unit dim, copied in one kernel (the env reuses its buffers)."""
+    stacked = torch.stack((done, terminated, truncated)).unsqueeze(-1)
+    return dict(zip(FLAGS, stacked))
+
+
+def cleared_flags(shape: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
+    # Three views of one allocation, not one tensor three times: TorchRL may write into each.
+    return dict(zip(FLAGS, torch.zeros((3, *shape, 1), dtype=torch.bool, device=device)))
+
+
+def new_tensordict(entries: dict, batch_size, device) -> TensorDictBase:
+    """A TensorDict of tensors already on ``device`` with leading dims ``batch_size``, built without
+    re-checking either, as TorchRL's own wrappers of on-device simulators (Brax, MuJoCo Playground)
+    build their step outputs: the checks cost more than the rest of the adapter's step."""
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=device)
+
+
+def set_entry(tensordict: TensorDictBase, key: str, value) -> None:
+    """Write an entry whose shape and device are right by construction, unchecked (as TorchRL's
+    ``EnvBase.any_done`` writes ``"_reset"``); ``value`` is a tensor or a TensorDict."""
+    tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
+
+
+class _GpuEnvBase(EnvBase):
+    """What both adapters share: outputs, the fast ``step_and_maybe_reset``, resets, seeding."""
+
+    def __init__(self, env, group_sizes: dict[str, int]):
+        super().__init__(device=env.device, batch_size=torch.Size([env.num_envs]))
+        self._env = env
+        self._group_sizes = group_sizes
+        # The env's mask of the sub-envs that ended on its latest step (and that it reset there).
+        self._ended = None
+        self._reset_all(None)  # every output buffer of the env is valid from here on
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then carry on from the env's current state: the sub-envs that ended on this step
+        were reset by the env, so their reset observations replace the final ones at the root of
+        the second tensordict and their flags are cleared. No host synchronisation."""
+        if tensordict.device != self.device:
+            tensordict = tensordict.to(self.device)
+        tensordict = self.step(tensordict)
+        following = self.step_mdp(tensordict)
+        for key, value in self._current_entries().items():
+            if isinstance(value, dict):  # a group, already there after step_mdp
+                node = following._get_str(key, None)
+                for inner, tensor in value.items():
+                    set_entry(node, inner, tensor)
+            else:
+                set_entry(following, key, value)
+        return tensordict, following
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        if reset is not None:
+            mask = reset.reshape(self.batch_size)
+            if self._ended is not None:  # those the env reset on its last step start afresh already
+                mask = mask & ~self._ended
+            if mask.any():
+                self._reset_some(mask)
+        elif tensordict is None or not any(tensordict.get(key, None) is not None for key in self.reset_keys):
+            self._reset_all(None)
+        # else: agent-level "_reset" entries only. A game resets as a whole; an agent out of it stays out.
+        return self._outputs(self._current_entries())
+
+    def _set_seed(self, seed: int | None) -> None:
+        # Applied at once, as a reset of every sub-env (sub-env i gets seed + i).
+        self._reset_all(seed)
+
+    def _outputs(self, entries: dict) -> TensorDictBase:
+        """A tensordict of root entries and, per group, a dict of entries with batch (num_envs, size)."""
+        batch = self.batch_size
+        for group, size in self._group_sizes.items():
+            entries[group] = new_tensordict(entries[group], (*batch, size), self.device)
+        return new_tensordict(entries, batch, self.device)
+
+    def to(self, device) -> EnvBase:
+        if torch.device(device) not in (self.device, torch.device(self.device.type)):
+            raise ValueError(f"the env's state lives on {self.device}; make the env on {device} instead "
+                             f"({MAKE}(env_id, num_envs, device={str(device)!r}))")
+        return self
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        self._env.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+
+class TorchRLVectorEnv(_GpuEnvBase):
+    """A :class:`~gpu_marl_envs.GpuVectorEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``) as
+    a TorchRL env: keys ``"observation"``, ``"action"``, ``"reward"`` ``(num_envs, 1)``, ``"done"``,
+    ``"terminated"``, ``"truncated"`` ``(num_envs, 1)``. See the module docstring. The env is reset
+    once here."""
+
+    def __init__(self, env: GpuVectorEnv):
+        env = check_batched_env(env, GpuVectorEnv, type(self).__name__, MAKE)
+        super().__init__(env, {})
+        batch, device = tuple(self.batch_size), env.device
+        self.observation_spec = Composite(observation=space_spec(env.single_observation_space, batch, device),
+                                          shape=batch, device=device)
+        self.action_spec = space_spec(env.single_action_space, batch, device)
+        self.reward_spec = Unbounded(shape=(*batch, 1), dtype=torch.float32, device=device)
+        self.done_spec = Composite(flag_specs((*batch, 1), device), shape=batch, device=device)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        observations, rewards, terminated, truncated, infos = self._env.step(tensordict.get("action"))
+        self._ended = ended = infos["_final_obs"]
+        return self._outputs({"observation": torch.where(ended.unsqueeze(-1), infos["final_obs"], observations),
+                              "reward": rewards.unsqueeze(-1).clone(), **flags(ended, terminated, truncated)})
+
+    def _current_entries(self) -> dict:
+        return {"observation": self._observations.clone(), **cleared_flags(tuple(self.batch_size), self.device)}
+
+    def _reset_all(self, seed) -> None:
+        self._observations, _ = self._env.reset(seed=seed)
+        self._ended = None
+
+    def _reset_some(self, mask: torch.Tensor) -> None:
+        self._env.reset(options={"reset_mask": mask})
+
+
+class TorchRLParallelEnv(_GpuEnvBase):
+    """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
+    as a multi-agent TorchRL env, one entry per agent group (``group_map``: group -> agent names).
+    See the module docstring for the keys. The env is reset once here (its infos tell whether the
+    game has action masks)."""
+
+    def __init__(self, env: GpuParallelEnv):
+        env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
+        self.group_map = {group: list(agents) for group, agents in env.groups.items()}
+        super().__init__(env, {group: len(agents) for group, agents in self.group_map.items()})
+        batch, device = tuple(self.batch_size), env.device
+        observation, action, reward, done = {}, {}, {}, flag_specs((*batch, 1), device)
+        for group, agents in self.group_map.items():
+            shape = (*batch, len(agents))
+            entries = {"observation": space_spec(env.observation_space(agents[0]), shape, device),
+                       "mask": Categorical(2, shape=shape, dtype=torch.bool, device=device)}
+            if "action_mask" in self._infos[group]:
+                entries["action_mask"] = Categorical(2, shape=self._infos[group]["action_mask"].shape,
+                                                     dtype=torch.bool, device=device)
+            observation[group] = Composite(entries, shape=shape, device=device)
+            action[group] = Composite(action=space_spec(env.action_space(agents[0]), shape, device),
+                                      shape=shape, device=device)
+            reward[group] = Composite(reward=Unbounded(shape=(*shape, 1), dtype=torch.float32, device=device),
+                                      shape=shape, device=device)
+            done[group] = Composite(flag_specs((*shape, 1), device), shape=shape, device=device)
+        self.full_observation_spec = Composite(observation, shape=batch, device=device)
+        self.full_action_spec = Composite(action, shape=batch, device=device)
+        self.full_reward_spec = Composite(reward, shape=batch, device=device)
+        self.full_done_spec = Composite(done, shape=batch, device=device)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        actions = {group: tensordict.get((group, "action")) for group in self.group_map}
+        observations, rewards, terminated, truncated, infos = self._env.step_groups(actions)
+        self._observations, self._infos = observations, infos
+        self._ended = ended = next(iter(infos.values()))["_final_obs"]  # games that ended on this step
+        final = ended.view(-1, 1, 1)
+        entries = {}
+        for group in self.group_map:
+            term, trunc, info = terminated[group], truncated[group], infos[group]
+            entries[group] = {"observation": torch.where(final, info["final_obs"], observations[group]),
+                              "reward": rewards[group].unsqueeze(-1).clone(), "mask": ~term,
+                              **flags(term | trunc, term, trunc)}
+            if "action_mask" in info:  # after an ended game: the new game's first masks
+                entries[group]["action_mask"] = info["action_mask"].clone()
+        # A game ends for all its agents at once; it was truncated if its time ran out.
+        game_truncated = torch.cat([truncated[group] for group in self.group_map], dim=1).any(1)
+        return self._outputs({**entries, **flags(ended, ended & ~game_truncated, game_truncated)})
+
+    def _current_entries(self) -> dict:
+        entries = cleared_flags(tuple(self.batch_size), self.device)
+        for group in self.group_map:
+            info = self._infos[group]
+            left = ~info["active"]  # agents out of their (ongoing) game stay terminated
+            entries[group] = {"observation": self._observations[group].clone(), "mask": info["active"].clone(),
+                              **flags(left, left, torch.zeros_like(left))}
+            if "action_mask" in info:
+                entries[group]["action_mask"] = info["action_mask"].clone()
+        return entries
+
+    def _reset_all(self, seed) -> None:
+        self._observations, self._infos = self._env.reset_groups(seed=seed)
+        self._ended = None
+
+    def _reset_some(self, mask: torch.Tensor) -> None:
+        self._observations, self._infos = self._env.reset_groups(options={"reset_mask": mask})
