@@ -410,8 +410,9 @@ def constants(p: CovidEconomyParams) -> dict[str, np.ndarray]:
     return named
 
 
+@functools.lru_cache(maxsize=16)
 def initial_state_values(p: CovidEconomyParams) -> dict[str, np.ndarray]:
-    """The starting state of one env (numpy; every env starts from it)."""
+    """The starting state of one env's per-state fields (numpy, read-only; every env starts from it)."""
     c, si = p.calibration, p.start_index
     k = constants(p)
     days = np.arange(-c.beta_delay + 1, 1)  # the stringency ring: days -28 .. 0
@@ -425,7 +426,7 @@ def initial_state_values(p: CovidEconomyParams) -> dict[str, np.ndarray]:
     sums = (np.exp(-age[None, :, None] / c.filter_lambdas[:, None, None]) * changes[None]).sum(axis=1)
     recovered = _f32(c.recovered[si])
     zeros = np.zeros(c.num_states, dtype=np.float32)
-    return {
+    named = {
         "susceptible": _f32(c.susceptible[si]),
         "infected": _f32(c.infected[si]),
         "recovered": recovered,
@@ -438,6 +439,9 @@ def initial_state_values(p: CovidEconomyParams) -> dict[str, np.ndarray]:
         "filter_sums": _f32(sums),
         "cooldown": np.zeros(c.num_states, dtype=np.int32),
     }
+    for value in named.values():
+        value.setflags(write=False)
+    return named
 
 
 @functools.lru_cache(maxsize=16)
