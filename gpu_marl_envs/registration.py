@@ -1,13 +1,19 @@
-"""Registers every single-agent env with Gymnasium as ``gpu_marl_envs/<id>``: ``make`` gives a numpy
-:class:`~gpu_marl_envs.single_env.GpuEnv`, ``make_vec`` a torch :class:`~gpu_marl_envs.vector_env.GpuVectorEnv`.
+"""Registers the envs under the namespace ``gpu_marl_envs`` (``import gpu_marl_envs`` does it):
 
-Multi-agent games have Gymnasium-style ids too (``gpu_marl_envs/TagContinuous-v0``), made by
-:func:`make_parallel`. PettingZoo (1.27) keeps no registry of its own to add them to: its envs are
-modules with a ``parallel_env()`` factory, which :class:`~gpu_marl_envs.tag_parallel_env.TagParallelEnv`
-plays the part of.
+- every single-agent env with Gymnasium as ``gpu_marl_envs/<id>``: ``gymnasium.make`` gives a numpy
+  :class:`~gpu_marl_envs.single_env.GpuEnv`, ``gymnasium.make_vec`` a torch
+  :class:`~gpu_marl_envs.vector_env.GpuVectorEnv`;
+- every multi-agent game in PettingZoo's registry of parallel envs, ``gpu_marl_envs/<id>``:
+  ``pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0")`` gives one game as a numpy
+  :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv` (its keyword arguments; PettingZoo's
+  ``max_cycles=`` sets the episode length); PettingZoo does not import packages by itself, so
+  ``import gpu_marl_envs`` comes first;
+- the batched games by the same ids through :func:`make_parallel` (a torch
+  :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games).
 """
 
 import gymnasium
+import pettingzoo
 
 from gpu_marl_envs.envs import ENVS
 
@@ -15,6 +21,9 @@ NAMESPACE = "gpu_marl_envs"
 
 
 def register_envs() -> None:
+    """Register the single-agent envs with Gymnasium and the games with PettingZoo (idempotent)."""
+    from gpu_marl_envs.parallel_env import games
+
     for env_id, definition in ENVS.items():
         full_id = f"{NAMESPACE}/{env_id}"
         if full_id in gymnasium.registry:
@@ -29,6 +38,11 @@ def register_envs() -> None:
             max_episode_steps=None,
             kwargs={"env_id": env_id},
         )
+    for env_id in games():
+        full_id = f"{NAMESPACE}/{env_id}"
+        if full_id not in pettingzoo.parallel_registry:  # registering twice would warn
+            pettingzoo.register("parallel", full_id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
+                                kwargs={"env_id": env_id})
 
 
 def parallel_env_ids() -> list[str]:

@@ -1,27 +1,17 @@
-"""``TagParallelEnv``: one game of Tag as a PettingZoo ``ParallelEnv``, numpy I/O.
-
-This is the unbatched view, for PettingZoo's tools (its API and seed tests, wrappers, SuperSuit,
-trainers that expect one game): a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of one game
-(by default on the CPU with the torch reference), whose agents leave ``agents`` when they leave the
-game, as PettingZoo expects.
+"""``TagParallelEnv``: one game of Tag as a PettingZoo ``ParallelEnv``, numpy I/O, chosen by
+``game="continuous" | "gridworld"``: :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv`
+of ``TagContinuous-v0`` or ``TagGridworld-v0`` (also ``pettingzoo.make("parallel",
+"gpu_marl_envs/TagContinuous-v0")``).
 """
 
 from __future__ import annotations
 
-import warnings
-
-import numpy as np
-import pettingzoo
-import torch
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
-
-from gpu_marl_envs.parallel_env import GpuParallelEnv
+from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
 
 _GAMES = {"continuous": "TagContinuous-v0", "gridworld": "TagGridworld-v0"}
 
 
-class TagParallelEnv(pettingzoo.ParallelEnv):
+class TagParallelEnv(PettingZooParallelEnv):
     """Taggers chase runners; one game, all agents act at once (PettingZoo ``ParallelEnv``).
 
     ## Games
@@ -69,6 +59,7 @@ class TagParallelEnv(pettingzoo.ParallelEnv):
     - ``params``: a ``TagContinuousParams`` / ``TagGridworldParams`` (default: the game's defaults,
       the published configuration).
     - ``render_mode``: ``None`` or ``"rgb_array"`` (:meth:`render` returns an ``(H, W, 3)`` uint8 frame).
+    - ``max_cycles``: replaces ``params.episode_length`` (PettingZoo's name for it).
     - ``device``, ``backend``: where and how the game runs (default: the CPU, torch reference).
 
     ``reset(options=...)`` supports no options: a dict is accepted (PettingZoo's API test passes
@@ -81,76 +72,8 @@ class TagParallelEnv(pettingzoo.ParallelEnv):
     metadata = {"name": "tag_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
 
     def __init__(self, game: str = "continuous", params=None, render_mode: str | None = None, *,
-                 device="cpu", backend: str | None = None):
+                 max_cycles: int | None = None, device="cpu", backend: str | None = None):
         if game not in _GAMES:
             raise ValueError(f"game must be one of {sorted(_GAMES)}, got {game!r}")
-        # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
-        self._env = GpuParallelEnv(_GAMES[game], 1, device=device, backend=backend, params=params,
-                                   render_mode=render_mode, autoreset_mode=AutoresetMode.DISABLED)
+        super().__init__(_GAMES[game], params, render_mode, max_cycles=max_cycles, device=device, backend=backend)
         self.game = game
-        self.params = self._env.params
-        self.render_mode = render_mode
-        self.metadata = {**type(self).metadata, "name": self._env.metadata["name"]}
-        self.possible_agents = list(self._env.possible_agents)
-        self.agents = []
-        self._zero_action = np.zeros(self._env.action_space(self.possible_agents[0]).shape, dtype=np.int64)
-
-    def observation_space(self, agent: str) -> spaces.Box:
-        return self._env.observation_space(agent)
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self._env.action_space(agent)
-
-    def reset(self, seed: int | None = None, options: dict | None = None):
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        if options:
-            warnings.warn(f"TagParallelEnv.reset supports no options; ignored {sorted(options)}", stacklevel=2)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an int in [0, 2**63 - 1], got {seed!r}")
-        observations, _ = self._env.reset(seed=seed)
-        self.agents = list(self.possible_agents)
-        return {agent: self._row(observations[agent]) for agent in self.agents}, {agent: {} for agent in self.agents}
-
-    def _action_tensors(self, actions: dict) -> dict[str, torch.Tensor]:
-        if not isinstance(actions, dict):
-            raise TypeError(f"actions must be a dict {{agent: action}}, got {type(actions).__name__}")
-        unknown = sorted(set(actions) - set(self.agents), key=str)
-        missing = [agent for agent in self.agents if agent not in actions]
-        if unknown:
-            raise ValueError(f"actions for agents not in the game: {unknown}; agents: {self.agents}")
-        if missing:
-            raise ValueError(f"no action for agents {missing}")
-        tensors = {}
-        for agent in self.possible_agents:
-            # Agents out of the game are frozen whatever they get: 0 is "no change" / "stay".
-            value = np.asarray(actions.get(agent, self._zero_action))
-            space = self.action_space(agent)
-            if value.dtype.kind not in "iu" or value.shape != space.shape or not space.contains(value):
-                raise ValueError(f"action for {agent} must be an integer in {space}, got {actions[agent]!r}")
-            tensors[agent] = torch.as_tensor(value, dtype=torch.int64, device=self._env.device)[None]
-        return tensors
-
-    def step(self, actions: dict):
-        if not self.agents:
-            raise RuntimeError("no agent is in the game: call reset() first (or again after the episode ended)")
-        observations, rewards, terminations, truncations, infos = self._env.step(self._action_tensors(actions))
-        acting = self.agents
-        self.agents = [agent for agent in acting if not (terminations[agent] | truncations[agent]).item()]
-        return (
-            {agent: self._row(observations[agent]) for agent in acting},
-            {agent: float(rewards[agent]) for agent in acting},
-            {agent: bool(terminations[agent]) for agent in acting},
-            {agent: bool(truncations[agent]) for agent in acting},
-            {agent: {} for agent in acting},
-        )
-
-    def render(self) -> np.ndarray | None:
-        return self._env.render()
-
-    def close(self) -> None:
-        self._env.close()
-
-    @staticmethod
-    def _row(tensor: torch.Tensor) -> np.ndarray:
-        return tensor[0].cpu().numpy().copy()
