@@ -168,12 +168,10 @@ def test_subsidy_is_decided_every_interval_and_held_between():
     state, *_ = ce.step(P, state, actions(planner=7))  # t = 1: decides
     assert state.subsidy_level[0] == 7
     assert ce.action_masks(P, state)["planner"][0, 0].tolist() == [True] + [False] * P.num_subsidy_levels
-    expected = 7 / 20 * P.calibration.population * 20000 / 365
-    np.testing.assert_allclose(state.productivity[0].numpy()
-                               - (torch.clamp(ce._on_device(P, torch.device("cpu"))["WORKERS"] - (
-                                   0.1 * state.infected + state.deaths) * 0.6 - state.unemployed, min=0)
-                                  * ce.constants(P)["PRODUCTION_PER_WORKER"].item())[0].numpy(),
-                               expected, rtol=1e-4)
+    expected = 7 / 20 * P.calibration.population * 20000 / 365  # $ per state and day
+    np.testing.assert_allclose(state.total_subsidy[0].item(), expected.sum(), rtol=1e-6)
+    no_subsidy, *_ = ce.step(P, start(), actions(planner=0))
+    np.testing.assert_allclose((state.productivity - no_subsidy.productivity)[0].numpy(), expected, rtol=1e-4)
     state = run(state, 89, planner=12)  # t = 2 .. 90: masked, ignored
     assert state.t[0] == 90 and state.subsidy_level[0] == 7
     assert ce.action_masks(P, state)["planner"][0, 0].all()
@@ -233,8 +231,8 @@ def test_recursive_filter_equals_the_full_convolution_over_700_steps():
     c = P.calibration
     generator = torch.Generator().manual_seed(3)
     state = start(2)
-    history = [np.diff(np.vstack([np.ones((c.filter_length, S)), c.policy[:P.start_index + 1]]), axis=0)[-c.filter_length:]
-               for _ in range(2)]
+    levels = np.vstack([np.ones((c.filter_length, S)), c.policy[:P.start_index + 1]])
+    history = [np.diff(levels, axis=0)[-c.filter_length:] for _ in range(2)]  # oldest first, per env
     age = np.arange(c.filter_length - 1, -1, -1)  # the newest change weighs exp(0)
     weights = np.exp(-age[None, :] / c.filter_lambdas[:, None])  # (K, 600)
     worst = 0.0

@@ -219,7 +219,8 @@ def load_ai_economist(folder: str | Path) -> CovidCalibration:
         filter_weights=_array(fitted["GROUPED_CONVOLUTIONAL_FILTER_WEIGHTS"], np.float64).reshape(
             num_states, len(fitted["CONV_LAMBDAS"])),
         unemployment_bias=_array(fitted["UNEMPLOYMENT_BIAS"], np.float64),
-        health_weight=per_agent("INFERRED_WEIGHTAGE_ON_AGENT_HEALTH_INDEX", "INFERRED_WEIGHTAGE_ON_PLANNER_HEALTH_INDEX"),
+        health_weight=per_agent("INFERRED_WEIGHTAGE_ON_AGENT_HEALTH_INDEX",
+                                "INFERRED_WEIGHTAGE_ON_PLANNER_HEALTH_INDEX"),
         min_health=per_agent("MIN_MARGINAL_AGENT_HEALTH_INDEX", "MIN_MARGINAL_PLANNER_HEALTH_INDEX"),
         max_health=per_agent("MAX_MARGINAL_AGENT_HEALTH_INDEX", "MAX_MARGINAL_PLANNER_HEALTH_INDEX"),
         min_economic=per_agent("MIN_MARGINAL_AGENT_ECONOMIC_INDEX", "MIN_MARGINAL_PLANNER_ECONOMIC_INDEX"),
@@ -282,8 +283,10 @@ def _main(argv: list[str] | None = None) -> None:
                                      description="Build the shipped COVID-19 calibration from an AI Economist folder.")
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="convert an AI Economist calibration folder to the package's .npz")
-    build.add_argument("folder", type=Path, help="folder with model_constants.json, fitted_params.json, real_world_data.npz")
-    build.add_argument("--out", type=Path, default=None, help=f"output file (default: the package's data/{SHIPPED_FILE})")
+    build.add_argument("folder", type=Path,
+                       help="folder with model_constants.json, fitted_params.json, real_world_data.npz")
+    build.add_argument("--out", type=Path, default=None,
+                       help=f"output file (default: the package's data/{SHIPPED_FILE})")
     args = parser.parse_args(argv)
     calibration = load_ai_economist(args.folder)
     out = args.out or shipped_path()

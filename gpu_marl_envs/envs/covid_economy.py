@@ -132,27 +132,36 @@ until ``pi_t`` overwrites it, and slot ``t % 600`` holds ``Delta_{t-600}`` until
 | ``filter_sums`` | f32 ``(E, K, S)`` | ``s_k`` per state (``K = 5``) |
 | ``cooldown`` | int32 ``(E, S)`` | |
 | ``subsidy_level`` | int32 ``(E,)`` | |
-| ``total_deaths``, ``total_unemployed``, ``total_subsidy``, ``total_productivity`` | f32 ``(E,)`` | episode accumulators |
+| ``total_deaths``, ``total_unemployed``, ``total_subsidy``, ``total_productivity`` | f32 ``(E,)`` | accumulators |
 | ``t`` | int32 ``(E,)`` | steps since reset |
+
+The accumulators are sums over the episode's steps of ``sum_i dD_i``, ``sum_i U_i``,
+``sum_i subsidy_i`` and ``sum_i P_i``, each step adding its tree sum (below).
 
 ## Float32 conventions (every backend)
 Constants (:func:`constants`, also :func:`kernel_constants`) are computed in float64 from the
 calibration and rounded once to float32. Every operation below is one float32 operation, rounded
 (no fused multiply-add: CUDA C uses ``__fmul_rn``/``__fadd_rn`` or ``-fmad=false``); divisions are
 IEEE divisions (the reference divides by device tensors, never a Python scalar).
-- ``beta = BETA_SLOPE * float(lag) + BETA_INTERCEPT``; ``f = min(1, avail / (S + EPS))``;
+Names in capitals are :func:`constants` (``N`` is ``POPULATION``, ``avail`` is
+``VACCINES_PER_DELIVERY`` or 0).
+- ``beta = BETA_SLOPE * float(lag) + BETA_INTERCEPT``; ``f = min(1, avail / (S + EPSILON))``;
   ``v = min(avail, S)``; ``x = ((S / N) * I) * beta * (1 - f)`` left to right; ``dS = -x - v``;
-  ``dR = GAMMA * I + v``; ``dI = -dS - dR``; ``D = MU * (R - V)``.
-- ``s_k = (DECAY_k * s_k + float(Delta)) - DROP_k * float(dropped)``;
-  ``z = ((W_0 s_0 + W_1 s_1) + W_2 s_2) + ...`` left to right; ``softplus(z) = z if z > 20 else
-  log1p(exp(z))`` (the only transcendental functions of a step: twins agree to a few ulp there,
-  not bit for bit); ``U = (softplus + BIAS) * UNEMPLOYED_PER_PERCENT``.
-- ``cant = ((TOO_SICK * I + D) * WORKING_SHARE) + U``; ``P = max(0, WORKERS - cant) * DPPW + subsidy``;
-  ``subsidy = float(level) * SUBSIDY_PER_LEVEL``.
-- ``crra(x)``: ``a = min(max(365 * x, 0.1), 3)``; ``p = 1 / a`` when ``1 - eta == -1`` (the default),
-  else ``powf(a, 1 - eta)``; ``((1 + (p - 1) / (1 - eta)) / 365``.
-- ``h = (-dD * HEALTH_SCALE - MIN_HEALTH) / HEALTH_RANGE``, ``e = (crra(P / ECONOMIC_NORM) - MIN_ECONOMIC)
-  / ECONOMIC_RANGE``, ``r = HEALTH_WEIGHT * h + ECONOMIC_WEIGHT * e``.
+  ``dR = RECOVERY_RATE * I + v``; ``dI = -dS - dR``; ``S, I, R = max(0, S + dS)``, ...;
+  ``V = V + v``; ``D = MORTALITY * (R - V)`` (new values).
+- ``s_k = (FILTER_DECAY_k * s_k + float(Delta)) - FILTER_DROP_k * float(dropped)``;
+  ``z = ((W_0 s_0 + W_1 s_1) + W_2 s_2) + ...`` left to right (``W = FILTER_WEIGHTS``, ``(K, S)``);
+  ``softplus(z) = z if z > 20 else log1p(exp(z))`` (the only transcendental functions of a step: twins agree to a few ulp there,
+  not bit for bit); ``U = (softplus + UNEMPLOYMENT_BIAS) * UNEMPLOYED_PER_PERCENT``.
+- ``cant = ((TOO_SICK_TO_WORK_RATE * I + D) * WORKING_AGE_SHARE) + U``;
+  ``P = max(0, WORKERS - cant) * PRODUCTION_PER_WORKER + subsidy``; ``subsidy = float(level) * SUBSIDY_PER_LEVEL``.
+- ``crra(x)``: ``a = min(max(365 * x, float32(0.1)), 3)``; ``p = 1 / a`` when ``CRRA_EXPONENT == -1``
+  (eta = 2, the default; ``CRRA_RECIPROCAL``), else ``powf(a, CRRA_EXPONENT)`` (not bit-reproducible
+  across devices); ``crra = ((p - 1) / CRRA_EXPONENT + 1) / 365``.
+- Per agent (``(N,)`` constants, the planner last): ``dD = D_new - D_old``;
+  ``h = ((-dD) * HEALTH_SCALE - MIN_HEALTH) / HEALTH_RANGE``,
+  ``e = (crra(P / ECONOMIC_NORM) - MIN_ECONOMIC) / ECONOMIC_RANGE``, ``r = HEALTH_WEIGHT * h + ECONOMIC_WEIGHT * e``;
+  the planner's ``dD`` and ``P`` are the sums below, its ``P`` less ``SUBSIDY_COST * sum subsidy``.
 - The planner's sums over states (``dD``, ``P``, ``subsidy``, and ``U`` for the metric) are a tree:
   values in a 64-slot array (zeros past 51), then ``x[j] += x[j + w]`` for ``w = 32, 16, ..., 1``
   (:func:`block_sum`), i.e. a shared-memory reduction after a barrier.
@@ -365,8 +374,9 @@ def _f32(values) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def constants(p: CovidEconomyParams) -> dict[str, np.ndarray]:
-    """Every number a step uses, by kernel-constant name: float32 arrays (rounded once from float64),
-    int64 arrays for integers. Per-state arrays are ``(S,)``, per-agent ``(N,)`` (planner last)."""
+    """Every number a step uses, by kernel-constant name: read-only float32 arrays, each rounded once
+    from its float64 value. Per-state arrays are ``(S,)``, per-agent ``(N,)`` (planner last),
+    per-filter ``(K,)``, scalars 0-d."""
     c = p.calibration
     population = c.population.astype(np.float64)
     dppw, maxprod = economy_scales(p)
