@@ -15,6 +15,11 @@ up: ``y = 0`` is the arena's bottom edge.
 
 Only the rendered env's rows leave the device. :func:`save_animation` writes GIF (Pillow) or MP4
 (imageio with its ffmpeg plugin).
+
+The classic-control envs are drawn by Gymnasium's own renderer instead (:class:`ClassicRenderer`):
+a Gymnasium env of the same id is given our state and asked for its ``rgb_array`` frame, so sizes,
+colours and anti-aliasing are Gymnasium's by construction. It draws with pygame
+(``pip install gpu_marl_envs[render]``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from gpu_marl_envs.envs.definition import EnvDefinition
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams, TagContinuousState
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams, TagGridworldState
 
@@ -194,3 +200,63 @@ def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathl
             os.unlink(tmp)
         raise
     return path
+
+
+# -- classic control --------------------------------------------------------------------------------
+
+def _cartpole(env, p, action) -> None:
+    env.x_threshold, env.length = p.x_threshold, p.length  # the track's width and the pole's length
+
+
+def _acrobot(env, p, action) -> None:
+    env.LINK_LENGTH_1 = p.link_length_1  # the second link is 1 long, as in Gymnasium (it only draws it)
+
+
+def _mountain_car(env, p, action) -> None:
+    env.min_position, env.max_position, env.goal_position = p.min_position, p.max_position, p.goal_position
+    frequency = p.hill_frequency
+    env._height = lambda xs: np.sin(frequency * xs) * 0.45 + 0.55  # the hill's shape, as in the dynamics
+
+
+def _pendulum(env, p, action) -> None:
+    # Gymnasium draws the last torque it applied (clipped), and none before the first step.
+    env.last_u = None if action is None else float(np.clip(np.nan_to_num(action[0]), -p.max_torque, p.max_torque))
+
+
+# What each Gymnasium renderer reads besides ``state`` (our state rows are in its state's order):
+# ``(gymnasium_env, params, last_action or None) -> None``.
+_DRAWN_FROM = {
+    "CartPole-v1": _cartpole,
+    "Acrobot-v1": _acrobot,
+    "MountainCar-v0": _mountain_car,
+    "MountainCarContinuous-v0": _mountain_car,
+    "Pendulum-v1": _pendulum,
+}
+
+
+class ClassicRenderer:
+    """Frames of a classic-control env drawn by Gymnasium's own env of the same id (pygame).
+
+    ``render(state, last_action)`` gives Gymnasium's env the float64 state row (fields in the env's
+    ``state_fields`` order, which is Gymnasium's) plus what its drawing reads from params or the last
+    action, and returns its ``(H, W, 3)`` uint8 frame: 600 x 400 for CartPole and the mountain cars,
+    500 x 500 for Acrobot and Pendulum. Things Gymnasium draws at a fixed size stay so (Acrobot's
+    target line and second link, Pendulum's rod).
+    """
+
+    def __init__(self, definition: EnvDefinition, params):
+        try:
+            import pygame  # noqa: F401  (Gymnasium's renderer imports it; fail here with our extra's name)
+        except ImportError as error:
+            raise RuntimeError(f"rendering {definition.id} needs pygame: pip install gpu_marl_envs[render] "
+                               f"({error})") from error
+        import gymnasium
+
+        self._env = gymnasium.make(definition.id, render_mode="rgb_array").unwrapped
+        self._configure = _DRAWN_FROM[definition.id]
+        self._params = params
+
+    def render(self, state: np.ndarray, last_action: np.ndarray | None = None) -> np.ndarray:
+        self._env.state = np.asarray(state, dtype=np.float64)
+        self._configure(self._env, self._params, last_action)
+        return self._env.render()

@@ -22,14 +22,18 @@ def _numpy(row: torch.Tensor) -> np.ndarray:
 
 
 class GpuEnv(gym.Env):
-    metadata = {"render_modes": []}
+    """One env, numpy I/O. ``render_mode="rgb_array"``: :meth:`render` returns the frame Gymnasium's
+    own env draws in the same state (needs pygame: ``pip install gpu_marl_envs[render]``)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, env_id: str, *, device="cpu", backend: str | None = None, params=None,
                  max_episode_steps: int | None = None, render_mode: str | None = None):
         self._batch = GpuVectorEnv(env_id, 1, device=device, backend=backend, params=params,
                                    max_episode_steps=max_episode_steps, autoreset_mode=AutoresetMode.DISABLED,
                                    render_mode=render_mode)
-        self.render_mode = None
+        self.render_mode = render_mode
+        self.metadata = {**type(self).metadata, "render_fps": self._batch.metadata["render_fps"]}
         self.observation_space = self._batch.single_observation_space
         self.action_space = self._batch.single_action_space
         self._discrete = isinstance(self.action_space, spaces.Discrete)
@@ -55,6 +59,14 @@ class GpuEnv(gym.Env):
             batch = torch.as_tensor(array, device=self._batch.device)[None]
         obs, rewards, terminated, truncated, _ = self._batch.step(batch)
         return _numpy(obs[0]), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+    def render(self) -> np.ndarray | None:
+        """The ``(H, W, 3)`` uint8 frame (``render_mode="rgb_array"``), else ``None``."""
+        frames = self._batch.render()
+        return None if frames is None else frames[0]
+
+    def close(self):
+        self._batch.close()
 
     def get_state(self) -> dict[str, float]:
         return {name: float(value[0]) for name, value in self._batch.get_state().items()}

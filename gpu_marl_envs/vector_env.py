@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+import gymnasium
 import torch
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -33,6 +36,22 @@ def resolve_device(device) -> torch.device:
     return device
 
 
+def gymnasium_render_fps(env_id: str) -> int:
+    """The frame rate Gymnasium's own env of this id declares (its class metadata; no pygame needed)."""
+    return load_env_creator(gymnasium.spec(env_id).entry_point).metadata["render_fps"]
+
+
+def check_render_env_indices(indices, num_envs: int) -> tuple[int, ...]:
+    """A tuple of distinct sub-env indices from an int or a sequence of ints."""
+    values = (indices,) if isinstance(indices, (int, np.integer)) else indices
+    if (isinstance(indices, bool) or not isinstance(values, Sequence) or not values
+            or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < num_envs for i in values)
+            or len(set(values)) != len(values)):
+        raise ValueError(f"render_env_indices must be an int or a non-empty sequence of distinct ints in "
+                         f"[0, {num_envs - 1}], got {indices!r}")
+    return tuple(int(i) for i in values)
+
+
 class GpuVectorEnv(VectorEnv):
     """A batch of ``num_envs`` copies of one env, whose whole step runs on ``device``.
 
@@ -53,6 +72,11 @@ class GpuVectorEnv(VectorEnv):
             backend's own launch path, whose cost dominates at small batches; the actions are
             copied into the graph's input buffer first. Default: on for the numba and torch
             backends on CUDA, off for pycuda (whose own launch is cheaper).
+        render_mode: ``None`` or ``"rgb_array"``: :meth:`render` returns a tuple of frames, one per
+            sub-env of ``render_env_indices``, drawn by Gymnasium's own renderer (needs pygame:
+            ``pip install gpu_marl_envs[render]``), so they look exactly like Gymnasium's.
+        render_env_indices: the sub-envs :meth:`render` draws: an index or a sequence of them
+            (default 0). Only those sub-envs' state rows leave the device, at render time.
 
     ``step`` and ``reset`` return the env's own output tensors, without copies: they are
     overwritten by the next call, so ``.clone()`` what you keep. Actions must be a tensor on the
@@ -65,22 +89,26 @@ class GpuVectorEnv(VectorEnv):
     backend and device. :meth:`set_state` writes explicit states into chosen sub-envs.
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
-                 validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None):
+                 validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
+                 render_env_indices: int | Sequence[int] = 0):
         self.definition = get_definition(env_id)
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        if render_mode is not None:
-            raise ValueError(f"{self.definition.id} renders no frames; use render_mode=None")
-        self.render_mode = None
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"{self.definition.id} draws only 'rgb_array' frames (no window), got "
+                             f"render_mode={render_mode!r}; use render_mode=None or 'rgb_array'")
+        self.render_mode = render_mode
+        self.render_env_indices = check_render_env_indices(render_env_indices, self.num_envs)
         overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         self.params = self.definition.make_params(params, **overrides)
         self.validate_actions = bool(validate_actions)
-        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
+                         "render_fps": gymnasium_render_fps(self.definition.id)}
 
         self.single_observation_space = self.definition.observation_space(self.params)
         self.single_action_space = self.definition.action_space(self.params)
@@ -107,6 +135,10 @@ class GpuVectorEnv(VectorEnv):
         self.cuda_graph = bool(cuda_graph)
         self._set_seeds(rng.random_seed(), None)
         self._np_random_seed = None
+        self._renderer = None  # built at the first render(): pygame is needed only there
+        # The rendered sub-envs' last actions, kept on the device (Pendulum draws its torque).
+        self._render_ids = torch.tensor(self.render_env_indices, device=self.device)
+        self._render_actions = None
         # step() needs every sub-env reset (or set) once, as Gymnasium's vector envs do.
         self._initialised = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._ready = False
@@ -131,14 +163,34 @@ class GpuVectorEnv(VectorEnv):
                                "were never reset nor given a state")
         actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
         self._step_launcher.step(actions)
+        if self.render_mode is not None:
+            self._render_actions = actions.index_select(0, self._render_ids)
         b = self._buffers
         infos = {}
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             infos = {"final_obs": b.final_observations, "_final_obs": b.final_observation_mask}
         return b.observations, b.rewards, b.terminated, b.truncated, infos
 
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """``(H, W, 3)`` uint8 frames of the sub-envs ``render_env_indices`` (``render_mode="rgb_array"``),
+        as Gymnasium's own env draws them in the same state; ``None`` without a render mode."""
+        if self.render_mode is None:
+            return None
+        from gpu_marl_envs.rendering import ClassicRenderer
+
+        if self._renderer is None:
+            self._renderer = ClassicRenderer(self.definition, self.params)
+        b = self._buffers
+        # Only the rendered sub-envs' rows cross to the host.
+        states = b.state[:, self._render_ids].T.double().cpu().numpy()
+        started = (b.elapsed_steps[self._render_ids] > 0).cpu().numpy()
+        actions = None if self._render_actions is None else self._render_actions.cpu().numpy()
+        # A sub-env that has not stepped since its reset has no last action (Gymnasium: None).
+        return tuple(self._renderer.render(state, actions[k] if actions is not None and started[k] else None)
+                     for k, state in enumerate(states))
+
     def close_extras(self, **kwargs):
-        self._backend = self._step_launcher = self._buffers = None
+        self._backend = self._step_launcher = self._buffers = self._renderer = None
 
     # -- explicit states -----------------------------------------------------------------------
 
