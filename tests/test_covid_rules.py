@@ -437,3 +437,37 @@ def test_a_whole_episode_matches_a_float64_reimplementation_of_the_spec():
     np.testing.assert_allclose(state.susceptible[0].double().numpy(), reference.s, rtol=1e-4)
     np.testing.assert_allclose(state.infected[0].double().numpy(), reference.i, rtol=1e-3, atol=0.05)  # persons
     assert worst.max() < 2e-4, f"largest reward difference {worst.max()} (agent {worst.argmax()})"
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_reference_on_cuda_matches_cpu_and_captures_in_a_cuda_graph(cuda_device):
+    """The torch reference runs on CUDA without host syncs (a step captures in a CUDA graph) and
+    agrees with CPU: exactly but for exp/log1p in the unemployment's softplus (a few ulp apart)."""
+    generator = torch.Generator().manual_seed(11)
+    cpu, gpu = start(4), ce.reset(P, torch.zeros(4, dtype=torch.int64, device=cuda_device), 4)
+    worst = 0.0
+    for _ in range(P.episode_length):
+        a = torch.randint(0, 11, (4, P.num_agents), generator=generator)
+        a[:, :S] *= torch.rand((4, S), generator=generator) < 0.05
+        cpu, r_cpu, *_ = ce.step(P, cpu, a)
+        gpu, r_gpu, *_ = ce.step(P, gpu, a.to(cuda_device))
+        worst = max(worst, (r_gpu.cpu() - r_cpu).abs().max().item())
+    assert worst < 1e-5, f"rewards on CUDA and CPU differ by {worst}"
+    for name in COVID_ECONOMY.state_fields:
+        torch.testing.assert_close(getattr(gpu, name).cpu(), getattr(cpu, name), rtol=1e-5, atol=1e-3, msg=name)
+    for group, obs in ce.observe(P, gpu).items():
+        torch.testing.assert_close(obs.cpu(), ce.observe(P, cpu)[group], rtol=1e-5, atol=1e-6, msg=group)
+
+    state = ce.reset(P, torch.zeros(4, dtype=torch.int64, device=cuda_device), 4)
+    a = torch.full((4, P.num_agents), 3, dtype=torch.int64, device=cuda_device)
+    eager = ce.step(P, state, a)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ce.step(P, state, a)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[1], eager[1])
+    for name in COVID_ECONOMY.state_fields:
+        assert torch.equal(getattr(captured[0], name), getattr(eager[0], name)), name
