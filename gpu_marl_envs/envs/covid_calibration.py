@@ -123,7 +123,9 @@ class CovidCalibration:
             if not isinstance(value, np.ndarray) or value.shape != shape:
                 raise ValueError(f"CovidCalibration.{name} must be a numpy array of shape {shape}, got "
                                  f"{getattr(value, 'shape', type(value).__name__)}")
+            value = value.copy()  # read-only copies: the caller's arrays stay as they were
             value.setflags(write=False)
+            object.__setattr__(self, name, value)
         if (self.population <= 0).any():
             raise ValueError("CovidCalibration.population must be positive")
         if not ((self.health_weight >= 0) & (self.health_weight < 1)).all():
