@@ -22,7 +22,7 @@ under the env's rules (``envs/covid_economy.py``):
 The policies:
 
 - :func:`real_world` — the data's stringency levels and federal subsidies (the calibration's
-  series; beyond its last day, 2021-05-31 in the shipped one, the last value holds: that day's
+  series; beyond its last day, 2021-06-01 in the shipped one, the last value holds: that day's
   stringency levels, and no new payment, so the last payment's level ends 90 days after it was paid). The day ``tau`` of an episode from ``start_date`` gets the level of the date
   ``start_date + tau``. Stringency follows the data *exactly*, every day, as the AI Economist's
   real-world baseline does (its ``use_real_world_policies`` sets the level from the data each day

@@ -141,10 +141,10 @@ def run_episode(name: str, act: Act, p: ce.CovidEconomyParams, num_envs: int = 1
         days.append(day_values(p, env.get_state(), population, start_deaths))
         if progress is not None:
             progress.update(1)
+    if not bool(infos["planner"]["_episode"].all()):  # else "episode" would hold an earlier episode's values
+        raise RuntimeError("the episode did not end after episode_length steps")
     episode = {group: {key: value.double().mean().item() for key, value in infos[group]["episode"].items()}
                for group in infos}
-    if not bool(infos["planner"]["_episode"].all()):
-        raise RuntimeError("the episode did not end after episode_length steps")  # the env's contract
     series = torch.stack(days).cpu().numpy()
     env.close()
     summary = {
@@ -201,7 +201,7 @@ def plot(episodes: list[Episode], p: ce.CovidEconomyParams, out: Path) -> list[P
 
     x = dates(p)
 
-    def draw(ax, key: str, legend: bool) -> None:
+    def draw(ax, key: str) -> None:
         quantity = QUANTITIES[key]
         for index, episode in enumerate(episodes):
             ax.plot(x, episode.series[key] / quantity.scale, color=f"C{index}", linewidth=1.6, label=episode.name)
@@ -211,22 +211,25 @@ def plot(episodes: list[Episode], p: ce.CovidEconomyParams, out: Path) -> list[P
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
         ax.grid(True, alpha=0.3)
-        if legend:
-            ax.legend(fontsize="small")
+
+    def legend(figure, ax, columns: int) -> None:
+        figure.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=columns, fontsize="small")
 
     paths = []
     for key in QUANTITIES:
-        figure = Figure(figsize=(7.2, 4.2), dpi=100, layout="constrained")
+        figure = Figure(figsize=(7.2, 4.6), dpi=100, layout="constrained")
         FigureCanvasAgg(figure)
-        draw(figure.subplots(), key, legend=True)
+        ax = figure.subplots()
+        draw(ax, key)
+        legend(figure, ax, columns=3)
         paths.append(out / f"covid_{key}.png")
         figure.savefig(paths[-1])
     figure = Figure(figsize=(14, 8.4), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(2, 3).ravel()
     for ax, key in zip(axes, QUANTITIES):
-        draw(ax, key, legend=False)
-    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(episodes))
+        draw(ax, key)
+    legend(figure, axes[0], columns=len(episodes))
     figure.suptitle(f"CovidEconomy-v0 from {p.start_date}, {p.episode_length} days: one episode per policy")
     paths.append(out / "covid_overview.png")
     figure.savefig(paths[-1])
@@ -262,11 +265,11 @@ def write_tables(episodes: list[Episode], settings: dict, out: Path) -> list[Pat
     return paths
 
 
-def settings_of(p: ce.CovidEconomyParams, args: argparse.Namespace, device) -> dict:
+def settings_of(p: ce.CovidEconomyParams, args: argparse.Namespace, device, backend: str) -> dict:
     fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "calibration"}
     return {"env": ENV_ID, "params": fields, "calibration": "shipped" if p.calibration is
             covid_calibration.default_calibration() else "custom", "num_envs": args.num_envs, "device": str(device),
-            "backend": args.backend, "closed_days": args.closed_days,
+            "backend": backend, "closed_days": args.closed_days,
             "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
 
 
@@ -303,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.episode_length is not None:
             p = dataclasses.replace(p, episode_length=args.episode_length)
         # The env's own checks of the device, backend and sizes, before any episode runs.
-        make_parallel(ENV_ID, args.num_envs, device=device, backend=args.backend, params=p).close()
+        probe = make_parallel(ENV_ID, args.num_envs, device=device, backend=args.backend, params=p)
+        backend = probe.backend
+        probe.close()
         if args.out.exists() and not args.out.is_dir():
             raise ReportError(f"--out {args.out} exists and is not a folder")
     except (ValueError, RuntimeError) as error:  # ReportError, and the runtime's errors, which name the fix
@@ -315,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     with tqdm(total=len(acts) * p.episode_length, unit="day", desc="covid report") as progress:
         for name, act in acts:
             progress.set_postfix_str(name)
-            episodes.append(run_episode(name, act, p, args.num_envs, device=device, backend=args.backend,
+            episodes.append(run_episode(name, act, p, args.num_envs, device=device, backend=backend,
                                         progress=progress))
-    paths = plot(episodes, p, args.out) + write_tables(episodes, settings_of(p, args, device), args.out)
+    paths = plot(episodes, p, args.out) + write_tables(episodes, settings_of(p, args, device, backend), args.out)
     print(markdown_table(episodes))
     print(f"{sum(e.seconds for e in episodes):.1f} s for {len(episodes)} episodes of {p.episode_length} days "
           f"x {args.num_envs} env(s) on {device}; wrote {', '.join(str(path) for path in paths)}")
