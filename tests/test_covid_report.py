@@ -231,3 +231,20 @@ def test_bad_checkpoints_and_out(tmp_path, capsys):
             covid_report.main(["--out", str(tmp_path / "out"), *args] if "--out" not in args else args)
         assert exit_info.value.code == 2, args
         assert message in capsys.readouterr().err, args
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["torch", "numba", "pycuda"])
+def test_episodes_on_the_gpu_match_the_cpu(backend, cuda_device):
+    # The policies act on the device, on a batch, with each backend's env: the summaries are the
+    # CPU reference's (one env) up to the kernels' few-ulp transcendental differences.
+    p = ce.CovidEconomyParams()
+    for policy in cp.scripted_policies(p):
+        cpu = covid_report.run_episode(policy.name, covid_report.scripted(policy), p)
+        gpu = covid_report.run_episode(policy.name, covid_report.scripted(policy.to(cuda_device)), p, num_envs=1000,
+                                       device=cuda_device, backend=backend)
+        for key, value in cpu.summary.items():
+            assert gpu.summary[key] == pytest.approx(value, rel=1e-4), (policy.name, key)
+        for key, values in cpu.series.items():
+            np.testing.assert_allclose(gpu.series[key], values, rtol=1e-4, atol=1e-6 * np.abs(values).max(),
+                                       err_msg=f"{policy.name}: {key}")
