@@ -120,9 +120,9 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
             raise RuntimeError("no agent is in the game: call reset() first (or again after the episode ended)")
         observations, rewards, terminations, truncations, infos = self._env.step_groups(self._action_tensors(actions))
         acting = self.agents
-        done = {group: (terminations[group] | truncations[group])[0].cpu().numpy() for group in self._groups}
-        done = {agent: bool(flag) for group, agents in self._groups.items() for agent, flag in zip(agents, done[group])}
+        done = self._by_agent({group: terminations[group] | truncations[group] for group in self._groups}, acting)
         self.agents = [agent for agent in acting if not done[agent]]
+        # `_episode`: the game's episode ended on this step (the same flag in every group's infos).
         ended = self._has_metrics and bool(next(iter(infos.values()))["_episode"][0])
         return (
             self._by_agent(observations, acting),
@@ -149,7 +149,7 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
             raise ValueError(f"actions for agents not in the game: {unknown}; agents: {self.agents}")
         if missing:
             raise ValueError(f"no action for agents {missing}")
-        # Checked in full before any buffer is written: a rejected step changes nothing.
+        # Every action is checked before anything is stepped: a rejected step changes nothing.
         rows = {}
         for agent, action in actions.items():
             value = np.asarray(action)
