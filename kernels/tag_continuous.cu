@@ -1,16 +1,15 @@
 // TagContinuous (gpu_marl_envs/envs/tag_continuous.py is the reference and documents the rules and
-// float32 conventions): one block per env; agent a is handled by thread a % blockDim.x, so envs with
-// more agents than threads loop, and every phase boundary is a __syncthreads of the one block (no
-// waiting across blocks). The params arrive as #define TC_* constants (kernel_constants in the
-// reference module, TC_BLOCK_THREADS the launch's block size), the RNG and autoreset constants as
-// GME_* (multi_agent_pycuda.kernel_source).
+// float32 conventions) on the multi-agent template (multi_agent.cuh: a block per env, agents spread
+// over its threads, autoreset, returns): this file is the game's part, struct TagContinuous. The
+// params arrive as #define TC_* constants (kernel_constants in the reference module, TC_BLOCK_THREADS
+// the launch's block size), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
 //
 // Race freedom: in each phase a thread writes only the agents it handles in that phase (runners are
 // spread over the threads on their own in the tag phase); what other threads read
 // (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
 // of runners left are integer atomics, exact in any order.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
-#include "rng.cuh"
+#include "multi_agent.cuh"
 
 #define N TC_NUM_AGENTS
 #define G TC_NUM_TAGGERS
@@ -40,19 +39,40 @@ struct EnvState {  // one env's rows of the state arrays
     bool* in_game;
 };
 
-__device__ __forceinline__ EnvState env_rows(int e, float* x, float* y, float* direction, float* speed,
-                                             float* acceleration, bool* in_game) {
+// The game, as multi_agent.cuh calls it.
+struct TagContinuous {
+    struct State {
+        float* x;
+        float* y;
+        float* direction;
+        float* speed;
+        float* acceleration;
+        bool* in_game;
+        int* t;
+    };
+    typedef TagShared Shared;
+    static constexpr int num_agents = N, obs_size = N * TC_OBS_DIM, mask_size = 0, action_size = 2, num_metrics = 0;
+
+    __device__ static void reset_env(const State& state, Shared& sh, int e, unsigned long long seed,
+                                     unsigned int episode);
+    __device__ static void step_env(const State& state, Shared& sh, int e, const long long* actions, float* rewards,
+                                    bool& term, bool& trunc);
+    __device__ static bool in_game(const State&, const Shared& sh, int, int a) { return sh.in_game[a]; }
+    __device__ static void observe_env(const State& state, Shared& sh, int e, float* obs, bool*);
+};
+
+__device__ __forceinline__ EnvState env_rows(const TagContinuous::State& s, int e) {
     long long o = (long long)e * N;
-    return EnvState{x + o, y + o, direction + o, speed + o, acceleration + o, in_game + o};
+    return EnvState{s.x + o, s.y + o, s.direction + o, s.speed + o, s.acceleration + o, s.in_game + o};
 }
 
 __device__ __forceinline__ float squared_distance(float dx, float dy) {
     return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
 }
 
-__device__ void reset_env(const EnvState& s, TagShared& sh, int* t, unsigned int* episodes,
-                          unsigned long long seed, int e) {
-    unsigned int episode = episodes[e];
+__device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, unsigned long long seed,
+                                         unsigned int episode) {
+    EnvState s = env_rows(state, e);
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         float x = gme_uniform(seed, episode, a, 0.0f, TC_GRID_LENGTH);
         float y = gme_uniform(seed, episode, N + a, 0.0f, TC_GRID_LENGTH);
@@ -64,11 +84,7 @@ __device__ void reset_env(const EnvState& s, TagShared& sh, int* t, unsigned int
         s.acceleration[a] = 0.0f;
         s.in_game[a] = sh.in_game[a] = true;
     }
-    __syncthreads();  // every thread has read episodes[e]
-    if (threadIdx.x == 0) {
-        episodes[e] = episode + 1;
-        t[e] = 0;
-    }
+    if (threadIdx.x == 0) state.t[e] = 0;
 }
 
 #if !TC_FULL_OBSERVATION
@@ -161,12 +177,12 @@ __device__ __forceinline__ float feature(const EnvState& s, const TagShared& sh,
     }
 }
 
-// Observations of this env's agents (the state rows and the staged positions must be current and
-// visible to the whole block), a chunk of agents at a time: the block finds the chunk's nearest
+// Observations of this env's agents at step t (the state rows and the staged positions must be
+// current and visible to the whole block), a chunk of agents at a time: the block finds the chunk's nearest
 // others (SPLIT threads per agent), then writes the chunk's rows one feature at a time: the
 // threads of a warp compute the same feature (no divergence over the 7 kinds) of consecutive
 // (agent, slot) pairs, whose stores lie 7 floats apart, a few sectors per warp.
-__device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs) {
+__device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
     int chunk = blockDim.x;
@@ -203,38 +219,16 @@ __device__ void observe_env(const EnvState& s, TagShared& sh, int t, float* obs)
     }
 }
 
-extern "C" __global__ void tag_continuous_step(
-    int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
-    const long long* actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
-    bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,
-    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
-    int autoreset_mode) {
-    __shared__ TagShared sh;
-    int e = blockIdx.x;
-    if (e >= num_envs) return;
-    EnvState s = env_rows(e, x, y, direction, speed, acceleration, in_game);
-    long long row = (long long)e * N;
-    float* obs = observations + row * TC_OBS_DIM;
+__device__ void TagContinuous::observe_env(const State& state, Shared& sh, int e, float* obs, bool*) {
+    write_observations(env_rows(state, e), sh, state.t[e], obs);
+}
 
-    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
-        // The previous step ended this episode: this step only resets (the actions are ignored).
-        reset_env(s, sh, t, episodes, seeds[e], e);
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
-            rewards[row + a] = 0.0f;
-            running_returns[row + a] = 0.0f;
-            agent_terminated[row + a] = false;
-            agent_truncated[row + a] = false;
-        }
-        if (threadIdx.x == 0) {
-            terminated[e] = truncated[e] = needs_reset[e] = false;
-        }
-        __syncthreads();
-        observe_env(s, sh, 0, obs);
-        return;
-    }
-
+// Spec steps 1-6 of env e; rewards and actions are env e's rows.
+__device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, const long long* actions,
+                                        float* rewards, bool& term, bool& trunc) {
+    EnvState s = env_rows(state, e);
     // Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
-    int now = t[e] + 1;
+    int now = state.t[e] + 1;
     for (int g = threadIdx.x; g < G; g += blockDim.x) sh.tags[g] = 0;
     if (threadIdx.x == 0) sh.runners_left = 0;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
@@ -242,7 +236,7 @@ extern "C" __global__ void tag_continuous_step(
         float px = s.x[a], py = s.y[a];
         float reward = 0.0f;
         if (playing) {
-            const long long* action = actions + (row + a) * 2;
+            const long long* action = actions + a * 2;
             int acc_index = (int)min(max(action[0], 0LL), (long long)TC_NUM_ACCELERATION_LEVELS);
             int turn_index = (int)min(max(action[1], 0LL), (long long)TC_NUM_TURN_LEVELS);
             float dir = fmodf(s.direction[a] + tc_turn_levels[turn_index], TC_TWO_PI);
@@ -268,7 +262,7 @@ extern "C" __global__ void tag_continuous_step(
         sh.x[a] = px;
         sh.y[a] = py;
         sh.in_game[a] = playing;
-        rewards[row + a] = reward;
+        rewards[a] = reward;
     }
     __syncthreads();
 
@@ -288,7 +282,7 @@ extern "C" __global__ void tag_continuous_step(
         }
         if (sqrtf(best) < TC_TAGGING_RADIUS) {
             atomicAdd(&sh.tags[nearest], 1);
-            rewards[row + a] = rewards[row + a] + TC_TAG_PENALTY_FOR_RUNNER;
+            rewards[a] = rewards[a] + TC_TAG_PENALTY_FOR_RUNNER;
 #if TC_RUNNER_EXITS
             // Only runners' flags change here, and this phase reads only taggers' flags.
             sh.in_game[a] = s.in_game[a] = false;
@@ -302,56 +296,37 @@ extern "C" __global__ void tag_continuous_step(
     __syncthreads();
 
     // Steps 3-6: taggers' tag rewards, end-of-game rewards, episode end.
-    bool term = sh.runners_left == 0;
+    term = sh.runners_left == 0;
     bool last = now == TC_EPISODE_LENGTH;
-    bool trunc = last && !term;
-    bool done = term || trunc;
+    trunc = last && !term;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        float reward = rewards[row + a];
+        float reward = rewards[a];
         if (a < G) {
             if (sh.tags[a] > 0) reward = __fadd_rn(reward, __fmul_rn((float)sh.tags[a], TC_TAG_REWARD_FOR_TAGGER));
         } else if (last && sh.in_game[a]) {
             reward = reward + TC_END_OF_GAME_REWARD_FOR_RUNNER;
         }
-        rewards[row + a] = reward;
-        float sum = running_returns[row + a] + reward;
-        if (done) episode_returns[row + a] = sum;
-        running_returns[row + a] = done ? 0.0f : sum;
-        agent_terminated[row + a] = term || !sh.in_game[a];
-        agent_truncated[row + a] = trunc && sh.in_game[a];
+        rewards[a] = reward;
     }
-    if (threadIdx.x == 0) {
-        t[e] = now;
-        terminated[e] = term;
-        truncated[e] = trunc;
-        if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
-            final_observation_mask[e] = done;
-        } else {
-            needs_reset[e] = done;
-        }
-    }
-    if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
-        observe_env(s, sh, now, final_observations + row * TC_OBS_DIM);
-        __syncthreads();  // the final observations have read the state the reset overwrites
-        reset_env(s, sh, t, episodes, seeds[e], e);
-        __syncthreads();
-        observe_env(s, sh, 0, obs);
-    } else {
-        observe_env(s, sh, now, obs);
-    }
+    if (threadIdx.x == 0) state.t[e] = now;
+}
+
+extern "C" __global__ void tag_continuous_step(
+    int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
+    const long long* actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
+    bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,
+    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode) {
+    gme_multi_agent_step<TagContinuous>(num_envs, {x, y, direction, speed, acceleration, in_game, t}, actions,
+                                        observations, nullptr, rewards, agent_terminated, agent_truncated, terminated,
+                                        truncated, running_returns, episode_returns, nullptr, final_observations,
+                                        final_observation_mask, needs_reset, episodes, seeds, autoreset_mode);
 }
 
 extern "C" __global__ void tag_continuous_reset(int num_envs, float* x, float* y, float* direction, float* speed,
                                                 float* acceleration, bool* in_game, int* t, float* observations,
                                                 float* running_returns, const bool* reset_mask, bool* needs_reset,
                                                 unsigned int* episodes, const unsigned long long* seeds) {
-    __shared__ TagShared sh;
-    int e = blockIdx.x;
-    if (e >= num_envs || !reset_mask[e]) return;
-    EnvState s = env_rows(e, x, y, direction, speed, acceleration, in_game);
-    reset_env(s, sh, t, episodes, seeds[e], e);
-    for (int a = threadIdx.x; a < N; a += blockDim.x) running_returns[(long long)e * N + a] = 0.0f;
-    if (threadIdx.x == 0) needs_reset[e] = false;
-    __syncthreads();
-    observe_env(s, sh, 0, observations + (long long)e * N * TC_OBS_DIM);
+    gme_multi_agent_reset<TagContinuous>(num_envs, {x, y, direction, speed, acceleration, in_game, t}, observations,
+                                         nullptr, running_returns, reset_mask, needs_reset, episodes, seeds);
 }

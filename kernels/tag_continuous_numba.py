@@ -3,9 +3,11 @@ gpu_marl_envs/envs/tag_continuous.py (its docstring documents the rules and floa
 
 ``make_kernels(constants)`` builds ``(tag_continuous_step, tag_continuous_reset)`` for one set of
 params (``kernel_constants``): the kernels close over them, so the shared arrays are sized by the
-number of agents and the action tables are constant arrays. One block per env; agent ``a`` is
-handled by threads strided over the block (``for a in range(tid, N, blockDim)``), so any block size
-works; every phase boundary is a ``syncthreads`` of the one block, reached by all its threads.
+number of agents and the action tables are constant arrays. They are the multi-agent template's
+(``multi_agent_numba.py``: a block per env, autoreset, returns) with this game's device functions.
+Agent ``a`` is handled by threads strided over the block (``for a in range(tid, N, blockDim)``), so
+any block size works; every phase boundary is a ``syncthreads`` of the one block, reached by all its
+threads.
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
 threads read (positions, in-game flags, a chunk's nearest-others lists) is staged in shared memory
@@ -22,17 +24,13 @@ FMA (the .cu's ``__fmul_rn``/``__fadd_rn``), and plain float32 operations in the
 import math
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 from numba import boolean, float32, int32
 
-from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 
-NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
-SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 FEATURES = 7
-
 
 
 def make_kernels(constants: dict):
@@ -84,10 +82,21 @@ def make_kernels(constants: dict):
         return add_rn(mul_rn(dx, dx), mul_rn(dy, dy))
 
     @cuda.jit(device=True)
-    def reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seed, sh_x, sh_y, sh_in_game):
+    def shared():
+        sh_x = cuda.shared.array(N, float32)  # positions after this step's moves (or a reset)
+        sh_y = cuda.shared.array(N, float32)
+        sh_in_game = cuda.shared.array(N, boolean)
+        observed = cuda.shared.array(OBSERVED_SIZE, int32)  # the nearest others of a chunk's agents
+        tags = cuda.shared.array(G, int32)  # runners each tagger tagged this step
+        runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
+        return sh_x, sh_y, sh_in_game, observed, tags, runners_left
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
         # Draws as in the reference's reset: x_a is draw a, y_a draw N + a, the direction's quarter
-        # draw 2N + a. episodes is read as an unsigned counter (uniform masks it to 32 bits).
-        episode = episodes[e]
+        # draw 2N + a.
+        x, y, direction, speed, acceleration, in_game, t = state
+        sh_x, sh_y, sh_in_game = sh[0], sh[1], sh[2]
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
             px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
             py = uniform(seed, episode, N + a, ZERO, GRID_LENGTH)
@@ -101,10 +110,7 @@ def make_kernels(constants: dict):
             acceleration[e, a] = ZERO
             in_game[e, a] = True
             sh_in_game[a] = True
-        cuda.syncthreads()  # every thread has read episodes[e]
         if cuda.threadIdx.x == 0:
-            # An unsigned increment, wrapping like the .cu's unsigned int, stored back as int32.
-            episodes[e] = np.int32(np.int64(episode) + np.int64(1))
             t[e] = 0
 
     @cuda.jit(device=True)
@@ -164,13 +170,16 @@ def make_kernels(constants: dict):
         return ONE if sh_in_game[j] else ZERO
 
     @cuda.jit(device=True)
-    def observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, out):
+    def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows and the staged positions must
         be current and visible to the whole block), a chunk of agents at a time: each thread finds
         its agent's nearest others, then the block writes the chunk's rows feature by feature, as
         tag_continuous.cu does. Every thread runs every chunk, so the barriers are uniform. (The
-        CUDA C kernel also splits one agent's search over several lanes; here one thread does it.)"""
-        time = np.float32(now) / TIME_SCALE
+        CUDA C kernel also splits one agent's search over several lanes; here one thread does it.)
+        No action masks in this game."""
+        _, _, direction, speed, acceleration, _, t = state
+        sh_x, sh_y, sh_in_game, observed = sh[0], sh[1], sh[2], sh[3]
+        time = np.float32(t[e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         chunk = min(threads, CHUNK)  # observed holds CHUNK agents' lists
@@ -186,47 +195,19 @@ def make_kernels(constants: dict):
                 p = k - c * pairs
                 r = p // SLOTS
                 m = p - r * SLOTS
-                out[e, (first + r) * OBS_DIM + m * FEATURES + c] = feature(e, first + r, r, m, c, direction, speed, acceleration,
-                                                              sh_x, sh_y, sh_in_game, observed)
+                out[e, (first + r) * OBS_DIM + m * FEATURES + c] = feature(
+                    e, first + r, r, m, c, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed)
             for r in range(tid, rows, threads):
                 out[e, (first + r) * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[first + r] else ZERO
             cuda.syncthreads()  # the next chunk overwrites observed
 
-    @cuda.jit
-    def tag_continuous_step(num_envs, x, y, direction, speed, acceleration, in_game, t, actions, observations,
-                            rewards, agent_terminated, agent_truncated, terminated, truncated, running_returns,
-                            episode_returns, final_observations, final_observation_mask, needs_reset, episodes, seeds,
-                            autoreset_mode):
-        sh_x = cuda.shared.array(N, float32)
-        sh_y = cuda.shared.array(N, float32)
-        sh_in_game = cuda.shared.array(N, boolean)
-        observed = cuda.shared.array(OBSERVED_SIZE, int32)  # the nearest others of a chunk's agents
-        tags = cuda.shared.array(G, int32)  # runners each tagger tagged this step
-        runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
-        e = cuda.blockIdx.x
-        if e >= num_envs:
-            return
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
+        x, y, direction, speed, acceleration, in_game, t = state
+        sh_x, sh_y, sh_in_game, tags, runners_left = sh[0], sh[1], sh[2], sh[4], sh[5]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
-
-        if autoreset_mode == NEXT_STEP and needs_reset[e]:
-            # The previous step ended this episode: this step only resets (the actions are ignored).
-            reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y,
-                      sh_in_game)
-            for a in range(tid, N, threads):
-                rewards[e, a] = ZERO
-                running_returns[e, a] = ZERO
-                agent_terminated[e, a] = False
-                agent_truncated[e, a] = False
-            if tid == 0:
-                terminated[e] = False
-                truncated[e] = False
-                needs_reset[e] = False
-            cuda.syncthreads()
-            observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
-            return
-
-        # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
         now = t[e] + 1
         for g in range(tid, G, threads):
             tags[g] = 0
@@ -302,7 +283,6 @@ def make_kernels(constants: dict):
         term = runners_left[0] == 0
         last = now == EPISODE_LENGTH
         trunc = last and not term
-        done = term or trunc
         for a in range(tid, N, threads):
             reward = rewards[e, a]
             if a < G:
@@ -312,47 +292,29 @@ def make_kernels(constants: dict):
             elif last and sh_in_game[a]:
                 reward = reward + END_OF_GAME_REWARD_FOR_RUNNER
             rewards[e, a] = reward
-            total = running_returns[e, a] + reward
-            if done:
-                episode_returns[e, a] = total
-            running_returns[e, a] = ZERO if done else total
-            agent_terminated[e, a] = term or not sh_in_game[a]
-            agent_truncated[e, a] = trunc and sh_in_game[a]
         if tid == 0:
             t[e] = now
-            terminated[e] = term
-            truncated[e] = trunc
-            if autoreset_mode == SAME_STEP:
-                final_observation_mask[e] = done
-            else:
-                needs_reset[e] = done
-        if autoreset_mode == SAME_STEP and done:
-            observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed,
-                        final_observations)
-            cuda.syncthreads()  # the final observations have read the state the reset overwrites
-            reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y,
-                      sh_in_game)
-            cuda.syncthreads()
-            observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
-        else:
-            observe_env(e, now, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+        return term, trunc
+
+    @cuda.jit(device=True)
+    def agent_in_game(state, sh, e, a):
+        return sh[2][a]  # sh_in_game, current after a step
+
+    step_block, reset_block = make_multi_agent_blocks(N, shared, reset_env, step_env, agent_in_game, observe_env)
+
+    @cuda.jit
+    def tag_continuous_step(num_envs, x, y, direction, speed, acceleration, in_game, t, actions, observations,
+                            rewards, agent_terminated, agent_truncated, terminated, truncated, running_returns,
+                            episode_returns, final_observations, final_observation_mask, needs_reset, episodes, seeds,
+                            autoreset_mode):
+        step_block(num_envs, (x, y, direction, speed, acceleration, in_game, t), actions, observations, None, rewards,
+                   agent_terminated, agent_truncated, terminated, truncated, running_returns, episode_returns, None,
+                   final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
 
     @cuda.jit
     def tag_continuous_reset(num_envs, x, y, direction, speed, acceleration, in_game, t, observations,
                              running_returns, reset_mask, needs_reset, episodes, seeds):
-        sh_x = cuda.shared.array(N, float32)
-        sh_y = cuda.shared.array(N, float32)
-        sh_in_game = cuda.shared.array(N, boolean)
-        observed = cuda.shared.array(OBSERVED_SIZE, int32)
-        e = cuda.blockIdx.x
-        if e >= num_envs or not reset_mask[e]:
-            return
-        reset_env(e, x, y, direction, speed, acceleration, in_game, t, episodes, seeds[e], sh_x, sh_y, sh_in_game)
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
-            running_returns[e, a] = ZERO
-        if cuda.threadIdx.x == 0:
-            needs_reset[e] = False
-        cuda.syncthreads()
-        observe_env(e, 0, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed, observations)
+        reset_block(num_envs, (x, y, direction, speed, acceleration, in_game, t), observations, None, running_returns,
+                    reset_mask, needs_reset, episodes, seeds)
 
     return tag_continuous_step, tag_continuous_reset

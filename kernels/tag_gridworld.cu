@@ -1,14 +1,14 @@
 // TagGridworld (gpu_marl_envs/envs/tag_gridworld.py is the reference and documents the rules and
-// float32 conventions): one block per env; agent a is handled by thread a % blockDim.x, so envs with
-// more agents than threads loop, and every phase boundary is a __syncthreads of the one block (no
-// waiting across blocks). The params arrive as TG_* constants (kernel_constants in the reference
-// module), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
+// float32 conventions) on the multi-agent template (multi_agent.cuh: a block per env, agents spread
+// over its threads, autoreset, returns): this file is the game's part, struct TagGridworld. The
+// params arrive as TG_* constants (kernel_constants in the reference module), the RNG and autoreset
+// constants as GME_* (multi_agent_pycuda.kernel_source).
 //
 // Race freedom: in each phase a thread writes only the agents it handles in that phase; what other
 // threads read (the cells after the moves) is staged in shared memory before a barrier. The tag is a block-wide OR
 // (__syncthreads_or), the runner's nearest tagger an integer atomicMin over exact keys: both are the
 // same in any order. Observations are written by the whole block in consecutive words.
-#include "rng.cuh"
+#include "multi_agent.cuh"
 
 #define N TG_NUM_AGENTS
 #define G TG_NUM_TAGGERS
@@ -37,9 +37,27 @@ struct TagShared {
     long long nearest;  // least nearest-tagger key (partial observation only)
 };
 
-__device__ void reset_env(int* x, int* y, TagShared& sh, int* t, unsigned int* episodes, unsigned long long seed,
-                          int e) {
-    unsigned int episode = episodes[e];
+// The game, as multi_agent.cuh calls it.
+struct TagGridworld {
+    struct State {
+        int* x;
+        int* y;
+        int* t;
+    };
+    typedef TagShared Shared;
+    static constexpr int num_agents = N, obs_size = N * TG_OBS_DIM, mask_size = 0, action_size = 1, num_metrics = 0;
+
+    __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed, unsigned int episode);
+    __device__ static void step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+                                    bool& term, bool& trunc);
+    __device__ static bool in_game(const State&, const Shared&, int, int) { return true; }  // until the episode ends
+    __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool*);
+};
+
+__device__ void TagGridworld::reset_env(const State& s, Shared& sh, int e, unsigned long long seed,
+                                        unsigned int episode) {
+    int* x = s.x + (long long)e * N;
+    int* y = s.y + (long long)e * N;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
 #if TG_RANDOM_START
         // Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
@@ -52,20 +70,14 @@ __device__ void reset_env(int* x, int* y, TagShared& sh, int* t, unsigned int* e
         x[a] = sh.x[a] = cx;
         y[a] = sh.y[a] = cy;
     }
-    __syncthreads();  // every thread has read episodes[e] (and any earlier reader of sh.nearest is done)
-    if (threadIdx.x == 0) {
-        episodes[e] = episode + 1;
-        t[e] = 0;
-        sh.nearest = NO_KEY;
-    }
+    if (threadIdx.x == 0) s.t[e] = 0;
 }
 
 __device__ __forceinline__ float scaled(int cell) { return (float)cell / (float)L; }
 
-// Observations of this env's agents (the staged cells must be current and visible to the whole block,
-// and sh.nearest re-armed to NO_KEY since they were staged).
-__device__ void observe_env(TagShared& sh, int t, float* obs) {
-    float time = (float)t / (float)TG_EPISODE_LENGTH;
+// Observations of env e's agents (the staged cells must be current and visible to the whole block).
+__device__ void TagGridworld::observe_env(const State& s, Shared& sh, int e, float* obs, bool*) {
+    float time = (float)s.t[e] / (float)TG_EPISODE_LENGTH;
 #if TG_FULL_OBSERVATION
     // Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
     for (int k = threadIdx.x; k < N * TG_OBS_DIM; k += blockDim.x) {
@@ -86,6 +98,8 @@ __device__ void observe_env(TagShared& sh, int t, float* obs) {
     }
 #else
     // The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
+    if (threadIdx.x == 0) sh.nearest = NO_KEY;
+    __syncthreads();
     long long best = NO_KEY;
     for (int g = threadIdx.x; g < G; g += blockDim.x) {
         long long dx = (long long)(sh.x[g] - sh.x[R]);
@@ -114,49 +128,23 @@ __device__ void observe_env(TagShared& sh, int t, float* obs) {
 #endif
 }
 
-extern "C" __global__ void tag_gridworld_step(
-    int num_envs, int* x, int* y, int* t, const long long* actions, float* observations, float* rewards,
-    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* running_returns,
-    float* episode_returns, float* final_observations, bool* final_observation_mask, bool* needs_reset,
-    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
-    __shared__ TagShared sh;
-    int e = blockIdx.x;
-    if (e >= num_envs) return;
-    long long row = (long long)e * N;
-    int* ex = x + row;
-    int* ey = y + row;
-    float* obs = observations + row * TG_OBS_DIM;
-
-    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
-        // The previous step ended this episode: this step only resets (the actions are ignored).
-        reset_env(ex, ey, sh, t, episodes, seeds[e], e);
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
-            rewards[row + a] = 0.0f;
-            running_returns[row + a] = 0.0f;
-            agent_terminated[row + a] = false;
-            agent_truncated[row + a] = false;
-        }
-        if (threadIdx.x == 0) {
-            terminated[e] = truncated[e] = needs_reset[e] = false;
-        }
-        __syncthreads();
-        observe_env(sh, 0, obs);
-        return;
-    }
-
+// Spec steps 1-3 of env e; actions and rewards are env e's rows.
+__device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+                                       bool& term, bool& trunc) {
     // Spec step 1: every agent moves one cell (actions clamped into range), clipped to [0, L]. The
     // reward slot holds the wall-hit penalty to subtract until the tag is known.
-    int now = t[e] + 1;
-    if (threadIdx.x == 0) sh.nearest = NO_KEY;
+    int* ex = s.x + (long long)e * N;
+    int* ey = s.y + (long long)e * N;
+    int now = s.t[e] + 1;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        long long action = min(max(actions[row + a], 0LL), (long long)(NUM_ACTIONS - 1));
+        long long action = min(max(actions[a], 0LL), (long long)(NUM_ACTIONS - 1));
         int moved_x = ex[a] + (action == PLUS_X) - (action == MINUS_X);
         int moved_y = ey[a] + (action == PLUS_Y) - (action == MINUS_Y);
         int cx = min(max(moved_x, 0), L);
         int cy = min(max(moved_y, 0), L);
         ex[a] = sh.x[a] = cx;
         ey[a] = sh.y[a] = cy;
-        rewards[row + a] = cx != moved_x || cy != moved_y ? TG_WALL_HIT_PENALTY : 0.0f;
+        rewards[a] = cx != moved_x || cy != moved_y ? TG_WALL_HIT_PENALTY : 0.0f;
     }
     __syncthreads();
 
@@ -165,53 +153,32 @@ extern "C" __global__ void tag_gridworld_step(
     for (int g = threadIdx.x; g < G; g += blockDim.x) {
         on_runner |= sh.x[g] == sh.x[R] && sh.y[g] == sh.y[R];
     }
-    bool tagged = __syncthreads_or(on_runner);
+    term = __syncthreads_or(on_runner);
 
     // Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
-    bool trunc = now >= TG_EPISODE_LENGTH && !tagged;
-    bool done = tagged || trunc;
+    trunc = now >= TG_EPISODE_LENGTH && !term;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        float term = a == R ? (tagged ? -TG_TAG_PENALTY_FOR_RUNNER : TG_STEP_COST_FOR_TAGGER)
-                            : (tagged ? TG_TAG_REWARD_FOR_TAGGER : -TG_STEP_COST_FOR_TAGGER);
-        float reward = term - rewards[row + a];
-        rewards[row + a] = reward;
-        float sum = running_returns[row + a] + reward;
-        if (done) episode_returns[row + a] = sum;
-        running_returns[row + a] = done ? 0.0f : sum;
-        agent_terminated[row + a] = tagged;  // every agent plays until the episode ends
-        agent_truncated[row + a] = trunc;
+        float tag_term = a == R ? (term ? -TG_TAG_PENALTY_FOR_RUNNER : TG_STEP_COST_FOR_TAGGER)
+                                : (term ? TG_TAG_REWARD_FOR_TAGGER : -TG_STEP_COST_FOR_TAGGER);
+        rewards[a] = tag_term - rewards[a];
     }
-    if (threadIdx.x == 0) {
-        t[e] = now;
-        terminated[e] = tagged;
-        truncated[e] = trunc;
-        if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
-            final_observation_mask[e] = done;
-        } else {
-            needs_reset[e] = done;
-        }
-    }
-    if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
-        observe_env(sh, now, final_observations + row * TG_OBS_DIM);
-        __syncthreads();  // the final observations have read the cells the reset overwrites
-        reset_env(ex, ey, sh, t, episodes, seeds[e], e);
-        __syncthreads();
-        observe_env(sh, 0, obs);
-    } else {
-        observe_env(sh, now, obs);
-    }
+    if (threadIdx.x == 0) s.t[e] = now;
+}
+
+extern "C" __global__ void tag_gridworld_step(
+    int num_envs, int* x, int* y, int* t, const long long* actions, float* observations, float* rewards,
+    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* running_returns,
+    float* episode_returns, float* final_observations, bool* final_observation_mask, bool* needs_reset,
+    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
+    gme_multi_agent_step<TagGridworld>(num_envs, {x, y, t}, actions, observations, nullptr, rewards, agent_terminated,
+                                       agent_truncated, terminated, truncated, running_returns, episode_returns,
+                                       nullptr, final_observations, final_observation_mask, needs_reset, episodes,
+                                       seeds, autoreset_mode);
 }
 
 extern "C" __global__ void tag_gridworld_reset(int num_envs, int* x, int* y, int* t, float* observations,
                                                float* running_returns, const bool* reset_mask, bool* needs_reset,
                                                unsigned int* episodes, const unsigned long long* seeds) {
-    __shared__ TagShared sh;
-    int e = blockIdx.x;
-    if (e >= num_envs || !reset_mask[e]) return;
-    long long row = (long long)e * N;
-    reset_env(x + row, y + row, sh, t, episodes, seeds[e], e);
-    for (int a = threadIdx.x; a < N; a += blockDim.x) running_returns[row + a] = 0.0f;
-    if (threadIdx.x == 0) needs_reset[e] = false;
-    __syncthreads();
-    observe_env(sh, 0, observations + row * TG_OBS_DIM);
+    gme_multi_agent_reset<TagGridworld>(num_envs, {x, y, t}, observations, nullptr, running_returns, reset_mask,
+                                        needs_reset, episodes, seeds);
 }

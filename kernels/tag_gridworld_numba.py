@@ -2,9 +2,10 @@
 reference is gpu_marl_envs/envs/tag_gridworld.py.
 
 ``make_kernels(constants)`` takes ``tag_gridworld.kernel_constants(params)`` and returns the
-``(tag_gridworld_step, tag_gridworld_reset)`` kernels for them: one block per env, agent ``a`` handled
-by thread ``a % blockDim.x``, the cells staged in shared memory. Arrays have their natural shapes:
-x, y (E, N) int32, observations (E, N, obs_dim) float32, episodes (E,) int32 (an unsigned counter).
+``(tag_gridworld_step, tag_gridworld_reset)`` kernels for them: the multi-agent template's
+(``multi_agent_numba.py``: a block per env, autoreset, returns) with this game's device functions,
+agent ``a`` handled by thread ``a % blockDim.x``, the cells staged in shared memory. Arrays have
+their natural shapes: x, y (E, N) int32, observations (E, N * obs_dim) float32.
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
 threads read (the cells after the moves) is staged in shared memory before a barrier; the tag is a
@@ -16,15 +17,11 @@ correctly rounded, no product to fuse), so GPU and simulator agree bit for bit.
 import math
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 from numba import int32, int64
 
-from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.kernels import rng_numba
+from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
 from gpu_marl_envs.kernels.numba_api import cuda
-
-NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
-SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 
 # Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
 PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = 1, 2, 3, 4
@@ -65,9 +62,16 @@ def make_kernels(constants: dict):
         return np.float32(cell) / cells_float
 
     @cuda.jit(device=True)
-    def reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e):
-        episode = episodes[e]
-        seed = seeds[e]
+    def shared():
+        sx = cuda.shared.array(n, dtype=int32)  # cells after this step's moves (or after a reset)
+        sy = cuda.shared.array(n, dtype=int32)
+        nearest = cuda.shared.array(1, dtype=int64)  # least nearest-tagger key (partial observation only)
+        return sx, sy, nearest
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        x, y, t = state
+        sx, sy = sh[0], sh[1]
         for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
             if random_start:
                 # Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
@@ -80,17 +84,16 @@ def make_kernels(constants: dict):
             y[e, a] = cy
             sx[a] = cx
             sy[a] = cy
-        cuda.syncthreads()  # every thread has read episodes[e] (and any earlier reader of nearest is done)
         if cuda.threadIdx.x == 0:
-            episodes[e] = episode + np.int32(1)
             t[e] = 0
-            nearest[0] = NO_KEY
 
     @cuda.jit(device=True)
-    def observe_env(sx, sy, nearest, t, obs, e):
-        # Observations of env e (the staged cells current and visible to the whole block, nearest
-        # re-armed to NO_KEY since they were staged), written in consecutive words.
-        time = np.float32(t) / steps_float
+    def observe_env(state, sh, e, obs, masks):
+        # Observations of env e (the staged cells current and visible to the whole block), written
+        # in consecutive words. No action masks in this game.
+        t = state[2]
+        sx, sy, nearest = sh
+        time = np.float32(t[e]) / steps_float
         if full_observation:
             # Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
             for k in range(cuda.threadIdx.x, obs_size, cuda.blockDim.x):
@@ -109,6 +112,9 @@ def make_kernels(constants: dict):
                 obs[e, k] = value
         else:
             # The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
+            if cuda.threadIdx.x == 0:
+                nearest[0] = NO_KEY
+            cuda.syncthreads()
             best = np.int64(NO_KEY)
             for g in range(cuda.threadIdx.x, g_count, cuda.blockDim.x):
                 dx = np.int64(sx[g]) - np.int64(sx[runner])
@@ -138,39 +144,14 @@ def make_kernels(constants: dict):
                     value = time
                 obs[e, k] = value
 
-    @cuda.jit
-    def tag_gridworld_step(num_envs, x, y, t, actions, observations, rewards, agent_terminated, agent_truncated,
-                           terminated, truncated, running_returns, episode_returns, final_observations,
-                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
-        sx = cuda.shared.array(n, dtype=int32)  # cells after this step's moves (or after a reset)
-        sy = cuda.shared.array(n, dtype=int32)
-        nearest = cuda.shared.array(1, dtype=int64)  # least nearest-tagger key (partial observation only)
-        e = cuda.blockIdx.x
-        tid = cuda.threadIdx.x
-        if e >= num_envs:
-            return
-
-        if autoreset_mode == NEXT_STEP and needs_reset[e]:
-            # The previous step ended this episode: this step only resets (the actions are ignored).
-            reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
-            for a in range(tid, n, cuda.blockDim.x):
-                rewards[e, a] = zero
-                running_returns[e, a] = zero
-                agent_terminated[e, a] = False
-                agent_truncated[e, a] = False
-            if tid == 0:
-                terminated[e] = False
-                truncated[e] = False
-                needs_reset[e] = False
-            cuda.syncthreads()
-            observe_env(sx, sy, nearest, 0, observations, e)
-            return
-
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
         # Spec step 1: every agent moves one cell (actions clamped into range), clipped to [0, L]. The
         # reward slot holds the wall-hit penalty to subtract until the tag is known.
+        x, y, t = state
+        sx, sy = sh[0], sh[1]
+        tid = cuda.threadIdx.x
         now = t[e] + 1
-        if tid == 0:
-            nearest[0] = NO_KEY
         for a in range(tid, n, cuda.blockDim.x):
             action = min(max(actions[e, a], 0), NUM_ACTIONS - 1)
             moved_x = x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X)
@@ -189,55 +170,36 @@ def make_kernels(constants: dict):
         for g in range(tid, g_count, cuda.blockDim.x):
             if sx[g] == sx[runner] and sy[g] == sy[runner]:
                 on_runner = np.int32(1)
-        tagged = cuda.syncthreads_or(on_runner) != 0
+        term = cuda.syncthreads_or(on_runner) != 0
 
         # Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
-        trunc = now >= episode_length and not tagged
-        done = tagged or trunc
+        trunc = now >= episode_length and not term
         for a in range(tid, n, cuda.blockDim.x):
             if a == runner:
-                term = -tag_penalty if tagged else step_cost
+                tag_term = -tag_penalty if term else step_cost
             else:
-                term = tag_reward if tagged else -step_cost
-            reward = term - rewards[e, a]
-            rewards[e, a] = reward
-            total = running_returns[e, a] + reward
-            if done:
-                episode_returns[e, a] = total
-            running_returns[e, a] = zero if done else total
-            agent_terminated[e, a] = tagged  # every agent plays until the episode ends
-            agent_truncated[e, a] = trunc
+                tag_term = tag_reward if term else -step_cost
+            rewards[e, a] = tag_term - rewards[e, a]
         if tid == 0:
             t[e] = now
-            terminated[e] = tagged
-            truncated[e] = trunc
-            if autoreset_mode == SAME_STEP:
-                final_observation_mask[e] = done
-            else:
-                needs_reset[e] = done
-        if autoreset_mode == SAME_STEP and done:
-            observe_env(sx, sy, nearest, now, final_observations, e)
-            cuda.syncthreads()  # the final observations have read the cells the reset overwrites
-            reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
-            cuda.syncthreads()
-            observe_env(sx, sy, nearest, 0, observations, e)
-        else:
-            observe_env(sx, sy, nearest, now, observations, e)
+        return term, trunc
+
+    @cuda.jit(device=True)
+    def agent_in_game(state, sh, e, a):
+        return True  # every agent plays until the episode ends
+
+    step_block, reset_block = make_multi_agent_blocks(n, shared, reset_env, step_env, agent_in_game, observe_env)
+
+    @cuda.jit
+    def tag_gridworld_step(num_envs, x, y, t, actions, observations, rewards, agent_terminated, agent_truncated,
+                           terminated, truncated, running_returns, episode_returns, final_observations,
+                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+        step_block(num_envs, (x, y, t), actions, observations, None, rewards, agent_terminated, agent_truncated,
+                   terminated, truncated, running_returns, episode_returns, None, final_observations,
+                   final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
 
     @cuda.jit
     def tag_gridworld_reset(num_envs, x, y, t, observations, running_returns, reset_mask, needs_reset, episodes, seeds):
-        sx = cuda.shared.array(n, dtype=int32)
-        sy = cuda.shared.array(n, dtype=int32)
-        nearest = cuda.shared.array(1, dtype=int64)
-        e = cuda.blockIdx.x
-        if e >= num_envs or not reset_mask[e]:
-            return
-        reset_env(x, y, sx, sy, nearest, t, episodes, seeds, e)
-        for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
-            running_returns[e, a] = zero
-        if cuda.threadIdx.x == 0:
-            needs_reset[e] = False
-        cuda.syncthreads()
-        observe_env(sx, sy, nearest, 0, observations, e)
+        reset_block(num_envs, (x, y, t), observations, None, running_returns, reset_mask, needs_reset, episodes, seeds)
 
     return tag_gridworld_step, tag_gridworld_reset

@@ -87,10 +87,10 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
                 compare(f"{name}[{group}]", expected[group], actual[group][:k], context)
         for group, info in reference_out[4].items():
             compare(f"active[{group}]", info["active"], kernel_out[4][group]["active"][:k], context)
-            ended = info["_episode"]
-            compare("_episode", ended, kernel_out[4][group]["_episode"][:k], context)
-            compare(f"episode returns[{group}]", info["episode"]["return"][ended],
-                    kernel_out[4][group]["episode"]["return"][:k][ended], context)
+            episode_ended = info["_episode"]
+            compare("_episode", episode_ended, kernel_out[4][group]["_episode"][:k], context)
+            compare(f"episode returns[{group}]", info["episode"]["return"][episode_ended],
+                    kernel_out[4][group]["episode"]["return"][:k][episode_ended], context)
             if "final_obs" in info:
                 mask = info["_final_obs"]
                 compare("_final_obs", mask, kernel_out[4][group]["_final_obs"][:k], context)

@@ -1,0 +1,121 @@
+// The fused step + autoreset shared by the multi-agent kernels (twin: multi_agent_numba.py; the torch
+// reference of the same runtime: gpu_marl_envs/backends/multi_agent_torch.py). A block per env; the
+// env's agents are spread over the block's threads (agent a: threads a % blockDim.x), and every phase
+// boundary is a __syncthreads of the one block, so nothing waits across blocks.
+//
+// What this file owns: the NEXT_STEP reset branch, the flags, per-agent returns, the episode totals'
+// write, SAME_STEP's final observations and reset, and the reset kernel's body. A game supplies a
+// struct Game with
+//   struct State;   // its state arrays, as the kernels receive them (the state dataclass's fields)
+//   struct Shared;  // what the threads of a block share (static shared memory, one per block)
+//   static constexpr int num_agents, obs_size (floats per env), mask_size (bools per env, 0 without
+//       masks), action_size (int64 per agent), num_metrics (episode totals per env, 0 without);
+//   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
+//       a fresh state of env e (and whatever it stages in Shared), t included;
+//   __device__ static void step_env(const State&, Shared&, int e, const long long* actions, float* rewards,
+//                                   bool& terminated, bool& truncated);
+//       one step of env e from actions (env e's (num_agents, action_size) row, indices possibly out of
+//       range: clamp them), every agent's reward into rewards (env e's row), t advanced; terminated and
+//       truncated must come out the same in every thread;
+//   __device__ static bool in_game(const State&, const Shared&, int e, int a);
+//   __device__ static void observe_env(const State&, Shared&, int e, float* obs, bool* masks);
+//       env e's observations (obs_size floats) and, unless masks is null, action masks (mask_size);
+//   __device__ static void totals_env(const State&, Shared&, int e, float* totals);
+//       the episode totals of the state right after a step (only games with num_metrics > 0 need it).
+// Every thread of the block calls each of them, with the block synchronised (whatever an earlier
+// phase wrote is visible); they may use __syncthreads inside, and must not write in one phase what
+// another thread reads in it. The argument lists are the game's: its two extern "C" kernels (their
+// parameters are checked against multi_agent_buffers.step_arguments / reset_arguments) call
+// gme_multi_agent_step and gme_multi_agent_reset.
+// The autoreset codes (GME_AUTORESET_*) and RNG constants arrive as #defines built in Python.
+#pragma once
+#include "rng.cuh"
+
+// A fresh episode of env e: the game's reset, running returns back to 0, the episode counter
+// advanced (the RNG draws of the next reset differ). Ends with the block synchronised.
+template <class Game>
+__device__ __forceinline__ void gme_reset_block(const typename Game::State& s, typename Game::Shared& sh, int e,
+                                                float* running_returns, unsigned int* episodes,
+                                                const unsigned long long* seeds) {
+    unsigned int episode = episodes[e];
+    Game::reset_env(s, sh, e, seeds[e], episode);
+    for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) running_returns[a] = 0.0f;
+    __syncthreads();  // every thread has read episodes[e]; the fresh state is visible to the block
+    if (threadIdx.x == 0) episodes[e] = episode + 1;
+}
+
+template <class Game>
+__device__ __forceinline__ void gme_multi_agent_step(
+    int num_envs, const typename Game::State& s, const long long* actions, float* observations, bool* action_masks,
+    float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated,
+    float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
+    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode) {
+    __shared__ typename Game::Shared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs) return;
+    long long row = (long long)e * Game::num_agents;
+    float* obs = observations + (long long)e * Game::obs_size;
+    bool* masks = Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr;
+
+    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
+        // The previous step ended this episode: this step only resets (the actions are ignored).
+        gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
+        for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) {
+            rewards[row + a] = 0.0f;
+            agent_terminated[row + a] = false;
+            agent_truncated[row + a] = false;
+        }
+        if (threadIdx.x == 0) terminated[e] = truncated[e] = needs_reset[e] = false;
+        Game::observe_env(s, sh, e, obs, masks);
+        return;
+    }
+
+    bool term, trunc;
+    Game::step_env(s, sh, e, actions + row * Game::action_size, rewards + row, term, trunc);
+    bool done = term || trunc;
+    __syncthreads();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
+    for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) {
+        // One float32 addition per step, as the reference's running_returns + rewards.
+        float sum = running_returns[row + a] + rewards[row + a];
+        if (done) episode_returns[row + a] = sum;
+        running_returns[row + a] = done ? 0.0f : sum;
+        bool playing = Game::in_game(s, sh, e, a);
+        agent_terminated[row + a] = term || !playing;
+        agent_truncated[row + a] = trunc && playing;
+    }
+    if constexpr (Game::num_metrics > 0) {
+        if (done) Game::totals_env(s, sh, e, episode_totals + (long long)e * Game::num_metrics);
+    }
+    if (threadIdx.x == 0) {
+        terminated[e] = term;
+        truncated[e] = trunc;
+        if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
+            final_observation_mask[e] = done;
+        } else {
+            needs_reset[e] = done;
+        }
+    }
+    __syncthreads();  // in_game and totals_env have read what observe_env may overwrite in Shared
+    if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
+        Game::observe_env(s, sh, e, final_observations + (long long)e * Game::obs_size, nullptr);
+        __syncthreads();  // the final observations have read the state the reset overwrites
+        gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
+    }
+    Game::observe_env(s, sh, e, obs, masks);
+}
+
+template <class Game>
+__device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typename Game::State& s,
+                                                      float* observations, bool* action_masks,
+                                                      float* running_returns, const bool* reset_mask,
+                                                      bool* needs_reset, unsigned int* episodes,
+                                                      const unsigned long long* seeds) {
+    __shared__ typename Game::Shared sh;
+    int e = blockIdx.x;
+    if (e >= num_envs || !reset_mask[e]) return;
+    gme_reset_block<Game>(s, sh, e, running_returns + (long long)e * Game::num_agents, episodes, seeds);
+    if (threadIdx.x == 0) needs_reset[e] = false;
+    Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
+                      Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
+}
