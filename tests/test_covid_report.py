@@ -1,6 +1,6 @@
 """CovidEconomy's scripted policies (masks, the real-world series, the schedules, any batch) and
 ``gpu-marl-covid-report`` end to end at short episodes, with a trained checkpoint, and its errors.
-About 15 s on a CPU."""
+About 20 s on a CPU (half of it matplotlib drawing the report's figures)."""
 
 import csv
 import dataclasses

@@ -1,6 +1,6 @@
 """PettingZooParallelEnv and the PettingZoo registry: PettingZoo's API and seed tests for every game
 through ``pettingzoo.make``, CovidEconomy's action masks and episode metrics in the infos, errors.
-(Tag's own behaviour: tests/test_tag_parallel_env.py.) About 5 s on a CPU."""
+(Tag's own behaviour: tests/test_tag_parallel_env.py.) About 2 s on a CPU."""
 
 import dataclasses
 import warnings
