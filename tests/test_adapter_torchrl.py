@@ -1,0 +1,415 @@
+"""The TorchRL adapter: TorchRL's own checker on every registered env, outputs against the env's own
+on crafted episodes (final observations, termination and truncation apart), resets through
+``"_reset"``, seeding, bad use, a PPO loop of TorchRL's parts that learns CartPole, and per-group
+policies on Tag. About 50 s on two cores, most of it the learning check."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.data import Bounded, Categorical, MultiCategorical
+from torchrl.envs import StepCounter, TransformedEnv
+from torchrl.envs.utils import ExplorationType, check_env_specs, set_exploration_type
+from torchrl.modules import MultiAgentMLP, ProbabilisticActor, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+
+from conftest import ENV_IDS
+from gpu_marl_envs import GpuVectorEnv, make_parallel
+from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv, make_env
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
+from gpu_marl_envs.registration import parallel_env_ids
+from harness import random_actions
+from test_vector_api import MAX_STEPS, arrange_vector_endings
+
+SEED = 3
+SAME_STEP = AutoresetMode.SAME_STEP
+# Small games: every rule (tags, exits, game ends by tagging and by time) within a few steps.
+SMALL_TAG = {
+    "TagContinuous-v0": TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4,
+                                            grid_length=3.0, tagging_distance=0.3, episode_length=12),
+    "TagGridworld-v0": TagGridworldParams(num_taggers=3, grid_length=4, episode_length=12),
+}
+
+
+@pytest.fixture
+def one_thread():
+    # A loop of tiny tensors: intra-op threads only add wake-up latency (and thrash on a busy machine).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def vector_pair(env_id, num_envs=3, **kwargs):
+    """An adapter and a twin env of the same id and seed, stepped by hand for reference."""
+    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, max_episode_steps=MAX_STEPS,
+                         **kwargs) for _ in range(2)]
+    adapter = TorchRLVectorEnv(envs[0])
+    adapter.set_seed(SEED)
+    envs[1].reset(seed=SEED)
+    return adapter, envs[0], envs[1]
+
+
+def parallel_pair(env_id, num_envs=4):
+    envs = [make_parallel(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, params=SMALL_TAG[env_id])
+            for _ in range(2)]
+    adapter = TorchRLParallelEnv(envs[0])
+    adapter.set_seed(SEED)
+    envs[1].reset_groups(seed=SEED)
+    return adapter, envs[1]
+
+
+def assert_equal(name, expected, actual):
+    assert expected.shape == actual.shape, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    bad = expected != actual
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{name} differs first at {index}: {actual[index].item()!r}, expected "
+                             f"{expected[index].item()!r} ({int(bad.sum())} elements differ)")
+
+
+# -- TorchRL's checker, specs ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS + parallel_env_ids())
+def test_check_env_specs_passes(env_id):
+    env = make_env(env_id, 4, device="cpu")
+    check_env_specs(env, seed=SEED, break_when_any_done="both")
+
+
+def test_specs_come_from_the_spaces(env_id):
+    raw = GpuVectorEnv(env_id, 5, device="cpu", autoreset_mode=SAME_STEP)
+    env = TorchRLVectorEnv(raw)
+    observation = env.observation_spec["observation"]
+    assert isinstance(observation, Bounded) and observation.shape == (5, *raw.single_observation_space.shape)
+    assert torch.equal(observation.space.low[0], torch.as_tensor(raw.single_observation_space.low))
+    assert torch.equal(observation.space.high[0], torch.as_tensor(raw.single_observation_space.high))
+    space = raw.single_action_space
+    if isinstance(space, spaces.Discrete):
+        assert isinstance(env.action_spec, Categorical) and env.action_spec.n == space.n
+        assert env.action_spec.shape == (5,) and env.action_spec.dtype == torch.int64
+    else:
+        assert isinstance(env.action_spec, Bounded) and env.action_spec.shape == (5, *space.shape)
+        assert torch.equal(env.action_spec.space.high[0], torch.as_tensor(space.high))
+    assert env.reward_spec.shape == (5, 1)
+    assert set(env.done_keys) == {"done", "terminated", "truncated"}
+
+
+@pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
+def test_agent_groups_have_the_vmas_layout(env_id):
+    adapter, twin = parallel_pair(env_id)
+    groups = twin.groups
+    assert adapter.group_map == groups
+    for group, agents in groups.items():
+        shape = (4, len(agents))
+        obs_space, action_space = twin.observation_space(agents[0]), twin.action_space(agents[0])
+        assert adapter.observation_spec[group, "observation"].shape == (*shape, *obs_space.shape)
+        assert adapter.observation_spec[group, "mask"].shape == shape
+        action = adapter.full_action_spec[group, "action"]
+        if isinstance(action_space, spaces.MultiDiscrete):
+            assert isinstance(action, MultiCategorical) and action.shape == (*shape, len(action_space.nvec))
+        else:
+            assert isinstance(action, Categorical) and action.n == action_space.n and action.shape == shape
+        assert adapter.full_reward_spec[group, "reward"].shape == (*shape, 1)
+        for flag in ("done", "terminated", "truncated"):
+            assert adapter.full_done_spec[group, flag].shape == (*shape, 1)
+    assert set(adapter.action_keys) == {(group, "action") for group in groups}
+    for flag in ("done", "terminated", "truncated"):
+        assert adapter.full_done_spec[flag].shape == (4, 1), "the game's own flags sit at the root"
+
+
+# -- outputs against the env's own -----------------------------------------------------------------
+
+
+def test_final_observations_and_flags_match_the_env(env_id):
+    adapter, env, twin = vector_pair(env_id)
+    actions = random_actions(env.single_action_space, 3, torch.Generator().manual_seed(0))
+    terminated, truncated = arrange_vector_endings(env, env_id, actions)
+    arrange_vector_endings(twin, env_id, actions)
+    data, following = adapter.step_and_maybe_reset(TensorDict({"action": actions.clone()}, batch_size=[3]))
+    obs, rewards, term, trunc, infos = twin.step(actions)
+    assert infos["_final_obs"][:2].all()
+    ended = infos["_final_obs"].unsqueeze(-1)
+    assert_equal("('next', 'observation')", torch.where(ended, infos["final_obs"], obs), data["next", "observation"])
+    assert_equal("final observations", infos["final_obs"][:2], data["next", "observation"][:2])
+    assert_equal("('next', 'reward')", rewards.unsqueeze(-1), data["next", "reward"])
+    assert_equal("('next', 'terminated')", terminated.unsqueeze(-1), data["next", "terminated"])
+    assert_equal("('next', 'truncated')", truncated.unsqueeze(-1), data["next", "truncated"])
+    assert_equal("('next', 'done')", (terminated | truncated).unsqueeze(-1), data["next", "done"])
+    # The step's own flags, before any reset: truncation is not reported as termination.
+    assert_equal("env terminated", terminated, term)
+    assert_equal("env truncated", truncated, trunc)
+    # Carrying on: the env's reset observations, flags cleared.
+    assert_equal("observation after the step", obs, following["observation"])
+    for flag in ("done", "terminated", "truncated"):
+        assert not following[flag].any(), f"{flag} must be cleared after the env's reset"
+
+
+def test_the_generic_reset_path_agrees_with_the_fast_one():
+    # TransformedEnv takes TorchRL's generic maybe_reset (any_done, then reset with "_reset"): it must
+    # not reset a second time the sub-envs that the env reset within the step.
+    fast = make_env("CartPole-v1", 6, device="cpu", max_episode_steps=9)
+    generic = TransformedEnv(make_env("CartPole-v1", 6, device="cpu", max_episode_steps=9), StepCounter())
+    fast.set_seed(SEED)
+    generic.set_seed(SEED)
+    policy = TensorDictModule(lambda obs: (obs[:, 2] > 0).long(), in_keys=["observation"], out_keys=["action"])
+    runs = [env.rollout(40, policy, break_when_any_done=False) for env in (fast, generic)]
+    assert runs[0]["next", "done"].sum() > 6, "episodes must end inside the rollout"
+    for key in ("observation", ("next", "observation"), ("next", "reward"), ("next", "terminated"),
+                ("next", "truncated")):
+        assert_equal(str(key), runs[0][key], runs[1][key])
+
+
+def test_partial_reset_through_reset_key():
+    adapter, env, twin = vector_pair("CartPole-v1", num_envs=4)
+    actions = torch.zeros(4, dtype=torch.int64)
+    data = adapter.reset()
+    twin.reset()
+    for _ in range(2):
+        data["action"] = actions
+        _, data = adapter.step_and_maybe_reset(data)
+        twin.step(actions)
+    mask = torch.tensor([False, True, False, True])
+    data["_reset"] = mask.unsqueeze(-1)
+    before = data["observation"].clone()
+    data = adapter.reset(data)
+    obs, _ = twin.reset(options={"reset_mask": mask})
+    assert_equal("observation", obs, data["observation"])
+    assert_equal("sub-envs reset", mask, (data["observation"] != before).any(1))
+    assert not data["done"].any()
+    for name, values in twin.get_state().items():
+        assert_equal(f"state {name}", values, env.get_state()[name])
+
+
+@pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
+def test_agent_outputs_match_the_game(env_id):
+    adapter, twin = parallel_pair(env_id)
+    torch.manual_seed(1)  # the specs' random actions
+    data = adapter.reset()
+    twin.reset_groups()
+    saw = {"left": False, "game over": False}
+    for step in range(30):
+        actions = {group: adapter.full_action_spec[group, "action"].rand() for group in twin.groups}
+        for group in actions:
+            data[group, "action"] = actions[group].clone()
+        active_before = {group: data[group, "mask"].clone() for group in twin.groups}
+        data, following = adapter.step_and_maybe_reset(data)
+        obs, rewards, term, trunc, infos = twin.step_groups(actions)
+        ended = next(iter(infos.values()))["_final_obs"]
+        context = f"{env_id}, step {step}"
+        game_truncated = torch.cat(list(trunc.values()), 1).any(1)
+        assert_equal(f"{context}: done", ended.unsqueeze(-1), data["next", "done"])
+        assert_equal(f"{context}: truncated", game_truncated.unsqueeze(-1), data["next", "truncated"])
+        assert_equal(f"{context}: terminated", (ended & ~game_truncated).unsqueeze(-1), data["next", "terminated"])
+        for group in twin.groups:
+            final = ended.view(-1, 1, 1)
+            assert_equal(f"{context}: {group} observation", torch.where(final, infos[group]["final_obs"], obs[group]),
+                         data["next", group, "observation"])
+            assert_equal(f"{context}: {group} reward", rewards[group].unsqueeze(-1), data["next", group, "reward"])
+            assert_equal(f"{context}: {group} terminated", term[group].unsqueeze(-1), data["next", group, "terminated"])
+            assert_equal(f"{context}: {group} truncated", trunc[group].unsqueeze(-1), data["next", group, "truncated"])
+            assert_equal(f"{context}: {group} mask", ~term[group], data["next", group, "mask"])
+            assert_equal(f"{context}: {group} carried on", obs[group], following[group, "observation"])
+            assert_equal(f"{context}: {group} mask carried on", infos[group]["active"], following[group, "mask"])
+            assert_equal(f"{context}: {group} left", ~infos[group]["active"], following[group, "done"].squeeze(-1))
+            saw["left"] |= bool((active_before[group] & term[group] & ~ended.unsqueeze(-1)).any())
+        saw["game over"] |= bool((ended & ~game_truncated).any())
+        data = following
+    assert saw["game over"], "a game must end by tagging within the steps"
+    # The gridworld has one runner: its tag ends the game.
+    assert saw["left"] or env_id == "TagGridworld-v0", "a runner must leave an ongoing game within the steps"
+
+
+def test_agent_level_reset_requests_reset_no_game():
+    adapter, twin = parallel_pair("TagContinuous-v0")
+    data = adapter.reset()
+    before = data["runners", "observation"].clone()
+    request = data.clone()
+    request["runners", "_reset"] = torch.ones(4, 3, 1, dtype=torch.bool)
+    after = adapter.reset(request)
+    assert_equal("runners' observations", before, after["runners", "observation"])
+
+
+def test_seeding_gives_the_same_trajectories():
+    runs = []
+    for seed in (5, 5, 6):
+        env = make_env("Acrobot-v1", 4, device="cpu")
+        env.set_seed(seed)
+        torch.manual_seed(0)  # the rollout's random actions
+        runs.append(env.rollout(20, break_when_any_done=False))
+    assert torch.equal(runs[0]["next", "observation"], runs[1]["next", "observation"])
+    assert not torch.equal(runs[0]["observation"][:, 0], runs[2]["observation"][:, 0]), "another seed, other starts"
+
+
+# -- bad use -----------------------------------------------------------------------------------
+
+
+def test_bad_use_gives_clear_errors_and_changes_nothing():
+    raw = GpuVectorEnv("CartPole-v1", 4, device="cpu", autoreset_mode=SAME_STEP)
+    env = TorchRLVectorEnv(raw)
+    data = env.reset()
+    state = raw.get_state()
+    bad_actions = {
+        "shape": (torch.zeros(4, 2, dtype=torch.int64), ValueError, r"shape \(4,\)"),
+        "dtype": (torch.zeros(4), TypeError, r"torch\.int64"),
+        "device": (torch.zeros(4, dtype=torch.int64, device="meta"), ValueError, r"on meta but the env is on cpu"),
+    }
+    for name, (action, error, message) in bad_actions.items():
+        with pytest.raises(error, match=message):
+            env.step(TensorDict({"action": action}, batch_size=[4]))
+        for field, values in raw.get_state().items():
+            assert torch.equal(values, state[field]), f"a refused step ({name}) changed {field}"
+    with pytest.raises(RuntimeError, match="shape==env.batch_size"):
+        env.step(TensorDict({"action": torch.zeros(3, dtype=torch.int64)}, batch_size=[3]))
+    with pytest.raises(ValueError, match=r"make the env on cuda"):
+        env.to("cuda")
+    assert data["observation"].shape == (4, 4)
+
+
+def test_wrapping_needs_same_step_autoreset():
+    with pytest.raises(ValueError, match="AutoresetMode.SAME_STEP"):
+        TorchRLVectorEnv(GpuVectorEnv("CartPole-v1", 2, device="cpu"))
+    with pytest.raises(TypeError, match="wraps a GpuParallelEnv"):
+        TorchRLParallelEnv(GpuVectorEnv("CartPole-v1", 2, device="cpu", autoreset_mode=SAME_STEP))
+    with pytest.raises(ValueError, match="drop the argument"):
+        make_env("CartPole-v1", 2, device="cpu", autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+# -- learning ------------------------------------------------------------------------------------
+
+
+def mlp(n_in: int, n_out: int, hidden: int = 64) -> nn.Module:
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, n_out))
+
+
+def first_episode_returns(env, policy, steps: int) -> torch.Tensor:
+    """Each sub-env's return of its first episode in a deterministic rollout from a fresh reset."""
+    with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+        data = env.rollout(steps, policy, break_when_any_done=False)
+    rewards, done = data["next", "reward"].squeeze(-1), data["next", "done"].squeeze(-1).long()
+    before = done.cumsum(1) - done  # episodes that ended before each step
+    return (rewards * (before == 0)).sum(1)
+
+
+# Seeds tried with these settings (frames to 475: all reach 500 on the deterministic evaluation).
+PPO_SEEDS = [0]
+
+
+@pytest.mark.parametrize("seed", PPO_SEEDS)
+def test_ppo_learns_cartpole(seed, one_thread):
+    """TorchRL's PPO parts (Collector, GAE, ClipPPOLoss) through the adapter reach a mean return of
+    at least 475 on CartPole-v1 (deterministic evaluation over 64 fresh episodes)."""
+    num_envs, steps, frames, epochs, minibatches = 256, 16, 150_000, 10, 8
+    torch.manual_seed(seed)
+    env = make_env("CartPole-v1", num_envs, device="cpu")
+    env.set_seed(seed)
+    actor = ProbabilisticActor(TensorDictModule(mlp(4, 2), in_keys=["observation"], out_keys=["logits"]),
+                               in_keys=["logits"], distribution_class=torch.distributions.Categorical,
+                               spec=env.action_spec, return_log_prob=True)
+    critic = ValueOperator(mlp(4, 1), in_keys=["observation"])
+    iterations = frames // (num_envs * steps)
+    collector = Collector(env, actor, frames_per_batch=num_envs * steps, total_frames=iterations * num_envs * steps,
+                          auto_register_policy_transforms=False)
+    advantage = GAE(gamma=0.99, lmbda=0.95, value_network=critic, average_gae=True)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5, normalize_advantage=False)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, total_iters=iterations)
+    start = time.perf_counter()
+    for batch in collector:
+        with torch.no_grad():
+            advantage(batch)
+        samples = batch.reshape(-1)
+        for _ in range(epochs):
+            for index in torch.randperm(len(samples)).chunk(minibatches):
+                losses = loss(samples[index])
+                optimizer.zero_grad()
+                (losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]).backward()
+                nn.utils.clip_grad_norm_(loss.parameters(), 0.5)
+                optimizer.step()
+        schedule.step()
+    collector.shutdown()
+    evaluation = make_env("CartPole-v1", 64, device="cpu")
+    evaluation.set_seed(10_000 + seed)
+    returns = first_episode_returns(evaluation, actor, 500)
+    assert returns.mean() >= 475, f"seed {seed}: mean return {returns.mean():.1f} after {time.perf_counter() - start:.0f} s"
+
+
+# -- multi-agent: per-group policies on Tag ------------------------------------------------------
+
+
+def group_actor(env, group: str) -> ProbabilisticActor:
+    """One policy per group, its parameters shared by the group's agents; MultiDiscrete actions as
+    independent categoricals, one per component."""
+    spec = env.full_action_spec[group, "action"]
+    obs_dim = env.observation_spec[group, "observation"].shape[-1]
+    n_agents = env.observation_spec[group, "observation"].shape[-2]
+    multi = isinstance(spec, MultiCategorical)  # (a subclass of Categorical)
+    nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]] if multi else [int(spec.n)]
+    net = MultiAgentMLP(obs_dim, sum(nvec), n_agents=n_agents, centralised=False, share_params=True, depth=1, num_cells=32)
+    if not multi:
+        def distribution(logits):
+            return torch.distributions.Categorical(logits=logits)
+    else:
+        assert len(set(nvec)) == 1, "equal components (Tag's acceleration and turn levels)"
+
+        def distribution(logits):
+            return torch.distributions.Independent(
+                torch.distributions.Categorical(logits=logits.unflatten(-1, (len(nvec), nvec[0]))), 1)
+    module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")])
+    return ProbabilisticActor(module, in_keys={"logits": (group, "logits")}, out_keys=[(group, "action")],
+                              distribution_class=distribution, return_log_prob=True,
+                              log_prob_key=(group, "log_prob"))
+
+
+@pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
+def test_per_group_ppo_smoke_run_on_tag(env_id, one_thread):
+    torch.manual_seed(0)
+    env = make_env(env_id, 16, device="cpu", params=SMALL_TAG[env_id])
+    actors = {group: group_actor(env, group) for group in env.group_map}
+    critics = {group: TensorDictModule(
+        MultiAgentMLP(env.observation_spec[group, "observation"].shape[-1], 1, n_agents=len(agents), centralised=True,
+                      share_params=True, depth=1, num_cells=32),
+        in_keys=[(group, "observation")], out_keys=[(group, "state_value")]) for group, agents in env.group_map.items()}
+    collector = Collector(env, TensorDictSequential(*actors.values()), frames_per_batch=16 * 8, total_frames=16 * 8 * 3,
+                          auto_register_policy_transforms=False)
+    losses, optimizers = {}, {}
+    for group in env.group_map:
+        losses[group] = ClipPPOLoss(actors[group], critics[group], entropy_coeff=0.01, normalize_advantage=False)
+        losses[group].set_keys(action=(group, "action"), sample_log_prob=(group, "log_prob"),
+                               value=(group, "state_value"), reward=(group, "reward"), done=(group, "done"),
+                               terminated=(group, "terminated"), advantage=(group, "advantage"),
+                               value_target=(group, "value_target"))
+        losses[group].make_value_estimator(gamma=0.99, lmbda=0.95)
+        optimizers[group] = torch.optim.Adam(losses[group].parameters(), lr=3e-3)
+    before = {group: [p.detach().clone() for p in losses[group].parameters()] for group in env.group_map}
+    iterations = 0
+    for batch in collector:
+        assert batch.batch_size == (16, 8)
+        for group, agents in env.group_map.items():
+            assert batch["next", group, "reward"].shape == (16, 8, len(agents), 1)
+            with torch.no_grad():
+                losses[group].value_estimator(batch, params=losses[group].critic_network_params,
+                                              target_params=losses[group].target_critic_network_params)
+            out = losses[group](batch)
+            total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+            assert torch.isfinite(total), f"{group}: loss {total}"
+            optimizers[group].zero_grad()
+            total.backward()
+            optimizers[group].step()
+        iterations += 1
+    collector.shutdown()
+    assert iterations == 3
+    for group in env.group_map:
+        changed = any(not torch.equal(a, b) for a, b in zip(before[group], losses[group].parameters()))
+        assert changed, f"{group}'s policy and critic did not train"
