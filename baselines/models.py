@@ -7,6 +7,14 @@ log std) action spaces. A custom policy is any ``torch.nn.Module`` with the same
 ``action_and_value(obs, action=None) -> (action, log_prob, entropy, value)``; to be captured in a
 CUDA graph they must not synchronise with the host (no ``.item()``, no ``torch.distributions``
 argument validation).
+
+Action masks (``Discrete`` and ``MultiDiscrete``): ``sample``, ``action_and_value`` and ``greedy``
+take ``action_mask``, a bool tensor over the logits (``(..., n)``; ``(..., sum(nvec))`` for
+``MultiDiscrete``, each component's entries side by side), ``True`` where an action is allowed.
+Masked logits become the most negative finite number of their dtype rather than ``-inf``: their
+probability is exactly 0, and the entropy's ``p * log p`` is ``0 * (finite)`` = 0 instead of
+``0 * -inf`` = NaN, so log-probabilities, entropies and gradients stay finite. Every component
+needs at least one allowed action. Without a mask (``None``) the arithmetic is unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +34,14 @@ def layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
     nn.init.orthogonal_(linear.weight, gain)
     nn.init.zeros_(linear.bias)
     return linear
+
+
+def mask_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with the entries ``action_mask`` forbids set to the dtype's most negative finite
+    number (no host sync: one ``where``)."""
+    if action_mask is None:
+        return logits
+    return torch.where(action_mask, logits, torch.finfo(logits.dtype).min)
 
 
 def mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) -> nn.Sequential:
@@ -61,25 +77,35 @@ class ActorCritic(nn.Module):
 
     # The distributions are written out rather than taken from torch.distributions: its argument
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
-    def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        """An action drawn from the policy (the rollout's only use of the networks)."""
+    def sample(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """An action drawn from the policy (the rollout's only use of the networks), never a masked one."""
         out = self.actor(obs).float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
+            self._no_mask(action_mask)
             return out + self.log_std.exp() * torch.randn_like(out)
         # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits;
         # the noise of every component is drawn at once.
-        return self._argmax(out - torch.rand_like(out).log().neg().log())
+        uniform = torch.rand_like(out)
+        if action_mask is not None:
+            # A uniform draw of exactly 0 gives noise -inf; where every allowed action of a
+            # component drew it, the argmax could fall on a masked one. Keep the noise finite.
+            uniform = uniform.clamp_(min=torch.finfo(uniform.dtype).tiny)
+        return self._argmax(mask_logits(out - uniform.log().neg().log(), action_mask))
 
-    def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
-        """``(action, log_prob, entropy, value)``; the action is drawn where none is given."""
+    def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None,
+                         action_mask: torch.Tensor | None = None):
+        """``(action, log_prob, entropy, value)``; the action is drawn where none is given. With a
+        mask, the distribution is the softmax over the allowed actions only."""
         if action is None:
-            action = self.sample(obs)
+            action = self.sample(obs, action_mask)
         out = self.actor(obs)
         if self.nvec is None:
+            self._no_mask(action_mask)
             log_std = self.log_std.expand_as(out)
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
             return action, log_prob, entropy, self.value(obs)
+        out = mask_logits(out, action_mask)
         parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
         if self.uniform:
             log_probs = out.unflatten(-1, (len(self.nvec), self.nvec[0])).log_softmax(-1)
@@ -91,10 +117,17 @@ class ActorCritic(nn.Module):
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
         return action, log_prob, entropy, self.value(obs)
 
-    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        """The most likely action (the mean for Box spaces), for evaluation."""
+    def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
         out = self.actor(obs)
-        return out if self.nvec is None else self._argmax(out)
+        if self.nvec is None:
+            self._no_mask(action_mask)
+            return out
+        return self._argmax(mask_logits(out, action_mask))
+
+    def _no_mask(self, action_mask) -> None:
+        if action_mask is not None:
+            raise ValueError(f"action masks apply to Discrete and MultiDiscrete action spaces, not {self.space}")
 
     def _argmax(self, scores: torch.Tensor) -> torch.Tensor:
         """The index of the largest score of each component: the action."""

@@ -1,10 +1,12 @@
-"""Per-group policies on a batched multi-agent game (Tag), everything on the env's device: one network
-per *policy*, each trained with its own algorithm (PPO or A2C) and settings, or only acting.
+"""Per-group policies on a batched multi-agent game (Tag, CovidEconomy), everything on the env's
+device: one network per *policy*, each trained with its own algorithm (PPO or A2C) and settings, or
+only acting.
 
 A config maps every group of the game to a policy name: ``{"taggers": "taggers", "runners":
 "runners"}`` gives each group its own network, ``{"taggers": "shared", "runners": "shared"}`` one
-network for both (WarpDrive's ``policy_tag_to_agent_id_map``, by group). A policy's agents are its
-groups side by side; each ``(env, agent)`` slot is one stream of transitions:
+network for both (WarpDrive's ``policy_tag_to_agent_id_map``, by group); groups that share a
+policy must have equal observation and action spaces (:func:`policy_spaces`). A policy's agents are
+its groups side by side; each ``(env, agent)`` slot is one stream of transitions:
 
 - a transition counts where the agent was in the game *before* the step (``active`` after the
   previous step): tagged runners stay in the arrays, observe zeros and get reward 0 until their game
@@ -18,6 +20,12 @@ As in :mod:`rollout`, a rollout step runs only the actors and the env; the updat
 rollout's log-probabilities and values in one batched pass per policy (the policy has not changed
 since), so the rollout stores each step's final observations too.
 
+Action masks (games that have them, e.g. CovidEconomy: a governor in its cooldown may only keep
+its level): at each step the policy samples within the env's ``infos[group]["action_mask"]``, and
+the rollout stores that mask, so the update's log-probabilities and entropies (PPO's ratio, A2C's
+gradient, the entropy bonus) are those of the same masked distribution (see :mod:`models` for why
+masked logits are finite). Evaluation's greedy actions are masked too (:func:`greedy_actions`).
+
 The losses are :func:`ppo.ppo_loss` and :func:`a2c.a2c_loss` with each mean weighted by that mask
 (:func:`masked_ppo_loss`, :func:`masked_a2c_loss`); advantages come from :func:`gae.compute_gae`.
 Both algorithms use Adam, as WarpDrive does. Nothing synchronises with the host inside the rollout
@@ -27,18 +35,22 @@ Custom networks: ``train(..., models={"runners": module})`` uses ``module`` for 
 of a fresh :class:`ActorCritic`. It is any ``torch.nn.Module`` with ActorCritic's methods ``sample(obs)
 -> action``, ``value(obs)`` and ``action_and_value(obs, action=None) -> (action, log_prob, entropy,
 value)`` over any leading batch dimensions (the rollout hands it ``(num_envs, agents, obs_dim)``, the
-update ``(rows, obs_dim)``), and ``greedy(obs)`` for :func:`evaluate`; it is moved to the env's
-device. For CUDA graphs it must not synchronise with the host.
+update ``(rows, obs_dim)``), and ``greedy(obs)`` for :func:`evaluate`; in games with action masks,
+``sample``, ``action_and_value`` and ``greedy`` also take ``action_mask=`` (bool, the batch
+dimensions then the group's ``n``). It is moved to the env's device. For CUDA graphs it must not
+synchronise with the host.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
@@ -72,7 +84,10 @@ class PolicyConfig:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     """1: plain n-step returns (WarpDrive's A2C)."""
-    ent_coef: float = 0.01
+    ent_coef: float | tuple[tuple[int, float], ...] = 0.01
+    """Weight of the entropy bonus: a number, or a schedule of ``[env_steps, value]`` points
+    (TOML ``[[0, 0.5], [50_000_000, 0.05]]``, as WarpDrive's ``entropy_coeff``): linear between
+    the points, the first value before them and the last after (the first point's step is 0)."""
     vf_coef: float = 0.5
     """Weight of the value loss ``0.5 * (V - return)^2``; WarpDrive's ``vf_loss_coeff`` weighs the
     squared error without the 1/2, so its value 1 is 2 here."""
@@ -99,15 +114,33 @@ class PolicyConfig:
                 raise ValueError(f"{name}.{f.name} must be true or false, got {value!r}")
             if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}.{f.name} must be an int >= 1, got {value!r}")
-            if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or math.isnan(value) or value < 0):
+            if f.type == "float" and not is_coefficient(value):
                 raise ValueError(f"{name}.{f.name} must be a number >= 0, got {value!r}")
         for key in ("gamma", "gae_lambda"):
             if not getattr(self, key) <= 1:
                 raise ValueError(f"{name}.{key} must lie in [0, 1], got {getattr(self, key)}")
+        schedule = self.ent_coef if isinstance(self.ent_coef, tuple) else ((0, self.ent_coef),)
+        steps = [point[0] if isinstance(point, tuple) and len(point) == 2 else None for point in schedule]
+        if (not schedule or steps[0] != 0 or any(isinstance(step, bool) or not isinstance(step, int) for step in steps)
+                or any(a >= b for a, b in zip(steps, steps[1:])) or not all(is_coefficient(v) for _, v in schedule)):
+            raise ValueError(f"{name}.ent_coef must be a number >= 0 or a list of [env_steps, value] points with "
+                             f"steps increasing from 0 and values >= 0, e.g. [[0, 0.5], [50_000_000, 0.05]]; "
+                             f"got {self.ent_coef!r}")
         if not (isinstance(self.hidden, tuple) and self.hidden
                 and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden)):
             raise ValueError(f"{name}.hidden must be a non-empty list of ints >= 1, got {self.hidden!r}")
+
+    def entropy_coefficient(self, env_steps: int) -> float:
+        """``ent_coef`` after ``env_steps`` env steps of the run."""
+        if not isinstance(self.ent_coef, tuple):
+            return float(self.ent_coef)
+        steps, values = zip(*self.ent_coef)
+        return float(np.interp(env_steps, steps, values))
+
+
+def is_coefficient(value) -> bool:
+    """A number >= 0 (``inf`` included), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and value >= 0
 
 
 def _default_groups() -> dict[str, str]:
@@ -189,6 +222,8 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
                                      'algorithm = "ppo"')
             if isinstance(settings.get("hidden"), list):
                 settings["hidden"] = tuple(settings["hidden"])
+            if isinstance(settings.get("ent_coef"), list):  # a schedule: TOML arrays as tuples (hashable)
+                settings["ent_coef"] = tuple(tuple(p) if isinstance(p, list) else p for p in settings["ent_coef"])
             try:
                 policies[name] = PolicyConfig(**settings)
             except ValueError as error:
@@ -242,21 +277,35 @@ def policy_slots(env_id: str, config: MultiAgentConfig) -> dict[str, dict[str, s
     return slots
 
 
+def policy_spaces(env_id: str, config: MultiAgentConfig) -> dict[str, tuple[spaces.Box, spaces.Space]]:
+    """Policy -> ``(observation space, action space)`` of one of its agents. One network reads every
+    group of a policy, so those groups must have equal spaces; otherwise the error names them."""
+    game = get_game(env_id)
+    params = game_params(env_id, config)
+    observation_spaces, action_spaces = game.observation_spaces(params), game.action_spaces(params)
+    first: dict[str, str] = {}  # policy -> its first group
+    for group in game.agent_groups(params):
+        name = config.groups[group]
+        other = first.setdefault(name, group)
+        if (observation_spaces[group], action_spaces[group]) != (observation_spaces[other], action_spaces[other]):
+            raise ValueError(
+                f"policy {name!r} serves groups {other!r} (observations {observation_spaces[other]}, actions "
+                f"{action_spaces[other]}) and {group!r} (observations {observation_spaces[group]}, actions "
+                f"{action_spaces[group]}), whose spaces differ: one network cannot serve both; map them to "
+                f"different policies in [groups]")
+    return {name: (observation_spaces[group], action_spaces[group]) for name, group in first.items()}
+
+
 def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: dict | None = None) -> dict:
     """A fresh :class:`ActorCritic` per policy (or the module ``models`` gives for it), moved to ``device``."""
     models = dict(models or {})
     unknown = sorted(set(models) - set(config.policies))
     if unknown:
         raise ValueError(f"models given for unknown policies {unknown}; policies: {sorted(config.policies)}")
-    game = get_game(env_id)
-    params = game_params(env_id, config)
-    observation_spaces, action_spaces = game.observation_spaces(params), game.action_spaces(params)
     policies = {}
-    for name, settings in config.policies.items():
-        # A policy's groups share one network: the spaces of its first group.
-        group = next(g for g, policy in config.groups.items() if policy == name)
-        module = models[name] if name in models else ActorCritic(observation_spaces[group].shape[0],
-                                                                 action_spaces[group], settings.hidden)
+    for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
+        module = models[name] if name in models else ActorCritic(observation_space.shape[0], action_space,
+                                                                 config.policies[name].hidden)
         policies[name] = module.to(device)
     return policies
 
@@ -283,10 +332,12 @@ class PolicyRollout:
     weights: torch.Tensor  # float: 1 where the agent was in the game before the step
     game_over: torch.Tensor  # bool (num_steps, num_envs): the game ended on this step
     max_truncations: int  # truncations a game can have in one rollout (see rollout.bootstrap_values)
+    action_masks: torch.Tensor | None = None  # bool (..., n): the actions allowed at the step (games with masks)
 
     @classmethod
     def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
-                 device, episode_length: int) -> "PolicyRollout":
+                 device, episode_length: int, masked: bool = False) -> "PolicyRollout":
+        """Zeroed storage; ``masked``: with room for the action masks (a ``Discrete`` action space)."""
         shape = (num_steps, num_envs, agents)
 
         def zeros(*extra, dtype=torch.float32):
@@ -295,7 +346,8 @@ class PolicyRollout:
         return cls(obs=zeros(obs_size), actions=zeros(*action_space.shape, dtype=torch.int64), rewards=zeros(),
                    terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool), final_obs=zeros(obs_size),
                    weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
-                   max_truncations=math.ceil(num_steps / episode_length))
+                   max_truncations=math.ceil(num_steps / episode_length),
+                   action_masks=zeros(int(action_space.n), dtype=torch.bool) if masked else None)
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""
@@ -306,9 +358,18 @@ class PolicyRollout:
         """Where the agent's stream of transitions ends: its terminated | truncated."""
         return self.terminated | self.truncated
 
+    def mask_argument(self, rows=None) -> dict:
+        """``{"action_mask": the stored masks}`` flattened like :meth:`flat` (``rows`` of them, if
+        given), to pass to the policy's methods; ``{}`` in games without masks."""
+        if self.action_masks is None:
+            return {}
+        masks = self.flat("action_masks")
+        return {"action_mask": masks if rows is None else masks[rows]}
+
     def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
-        """As :meth:`rollout.Rollout.old_policy`."""
-        return old_policy_outputs(act, self.flat("obs"), self.flat("actions"), self.rewards.shape)
+        """As :meth:`rollout.Rollout.old_policy`, under the stored action masks."""
+        return old_policy_outputs(functools.partial(act, **self.mask_argument()), self.flat("obs"),
+                                  self.flat("actions"), self.rewards.shape)
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.bootstrap`: an agent truncated while in the game is bootstrapped
@@ -331,17 +392,21 @@ class PolicyInputs:
     obs: torch.Tensor
     active: torch.Tensor  # bool
     groups: dict[str, slice]  # group -> slice of the agent dimension to refresh; empty for the env's views
+    action_mask: torch.Tensor | None = None  # bool (num_envs, agents, n): allowed actions (games with masks)
 
     @classmethod
     def of(cls, groups: dict[str, slice], obs: dict, infos: dict) -> "PolicyInputs":
         """The inputs of a policy serving ``groups`` (group -> its slice), from the env's outputs."""
+        first = next(iter(groups))
+        masked = "action_mask" in infos[first]
         if len(groups) == 1:
-            (group,) = groups
-            return cls(obs[group], infos[group]["active"], {})
-        first = obs[next(iter(groups))]
+            return cls(obs[first], infos[first]["active"], {}, infos[first]["action_mask"] if masked else None)
+        num_envs, device = obs[first].shape[0], obs[first].device
         agents = sum(s.stop - s.start for s in groups.values())
-        inputs = cls(first.new_empty((first.shape[0], agents, *first.shape[2:])),
-                     torch.empty((first.shape[0], agents), dtype=torch.bool, device=first.device), dict(groups))
+        mask = (torch.empty((num_envs, agents, infos[first]["action_mask"].shape[-1]), dtype=torch.bool,
+                            device=device) if masked else None)
+        inputs = cls(obs[first].new_empty((num_envs, agents, *obs[first].shape[2:])),
+                     torch.empty((num_envs, agents), dtype=torch.bool, device=device), dict(groups), mask)
         inputs.refresh(obs, infos)
         return inputs
 
@@ -349,12 +414,19 @@ class PolicyInputs:
         for group, s in self.groups.items():
             self.obs[:, s].copy_(obs[group])
             self.active[:, s].copy_(infos[group]["active"])
+            if self.action_mask is not None:
+                self.action_mask[:, s].copy_(infos[group]["action_mask"])
+
+    def mask_argument(self) -> dict:
+        """``{"action_mask": ...}`` for the policy's methods; ``{}`` in games without masks."""
+        return {} if self.action_mask is None else {"action_mask": self.action_mask}
 
 
 def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inputs: dict, stats: dict,
             autocast=contextlib.nullcontext, branches: Branches | None = None) -> None:
     """Fill each policy's rollout from its inputs, stepping every game ``num_steps`` times;
-    ``sample`` holds each policy's ``sample`` (run under ``autocast()``). A step only copies what
+    ``sample`` holds each policy's ``sample`` (run under ``autocast()``; given the action masks in
+    games with masks, which the rollout stores for the update). A step only copies what
     the env gave into the rollout (in a captured rollout every kernel counts), each policy's work
     in its own branch of ``branches``; episode statistics are taken from the whole rollout at its
     end."""
@@ -367,8 +439,10 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inpu
                     policy_inputs = inputs[name]
                     rollout.obs[t].copy_(policy_inputs.obs)
                     rollout.weights[t].copy_(policy_inputs.active)
+                    if rollout.action_masks is not None:
+                        rollout.action_masks[t].copy_(policy_inputs.action_mask)
                     with torch.no_grad(), autocast():
-                        rollout.actions[t].copy_(sample[name](policy_inputs.obs))
+                        rollout.actions[t].copy_(sample[name](policy_inputs.obs, **policy_inputs.mask_argument()))
                 actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
@@ -401,9 +475,13 @@ def normalise(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (advantages - mean) / (masked_mean((advantages - mean) ** 2, weights).sqrt() + 1e-8)
 
 
-def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig):
-    """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count."""
-    _, log_probs, entropy, values = policy.action_and_value(obs, actions)
+def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig,
+                    ent_coef, action_mask=None):
+    """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count;
+    ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
+    the rows' action masks, in games with masks."""
+    masks = {} if action_mask is None else {"action_mask": action_mask}
+    _, log_probs, entropy, values = policy.action_and_value(obs, actions, **masks)
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
     if config.norm_adv:
@@ -412,7 +490,7 @@ def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, we
     policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped), weights)
     value_loss = 0.5 * masked_mean((values - returns) ** 2, weights)
     entropy_loss = masked_mean(entropy, weights)
-    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    loss = policy_loss - ent_coef * entropy_loss + config.vf_coef * value_loss
     with torch.no_grad():
         stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
                  "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
@@ -420,24 +498,27 @@ def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, we
     return loss, stats
 
 
-def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, config: PolicyConfig):
-    """:func:`a2c.a2c_loss` with every mean over the rows that count."""
+def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, config: PolicyConfig, ent_coef):
+    """:func:`a2c.a2c_loss` with every mean over the rows that count (``ent_coef`` as for
+    :func:`masked_ppo_loss`)."""
     if config.norm_adv:
         advantages = normalise(advantages, weights)
     policy_loss = -masked_mean(advantages * log_probs, weights)
     value_loss = 0.5 * masked_mean((returns - values) ** 2, weights)
     entropy_loss = masked_mean(entropy, weights)
-    loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    loss = policy_loss - ent_coef * entropy_loss + config.vf_coef * value_loss
     stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy_loss.detach()}
     return loss, stats
 
 
 def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
-           loss_fn, autocast=contextlib.nullcontext) -> dict:
+           loss_fn, ent_coef, autocast=contextlib.nullcontext) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
-    algorithm's masked loss (each maybe compiled); ``autocast()`` is the context of the forward
-    passes (:meth:`CaptureOptions.autocast`). Returns the last gradient step's loss terms."""
+    algorithm's masked loss (each maybe compiled), the entropy weight ``ent_coef`` (a device
+    tensor that a captured update reads); ``autocast()`` is the context of the forward passes
+    (:meth:`CaptureOptions.autocast`). Log-probabilities and entropies are those under the stored
+    action masks. Returns the last gradient step's loss terms."""
     with autocast():
         rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
@@ -458,9 +539,9 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
     if config.algorithm == "a2c":
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
         with autocast():
-            _, log_probs, entropy, values = act(b_obs, b_actions)
+            _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument())
         b_adv, b_returns = advantages_and_returns(values.detach().float().view(rewards.shape))
-        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config))
+        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef))
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
     with autocast():
@@ -472,7 +553,7 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
         for idx in torch.tensor_split(order, config.num_minibatches):
             with autocast():
                 loss = loss_fn(policy, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx], b_returns[idx],
-                               b_weights[idx], config)
+                               b_weights[idx], config, ent_coef, **rollout.mask_argument(idx))
             losses = step(*loss)
     return losses
 
@@ -537,12 +618,13 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     # Storage: per policy, its groups side by side along the agent dimension.
     slots = policy_slots(env_id, config)
     rollouts = {}
-    for name, groups in slots.items():
-        agents = sum(s.stop - s.start for s in groups.values())
-        agent = env.groups[next(iter(groups))][0]  # the policy's groups share its first group's spaces
-        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents,
-                                                env.observation_space(agent).shape[0], env.action_space(agent),
-                                                device, env.params.episode_length)
+    for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
+        agents = sum(s.stop - s.start for s in slots[name].values())
+        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, observation_space.shape[0],
+                                                action_space, device, env.params.episode_length,
+                                                masked=env.definition.has_action_masks)
+    # The entropy weights, set before each iteration from their schedules (a captured update reads them).
+    ent_coefs = {name: torch.zeros((), device=device) for name in trained}
     obs, infos = env.reset_groups(seed=config.seed + first * config.num_envs)
     inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
@@ -561,7 +643,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
             for name, settings in trained.items():
                 with update_branches.branch(name):
                     terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name],
-                                   value[name], gae, settings, loss_fns[settings.algorithm],
+                                   value[name], gae, settings, loss_fns[settings.algorithm], ent_coefs[name],
                                    autocast=lambda: config.autocast(device))
                 losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
@@ -580,6 +662,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                 if settings.anneal_lr:
                     set_learning_rate(optimizers[name],
                                       settings.learning_rate * (1.0 - iteration / config.num_iterations))
+                ent_coefs[name].fill_(settings.entropy_coefficient(iteration * config.batch_size))
             with times("rollout"):
                 rollout_phase()
             with times("update"):
@@ -595,27 +678,43 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
 
 # -- evaluation ------------------------------------------------------------------------------------
 
+def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[str, torch.Tensor]:
+    """Each group's greedy actions ``(num_envs, group_size, ...)`` from the env's outputs keyed by
+    group (``reset_groups``/``step_groups``): each policy (``slots``: :func:`policy_slots`) acts for
+    its groups at once, within the action masks of ``infos`` in games with masks."""
+    actions = {}
+    with torch.no_grad():
+        for name, policy in policies.items():
+            groups = slots[name]
+            masks = {}
+            if "action_mask" in infos[next(iter(groups))]:
+                masks["action_mask"] = torch.cat([infos[group]["action_mask"] for group in groups], dim=1)
+            greedy = policy.greedy(torch.cat([obs[group] for group in groups], dim=1), **masks)
+            actions.update({group: greedy[:, s] for group, s in groups.items()})
+    return actions
+
+
 def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes: int = 16, *, device=None,
              seed: int = 10_000, frames: list | None = None) -> dict[str, float]:
     """Mean episode return per agent of each group over ``num_episodes`` games (one per env) with
-    every policy's greedy actions. With a list as ``frames``, appends the RGB frames of game 0's
-    episode to it (``gpu_marl_envs.rendering.save_animation`` writes them)."""
+    every policy's greedy actions (:func:`greedy_actions`, within the action masks in games with
+    masks). With a list as ``frames``, appends the RGB frames of game 0's episode to it
+    (``gpu_marl_envs.rendering.save_animation`` writes them).
+
+    ``policies`` as :func:`train` returns them, or from a checkpoint of ``gpu-marl-train``:
+    ``gpu_marl_envs.baselines.train.load_policies(torch.load(path, weights_only=False), device)``
+    gives ``(policies, env_id, config)``."""
     env = GpuParallelEnv(env_id, num_episodes, device=device, params=game_params(env_id, config),
                          autoreset_mode=AutoresetMode.DISABLED, validate_actions=False,
                          render_mode=None if frames is None else "rgb_array")
     slots = policy_slots(env_id, config)
-    obs, _ = env.reset_groups(seed=seed)
+    obs, infos = env.reset_groups(seed=seed)
     returns = {group: torch.zeros(num_episodes, device=env.device) for group in config.groups}
     running = torch.ones(num_episodes, dtype=torch.bool, device=env.device)
     if frames is not None:
         frames.append(env.render())
     while bool(running.any()):
-        actions = {}
-        with torch.no_grad():
-            for name, policy in policies.items():
-                greedy = policy.greedy(torch.cat([obs[group] for group in slots[name]], dim=1))
-                actions.update({group: greedy[:, s] for group, s in slots[name].items()})
-        obs, rewards, terminated, truncated, _ = env.step_groups(actions)
+        obs, rewards, terminated, truncated, infos = env.step_groups(greedy_actions(policies, slots, obs, infos))
         for group, group_returns in returns.items():
             group_returns += rewards[group].mean(1) * running
         if frames is not None and bool(running[0]):

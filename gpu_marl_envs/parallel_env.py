@@ -22,10 +22,11 @@ from gpu_marl_envs.vector_env import resolve_device
 
 def games() -> dict[str, MultiAgentDefinition]:
     """The multi-agent games by id (without the ``gpu_marl_envs/`` namespace)."""
+    from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY
     from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
     from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
 
-    return {d.id: d for d in (TAG_CONTINUOUS, TAG_GRIDWORLD)}
+    return {d.id: d for d in (TAG_CONTINUOUS, TAG_GRIDWORLD, COVID_ECONOMY)}
 
 
 def get_game(env_id: str) -> MultiAgentDefinition:
