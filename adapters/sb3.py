@@ -162,13 +162,15 @@ class _PackedVecEnv(VecEnv):
         self._returns += rewards
         self._lengths += 1
         infos: list[dict[str, Any]] = [_NO_INFO] * n
-        elapsed = round(time.time() - self._t_start, 6)
-        for i in np.flatnonzero(dones).tolist():
-            infos[i] = {
-                "terminal_observation": final[i].copy(),
-                "TimeLimit.truncated": bool(truncated[i] > 0 and not terminated[i] > 0),
-                "episode": {"r": float(self._returns[i]), "l": int(self._lengths[i]), "t": elapsed},
-            }
+        ids = np.flatnonzero(dones)
+        if len(ids):
+            # Column operations first: the Python loop (one dict per finished sub-env) is the cost.
+            elapsed = round(time.time() - self._t_start, 6)
+            time_limit = ((truncated[ids] > 0) & ~(terminated[ids] > 0)).tolist()
+            columns = (final[ids], time_limit, self._returns[ids].tolist(), self._lengths[ids].tolist())
+            for i, terminal, truncation, episode_return, length in zip(ids.tolist(), *columns):
+                infos[i] = {"terminal_observation": terminal, "TimeLimit.truncated": truncation,
+                            "episode": {"r": episode_return, "l": length, "t": elapsed}}
         self._returns[dones] = 0
         self._lengths[dones] = 0
         return observations, rewards, dones, infos

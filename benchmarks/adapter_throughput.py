@@ -133,7 +133,7 @@ def sb3_training(device: torch.device, timesteps: int, seed: int) -> list[dict]:
     cases = [  # (name, vec_env, n_envs, n_steps): 4,096 transitions per update in each case
         ("SB3 DummyVecEnv, Gymnasium CartPole", make_vec_env(ENV_ID, n_envs=64, seed=seed), 64, 64),
         ("SB3 adapter", make_sb3_env(ENV_ID, 64, device=device), 64, 64),
-        ("SB3 adapter", make_sb3_env(ENV_ID, 4096, device=device), 4096, 1),
+        ("SB3 adapter", make_sb3_env(ENV_ID, 256, device=device), 256, 16),
     ]
     results = []
     for name, vec_env, n_envs, n_steps in cases:

@@ -97,20 +97,29 @@ def test_gymnasium_record_video(tmp_path):
     assert len(videos) == 1 and videos[0].stat().st_size > 1000, videos
 
 
-def test_sb3_make_vec_env_and_video_recorder(tmp_path):
-    """SB3's own helper asks each env for render_mode="rgb_array"; its recorder tiles their frames."""
+@pytest.mark.parametrize("maker", ["make_vec_env", "make_sb3_env"])
+def test_sb3_video_recorder(maker, tmp_path):
+    """SB3's own helper asks each env for render_mode="rgb_array"; the SB3 adapter draws the sub-envs
+    of render_env_indices. SB3 tiles the frames and its recorder writes them."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecVideoRecorder
 
-    vec_env = make_vec_env("gpu_marl_envs/CartPole-v1", n_envs=8, seed=0)
+    from gpu_marl_envs.adapters import make_sb3_env
+
+    if maker == "make_vec_env":
+        vec_env = make_vec_env("gpu_marl_envs/CartPole-v1", n_envs=8, seed=0)
+        tiles = (3, 3)  # 8 frames of 600 x 400, tiled 3 x 3
+    else:
+        vec_env = make_sb3_env("gpu_marl_envs/CartPole-v1", 8, device="cpu", render_mode="rgb_array",
+                               render_env_indices=[0, 5])
+        tiles = (2, 1)
     assert vec_env.render_mode == "rgb_array"
     recorder = VecVideoRecorder(vec_env, str(tmp_path), record_video_trigger=lambda step: step == 0,
                                 video_length=10)
     recorder.reset()
     for _ in range(12):
         recorder.step(np.array([vec_env.action_space.sample() for _ in range(8)]))
-    tiled = vec_env.render()
-    assert tiled.shape == (3 * 400, 3 * 600, 3)  # 8 frames of 600 x 400 tiled 3 x 3
+    assert vec_env.render().shape == (tiles[0] * 400, tiles[1] * 600, 3)
     recorder.close()
     videos = list(tmp_path.glob("*.mp4"))
     assert len(videos) == 1 and videos[0].stat().st_size > 1000, videos
