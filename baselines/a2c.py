@@ -14,6 +14,7 @@ import torch
 
 from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
@@ -61,12 +62,14 @@ def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig)
 
 def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
           log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
-    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``."""
+    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
+    (which says how ranks under ``torchrun`` share a run)."""
+    context = setup(device)
     first = resumed_iteration(resume)
     # A resumed run draws new random numbers and new episodes (see checkpoint.py).
-    torch.manual_seed(config.seed + first)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed + first * config.num_envs, device=device,
-                          backend=backend, captured=config.cuda_graph)
+    torch.manual_seed(context.seed(config.seed + first))
+    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
+                          device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     optimizer = make_optimizer(torch.optim.RMSprop, agent.parameters(), config.learning_rate, device,
@@ -75,8 +78,10 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
     gae = config.compiled(compute_gae)
     loss_fn = config.compiled(a2c_loss)
+    average_gradients = GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce)
     rollout = Rollout.allocate(config.num_steps, envs)
     stats = EpisodeStats(config.num_envs, device)
+    iterations = context.iterations(config.total_timesteps, config.batch_size)
 
     def rollout_phase():
         collect(sample, envs, rollout, obs, stats, autocast=lambda: config.autocast(device))
@@ -94,6 +99,7 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
         loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
+        average_gradients()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
         optimizer.step()
         return losses
@@ -102,18 +108,20 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
     times = PhaseTimes(device)
     history = restore(resume, model=agent, optimizer=optimizer)
+    context.broadcast_parameters(agent)
     start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     with config.matmul_precision():
-        for iteration in range(first, config.num_iterations):
+        for iteration in range(first, iterations):
             if config.anneal_lr:
-                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / config.num_iterations))
+                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / iterations))
             with times("rollout"):
                 rollout_phase()
             with times("update"):
                 losses = update_phase()
-            if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, log, times))
-                if save is not None:
+            if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size * context.world_size, start, stats,
+                                         losses, log, times, context))
+                if save is not None and context.is_main:
                     save(training_state(iteration + 1, history, model=agent, optimizer=optimizer))
     envs.close()
     return agent, history

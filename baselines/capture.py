@@ -11,11 +11,16 @@ So that a captured phase stays valid, it must not synchronise with the host, bra
 tensor values, or allocate a tensor that outlives it; Python numbers it reads are frozen at capture
 (schedule values such as the learning rate are device tensors, updated in place between calls).
 On the CPU, or with ``enabled=False``, the phase simply runs each time.
+
+Work that a graph must not contain (a collective, when capturing it is off) goes through
+:func:`between_graphs`: the capture is cut there, and the phase replays as a sequence of graphs
+with that work run between them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import Callable
 
@@ -43,6 +48,11 @@ class CaptureOptions:
     losses in the update) in bfloat16 autocast: half the memory traffic of wide networks'
     activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
     the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
+    graph_allreduce: bool = True
+    """On several GPUs with ``cuda_graph``: the NCCL all-reduce that averages the ranks' gradients
+    is captured inside the update's graph. False: the update's graph is cut at each all-reduce,
+    which runs between the replays of the pieces (for NCCL builds that cannot capture collectives,
+    and to compare; one more launch per gradient step). No effect on one GPU or the CPU."""
 
     def autocast(self, device: torch.device):
         """A context for the policies' forward passes: bfloat16 autocast when ``bf16``, else nothing.
@@ -113,12 +123,27 @@ class Branches:
         return torch.cuda.stream(self.streams[name]) if self.streams else contextlib.nullcontext()
 
 
+_capturing: contextvars.ContextVar["GraphedPhase | None"] = contextvars.ContextVar("capturing", default=None)
+
+
+def between_graphs(work: Callable[[], None]) -> None:
+    """Run ``work`` (host-driven GPU work that must stay out of CUDA graphs) at this point of a
+    phase: at once, unless a :class:`GraphedPhase` is being captured; then the capture is cut here
+    and each replay runs the graph so far, ``work``, then the graph of the rest."""
+    phase = _capturing.get()
+    if phase is None:
+        work()
+    else:
+        phase._cut(work)
+
+
 class GraphedPhase:
     def __init__(self, phase: Phase, device: torch.device, enabled: bool = True):
         self.phase = phase
         self.enabled = enabled and device.type == "cuda"
         self.device = device
-        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graphs: list[torch.cuda.CUDAGraph] = []  # the pieces, replayed in order
+        self._between: list[Callable[[], None]] = []  # the work after each piece but the last
         self._outputs: dict[str, torch.Tensor] = {}
         self._warmed_up = False
 
@@ -134,10 +159,41 @@ class GraphedPhase:
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._warmed_up = True
             return outputs
-        if self._graph is None:
-            self._graph = torch.cuda.CUDAGraph()
-            # Capture records the work without doing it: the replay below does this call's work.
-            with torch.cuda.graph(self._graph):
-                self._outputs = self.phase()
-        self._graph.replay()
+        if not self._graphs:
+            self._capture()
+        for graph, work in zip(self._graphs, [*self._between, None]):
+            graph.replay()
+            if work is not None:
+                work()
         return self._outputs
+
+    def _capture(self) -> None:
+        """Capture records the work without doing it: the replay that follows does this call's work.
+        What ``torch.cuda.graph`` does, with room for cuts: the pieces share one memory pool (a
+        tensor made in one piece may be used in the next) and one capture stream."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        self._pool = torch.cuda.graph_pool_handle()
+        self._stream = torch.cuda.Stream(self.device)
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        token = _capturing.set(self)
+        try:
+            with torch.cuda.stream(self._stream):
+                self._begin_piece()
+                try:
+                    self._outputs = self.phase()
+                finally:
+                    self._graphs[-1].capture_end()
+        finally:
+            _capturing.reset(token)
+        torch.cuda.current_stream(self.device).wait_stream(self._stream)
+
+    def _begin_piece(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(self._pool)
+        self._graphs.append(graph)
+
+    def _cut(self, work: Callable[[], None]) -> None:
+        self._graphs[-1].capture_end()
+        self._between.append(work)
+        self._begin_piece()

@@ -24,6 +24,7 @@ from torch import nn
 
 from gpu_marl_envs.baselines import ppo
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.models import layer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
@@ -170,8 +171,10 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 def update_critic(critic: Critic, critic_optimizer: torch.optim.Optimizer, target_actor: Actor,
-                  target_critic: Critic, batch: Transitions, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step on the mean squared TD error; only the critic's parameters move. ``(loss, mean Q)``."""
+                  target_critic: Critic, batch: Transitions, gamma: float,
+                  average_gradients=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step on the mean squared TD error; only the critic's parameters move. ``(loss, mean Q)``.
+    ``average_gradients()``, if given, runs between the backward pass and the step (ranks)."""
     with torch.no_grad():
         next_q = target_critic(batch.next_obs, target_actor(batch.next_obs))
         target = td_target(batch.rewards, batch.terminated, next_q, gamma)
@@ -179,13 +182,16 @@ def update_critic(critic: Critic, critic_optimizer: torch.optim.Optimizer, targe
     loss = ((q - target) ** 2).mean()
     critic_optimizer.zero_grad()
     loss.backward()
+    if average_gradients is not None:
+        average_gradients()
     critic_optimizer.step()
     return loss.detach(), q.detach().mean()
 
 
 def update_actor(actor: Actor, actor_optimizer: torch.optim.Optimizer, critic: Critic,
-                 obs: torch.Tensor) -> torch.Tensor:
+                 obs: torch.Tensor, average_gradients=None) -> torch.Tensor:
     """One step on ``-Q(s, mu(s)).mean()``; only the actor's parameters move. Returns the loss.
+    ``average_gradients`` as for :func:`update_critic`.
 
     The critic is a fixed function here: its parameters stop requiring gradients while the loss's
     graph is built, so the backward pass computes (and leaves) no critic gradients at all, rather
@@ -198,6 +204,8 @@ def update_actor(actor: Actor, actor_optimizer: torch.optim.Optimizer, critic: C
         critic.requires_grad_(True)
     actor_optimizer.zero_grad()
     loss.backward()
+    if average_gradients is not None:
+        average_gradients()
     actor_optimizer.step()
     return loss.detach()
 
@@ -208,11 +216,18 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     history as ``ppo.train``'s (env steps, seconds, mean return of the episodes finished since the
     last log, and the last losses: NaN before the first update). ``log_every`` counts iterations
     (vector steps of ``num_envs`` env steps). ``save`` and ``resume`` as for ``ppo.train``; the
-    state includes the replay buffer's items."""
+    state includes the replay buffer's items.
+
+    Under ``torchrun`` (see ``ppo.train``) each rank keeps its own replay of its own envs'
+    transitions and samples ``batch_size`` of them per gradient step (the averaged gradient is of
+    ``batch_size * world_size`` transitions); ``learning_starts`` and ``total_timesteps`` count the
+    env steps of all ranks. A checkpoint holds rank 0's replay, which every rank of a resumed run
+    loads: the ranks' buffers start alike and part as new transitions come in."""
+    context = setup(device)
     first = resumed_iteration(resume)
-    torch.manual_seed(config.seed + first)
-    envs, obs = make_envs(env_id, config.num_envs, config.seed + first * config.num_envs, device=device,
-                          backend=backend)
+    torch.manual_seed(context.seed(config.seed + first))
+    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
+                          device=context.device, backend=backend)
     device = envs.device
     space = envs.single_action_space
     obs_size = envs.single_observation_space.shape[0]
@@ -224,8 +239,12 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=config.actor_lr)
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=config.critic_lr)
+    average_actor_gradients = GradientAverager(actor.parameters(), context)
+    average_critic_gradients = GradientAverager(critic.parameters(), context)
     replay = ReplayBuffer(config.buffer_size, obs_size, action_size, device)
     stats = EpisodeStats(config.num_envs, device)
+    iterations = context.iterations(config.total_timesteps, config.num_envs)
+    steps_per_iteration = config.num_envs * context.world_size  # env steps of all ranks
 
     low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
     noise_std = config.exploration_noise * actor.action_scale
@@ -235,11 +254,12 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     parts = {"model": actor, "critic": critic, "target_actor": target_actor, "target_critic": target_critic,
              "actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer, "replay": replay}
     history = restore(resume, **parts)
+    context.broadcast_parameters(actor, critic, target_actor, target_critic)
     # Gradient steps taken before iteration `first` (the actor's delayed updates count them).
-    updates = max(0, first - math.ceil(config.learning_starts / config.num_envs)) * config.gradient_steps
+    updates = max(0, first - math.ceil(config.learning_starts / steps_per_iteration)) * config.gradient_steps
     start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    for iteration in range(first, config.num_iterations):
-        global_step = iteration * config.num_envs
+    for iteration in range(first, iterations):
+        global_step = iteration * steps_per_iteration
         if global_step < config.learning_starts:
             actions = low + (high - low) * torch.rand((config.num_envs, action_size), device=device)
         else:
@@ -266,16 +286,19 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
             for _ in range(config.gradient_steps):
                 batch = replay.sample(config.batch_size)
                 losses["critic_loss"], losses["q_value"] = update_critic(
-                    critic, critic_optimizer, target_actor, target_critic, batch, config.gamma)
+                    critic, critic_optimizer, target_actor, target_critic, batch, config.gamma,
+                    average_critic_gradients)
                 updates += 1
                 if updates % config.policy_frequency == 0:
-                    losses["actor_loss"] = update_actor(actor, actor_optimizer, critic, batch.obs)
+                    losses["actor_loss"] = update_actor(actor, actor_optimizer, critic, batch.obs,
+                                                        average_actor_gradients)
                     soft_update(target_actor, actor, config.tau)
                     soft_update(target_critic, critic, config.tau)
 
-        if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-            history.append(log_entry((iteration + 1) * config.num_envs, start, stats, losses, log))
-            if save is not None:
+        if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
+            history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, log,
+                                     context=context))
+            if save is not None and context.is_main:
                 save(training_state(iteration + 1, history, **parts))
     envs.close()
     return actor, history

@@ -17,6 +17,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from gpu_marl_envs.baselines.distributed import SINGLE, Context
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -156,12 +157,13 @@ class EpisodeStats:
         self.running.copy_(torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0],
                                        self.running + sums[-1]))
 
-    def read_and_clear(self) -> tuple[float, int]:
-        """Mean return and number of the episodes finished since the last call."""
-        mean, count = (self.total / self.count.clamp(min=1)).item(), int(self.count.item())
+    def read_and_clear(self, context: Context = SINGLE) -> tuple[float, int]:
+        """Mean return and number of the episodes finished since the last call (on all ranks of
+        ``context``, which every rank calls this with)."""
+        total, count = context.read_sums(torch.stack([self.total, self.count]))
         self.total.zero_()
         self.count.zero_()
-        return mean, count
+        return total / max(count, 1.0), int(count)
 
 
 def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
@@ -228,13 +230,16 @@ def print_entry(entry: dict) -> None:
 
 
 def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log,
-              times: PhaseTimes | None = None) -> dict:
+              times: PhaseTimes | None = None, context: Context = SINGLE) -> dict:
     """One history entry (the only host synchronisation of a run), handed to ``log`` if given;
-    with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...)."""
-    mean_return, episodes = stats.read_and_clear()
+    with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...). Every rank
+    of ``context`` calls it: episode returns are pooled over the ranks, losses averaged, seconds
+    the slowest rank's; only rank 0 calls ``log``. ``env_steps``: of all ranks."""
+    mean_return, episodes = stats.read_and_clear(context)
     phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
-    entry = {"env_steps": env_steps, "seconds": time.perf_counter() - start, "mean_return": mean_return,
-             "episodes": episodes, **phases, **{name: value.item() for name, value in losses.items()}}
-    if log is not None:
+    seconds = context.max({"seconds": time.perf_counter() - start, **phases})
+    entry = {"env_steps": env_steps, "seconds": seconds.pop("seconds"), "mean_return": mean_return,
+             "episodes": episodes, **seconds, **context.mean(losses)}
+    if log is not None and context.is_main:
         log(entry)
     return entry

@@ -1,0 +1,221 @@
+"""Training on several GPUs (or CPU processes) with ``torch.distributed``, launched by ``torchrun``.
+
+Every process (a *rank*) runs the same trainer on its own device with its own envs: ``num_envs``
+is per rank, ``total_timesteps`` counts the env steps of all ranks together. The ranks start from
+rank 0's parameters, average their gradients before every optimizer step (so their parameters stay
+identical), and reduce their metrics at each log interval; rank 0 alone calls ``log`` and
+``save``. One process without ``torchrun`` is the same code with a world of one, where every
+collective below is skipped.
+
+    torchrun --standalone --nproc-per-node 2 -m gpu_marl_envs.baselines.train --env CartPole-v1
+
+What a rank reads from ``torchrun`` (its environment variables ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) is :func:`setup`'s business; the trainers see a
+:class:`Context`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from gpu_marl_envs.baselines.capture import between_graphs
+
+
+@dataclass(frozen=True)
+class Context:
+    """This process's place in a run, and the collectives the trainers use (no-ops on one rank)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device | None = None
+    """The device this rank trains on (None on one rank without a choice: the env's default)."""
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that writes logs, curves and checkpoints."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    # -- seeds and sizes -------------------------------------------------------------------------
+
+    def seed(self, seed: int) -> int:
+        """The seed of this rank's torch random numbers (sampling, shuffles, initial parameters
+        before rank 0's are broadcast): ``seed`` itself on rank 0, so that a one-process run is
+        unchanged, and ``2**32`` apart on the other ranks, far from any other run's seed."""
+        return seed + (self.rank << 32)
+
+    def env_seed(self, seed: int, iteration: int, num_envs: int) -> int:
+        """The seed of this rank's ``num_envs`` envs when a run starts at ``iteration`` (0, or the
+        iteration a resumed run continues from): sub-env ``i`` of rank ``r`` gets ``seed + (iteration
+        * world_size + r) * num_envs + i`` (Gymnasium's vector seeding adds ``i``), so no two
+        sub-envs of a run share a seed, across ranks and resumes."""
+        return seed + (iteration * self.world_size + self.rank) * num_envs
+
+    def iterations(self, total_timesteps: int, steps_per_iteration: int) -> int:
+        """Iterations of a run of ``total_timesteps`` env steps over all ranks, where each rank
+        steps ``steps_per_iteration`` per iteration; raises if that is not even one."""
+        steps = steps_per_iteration * self.world_size
+        if total_timesteps < steps:
+            raise ValueError(f"total_timesteps ({total_timesteps}) must cover one iteration of all {self.world_size} "
+                             f"ranks ({steps_per_iteration} env steps each, {steps} in all)")
+        return total_timesteps // steps
+
+    # -- collectives -----------------------------------------------------------------------------
+
+    @property
+    def _collective_device(self) -> torch.device:
+        """Where tensors must be for the process group's backend: the GPU for NCCL, else the CPU."""
+        if dist.get_backend() == dist.Backend.NCCL:
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+    def broadcast_parameters(self, *modules: torch.nn.Module) -> None:
+        """Copy rank 0's parameters and buffers into every rank's ``modules`` (in place)."""
+        if not self.enabled:
+            return
+        with torch.no_grad():
+            for module in modules:
+                for tensor in [*module.parameters(), *module.buffers()]:
+                    staged = tensor.detach().to(self._collective_device)
+                    dist.broadcast(staged, src=0)
+                    tensor.copy_(staged)
+
+    def read_sums(self, sums: torch.Tensor) -> list[float]:
+        """A 1-d tensor of this rank's sums, summed over all ranks, as Python numbers (one host sync)."""
+        if self.enabled:
+            sums = sums.to(self._collective_device)
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        return sums.tolist()
+
+    def mean(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Scalar tensors (losses) averaged over the ranks, as Python floats, in one transfer."""
+        if not values:
+            return {}
+        stacked = torch.stack([value.detach().float().reshape(()) for value in values.values()])
+        totals = self.read_sums(stacked)
+        return {name: total / self.world_size for name, total in zip(values, totals)}
+
+    def max(self, values: dict[str, float]) -> dict[str, float]:
+        """Python numbers (seconds) maximised over the ranks: a run is as slow as its slowest rank."""
+        if not self.enabled or not values:
+            return dict(values)
+        tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=self._collective_device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return dict(zip(values, tensor.tolist()))
+
+    def agree(self, obj):
+        """Rank 0's ``obj`` (any picklable value) on every rank: for decisions all ranks must share."""
+        if not self.enabled:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, device=self._collective_device)
+        return holder[0]
+
+
+SINGLE = Context()
+"""A run of one process."""
+
+
+def setup(device=None) -> Context:
+    """This process's :class:`Context`. Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment)
+    it initialises the default process group unless it exists: NCCL when training on CUDA (``device``
+    ``"cuda"``, or None with a GPU present), gloo on the CPU; each rank trains on
+    ``cuda:LOCAL_RANK``. Without ``torchrun``, and without a process group, a run of one process on
+    ``device``. A process group created by the caller is used as it is."""
+    if not dist.is_available():
+        return Context(device=_as_device(device))
+    if not dist.is_initialized():
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1:
+            return Context(device=_as_device(device))
+        local_rank = int(os.environ["LOCAL_RANK"])
+        rank_device = _rank_device(device, local_rank, world_size)
+        if rank_device.type == "cuda":
+            torch.cuda.set_device(rank_device)
+            # pycuda's primary-context helper picks the GPU named by CUDA_DEVICE (else GPU 0): the
+            # pycuda backend's kernels must load on this rank's GPU.
+            os.environ.setdefault("CUDA_DEVICE", str(local_rank))
+            dist.init_process_group("nccl", device_id=rank_device)
+        else:
+            dist.init_process_group("gloo")
+        return Context(dist.get_rank(), dist.get_world_size(), local_rank, rank_device)
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    rank_device = _rank_device(device, local_rank, world_size) if world_size > 1 else _as_device(device)
+    if world_size > 1 and rank_device.type == "cpu" and dist.get_backend() == dist.Backend.NCCL:
+        raise ValueError("the process group uses NCCL, which needs CUDA tensors: train on device='cuda', or "
+                         "initialise the process group with the gloo backend for CPU training")
+    return Context(dist.get_rank(), world_size, local_rank, rank_device)
+
+
+def teardown() -> None:
+    """Destroy the default process group, if there is one (every rank calls this at the end).
+
+    Rank 0 may still be writing its curve or evaluating when the others finish: a barrier first.
+    CUDA graphs that captured NCCL collectives hold the communicator until they are freed, and NCCL
+    waits for them when it is destroyed: a garbage collection first frees the trainers' graphs."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _as_device(device) -> torch.device | None:
+    return None if device is None else torch.device(device)
+
+
+def _rank_device(device, local_rank: int, world_size: int) -> torch.device:
+    requested = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if requested.type != "cuda":
+        return requested
+    if requested.index is not None and requested.index != local_rank:
+        raise ValueError(f"with {world_size} ranks each rank trains on cuda:LOCAL_RANK (this one: cuda:{local_rank}), "
+                         f"not {requested}: pass device='cuda'")
+    return torch.device("cuda", local_rank)
+
+
+class GradientAverager:
+    """Averages the gradients of ``parameters`` over the ranks: one all-reduce of a flat buffer
+    (the gradients copied in and back), called between ``loss.backward()`` and gradient clipping,
+    so that every rank clips and steps with the same mean gradient.
+
+    ``in_graph``: the all-reduce is issued where it is called, so a captured phase captures it
+    (NCCL collectives can be captured in CUDA graphs). False: it runs through
+    :func:`capture.between_graphs`, which cuts a captured phase there and runs the all-reduce
+    between the replays of its pieces. Parameters without a gradient at that point (unused by the
+    loss, on every rank alike) are left out."""
+
+    def __init__(self, parameters, context: Context, in_graph: bool = True):
+        self.parameters = [p for p in parameters if p.requires_grad]
+        self.context = context
+        self.in_graph = in_graph
+        self.flat = None
+        if context.enabled and self.parameters:
+            self.flat = torch.zeros(sum(p.numel() for p in self.parameters), device=self.parameters[0].device)
+
+    def __call__(self) -> None:
+        if self.flat is None:
+            return
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        flat = self.flat[:sum(g.numel() for g in grads)]
+        torch.cat([g.reshape(-1) for g in grads], out=flat)
+        if self.in_graph:
+            self._all_reduce()
+        else:
+            between_graphs(self._all_reduce)
+        flat.mul_(1.0 / self.context.world_size)
+        for grad, part in zip(grads, flat.split([g.numel() for g in grads])):
+            grad.copy_(part.view_as(grad))
+
+    def _all_reduce(self) -> None:
+        # The whole buffer, whichever prefix holds gradients now: the same call on every rank.
+        dist.all_reduce(self.flat, op=dist.ReduceOp.SUM)
