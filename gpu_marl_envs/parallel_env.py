@@ -47,7 +47,8 @@ class GpuParallelEnv:
     Agents of one group share their spaces; groups may differ (their actions have one shape).
 
     Args:
-        env_id: ``"TagContinuous-v0"`` or ``"TagGridworld-v0"`` (``gpu_marl_envs/`` prefix optional).
+        env_id: ``"TagContinuous-v0"``, ``"TagGridworld-v0"`` or ``"CovidEconomy-v0"`` (``gpu_marl_envs/``
+            prefix optional).
         num_envs: number of games (>= 1).
         device, backend, autoreset_mode, validate_actions, cuda_graph: as for
             :class:`gpu_marl_envs.GpuVectorEnv`. With autoreset, a game's episode ends for all of its

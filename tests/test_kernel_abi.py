@@ -108,14 +108,17 @@ GAME_IDS = sorted(games())
 def _game_params(game_id):
     """Params that switch every compile-time branch of a game's kernels, and a large game."""
     params_type = games()[game_id].params_type
-    flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(params_type(), f.name), bool)]
-    variants = [params_type()] + [dataclasses.replace(params_type(), **{flag: not getattr(params_type(), flag)})
-                                  for flag in flags]
-    # 4096 agents: runners where a game has several, else taggers.
     default = params_type()
-    many = ({"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners")
-            else {"num_taggers": 4095})
-    return variants + [dataclasses.replace(default, **many)]
+    flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(default, f.name), bool)]
+    variants = [default] + [dataclasses.replace(default, **{flag: not getattr(default, flag)}) for flag in flags]
+    if hasattr(default, "num_taggers"):
+        # 4096 agents: runners where a game has several, else taggers.
+        many = ({"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners")
+                else {"num_taggers": 4095})
+        variants.append(dataclasses.replace(default, **many))
+    if hasattr(default, "crra_eta"):
+        variants.append(dataclasses.replace(default, crra_eta=1.5))  # powf instead of the reciprocal
+    return variants
 
 
 @pytest.mark.parametrize("game_id", GAME_IDS)

@@ -1,12 +1,17 @@
 """Multi-agent kernel twins against the torch reference, through ``GpuParallelEnv``.
 
 Here (no GPU) the Numba kernels run under the CUDA simulator at tiny sizes; the CUDA C kernels are
-compiled by nvcc in ``test_kernel_abi.py``; ``test_gpu_tag.py`` runs every backend on a GPU.
-Integer and boolean outputs (tags, exits, flags, cells) must be identical; float ones equal to a
-few ulps (the simulator's numpy sin/cos may round differently from torch's).
+compiled by nvcc in ``test_kernel_abi.py``; ``test_gpu_tag.py`` and ``test_gpu_covid.py`` run every
+backend on a GPU. Integer and boolean outputs (tags, exits, flags, cells, rings, masks) must be
+identical; float ones equal to a few ulps (``harness.TWIN_RTOL``): the simulator's numpy sin/cos
+(Tag) and exp/log1p (CovidEconomy's softplus) may round differently from torch's. CovidEconomy's
+differ by at most 2 ulp in the unemployed, productivity and observations and by 1.4e-6 in the
+governors' rewards (which divide a difference by a narrow normaliser range), over 60 days.
+About 1 minute (CovidEconomy's simulator steps take 0.5 s each).
 """
 
 import dataclasses
+from typing import Callable, NamedTuple
 
 import pytest
 import torch
@@ -14,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 
 from conftest import KERNEL_BACKENDS_HERE
 from harness import assert_close
+from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -23,14 +29,43 @@ SMALL_CONTINUOUS = TagContinuousParams(num_taggers=2, num_runners=5, grid_length
                                        num_other_agents_observed=3, tagging_distance=0.2, edge_hit_penalty=-0.5,
                                        step_penalty_for_tagger=-0.25, step_reward_for_runner=0.125)
 SMALL_GRIDWORLD = TagGridworldParams(num_taggers=3, grid_length=2, episode_length=5, random_start=True)
+# CovidEconomy from the published start, ending on day 297 so that crafted states reach it in a few steps.
+SMALL_COVID = dataclasses.replace(CovidEconomyParams(), episode_length=297)
+
+
+def covid_days(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Two envs a few days before the rules' special days, from a reset state. Env 0 on day 88: the
+    planner's mask opens on day 90 and its subsidy decision counts on day 91; a third of its
+    governors locked in a cooldown, a third due on day 89 (their action then restarts it). Env 1 on
+    day 294: vaccines arrive from day 296, the episode ends on day 297 (then autoreset, whose day 1
+    is a subsidy decision again); state 0 has fewer susceptible people than its vaccine delivery."""
+    state = {name: value.clone() for name, value in state.items()}
+    state["t"] = torch.tensor([88, 294], dtype=torch.int32)
+    governors = torch.arange(state["cooldown"].shape[1])
+    state["cooldown"] = torch.where(governors % 3 == 0, 100, torch.where(governors % 3 == 1, 88, 0)).expand(2, -1)
+    state["cooldown"] = state["cooldown"].to(torch.int32).contiguous()
+    state["subsidy_level"] = torch.tensor([5, 12], dtype=torch.int32)
+    state["susceptible"][1, 0] = 10.0
+    return state
+
+
+class Case(NamedTuple):
+    env_id: str
+    params: object
+    num_envs: int = 3
+    num_steps: int = 7
+    start: Callable[[dict], dict] | None = None
+    """A state for ``set_state`` made from the reset state; None: play from the reset."""
+
+
 GAMES = {
-    "continuous-partial": ("TagContinuous-v0", SMALL_CONTINUOUS),
-    "continuous-full-stay": ("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True,
-                                                                      runner_exits_game_after_tagged=False)),
-    "gridworld-full": ("TagGridworld-v0", SMALL_GRIDWORLD),
-    "gridworld-partial": ("TagGridworld-v0", dataclasses.replace(SMALL_GRIDWORLD, use_full_observation=False)),
+    "continuous-partial": Case("TagContinuous-v0", SMALL_CONTINUOUS),
+    "continuous-full-stay": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True,
+                                                                          runner_exits_game_after_tagged=False)),
+    "gridworld-full": Case("TagGridworld-v0", SMALL_GRIDWORLD),
+    "gridworld-partial": Case("TagGridworld-v0", dataclasses.replace(SMALL_GRIDWORLD, use_full_observation=False)),
+    "covid-special-days": Case("CovidEconomy-v0", SMALL_COVID, num_envs=2, num_steps=5, start=covid_days),
 }
-NUM_ENVS, NUM_STEPS = 3, 7
 
 
 def random_group_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -82,15 +117,21 @@ def clone(value):
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
 @pytest.mark.parametrize("game", sorted(GAMES))
 def test_kernel_matches_reference_step_for_step(game, mode, backend):
-    env_id, params = GAMES[game]
-    envs = [GpuParallelEnv(env_id, NUM_ENVS, device="cpu", backend=b, params=params, autoreset_mode=mode)
-            for b in ("torch", backend)]
+    case = GAMES[game]
+    envs = [GpuParallelEnv(case.env_id, case.num_envs, device="cpu", backend=b, params=case.params,
+                           autoreset_mode=mode) for b in ("torch", backend)]
     resets = [clone(env.reset_groups(seed=11)) for env in envs]
-    assert_same_outputs((resets[0][0], {}, {}, {}, {}), (resets[1][0], {}, {}, {}, {}), f"{game} reset")
+    assert_same_outputs((resets[0][0], {}, {}, {}, resets[0][1]), (resets[1][0], {}, {}, {}, resets[1][1]),
+                        f"{game} reset")
     assert_same_state(*envs, f"{game} reset")
+    if case.start is not None:
+        state = case.start(envs[0].get_state())
+        starts = [clone(env.set_state(state)) for env in envs]
+        for agent in starts[0]:
+            assert_close(f"set_state observations[{agent}]", starts[0][agent], starts[1][agent], game)
     generator = torch.Generator().manual_seed(5)
     ended = 0
-    for t in range(NUM_STEPS):
+    for t in range(case.num_steps):
         actions = random_group_actions(envs[0], generator)
         outputs = [clone(env.step_groups(actions)) for env in envs]
         context = f"{game} {mode.name} {backend} step {t}"
@@ -100,8 +141,9 @@ def test_kernel_matches_reference_step_for_step(game, mode, backend):
         if mode == AutoresetMode.DISABLED and bool(envs[0]._buffers.needs_reset.any()):
             mask = envs[0]._buffers.needs_reset.clone()
             resets = [clone(env.reset_groups(options={"reset_mask": mask})) for env in envs]
-            assert_same_outputs((resets[0][0], {}, {}, {}, {}), (resets[1][0], {}, {}, {}, {}), f"{context} reset")
-    assert ended > 0, f"{game}: no episode ended in {NUM_STEPS} steps; the test would not cover autoreset"
+            assert_same_outputs((resets[0][0], {}, {}, {}, resets[0][1]), (resets[1][0], {}, {}, {}, resets[1][1]),
+                                f"{context} reset")
+    assert ended > 0, f"{game}: no episode ended in {case.num_steps} steps; the test would not cover autoreset"
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)

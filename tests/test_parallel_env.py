@@ -239,7 +239,8 @@ def test_make_parallel_by_gymnasium_style_id():
     import gpu_marl_envs
 
     assert gpu_marl_envs.registration.parallel_env_ids() == ["gpu_marl_envs/TagContinuous-v0",
-                                                             "gpu_marl_envs/TagGridworld-v0"]
+                                                             "gpu_marl_envs/TagGridworld-v0",
+                                                             "gpu_marl_envs/CovidEconomy-v0"]
     env = gpu_marl_envs.make_parallel("gpu_marl_envs/TagGridworld-v0", 3, device="cpu")
     assert isinstance(env, GpuParallelEnv) and env.num_envs == 3 and env.definition.id == "TagGridworld-v0"
     with pytest.raises(ValueError, match="unknown namespace"):

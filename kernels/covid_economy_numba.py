@@ -1,0 +1,394 @@
+"""CovidEconomy Numba kernels, the twin of covid_economy.cu (read it for the design); the torch
+reference is gpu_marl_envs/envs/covid_economy.py (its docstring documents the rules, the state
+layout and the float32 conventions followed here operation by operation).
+
+``make_kernels(constants)`` takes ``covid_economy.kernel_constants(params)`` and returns the
+``(covid_economy_step, covid_economy_reset)`` kernels for them: the multi-agent template's
+(``multi_agent_numba.py``: a block per env, autoreset, returns, episode totals) with this game's
+device functions. State ``i`` is stepped by thread ``i % blockDim.x``, the planner by thread
+``S % blockDim.x``; the planner's sums over states are the reference's tree reduction in shared
+memory. Arrays have their natural shapes: per-state fields ``(E, S)``, the rings ``(E, depth, S)``
+int8, ``filter_sums`` ``(E, K, S)``, observations ``(E, obs_size)``, masks ``(E, mask_size)``.
+
+Every intermediate is float32 (constants are np.float32, ints are converted with np.float32(...)),
+and every product that meets a sum goes through ``mul_rn``/``add_rn`` (no fused multiply-add; a
+difference ``a - b`` is ``add_rn(a, -b)``, the same rounding). ``math.exp``/``math.log1p`` of the
+softplus are the only functions that may round differently from torch's.
+"""
+
+import math
+
+import numpy as np
+from numba import boolean, float32
+
+from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+
+NUM_FEATURES = 9  # per state, staged for the observations (see shared())
+NUM_SUMS = 4  # per state, summed for the planner: new deaths, production, subsidy, unemployed
+
+
+def make_kernels(constants: dict):
+    """-> (covid_economy_step, covid_economy_reset) CUDA kernels compiled for these constants."""
+    c = constants
+    S = int(c["NUM_STATES"])
+    N = int(c["NUM_AGENTS"])
+    PLANNER = S
+    K = int(c["NUM_FILTERS"])
+    L = int(c["NUM_STRINGENCY_LEVELS"])
+    Q = int(c["NUM_SUBSIDY_LEVELS"])
+    W = int(c["REDUCTION_WIDTH"])
+    BETA_DELAY = int(c["BETA_DELAY"])
+    FILTER_LENGTH = int(c["FILTER_LENGTH"])
+    EPISODE_LENGTH = int(c["EPISODE_LENGTH"])
+    ACTION_COOLDOWN = int(c["ACTION_COOLDOWN"])
+    SUBSIDY_INTERVAL = int(c["SUBSIDY_INTERVAL"])
+    VACCINE_START_DAY = int(c["VACCINE_START_DAY"])
+    VACCINE_DELIVERY_INTERVAL = int(c["VACCINE_DELIVERY_INTERVAL"])
+    GOVERNOR_DIM = int(c["GOVERNOR_OBS_DIM"])
+    PLANNER_DIM = int(c["PLANNER_OBS_DIM"])
+    CRRA_RECIPROCAL = bool(c["CRRA_RECIPROCAL"])
+    if S > W or W & (W - 1):
+        raise ValueError(f"the reduction needs a power-of-two width of at least {S} slots, got {W}")
+    if GOVERNOR_DIM != S + 13 + L + 1 or PLANNER_DIM != NUM_FEATURES * S + 4 + Q + 1:
+        raise ValueError("the observation layout differs from the reference module's docstring")
+    OBS_SIZE = S * GOVERNOR_DIM + PLANNER_DIM
+    MASK_SIZE = S * (L + 1) + Q + 1
+
+    def table(name, dtype=np.float32, shape=None):
+        values = np.array(c[name], dtype=dtype)
+        return values if shape is None else values.reshape(shape)
+
+    POPULATION = table("POPULATION")
+    BETA_INTERCEPT = table("BETA_INTERCEPT")
+    BETA_SLOPE = table("BETA_SLOPE")
+    VACCINES_PER_DELIVERY = table("VACCINES_PER_DELIVERY")
+    SUBSIDY_PER_LEVEL = table("SUBSIDY_PER_LEVEL")
+    FILTER_DECAY = table("FILTER_DECAY")
+    FILTER_DROP = table("FILTER_DROP")
+    FILTER_WEIGHTS = table("FILTER_WEIGHTS", shape=(K, S))
+    UNEMPLOYMENT_BIAS = table("UNEMPLOYMENT_BIAS")
+    UNEMPLOYED_PER_PERCENT = table("UNEMPLOYED_PER_PERCENT")
+    WORKERS = table("WORKERS")
+    MAX_PRODUCTIVITY = table("MAX_PRODUCTIVITY")
+    ECONOMIC_NORM = table("ECONOMIC_NORM")  # per agent, the planner last
+    HEALTH_SCALE = table("HEALTH_SCALE")
+    MIN_HEALTH = table("MIN_HEALTH")
+    HEALTH_RANGE = table("HEALTH_RANGE")
+    MIN_ECONOMIC = table("MIN_ECONOMIC")
+    ECONOMIC_RANGE = table("ECONOMIC_RANGE")
+    HEALTH_WEIGHT = table("HEALTH_WEIGHT")
+    ECONOMIC_WEIGHT = table("ECONOMIC_WEIGHT")
+    INITIAL_SUSCEPTIBLE = table("INITIAL_SUSCEPTIBLE")
+    INITIAL_INFECTED = table("INITIAL_INFECTED")
+    INITIAL_RECOVERED = table("INITIAL_RECOVERED")
+    INITIAL_VACCINATED = table("INITIAL_VACCINATED")
+    INITIAL_DEATHS = table("INITIAL_DEATHS")
+    INITIAL_UNEMPLOYED = table("INITIAL_UNEMPLOYED")
+    INITIAL_PRODUCTIVITY = table("INITIAL_PRODUCTIVITY")
+    INITIAL_STRINGENCY = table("INITIAL_STRINGENCY", np.int8, (BETA_DELAY, S))
+    INITIAL_STRINGENCY_CHANGES = table("INITIAL_STRINGENCY_CHANGES", np.int8, (FILTER_LENGTH, S))
+    INITIAL_FILTER_SUMS = table("INITIAL_FILTER_SUMS", shape=(K, S))
+    INITIAL_COOLDOWN = table("INITIAL_COOLDOWN", np.int32)
+
+    MORTALITY = np.float32(c["MORTALITY"])
+    RECOVERY_RATE = np.float32(c["RECOVERY_RATE"])
+    EPSILON = np.float32(c["EPSILON"])
+    TOO_SICK_TO_WORK_RATE = np.float32(c["TOO_SICK_TO_WORK_RATE"])
+    WORKING_AGE_SHARE = np.float32(c["WORKING_AGE_SHARE"])
+    PRODUCTION_PER_WORKER = np.float32(c["PRODUCTION_PER_WORKER"])
+    SUBSIDY_COST = np.float32(c["SUBSIDY_COST"])
+    CRRA_EXPONENT = np.float32(c["CRRA_EXPONENT"])
+    SOFTPLUS_THRESHOLD = np.float32(c["SOFTPLUS_THRESHOLD"])
+    DAYS_PER_YEAR = np.float32(c["DAYS_PER_YEAR"])
+    CRRA_CLIP_LOW = np.float32(c["CRRA_CLIP_LOW"])
+    CRRA_CLIP_HIGH = np.float32(c["CRRA_CLIP_HIGH"])
+    LEVELS = np.float32(L)
+    SUBSIDY_LEVELS = np.float32(Q)
+    DAYS = np.float32(EPISODE_LENGTH)
+    INTERVAL = np.float32(SUBSIDY_INTERVAL)
+    ZERO = np.float32(0.0)
+    ONE = np.float32(1.0)
+
+    @cuda.jit(device=True)
+    def shared():
+        sums = cuda.shared.array((NUM_SUMS, W), float32)  # per state, then tree-reduced: slot 0 holds the sum
+        features = cuda.shared.array((NUM_FEATURES, W), float32)  # per state, for the observations
+        free = cuda.shared.array(W, boolean)  # per governor: its mask allows every level (t >= cooldown)
+        return sums, features, free
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        # The starting state: deterministic, so the seed and episode are not used.
+        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
+         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
+         total_productivity, t) = state
+        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
+            susceptible[e, i] = INITIAL_SUSCEPTIBLE[i]
+            infected[e, i] = INITIAL_INFECTED[i]
+            recovered[e, i] = INITIAL_RECOVERED[i]
+            vaccinated[e, i] = INITIAL_VACCINATED[i]
+            deaths[e, i] = INITIAL_DEATHS[i]
+            unemployed[e, i] = INITIAL_UNEMPLOYED[i]
+            productivity[e, i] = INITIAL_PRODUCTIVITY[i]
+            cooldown[e, i] = INITIAL_COOLDOWN[i]
+            for k in range(K):
+                filter_sums[e, k, i] = INITIAL_FILTER_SUMS[k, i]
+            for j in range(BETA_DELAY):
+                stringency[e, j, i] = INITIAL_STRINGENCY[j, i]
+            for j in range(FILTER_LENGTH):  # consecutive threads store consecutive bytes of each slot
+                stringency_changes[e, j, i] = INITIAL_STRINGENCY_CHANGES[j, i]
+        if cuda.threadIdx.x == 0:
+            subsidy_level[e] = 0
+            total_deaths[e] = ZERO
+            total_unemployed[e] = ZERO
+            total_subsidy[e] = ZERO
+            total_productivity[e] = ZERO
+            t[e] = 0
+
+    @cuda.jit(device=True)
+    def crra(x):
+        # The daily CRRA utility of an economic index x (the reference's _crra).
+        a = min(max(mul_rn(x, DAYS_PER_YEAR), CRRA_CLIP_LOW), CRRA_CLIP_HIGH)
+        if CRRA_RECIPROCAL:
+            power = ONE / a
+        else:
+            power = np.float32(math.pow(a, CRRA_EXPONENT))
+        return (add_rn(power, -ONE) / CRRA_EXPONENT + ONE) / DAYS_PER_YEAR
+
+    @cuda.jit(device=True)
+    def reward(a, new_deaths, production):
+        # Agent a's reward from its new deaths and its economic index (the planner's: sums over states).
+        health = add_rn(mul_rn(-new_deaths, HEALTH_SCALE[a]), -MIN_HEALTH[a]) / HEALTH_RANGE[a]
+        economic = add_rn(crra(production / ECONOMIC_NORM[a]), -MIN_ECONOMIC[a]) / ECONOMIC_RANGE[a]
+        return add_rn(mul_rn(HEALTH_WEIGHT[a], health), mul_rn(ECONOMIC_WEIGHT[a], economic))
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        # Spec steps 1-7 of env e.
+        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
+         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
+         total_productivity, t) = state
+        sums = sh[0]
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+        before = t[e]
+        now = before + 1
+        # 2. The subsidy level (read by every state; written back by the planner's phase).
+        if (now - 1) % SUBSIDY_INTERVAL == 0:
+            level_paid = min(max(actions[e, PLANNER], 0), Q)
+        else:
+            level_paid = subsidy_level[e]
+        # 3. Vaccines.
+        delivers = now >= VACCINE_START_DAY and now % VACCINE_DELIVERY_INTERVAL == 0
+
+        for i in range(tid, S, threads):
+            # 1. Stringency and cooldown.
+            action = min(max(actions[e, i], 0), L)
+            previous = np.int32(stringency[e, before % BETA_DELAY, i])
+            lagged = stringency[e, now % BETA_DELAY, i]  # the level d days back, about to be overwritten
+            level = np.int32(action) if action != 0 else previous
+            stringency[e, now % BETA_DELAY, i] = level
+            if now == cooldown[e, i] + 1:
+                cooldown[e, i] += ACTION_COOLDOWN if action != 0 else 1
+
+            subsidy = mul_rn(np.float32(level_paid), SUBSIDY_PER_LEVEL[i])
+            available = VACCINES_PER_DELIVERY[i] if delivers else ZERO
+
+            # 4. Epidemic.
+            su = susceptible[e, i]
+            inf = infected[e, i]
+            re = recovered[e, i]
+            beta = add_rn(mul_rn(BETA_SLOPE[i], np.float32(lagged)), BETA_INTERCEPT[i])
+            fraction = min(available / add_rn(su, EPSILON), ONE)
+            vaccinated_now = min(available, su)
+            infections = mul_rn(mul_rn(mul_rn(su / POPULATION[i], inf), beta), add_rn(ONE, -fraction))
+            d_s = add_rn(-infections, -vaccinated_now)
+            d_r = add_rn(mul_rn(RECOVERY_RATE, inf), vaccinated_now)
+            d_i = add_rn(-d_s, -d_r)
+            new_susceptible = max(add_rn(su, d_s), ZERO)
+            new_infected = max(add_rn(inf, d_i), ZERO)
+            new_recovered = max(add_rn(re, d_r), ZERO)
+            new_vaccinated = add_rn(vaccinated[e, i], vaccinated_now)
+            new_deaths_total = mul_rn(MORTALITY, add_rn(new_recovered, -new_vaccinated))
+
+            # 5. Unemployment: the filters over the last FILTER_LENGTH changes, by their exact recursion.
+            change = level - previous
+            slot = now % FILTER_LENGTH
+            dropped = np.float32(stringency_changes[e, slot, i])
+            stringency_changes[e, slot, i] = change
+            signal = ZERO
+            for k in range(K):
+                filtered = add_rn(add_rn(mul_rn(FILTER_DECAY[k], filter_sums[e, k, i]), np.float32(change)),
+                                  -mul_rn(FILTER_DROP[k], dropped))
+                filter_sums[e, k, i] = filtered
+                weighted = mul_rn(FILTER_WEIGHTS[k, i], filtered)
+                signal = weighted if k == 0 else add_rn(signal, weighted)
+            if signal > SOFTPLUS_THRESHOLD:
+                excess = signal
+            else:
+                excess = np.float32(math.log1p(np.float32(math.exp(signal))))
+            new_unemployed = mul_rn(add_rn(excess, UNEMPLOYMENT_BIAS[i]), UNEMPLOYED_PER_PERCENT[i])
+
+            # 6. Economy.
+            cant_work = add_rn(mul_rn(add_rn(mul_rn(TOO_SICK_TO_WORK_RATE, new_infected), new_deaths_total),
+                                      WORKING_AGE_SHARE), new_unemployed)
+            production = add_rn(mul_rn(max(add_rn(WORKERS[i], -cant_work), ZERO), PRODUCTION_PER_WORKER), subsidy)
+
+            # 7. The governor's reward; its values for the planner's sums.
+            new_deaths = add_rn(new_deaths_total, -deaths[e, i])
+            rewards[e, i] = reward(i, new_deaths, production)
+            susceptible[e, i] = new_susceptible
+            infected[e, i] = new_infected
+            recovered[e, i] = new_recovered
+            vaccinated[e, i] = new_vaccinated
+            deaths[e, i] = new_deaths_total
+            unemployed[e, i] = new_unemployed
+            productivity[e, i] = production
+            sums[0, i] = new_deaths
+            sums[1, i] = production
+            sums[2, i] = subsidy
+            sums[3, i] = new_unemployed
+        for j in range(S + tid, W, threads):
+            for q in range(NUM_SUMS):
+                sums[q, j] = ZERO
+        cuda.syncthreads()
+        # The reference's block_sum: slot j += slot j + w, w = W/2 .. 1, one level per barrier.
+        w = W // 2
+        while w >= 1:
+            for j in range(tid, w, threads):
+                for q in range(NUM_SUMS):
+                    sums[q, j] = add_rn(sums[q, j], sums[q, j + w])
+            cuda.syncthreads()
+            w //= 2
+
+        # 7. The planner: the social welfare; the episode's accumulators; the per-env values.
+        if tid == PLANNER % threads:
+            new_deaths = sums[0, 0]
+            production = sums[1, 0]
+            subsidy = sums[2, 0]
+            rewards[e, PLANNER] = reward(PLANNER, new_deaths, add_rn(production, -mul_rn(SUBSIDY_COST, subsidy)))
+            total_deaths[e] = add_rn(total_deaths[e], new_deaths)
+            total_unemployed[e] = add_rn(total_unemployed[e], sums[3, 0])
+            total_subsidy[e] = add_rn(total_subsidy[e], subsidy)
+            total_productivity[e] = add_rn(total_productivity[e], production)
+            subsidy_level[e] = level_paid
+            t[e] = now
+        return False, now >= EPISODE_LENGTH
+
+    @cuda.jit(device=True)
+    def agent_in_game(state, sh, e, a):
+        return True  # every agent plays the whole episode
+
+    @cuda.jit(device=True)
+    def observe_env(state, sh, e, obs, masks):
+        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
+         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
+         total_productivity, t) = state
+        features = sh[1]
+        free = sh[2]
+        now = t[e]
+        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
+            population = POPULATION[i]
+            features[0, i] = susceptible[e, i] / population
+            features[1, i] = infected[e, i] / population
+            features[2, i] = recovered[e, i] / population
+            features[3, i] = deaths[e, i] / population
+            features[4, i] = vaccinated[e, i] / population
+            features[5, i] = unemployed[e, i] / population
+            features[6, i] = productivity[e, i] / MAX_PRODUCTIVITY[i]
+            features[7, i] = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # sets beta next
+            features[8, i] = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
+            free[i] = now >= cooldown[e, i]
+        time = np.float32(now) / DAYS
+        subsidy_timer = np.float32(SUBSIDY_INTERVAL - now % SUBSIDY_INTERVAL) / INTERVAL
+        level = np.float32(subsidy_level[e]) / SUBSIDY_LEVELS
+        following = now + 1
+        vaccines_next = ONE if following >= VACCINE_START_DAY and following % VACCINE_DELIVERY_INTERVAL == 0 else ZERO
+        planner_free = now % SUBSIDY_INTERVAL == 0
+        cuda.syncthreads()
+
+        # The rows (layout in the reference's docstring), consecutive threads storing consecutive floats.
+        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
+            if k < S * GOVERNOR_DIM:
+                i = k // GOVERNOR_DIM
+                col = k - i * GOVERNOR_DIM
+                if col < S:
+                    value = ONE if col == i else ZERO
+                elif col < S + 7:
+                    value = features[col - S, i]
+                elif col == S + 7:
+                    value = features[7, i]
+                elif col == S + 8:
+                    value = time
+                elif col == S + 9:
+                    value = features[8, i]
+                elif col == S + 10:
+                    value = subsidy_timer
+                elif col == S + 11:
+                    value = level
+                elif col == S + 12:
+                    value = vaccines_next
+                else:
+                    value = ONE if col == S + 13 or free[i] else ZERO  # the action mask: 0 always allowed
+            else:
+                col = k - S * GOVERNOR_DIM
+                if col < NUM_FEATURES * S:
+                    value = features[col // S, col % S]  # feature-major
+                elif col == NUM_FEATURES * S:
+                    value = time
+                elif col == NUM_FEATURES * S + 1:
+                    value = subsidy_timer
+                elif col == NUM_FEATURES * S + 2:
+                    value = level
+                elif col == NUM_FEATURES * S + 3:
+                    value = vaccines_next
+                else:
+                    value = ONE if col == NUM_FEATURES * S + 4 or planner_free else ZERO
+            obs[e, k] = value
+        if masks is not None:
+            for k in range(cuda.threadIdx.x, MASK_SIZE, cuda.blockDim.x):
+                if k < S * (L + 1):
+                    masks[e, k] = k % (L + 1) == 0 or free[k // (L + 1)]
+                else:
+                    masks[e, k] = k == S * (L + 1) or planner_free
+
+    @cuda.jit(device=True)
+    def totals_env(state, sh, e, totals):
+        # The episode's totals (the reference's episode_totals): unemployment as a mean over the days stepped.
+        total_deaths, total_unemployed, total_subsidy, total_productivity, t = state[12:]
+        if cuda.threadIdx.x == 0:
+            totals[e, 0] = total_deaths[e]
+            totals[e, 1] = total_unemployed[e] / np.float32(max(t[e], 1))
+            totals[e, 2] = total_subsidy[e]
+            totals[e, 3] = total_productivity[e]
+
+    step_block, reset_block = make_multi_agent_blocks(N, shared, reset_env, step_env, agent_in_game, observe_env,
+                                                      totals_env)
+
+    @cuda.jit
+    def covid_economy_step(num_envs, susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity,
+                           stringency, stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths,
+                           total_unemployed, total_subsidy, total_productivity, t, actions, observations,
+                           action_masks, rewards, agent_terminated, agent_truncated, terminated, truncated,
+                           running_returns, episode_returns, episode_totals, final_observations,
+                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+        state = (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
+                 stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed,
+                 total_subsidy, total_productivity, t)
+        step_block(num_envs, state, actions, observations, action_masks, rewards, agent_terminated, agent_truncated,
+                   terminated, truncated, running_returns, episode_returns, episode_totals, final_observations,
+                   final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
+
+    @cuda.jit
+    def covid_economy_reset(num_envs, susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity,
+                            stringency, stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths,
+                            total_unemployed, total_subsidy, total_productivity, t, observations, action_masks,
+                            running_returns, reset_mask, needs_reset, episodes, seeds):
+        state = (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
+                 stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed,
+                 total_subsidy, total_productivity, t)
+        reset_block(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes,
+                    seeds)
+
+    return covid_economy_step, covid_economy_reset
