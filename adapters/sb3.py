@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
@@ -74,12 +74,6 @@ class _NoInfo(dict):
 
 
 _NO_INFO = _NoInfo()
-
-
-def _require_same_step(env) -> None:
-    if env.autoreset_mode != AutoresetMode.SAME_STEP:
-        raise ValueError(f"SB3 expects the next episode's first observation when an episode ends: build the env "
-                         f"with autoreset_mode=AutoresetMode.SAME_STEP (got {env.autoreset_mode}), or use make_sb3_env")
 
 
 def _host_actions(actions, space: spaces.Space, num_envs: int) -> np.ndarray:
@@ -225,10 +219,7 @@ class SB3VecEnv(_PackedVecEnv):
     """
 
     def __init__(self, env: GpuVectorEnv):
-        if not isinstance(env, GpuVectorEnv):
-            raise TypeError(f"env must be a GpuVectorEnv, got {type(env).__name__}; for multi-agent games use "
-                            "SB3ParallelVecEnv")
-        _require_same_step(env)
+        env = check_batched_env(env, GpuVectorEnv, "SB3VecEnv", "make_sb3_env")
         super().__init__(env, env.num_envs, env.single_observation_space, env.single_action_space)
 
     def _reset_device(self, seeds):
@@ -287,10 +278,7 @@ class SB3ParallelVecEnv(_PackedVecEnv):
 
     def __init__(self, env: GpuParallelEnv, groups: Sequence[str] | None = None,
                  other_actions: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
-        if not isinstance(env, GpuParallelEnv):
-            raise TypeError(f"env must be a GpuParallelEnv, got {type(env).__name__}; for single-agent envs use "
-                            "SB3VecEnv")
-        _require_same_step(env)
+        env = check_batched_env(env, GpuParallelEnv, "SB3ParallelVecEnv", "make_sb3_env")
         groups = list(env.groups) if groups is None else list(groups)
         unknown = [g for g in groups if g not in env.groups]
         if not groups or unknown or len(set(groups)) != len(groups):
@@ -347,15 +335,8 @@ def make_sb3_env(env_id: str, num_envs: int, *, groups: Sequence[str] | None = N
     arguments go to the batched env (``device``, ``backend``, ``params``, ``render_mode``, ...); it is
     built with SAME_STEP autoreset and without its own per-step action check (the adapter checks on
     the host)."""
-    from gpu_marl_envs.envs import ENVS
-    from gpu_marl_envs.parallel_env import games
-
-    name = env_id.split("/", 1)[-1]
-    kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP, "validate_actions": False, **kwargs}
-    if name in ENVS:
+    if not is_multi_agent(env_id):
         if groups is not None or other_actions is not None:
             raise ValueError(f"{env_id} is a single-agent env: groups and other_actions apply to multi-agent games")
-        return SB3VecEnv(GpuVectorEnv(name, num_envs, **kwargs))
-    if name in games():
-        return SB3ParallelVecEnv(GpuParallelEnv(name, num_envs, **kwargs), groups, other_actions)
-    raise ValueError(f"unknown env {env_id!r}; single-agent: {sorted(ENVS)}, multi-agent: {sorted(games())}")
+        return SB3VecEnv(make_batched_env(env_id, num_envs, **kwargs))
+    return SB3ParallelVecEnv(make_batched_env(env_id, num_envs, **kwargs), groups, other_actions)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import gymnasium
+import numpy as np
 import torch
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
