@@ -3,7 +3,8 @@
 1. Env-steps/s of each adapter's step against the raw ``GpuVectorEnv.step`` (tensors on the device,
    SAME_STEP autoreset, no action check: the configuration the adapters run) in the same run, at
    4,096 and 65,536 sub-envs of CartPole-v1. Each adapter is fed what its library feeds it (SB3:
-   numpy actions, numpy results). Baseline: SB3's ``DummyVecEnv`` of 64 Gymnasium CartPoles.
+   numpy actions, numpy results; TorchRL: ``step_and_maybe_reset`` on a tensordict, as its
+   collectors call it; skrl: ``(num_envs, 1)`` action tensors). Baseline: SB3's ``DummyVecEnv`` of 64 Gymnasium CartPoles.
 2. SB3 PPO wall time for the same number of env steps, through the adapter and through SB3's own
    ``DummyVecEnv`` of 64 Gymnasium CartPoles (SB3's policy on the CPU in every case, as SB3 advises
    for MLP policies), with the deterministic return reached.
@@ -89,8 +90,39 @@ def sb3_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
     return step
 
 
-# name -> (num_envs, device) -> step(k); the TorchRL and skrl sections add theirs.
-ADAPTERS: dict[str, Callable[[int, torch.device], Callable[[int], None]]] = {"sb3": sb3_step}
+def torchrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
+    """``step_and_maybe_reset`` of the TorchRL adapter, as TorchRL's collectors and ``rollout`` call
+    it: the action written into the tensordict of the previous call, the next one kept."""
+    from gpu_marl_envs.adapters.torchrl import make_env
+
+    env = make_env(ENV_ID, num_envs, device=device)
+    env.set_seed(0)
+    generator = torch.Generator(device=device).manual_seed(0)
+    pool = [torch.randint(0, 2, (num_envs,), generator=generator, device=device) for _ in range(POOL)]
+    state = {"data": env.reset()}
+
+    def step(k: int) -> None:
+        data = state["data"]
+        data.set("action", pool[k % POOL])
+        state["data"] = env.step_and_maybe_reset(data)[1]
+
+    return step
+
+
+def skrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
+    """``step`` of the skrl adapter with actions shaped as skrl's categorical models give them."""
+    from gpu_marl_envs.adapters.skrl import make_env
+
+    env = make_env(ENV_ID, num_envs, device=device)
+    env.reset()
+    generator = torch.Generator(device=device).manual_seed(0)
+    pool = [torch.randint(0, 2, (num_envs, 1), generator=generator, device=device) for _ in range(POOL)]
+    return lambda k: env.step(pool[k % POOL])
+
+
+# name -> (num_envs, device) -> step(k)
+ADAPTERS: dict[str, Callable[[int, torch.device], Callable[[int], None]]] = {
+    "sb3": sb3_step, "torchrl": torchrl_step, "skrl": skrl_step}
 
 
 def sb3_dummy_vec_env_rate(num_envs: int, min_seconds: float, repeats: int) -> float:
@@ -146,12 +178,16 @@ def sb3_training(device: torch.device, timesteps: int, seed: int) -> list[dict]:
 # -- report --------------------------------------------------------------------------------------------
 
 def hardware(device: torch.device) -> dict:
+    import skrl
     import stable_baselines3
+    import tensordict
+    import torchrl
 
     return {
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
         "torch": torch.__version__, "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__,
+        "torchrl": torchrl.__version__, "tensordict": tensordict.__version__, "skrl": skrl.__version__,
         "gpu_marl_envs": gpu_marl_envs.__version__,
     }
 
@@ -160,6 +196,7 @@ def markdown(report: dict) -> str:
     hw = report["hardware"]
     lines = [f"# Adapter overhead: {hw['gpu'] or 'CPU'}", "",
              f"torch {hw['torch']}, Gymnasium {hw['gymnasium']}, Stable-Baselines3 {hw['stable_baselines3']}, "
+             f"TorchRL {hw['torchrl']} (TensorDict {hw['tensordict']}), skrl {hw['skrl']}, "
              f"Python {hw['python']}. `{report['command']}`", "",
              f"## Step ({ENV_ID}): adapter against the raw `step()`", "",
              "| adapter | sub-envs | raw `step()` env-steps/s | adapter env-steps/s | adapter / raw |",

@@ -1,0 +1,222 @@
+"""skrl adapter: the batched envs behind skrl's wrapper interface, on the env's device.
+
+    from gpu_marl_envs.adapters.skrl import make_env
+
+    env = make_env("CartPole-v1", num_envs=4096, device="cuda")          # SkrlVectorEnv
+    games = make_env("TagGridworld-v0", num_envs=1024, device="cuda")    # SkrlParallelEnv
+
+:class:`SkrlVectorEnv` is a ``skrl.envs.wrappers.torch.Wrapper`` and :class:`SkrlParallelEnv` a
+``MultiAgentEnvWrapper``: skrl's agents (PPO, IPPO, MAPPO, ...) and trainers (``SequentialTrainer``)
+take them as they take skrl's own wrappers. Tensors stay on the device; nothing is synchronised
+with the host in a step.
+
+skrl's trainers call ``reset()`` once and then only ``step()``, handing each step's observations
+back as the next step's, so the env must reset finished sub-envs within the step: the adapters run
+on ``AutoresetMode.SAME_STEP`` (as Isaac Lab's envs behave under skrl), and ``reset()`` after the
+first call returns the current observations without resetting, as skrl's Isaac Lab and ManiSkill
+wrappers do. The observations of a step are the *reset* observations of the sub-envs that ended
+there; the final ones are in ``infos["final_obs"]`` (masked by ``infos["_final_obs"]``). skrl's
+``time_limit_bootstrap`` evaluates the value of the returned observations, so with same-step resets
+it bootstraps a truncated episode from the next episode's first state, as it does on Isaac Lab.
+
+Outputs follow skrl's shapes: observations ``(num_envs, obs_dim)``, rewards, terminated and
+truncated ``(num_envs, 1)``; actions ``(num_envs, 1)`` for ``Discrete`` spaces (skrl's categorical
+models give that; ``(num_envs,)`` is accepted too) and ``(num_envs, *shape)`` otherwise.
+skrl keeps a step's observations until after the next step (``record_transition`` gets both), while
+the env overwrites its buffers at each step: the observations are copied into one of two buffers
+used in turn, so a step's observations stay valid until the step after next. Rewards and flags
+are views of the env's buffers (skrl stores them before the next step).
+"""
+
+from __future__ import annotations
+
+import torch
+from gymnasium import spaces
+from skrl import config
+from skrl.envs.wrappers.torch import MultiAgentEnvWrapper, Wrapper
+
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
+from gpu_marl_envs.parallel_env import GpuParallelEnv
+from gpu_marl_envs.vector_env import GpuVectorEnv
+
+MAKE = "gpu_marl_envs.adapters.skrl.make_env"
+
+
+def make_env(env_id: str, num_envs: int = 1, **kwargs) -> SkrlVectorEnv | SkrlParallelEnv:
+    """An skrl env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
+    with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
+    ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions sampled by skrl's
+    models are in range, and checking values costs a host synchronisation per step)."""
+    env = make_batched_env(env_id, num_envs, **kwargs)
+    return SkrlParallelEnv(env) if is_multi_agent(env_id) else SkrlVectorEnv(env)
+
+
+def env_actions(actions, space: spaces.Space, num_envs: int, name: str):
+    """skrl's ``(num_envs, 1)`` actions of a ``Discrete`` space as the env's ``(num_envs,)``; a shape
+    that is neither skrl's nor the env's is refused here, naming both (the env checks the rest)."""
+    if not isinstance(actions, torch.Tensor):
+        return actions  # the env names the type it needs
+    expected = (num_envs, 1) if isinstance(space, spaces.Discrete) else (num_envs, *space.shape)
+    shape = tuple(actions.shape)
+    if shape == expected:
+        return actions.view(num_envs) if isinstance(space, spaces.Discrete) else actions
+    if isinstance(space, spaces.Discrete) and shape == (num_envs,):
+        return actions
+    raise ValueError(f"{name} must have shape {expected} (num_envs, *action shape) for {space}, got {shape}")
+
+
+class _ObservationBuffers:
+    """Two buffers used in turn for the observations handed to skrl (see the module docstring)."""
+
+    def __init__(self, like: torch.Tensor):
+        self._buffers = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) for _ in range(2))
+        self._next = 0
+        self.last = None
+
+    def hand_out(self, observations: torch.Tensor) -> torch.Tensor:
+        self.last = self._buffers[self._next]
+        self.last.copy_(observations)
+        self._next ^= 1
+        return self.last
+
+
+class _Column:
+    """A ``(num_envs, 1)`` view of one of the env's ``(num_envs,)`` outputs, made again only when the
+    env hands out another tensor: it hands out the same buffers at every step, and making a view
+    costs a good part of the adapter's step."""
+
+    def __init__(self):
+        self._source = self._view = None
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor is not self._source:
+            self._source, self._view = tensor, tensor.view(-1, 1)
+        return self._view
+
+
+class SkrlVectorEnv(Wrapper):
+    """A :class:`~gpu_marl_envs.GpuVectorEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
+    as an skrl env. See the module docstring."""
+
+    def __init__(self, env: GpuVectorEnv):
+        env = check_batched_env(env, GpuVectorEnv, type(self).__name__, MAKE)
+        super().__init__(env)
+        self._seed = config.torch.key  # skrl's seed, as its own wrappers use it at the first reset
+        self._observations = None  # buffers made at the first reset
+        self._infos = {}
+        self._columns = tuple(_Column() for _ in range(3))  # rewards, terminated, truncated
+
+    @property
+    def observation_space(self) -> spaces.Space:
+        return self._env.single_observation_space
+
+    @property
+    def action_space(self) -> spaces.Space:
+        return self._env.single_action_space
+
+    def reset(self) -> tuple[torch.Tensor, dict]:
+        """Reset every sub-env the first time (with skrl's seed); afterwards the env resets its
+        sub-envs itself, so this returns the current observations."""
+        if self._observations is None:
+            observations, self._infos = self._env.reset(seed=self._seed)
+            self._observations = _ObservationBuffers(observations)
+            self._observations.hand_out(observations)
+        return self._observations.last, self._infos
+
+    def step(self, actions: torch.Tensor):
+        if self._observations is None:
+            raise RuntimeError("call reset() before step()")
+        actions = env_actions(actions, self.action_space, self.num_envs, "actions")
+        observations, rewards, terminated, truncated, self._infos = self._env.step(actions)
+        rewards, terminated, truncated = (column(t) for column, t in zip(self._columns, (rewards, terminated, truncated)))
+        return self._observations.hand_out(observations), rewards, terminated, truncated, self._infos
+
+    def state(self) -> None:
+        return None
+
+    def render(self, *args, **kwargs):
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class SkrlParallelEnv(MultiAgentEnvWrapper):
+    """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
+    as an skrl multi-agent env, keyed by agent (``possible_agents``) as skrl's multi-agent algorithms
+    expect. Per-group policies: give the agents of a group the same model instances.
+
+    The env is stepped by group: the actions of a group's agents are stacked into one tensor and
+    each output is one tensor per group, handed out as per-agent views. ``infos`` are keyed by group,
+    as :meth:`~gpu_marl_envs.GpuParallelEnv.step_groups` returns them (``"active"``, ``"final_obs"``,
+    ``"_final_obs"``, ...). An agent out of its game (a tagged runner) keeps stepping until the game
+    ends: it observes zeros, gets no reward and is terminated; skrl has no per-agent mask, so those
+    transitions reach its memories (they teach the value of a zero observation to be 0).
+    """
+
+    def __init__(self, env: GpuParallelEnv):
+        env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
+        super().__init__(env)
+        self._seed = config.torch.key
+        self._groups = {group: list(agents) for group, agents in env.groups.items()}
+        self._observations = None  # per group, made at the first reset
+        self._last = None
+        self._infos = {}
+
+    @property
+    def observation_spaces(self) -> dict[str, spaces.Space]:
+        return {agent: self._env.observation_space(agent) for agent in self.possible_agents}
+
+    @property
+    def action_spaces(self) -> dict[str, spaces.Space]:
+        return {agent: self._env.action_space(agent) for agent in self.possible_agents}
+
+    def reset(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """Reset every sub-env the first time (with skrl's seed); afterwards the env resets its
+        games itself, so this returns the current observations."""
+        if self._observations is None:
+            observations, self._infos = self._env.reset_groups(seed=self._seed)
+            # (group_size, num_envs, obs_dim) buffers: each agent's view is contiguous.
+            self._observations = {group: _ObservationBuffers(obs.transpose(0, 1)) for group, obs in observations.items()}
+            self._last = self._hand_out(observations)
+        return self._last, self._infos
+
+    def step(self, actions: dict[str, torch.Tensor]):
+        if self._observations is None:
+            raise RuntimeError("call reset() before step()")
+        missing = [agent for agent in self.possible_agents if agent not in actions]
+        if missing or len(actions) != len(self.possible_agents):
+            unknown = [agent for agent in actions if agent not in self.action_spaces]
+            raise ValueError(f"actions need one tensor per agent of possible_agents; missing {missing[:10]}, "
+                             f"unknown {unknown[:10]}")
+        n = self.num_envs
+        grouped = {group: torch.stack([env_actions(actions[agent], self._env.action_space(agent), n,
+                                                   f"actions[{agent!r}]") for agent in agents], dim=1)
+                   for group, agents in self._groups.items()}
+        observations, rewards, terminated, truncated, self._infos = self._env.step_groups(grouped)
+        self._last = self._hand_out(observations)
+        return (self._last, self._by_agent(rewards), self._by_agent(terminated), self._by_agent(truncated),
+                self._infos)
+
+    def state(self) -> dict[str, None]:
+        return {agent: None for agent in self.possible_agents}
+
+    def render(self, *args, **kwargs):
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
+
+    def _hand_out(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = {}
+        for group, agents in self._groups.items():
+            buffer = self._observations[group].hand_out(observations[group].transpose(0, 1))
+            out.update(zip(agents, buffer.unbind(0)))
+        return out
+
+    def _by_agent(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``(num_envs, group_size)`` per group -> ``(num_envs, 1)`` views per agent."""
+        out = {}
+        for group, agents in self._groups.items():
+            out.update(zip(agents, values[group].unsqueeze(-1).unbind(1)))
+        return out
