@@ -1,0 +1,354 @@
+"""The skrl adapter: outputs in skrl's shapes and spaces (read back with skrl's own space utilities),
+against the env's own on crafted episodes, observations that outlive the next step, skrl's reset
+convention, bad use, skrl's PPO learning CartPole through ``SequentialTrainer``, and IPPO with
+per-group policies on Tag. About 50 s on two cores, most of it the learning check."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from skrl import config
+from skrl.agents.torch.ppo import PPO, PPO_CFG
+from skrl.envs.wrappers.torch import MultiAgentEnvWrapper, Wrapper
+from skrl.memories.torch import RandomMemory
+from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model, MultiCategoricalMixin
+from skrl.multi_agents.torch.ippo import IPPO, IPPO_CFG
+from skrl.trainers.torch import SequentialTrainer
+from skrl.utils import set_seed
+from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
+from torch import nn
+
+from gpu_marl_envs import GpuVectorEnv, make_parallel
+from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_env
+from harness import random_actions
+from test_adapter_torchrl import SMALL_TAG, assert_equal, mlp, one_thread  # noqa: F401 (fixture)
+from test_vector_api import MAX_STEPS, arrange_vector_endings
+
+SEED = 3
+SAME_STEP = AutoresetMode.SAME_STEP
+
+
+def skrl_actions(space: spaces.Space, num_envs: int, generator: torch.Generator) -> torch.Tensor:
+    """Actions as skrl's models give them: ``(num_envs, 1)`` for Discrete spaces."""
+    actions = random_actions(space, num_envs, generator)
+    return actions.unsqueeze(-1) if isinstance(space, spaces.Discrete) else actions
+
+
+def game_actions(space: spaces.Space, num_envs: int, generator: torch.Generator) -> torch.Tensor:
+    """The env's form: ``(num_envs,)`` for Discrete, ``(num_envs, k)`` for MultiDiscrete."""
+    if isinstance(space, spaces.MultiDiscrete):
+        return torch.stack([torch.randint(0, int(n), (num_envs,), generator=generator) for n in space.nvec], 1)
+    return random_actions(space, num_envs, generator)
+
+
+def vector_pair(env_id, num_envs=3):
+    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, max_episode_steps=MAX_STEPS)
+            for _ in range(2)]
+    config.torch.key = SEED
+    adapter = SkrlVectorEnv(envs[0])
+    adapter.reset()
+    envs[1].reset(seed=SEED)
+    return adapter, envs[0], envs[1]
+
+
+def experiment(cfg, tmp_path):
+    cfg.experiment.directory = str(tmp_path)
+    cfg.experiment.write_interval = 0  # no TensorBoard (its tracking reads values back every step)
+    cfg.experiment.checkpoint_interval = 0
+    return cfg
+
+
+TRAINER = {"headless": True, "disable_progressbar": True, "close_environment_at_exit": False}
+
+
+# -- outputs ---------------------------------------------------------------------------------------
+
+
+def test_outputs_have_skrls_shapes_and_spaces(env_id):
+    env = make_env(env_id, 5, device="cpu")
+    assert isinstance(env, Wrapper)
+    raw = GpuVectorEnv(env_id, 1, device="cpu")
+    assert env.observation_space == raw.single_observation_space and env.action_space == raw.single_action_space
+    assert env.num_envs == 5 and env.num_agents == 1 and env.device == torch.device("cpu") and env.state_space is None
+    observations, infos = env.reset()
+    assert isinstance(infos, dict)
+    # skrl's own space utilities read the observations back unchanged.
+    assert torch.equal(flatten_tensorized_space(tensorize_space(env.observation_space, observations)), observations)
+    outputs = env.step(skrl_actions(env.action_space, 5, torch.Generator().manual_seed(0)))
+    for name, value, shape, dtype in zip(("observations", "rewards", "terminated", "truncated"), outputs[:4],
+                                         ((5, *env.observation_space.shape), (5, 1), (5, 1), (5, 1)),
+                                         (torch.float32, torch.float32, torch.bool, torch.bool)):
+        assert value.shape == shape and value.dtype == dtype and value.device == env.device, \
+            f"{name}: {tuple(value.shape)} {value.dtype} on {value.device}"
+    assert env.state() is None
+
+
+def test_endings_match_the_env(env_id):
+    adapter, env, twin = vector_pair(env_id)
+    actions = random_actions(env.single_action_space, 3, torch.Generator().manual_seed(0))
+    terminated, truncated = arrange_vector_endings(env, env_id, actions)
+    arrange_vector_endings(twin, env_id, actions)
+    skrl_form = actions.unsqueeze(-1) if isinstance(env.single_action_space, spaces.Discrete) else actions
+    observations, rewards, term, trunc, infos = adapter.step(skrl_form.clone())
+    expected = twin.step(actions)
+    assert_equal("terminated", terminated.unsqueeze(-1), term)
+    assert_equal("truncated", truncated.unsqueeze(-1), trunc)
+    assert_equal("rewards", expected[1].unsqueeze(-1), rewards)
+    # Same-step reset: the reset observations, the final ones in the infos.
+    assert_equal("observations", expected[0], observations)
+    assert_equal("infos['_final_obs']", terminated | truncated, infos["_final_obs"])
+    assert_equal("infos['final_obs']", expected[4]["final_obs"][:2], infos["final_obs"][:2])
+
+
+def test_observations_outlive_the_next_step():
+    # skrl's trainers record (observations, next_observations) after the step that follows.
+    adapter, env, twin = vector_pair("CartPole-v1", num_envs=4)
+    generator = torch.Generator().manual_seed(2)
+    previous, _ = adapter.reset()
+    expected_previous = previous.clone()
+    for step in range(6):
+        actions = skrl_actions(adapter.action_space, 4, generator)
+        observations = adapter.step(actions)[0]
+        assert_equal(f"step {step}: the previous observations", expected_previous, previous)
+        assert_equal(f"step {step}: observations", twin.step(actions.view(4))[0], observations)
+        previous, expected_previous = observations, observations.clone()
+
+
+def test_reset_resets_once_with_skrls_seed():
+    set_seed(11)
+    first = make_env("Pendulum-v1", 4, device="cpu")
+    observations, _ = first.reset()
+    reference = GpuVectorEnv("Pendulum-v1", 4, device="cpu")
+    assert_equal("first reset", reference.reset(seed=11)[0], observations)
+    stepped = first.step(torch.zeros(4, 1))[0].clone()
+    assert_equal("reset after stepping returns the current observations", stepped, first.reset()[0])
+
+
+# -- bad use -----------------------------------------------------------------------------------
+
+
+def test_bad_use_gives_clear_errors_and_changes_nothing():
+    raw = GpuVectorEnv("CartPole-v1", 4, device="cpu", autoreset_mode=SAME_STEP)
+    env = SkrlVectorEnv(raw)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(torch.zeros(4, 1, dtype=torch.int64))
+    env.reset()
+    state = raw.get_state()
+    bad_actions = {
+        "shape": (torch.zeros(4, 3, dtype=torch.int64), ValueError, r"shape \(4, 1\)"),
+        "dtype": (torch.zeros(4, 1), TypeError, r"torch\.int64"),
+        "device": (torch.zeros(4, 1, dtype=torch.int64, device="meta"), ValueError, r"on meta but the env is on cpu"),
+    }
+    for name, (action, error, message) in bad_actions.items():
+        with pytest.raises(error, match=message):
+            env.step(action)
+        for field, values in raw.get_state().items():
+            assert torch.equal(values, state[field]), f"a refused step ({name}) changed {field}"
+    with pytest.raises(ValueError, match="AutoresetMode.SAME_STEP"):
+        SkrlVectorEnv(GpuVectorEnv("CartPole-v1", 2, device="cpu"))
+    with pytest.raises(TypeError, match="wraps a GpuParallelEnv"):
+        SkrlParallelEnv(raw)
+    games = make_env("TagGridworld-v0", 2, device="cpu")
+    games.reset()
+    with pytest.raises(ValueError, match=r"missing \['runner_0'\]"):
+        games.step({agent: torch.zeros(2, 1, dtype=torch.int64) for agent in games.possible_agents[:-1]})
+    with pytest.raises(ValueError, match=r"actions\['tagger_0'\] must have shape \(2, 1\)"):
+        games.step({agent: torch.zeros(2, 5, dtype=torch.int64) for agent in games.possible_agents})
+
+
+# -- learning ------------------------------------------------------------------------------------
+
+
+class Policy(CategoricalMixin, Model):
+    def __init__(self, observation_space, action_space, device):
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        CategoricalMixin.__init__(self, unnormalized_log_prob=True)
+        self.net = mlp(observation_space.shape[0], action_space.n)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class MultiPolicy(MultiCategoricalMixin, Model):
+    def __init__(self, observation_space, action_space, device):
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        MultiCategoricalMixin.__init__(self, unnormalized_log_prob=True)
+        self.net = mlp(observation_space.shape[0], int(action_space.nvec.sum()), hidden=32)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class Value(DeterministicMixin, Model):
+    def __init__(self, observation_space, action_space, device, hidden=64):
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        DeterministicMixin.__init__(self)
+        self.net = mlp(observation_space.shape[0], 1, hidden=hidden)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def greedy_returns(policy: Model, seed: int, num_envs: int = 64) -> torch.Tensor:
+    """Each sub-env's return of its first episode, acting greedily, from a fresh reset."""
+    config.torch.key = seed
+    env = make_env("CartPole-v1", num_envs, device="cpu")
+    observations, _ = env.reset()
+    returns, playing = torch.zeros(num_envs), torch.ones(num_envs, dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(500):
+            logits, _ = policy.compute({"observations": observations})
+            observations, rewards, terminated, truncated, _ = env.step(logits.argmax(-1, keepdim=True))
+            returns += rewards.view(-1) * playing
+            playing &= ~(terminated | truncated).view(-1)
+    return returns
+
+
+PPO_SEEDS = [0]
+
+
+@pytest.mark.parametrize("seed", PPO_SEEDS)
+def test_ppo_learns_cartpole(seed, one_thread, tmp_path):
+    """skrl's PPO and SequentialTrainer through the adapter reach a mean return of at least 475 on
+    CartPole-v1 (greedy evaluation over 64 fresh episodes)."""
+    num_envs, rollouts, frames = 32, 64, 120_000
+    set_seed(seed)
+    env = make_env("CartPole-v1", num_envs, device="cpu")
+    models = {"policy": Policy(env.observation_space, env.action_space, env.device),
+              "value": Value(env.observation_space, env.action_space, env.device)}
+    updates = frames // (num_envs * rollouts)
+    cfg = experiment(PPO_CFG(rollouts=rollouts, learning_epochs=10, mini_batches=8, learning_rate=1e-3,
+                             learning_rate_scheduler=torch.optim.lr_scheduler.LinearLR,
+                             learning_rate_scheduler_kwargs={"start_factor": 1.0, "end_factor": 0.0,
+                                                             "total_iters": updates},
+                             entropy_loss_scale=0.01, value_loss_scale=0.5, value_clip=0.0), tmp_path)
+    agent = PPO(models=models, memory=RandomMemory(memory_size=rollouts, num_envs=num_envs, device=env.device),
+                observation_space=env.observation_space, action_space=env.action_space, device=env.device, cfg=cfg)
+    start = time.perf_counter()
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": updates * rollouts, **TRAINER}).train()
+    returns = greedy_returns(models["policy"], 10_000 + seed)
+    assert returns.mean() >= 475, f"seed {seed}: mean return {returns.mean():.1f} after {time.perf_counter() - start:.0f} s"
+
+
+# -- multi-agent ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
+def test_agent_outputs_match_the_game(env_id):
+    games = [make_parallel(env_id, 4, device="cpu", autoreset_mode=SAME_STEP, params=SMALL_TAG[env_id])
+             for _ in range(2)]
+    config.torch.key = SEED
+    adapter = SkrlParallelEnv(games[0])
+    twin = games[1]
+    assert isinstance(adapter, MultiAgentEnvWrapper)
+    assert adapter.possible_agents == twin.possible_agents and adapter.num_agents == len(twin.possible_agents)
+    assert adapter.observation_spaces == {a: twin.observation_space(a) for a in twin.possible_agents}
+    assert adapter.action_spaces == {a: twin.action_space(a) for a in twin.possible_agents}
+    observations, _ = adapter.reset()
+    expected, _ = twin.reset(seed=SEED)
+    for agent in twin.possible_agents:
+        assert_equal(f"{agent}: reset observations", expected[agent], observations[agent])
+    generator = torch.Generator().manual_seed(4)
+    for step in range(15):
+        actions = {a: game_actions(twin.action_space(a), 4, generator) for a in twin.possible_agents}
+        skrl_form = {a: v.unsqueeze(-1) if v.dim() == 1 else v for a, v in actions.items()}
+        outputs = adapter.step(skrl_form)
+        expected = twin.step(actions)
+        for agent in twin.possible_agents:
+            for name, want, got in zip(("observations", "rewards", "terminated", "truncated"), expected[:4], outputs[:4]):
+                want = want[agent] if name == "observations" else want[agent].unsqueeze(-1)
+                assert_equal(f"step {step}, {agent}: {name}", want, got[agent])
+            assert got[agent].shape[-1] == 1
+        assert set(outputs[4]) == set(twin.groups), "infos keyed by group"
+    assert adapter.state() == {agent: None for agent in twin.possible_agents}
+
+
+@pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
+def test_ippo_with_per_group_policies_on_tag(env_id, one_thread, tmp_path):
+    run_ippo(env_id, "cpu", tmp_path)
+
+
+def run_ippo(env_id, device, tmp_path):
+    """Three updates of skrl's IPPO, one policy and one critic per agent group."""
+    set_seed(0)
+    env = make_env(env_id, 16, device=device, params=SMALL_TAG[env_id])
+    groups = {group: agents for group, agents in env.groups.items()}
+    models = {}
+    for group, agents in groups.items():
+        obs_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
+        policy_type = MultiPolicy if isinstance(action_space, spaces.MultiDiscrete) else Policy
+        # One policy and one critic per group: the group's agents share the model instances.
+        shared = {"policy": policy_type(obs_space, action_space, env.device),
+                  "value": Value(obs_space, action_space, env.device, hidden=32)}
+        models.update({agent: shared for agent in agents})
+    memories = {agent: RandomMemory(memory_size=8, num_envs=16, device=env.device) for agent in env.possible_agents}
+    # skrl 2.1.1 reads an empty dict as a per-agent mapping that lacks every agent: give its
+    # keyword-argument fields one (empty) entry per agent.
+    no_kwargs = {name: {agent: {} for agent in env.possible_agents} for name in (
+        "learning_rate_scheduler_kwargs", "observation_preprocessor_kwargs", "state_preprocessor_kwargs",
+        "value_preprocessor_kwargs")}
+    cfg = experiment(IPPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3,
+                              entropy_loss_scale=0.01, **no_kwargs), tmp_path)
+    agent = IPPO(possible_agents=env.possible_agents, models=models, memories=memories,
+                 observation_spaces=env.observation_spaces, state_spaces=env.state_spaces, action_spaces=env.action_spaces,
+                 device=env.device, cfg=cfg)
+    before = {group: [p.detach().clone() for p in models[agents[0]]["policy"].parameters()]
+              for group, agents in groups.items()}
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3 * 8, **TRAINER}).train()
+    for group, agents in groups.items():
+        policy = models[agents[0]]["policy"]
+        assert all(models[a]["policy"] is policy for a in agents), "one policy per group"
+        assert any(not torch.equal(a, b) for a, b in zip(before[group], policy.parameters())), f"{group} did not train"
+        assert all(torch.isfinite(p).all() for p in policy.parameters())
+
+
+# -- on a GPU (pytest -m gpu) ---------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "TagContinuous-v0"])
+def test_steps_without_host_synchronisation_on_cuda(env_id, cuda_device):
+    env = make_env(env_id, 4096 if env_id != "TagContinuous-v0" else 256, device=cuda_device)
+    env.reset()
+    generator = torch.Generator().manual_seed(0)
+    if isinstance(env, SkrlParallelEnv):
+        actions = [{a: game_actions(env.action_space(a), env.num_envs, generator).to(cuda_device)
+                    for a in env.possible_agents} for _ in range(4)]
+    else:
+        actions = [skrl_actions(env.action_space, env.num_envs, generator).to(cuda_device) for _ in range(4)]
+    for k in range(3):  # warm-up: kernel compilation, CUDA-graph capture
+        env.step(actions[k % 4])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for k in range(40):
+            outputs = env.step(actions[k % 4])
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(v.is_cuda for v in (outputs[0].values() if isinstance(outputs[0], dict) else [outputs[0]]))
+
+
+@pytest.mark.gpu
+def test_actions_on_another_device_are_refused_on_cuda(cuda_device):
+    env = make_env("CartPole-v1", 8, device=cuda_device)
+    env.reset()
+    with pytest.raises(ValueError, match=r"on cpu but the env is on cuda"):
+        env.step(torch.zeros(8, 1, dtype=torch.int64))
+
+
+@pytest.mark.gpu
+def test_ppo_and_ippo_train_on_cuda(cuda_device, tmp_path):
+    run_ippo("TagContinuous-v0", cuda_device, tmp_path)
+    set_seed(0)
+    env = make_env("CartPole-v1", 1024, device=cuda_device)
+    models = {"policy": Policy(env.observation_space, env.action_space, env.device),
+              "value": Value(env.observation_space, env.action_space, env.device)}
+    agent = PPO(models=models, memory=RandomMemory(memory_size=16, num_envs=1024, device=env.device),
+                observation_space=env.observation_space, action_space=env.action_space, device=env.device,
+                cfg=experiment(PPO_CFG(rollouts=16), tmp_path))
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 48, **TRAINER}).train()
+    assert all(p.is_cuda and torch.isfinite(p).all() for p in models["policy"].parameters())
