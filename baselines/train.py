@@ -6,9 +6,12 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
     gpu-marl-train --evaluate runs/CartPole-v1-ppo-seed0/checkpoint.pt
     gpu-marl-train --resume runs/CartPole-v1-ppo-seed0/checkpoint.pt --set total_timesteps=1000000
     gpu-marl-train --env TagContinuous-v0 --set num_envs=8 --set policies.runners.train=false
+    gpu-marl-train --env CartPole-v1 --set num_envs=auto     # the env count chosen by a throughput sweep
+    gpu-marl-train --nproc-per-node 2 --env CartPole-v1      # 2 GPUs (torchrun), num_envs per GPU
 
-(also ``python -m gpu_marl_envs.baselines.train``). A config is a TOML file with ``env``,
-``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
+(also ``python -m gpu_marl_envs.baselines.train``, and ``torchrun --nproc-per-node N -m
+gpu_marl_envs.baselines.train ...`` for several GPUs or hosts: docs/distributed.md). A config is a
+TOML file with ``env``, ``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
 (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
 A multi-agent game (Tag) trains one network per policy (:mod:`multi_agent`): its config adds
 ``[groups]`` (group -> policy name), one ``[policies.<name>]`` table per policy (``PolicyConfig``
@@ -21,7 +24,10 @@ The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) rec
 ``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png``, ``checkpoint.pt``
 (rewritten atomically at each log interval, with the optimizer state that ``--resume`` continues
 from) and, when TensorBoard is installed, ``tensorboard/``. The device is the GPU when there is one,
-else the CPU (``--device``).
+else the CPU (``--device``). ``num_envs = "auto"`` (in the file or ``--set``) picks the env count
+by a short throughput sweep within a GPU-memory budget (:mod:`sizing`) and says what it chose and
+why; the resolved config records the count. Under ``torchrun`` every rank trains and rank 0 alone
+writes the run directory.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo
+from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo, sizing
 from gpu_marl_envs.baselines.checkpoint import atomic_save
+from gpu_marl_envs.baselines.distributed import SINGLE, Context, setup, teardown
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 from gpu_marl_envs.rendering import save_animation
@@ -227,15 +234,27 @@ class MetricsWriter:
             self.tensorboard.close()
 
 
-def run_training(algorithm: str, env: str, config, out: Path, device: str, resume: dict | None = None) -> dict:
+def train_function(algorithm: str, config):
+    """The function that trains ``config``: the algorithm's, or :func:`multi_agent.train`."""
+    return multi_agent.train if isinstance(config, multi_agent.MultiAgentConfig) else ALGORITHMS[algorithm][1]
+
+
+def run_training(algorithm: str, env: str, config, out: Path, device, resume: dict | None = None,
+                 context: Context = SINGLE) -> dict | None:
     """Train (or, with ``resume`` = a checkpoint of this command, continue) a run in ``out``:
-    ``checkpoint.pt`` is rewritten at each log interval and holds everything a resume needs."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.toml").write_text(to_toml(algorithm, env, config))
+    ``checkpoint.pt`` is rewritten at each log interval and holds everything a resume needs.
+    Every rank of ``context`` trains; rank 0 alone writes ``out`` and evaluates (the others
+    return None)."""
     multi = isinstance(config, multi_agent.MultiAgentConfig)
-    train = multi_agent.train if multi else ALGORITHMS[algorithm][1]
+    train = train_function(algorithm, config)
     header = {"algorithm": algorithm, "env": env, "config": config_dict(config)}
     state = None if resume is None else {k: v for k, v in resume.items() if k not in header}
+    log_every = max(1, context.iterations(config.total_timesteps, sizing.iteration_steps(config)) // 50)
+    if not context.is_main:
+        train(env, config, device=device, log=None, resume=state, log_every=log_every)
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.toml").write_text(to_toml(algorithm, env, config))
     metrics = MetricsWriter(out)
     earlier = [] if state is None else state["history"]
     with tqdm(total=config.total_timesteps, unit="step", unit_scale=True, desc=f"{algorithm} {env}") as bar:
@@ -250,11 +269,11 @@ def run_training(algorithm: str, env: str, config, out: Path, device: str, resum
         for entry in earlier:  # a resumed run's metrics start with the first run's
             log(entry, earlier=True)
         try:
-            agent, history = train(env, config, device=device, log=log, save=save, resume=state,
-                                   log_every=max(1, config.num_iterations // 50))
+            agent, history = train(env, config, device=device, log=log, save=save, resume=state, log_every=log_every)
         finally:
             metrics.close()
-    plot_learning_curve(history, out / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})")
+    plot_learning_curve(history, out / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})"
+                        + (f", {context.world_size} ranks" if context.enabled else ""))
     if multi:
         returns = multi_agent.evaluate(agent, env, config, device=device)
         return {"mean_return": returns[multi_agent.reported_group(config)], "group_returns": returns,
@@ -296,6 +315,101 @@ def load_agent(path, device) -> tuple[torch.nn.Module, str]:
     return agent.to(device), checkpoint["env"]
 
 
+def uses_auto_num_envs(raw: dict, overrides: list[str]) -> bool:
+    """Whether ``num_envs`` is ``"auto"``, in the file's ``[hyperparameters]`` or the last ``--set`` of it."""
+    value = raw.get("hyperparameters", {}).get("num_envs")
+    for text in overrides:
+        key, parsed = parse_override(text)
+        if key == "num_envs":
+            value = parsed
+    return value == sizing.AUTO
+
+
+def build_auto_config(raw: dict, overrides: list[str], seed: int | None, device):
+    """:func:`build_config` with ``num_envs = "auto"`` held by the first count a sweep would try
+    that the config takes (the sweep replaces it)."""
+    error = None
+    for num_envs in sizing.candidates(device):
+        try:
+            return build_config(raw, [*overrides, f"num_envs={num_envs}"], seed)
+        except ConfigError as problem:
+            error = error or problem
+    raise error
+
+
+def prepare(args) -> tuple[str, str, object, Path, dict | None, bool]:
+    """The run the arguments ask for: algorithm, env, config (``num_envs = "auto"`` not yet
+    resolved), run directory, the checkpoint it resumes (or None), and whether num_envs is auto."""
+    if args.resume:
+        # On the CPU: each rank copies what it needs onto its own device.
+        resume = torch.load(args.resume, map_location="cpu", weights_only=False)
+        if "iteration" not in resume:
+            raise ConfigError(f"{args.resume} holds no training state to resume from")
+        changed = sorted({parse_override(text)[0] for text in args.set} - {"total_timesteps"})
+        if changed or args.seed is not None:
+            raise ConfigError(f"a resumed run keeps its config; only --set total_timesteps=N may change "
+                              f"(got {changed or ['--seed']})")
+        algorithm, env, config = build_config(raw_config(resume), args.set, None)
+        return algorithm, env, config, Path(args.out) if args.out else Path(args.resume).parent, resume, False
+    raw = read_config(args.config, args.env)
+    auto = uses_auto_num_envs(raw, args.set)
+    if auto:
+        algorithm, env, config = build_auto_config(raw, args.set, args.seed, args.device)
+    else:
+        algorithm, env, config = build_config(raw, args.set, args.seed)
+    if args.env and env != args.env:
+        raise ConfigError(f"the shipped config is for {env}, not {args.env}")
+    return algorithm, env, config, Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}"), None, auto
+
+
+def check_ranks(config, context: Context) -> None:
+    """That the ranks of ``context`` can train ``config``: its run covers one iteration of all
+    of them, and it is not a multi-agent game (which trains in one process for now)."""
+    if context.enabled and isinstance(config, multi_agent.MultiAgentConfig):
+        raise ConfigError("multi-agent games train in one process for now: drop --nproc-per-node / torchrun")
+    try:
+        context.iterations(config.total_timesteps, sizing.iteration_steps(config))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def launch(args, argv: list[str]) -> int:
+    """``--nproc-per-node N``: check the run here, then start ``torch.distributed.run`` (what the
+    ``torchrun`` command runs) on this host with N processes of this command, without the option."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    if args.nproc_per_node < 1:
+        raise ConfigError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
+    if args.evaluate:
+        raise ConfigError("--evaluate runs in one process: drop --nproc-per-node")
+    if torch.device(args.device).type == "cuda" and args.nproc_per_node > torch.cuda.device_count():
+        raise ConfigError(f"--nproc-per-node {args.nproc_per_node} needs as many GPUs; this host has "
+                          f"{torch.cuda.device_count()} (or train on --device cpu)")
+    config = prepare(args)[2]
+    check_ranks(config, Context(world_size=args.nproc_per_node))
+    rest = without_nproc(argv)
+    try:
+        torchrun(["--standalone", "--nproc-per-node", str(args.nproc_per_node), "-m", __spec__.name, *rest])
+    except ChildFailedError as error:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
+def without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` less ``--nproc-per-node N`` (or ``--nproc-per-node=N``)."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            rest.append(arg)
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-marl-train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -311,8 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", help="run directory (default runs/<env>-<algorithm>-seed<seed>)")
     parser.add_argument("--episodes", type=int, default=16, help="evaluation episodes")
+    parser.add_argument("--nproc-per-node", type=int, metavar="N",
+                        help="train with N processes on this host (one per GPU) through torchrun; "
+                             "num_envs is per process")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     try:
+        if args.nproc_per_node is not None:
+            return launch(args, argv)
         if args.evaluate:
             checkpoint = torch.load(args.evaluate, map_location=args.device, weights_only=False)
             if multi_agent.is_game(checkpoint["env"]):
@@ -323,23 +443,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
                   f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})")
             return 0
-        resume = None
-        if args.resume:
-            resume = torch.load(args.resume, map_location=args.device, weights_only=False)
-            if "iteration" not in resume:
-                raise ConfigError(f"{args.resume} holds no training state to resume from")
-            changed = sorted({parse_override(text)[0] for text in args.set} - {"total_timesteps"})
-            if changed or args.seed is not None:
-                raise ConfigError(f"a resumed run keeps its config; only --set total_timesteps=N may change "
-                                  f"(got {changed or ['--seed']})")
-            algorithm, env, config = build_config(raw_config(resume), args.set, None)
-            out = Path(args.out) if args.out else Path(args.resume).parent
-        else:
-            algorithm, env, config = build_config(read_config(args.config, args.env), args.set, args.seed)
-            if args.env and env != args.env:
-                raise ConfigError(f"the shipped config is for {env}, not {args.env}")
-            out = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
-        result = run_training(algorithm, env, config, out, args.device, resume)
+        algorithm, env, config, out, resume, auto = prepare(args)
+        context = setup(args.device)  # under torchrun: this rank's GPU, the process group
+        check_ranks(config, context)
+        device = context.device if context.device is not None else args.device
+        if auto:
+            num_envs = sizing.choose_num_envs(train_function(algorithm, config), env, config, device=device)
+            config = dataclasses.replace(config, num_envs=num_envs)
+        result = run_training(algorithm, env, config, out, device, resume, context)
+        teardown()  # only after a run that ended well: a failed rank must not wait for the others
+        if result is None:
+            return 0
         if "group_returns" in result:
             returns = ", ".join(f"{group} {value:.2f}" for group, value in result["group_returns"].items())
             print(f"{env}: greedy mean return per agent: {returns}; run saved in {out}")

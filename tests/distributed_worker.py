@@ -1,0 +1,108 @@
+"""One rank of the two-process training checks in test_distributed.py, started by torchrun:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py \\
+        --algorithm ppo --device cpu --out DIR [--every-step]
+
+Each rank trains the first half of a tiny run, checkpointing it (rank 0 writes the file), loads
+the file, resumes the finished half (which restores it and trains no more) and resumes it again at
+full length, then writes what it saw to ``DIR/rank<r>.json``:
+- with ``--every-step`` (CPU only: a CUDA graph replays its optimizer steps without Python), after
+  every optimizer step the ranks' parameters are gathered and compared;
+- the first observation each rank's policy saw (the ranks' envs must differ);
+- whether the restored policy equals the checkpoint's;
+- the histories (reduced metrics), how often ``log`` and ``save`` were called on this rank, the
+  final parameters, and the reductions of rank-dependent numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from gpu_marl_envs.baselines import a2c, ddpg, ppo
+from gpu_marl_envs.baselines.checkpoint import atomic_save
+from gpu_marl_envs.baselines.distributed import setup, teardown
+
+CASES = {
+    "ppo": (ppo, ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 6, num_minibatches=2,
+                               update_epochs=2, hidden=(16,)), "CartPole-v1"),
+    "a2c": (a2c, a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=2 * 4 * 5 * 6, anneal_lr=True, hidden=(16,)),
+            "Acrobot-v1"),
+    "ddpg": (ddpg, ddpg.DDPGConfig(num_envs=4, total_timesteps=2 * 4 * 6, learning_starts=16, batch_size=8,
+                                   buffer_size=64, hidden=(16, 16)), "Pendulum-v1"),
+}
+
+
+def flat_parameters(optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).cpu() for group in optimizer.param_groups for p in group["params"]])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algorithm", choices=CASES, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--every-step", action="store_true")
+    parser.add_argument("--graph-allreduce", choices=("true", "false"), default="true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    context = setup(args.device)
+    module, config, env_id = CASES[args.algorithm]
+    if hasattr(config, "graph_allreduce"):
+        config = dataclasses.replace(config, graph_allreduce=args.graph_allreduce == "true")
+    seen = {"steps": 0, "mismatched_steps": [], "first_observation": None}
+
+    def compare(optimizer, *_):
+        mine = flat_parameters(optimizer)
+        everyone = [torch.empty_like(mine) for _ in range(context.world_size)]
+        dist.all_gather(everyone, mine)
+        if not all(torch.equal(mine, other) for other in everyone):
+            seen["mismatched_steps"].append(seen["steps"])
+        seen["steps"] += 1
+
+    def remember_first_observation(module_, inputs):
+        if seen["first_observation"] is None and inputs and isinstance(inputs[0], torch.Tensor):
+            seen["first_observation"] = inputs[0].detach().reshape(-1)[:8].cpu().tolist()
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(remember_first_observation)]
+    if args.every_step:
+        hooks.append(register_optimizer_step_post_hook(compare))
+    logged, saved = [], []
+
+    def save(state):
+        saved.append(state["iteration"])
+        atomic_save(state, out / "checkpoint.pt")
+
+    # The first half of the run, with a checkpoint at each log entry (written by rank 0 alone).
+    half = dataclasses.replace(config, total_timesteps=config.total_timesteps // 2)
+    _, first_history = module.train(env_id, half, device=args.device, log_every=1, log=logged.append, save=save)
+    dist.barrier()  # rank 0's checkpoint is on disk
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    # Resuming a finished run restores it and trains no more: every rank holds the file's policy.
+    restored, _ = module.train(env_id, half, device=args.device, log=None, resume=state)
+    restored_matches = all(torch.equal(value.cpu(), state["model"][name])
+                           for name, value in restored.state_dict().items())
+    # Resuming it with the full length trains on.
+    policy, history = module.train(env_id, config, device=args.device, log_every=1, log=logged.append,
+                                   resume=state, save=save)
+    for hook in hooks:
+        hook.remove()
+    reductions = {"sums": context.read_sums(torch.tensor([1.0, context.rank + 1.0])),
+                  "mean": context.mean({"x": torch.tensor(float(context.rank))}),
+                  "max": context.max({"seconds": float(context.rank)})}
+    result = {"rank": context.rank, "world_size": context.world_size, **seen, "first_history": first_history,
+              "restored_matches_checkpoint": restored_matches, "history": history, "logged": len(logged),
+              "saved": saved, "reductions": reductions,
+              "parameters": torch.cat([p.detach().reshape(-1).cpu() for p in policy.parameters()]).tolist()}
+    (out / f"rank{context.rank}.json").write_text(json.dumps(result))
+    teardown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Training with two processes through torchrun and gloo on the CPU (two GPUs and NCCL with the
+gpu marker): parameters identical on both ranks after every optimizer step, metrics reduced over
+the ranks, rank 0 alone writing, a resume restoring every rank; the ``--nproc-per-node`` shortcut
+of the command; ``num_envs = "auto"``. About a minute on two cores (each torchrun start imports
+torch three times)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_marl_envs.baselines import ppo, sizing, train
+from gpu_marl_envs.baselines.distributed import Context
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def torchrun(*args, nproc: int = 2, timeout: int = 600):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def command(*args, timeout: int = 600):
+    return subprocess.run([sys.executable, "-m", "gpu_marl_envs.baselines.train", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_worker(tmp_path, algorithm: str, *extra) -> list[dict]:
+    result = torchrun(WORKER, "--algorithm", algorithm, "--out", tmp_path, *extra)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg"])
+def test_two_ranks_keep_identical_parameters_and_reduce_metrics(algorithm, tmp_path):
+    ranks = run_worker(tmp_path, algorithm, "--device", "cpu", "--every-step")
+    zero, one = ranks
+    assert zero["world_size"] == 2
+    # Each rank steps its own envs: their first observations differ ...
+    assert zero["first_observation"] != one["first_observation"]
+    # ... and yet after every optimizer step both ranks hold the same parameters.
+    assert zero["steps"] == one["steps"] > 0
+    assert zero["mismatched_steps"] == one["mismatched_steps"] == []
+    assert zero["parameters"] == one["parameters"]
+    # Metrics are reduced: both ranks hold the same history, counting the env steps of both.
+    assert zero["history"] == one["history"] and len(zero["history"]) == 6
+    steps = [h["env_steps"] for h in zero["history"]]
+    assert steps == [steps[0] * (i + 1) for i in range(6)]
+    assert zero["reductions"] == one["reductions"] == {"sums": [2.0, 3.0], "mean": {"x": 0.5}, "max": {"seconds": 1.0}}
+    # Only rank 0 logs and saves; a resume restores every rank and continues the history.
+    assert zero["logged"] == 6 and zero["saved"] == [1, 2, 3, 4, 5, 6]
+    assert one["logged"] == 0 and one["saved"] == []
+    assert zero["restored_matches_checkpoint"] and one["restored_matches_checkpoint"]
+    assert zero["history"][:3] == zero["first_history"]
+
+
+def test_env_steps_and_seeds_of_ranks():
+    one, two = Context(), Context(rank=1, world_size=2)
+    assert one.seed(5) == 5 and two.seed(5) != Context(world_size=2).seed(5)
+    # Sub-env seeds of a run never repeat across ranks and resumes.
+    seeds = {Context(rank=r, world_size=2).env_seed(0, it, 4) + i for r in (0, 1) for it in (0, 3) for i in range(4)}
+    assert len(seeds) == 16
+    assert two.iterations(1000, 100) == 5
+    with pytest.raises(ValueError, match="must cover one iteration of all 2 ranks"):
+        two.iterations(150, 100)
+
+
+def test_command_with_two_processes_writes_once_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    args = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "num_envs=4", "--device", "cpu"]
+    first = command("--nproc-per-node", "2", *args, "--set", "total_timesteps=512", "--out", out)
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert first.stdout.count("greedy mean return") == 1, "rank 0 alone evaluates and reports"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "learning_curve.png",
+                                                     "metrics.csv", "tensorboard"]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(row["env_steps"]) for row in rows] == [128 * (i + 1) for i in range(4)], "each entry once, both ranks"
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert saved["iteration"] == 4 and saved["config"]["num_envs"] == 4
+
+    resumed = command("--nproc-per-node", "2", "--resume", out / "checkpoint.pt", "--set", "total_timesteps=1024",
+                      "--device", "cpu")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    again = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert again["iteration"] == 8 and again["history"][:4] == saved["history"]
+    assert len(list(csv.DictReader(open(out / "metrics.csv")))) == 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc-per-node", "2", "--env", "CartPole-v1", "--set", "total_timesteps=600"], "must cover one iteration"),
+    (["--nproc-per-node", "2", "--env", "TagGridworld-v0"], "multi-agent games train in one process"),
+    (["--nproc-per-node", "0", "--env", "CartPole-v1"], "--nproc-per-node must be >= 1"),
+    (["--nproc-per-node", "2", "--evaluate", "checkpoint.pt"], "--evaluate runs in one process"),
+])
+def test_shortcut_checks_the_run_before_starting_processes(args, message, tmp_path):
+    result = command(*args, "--device", "cpu", "--out", tmp_path / "run")
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-4000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_auto_num_envs_on_the_cpu(tmp_path):
+    out = tmp_path / "run"
+    result = command("--env", "CartPole-v1", "--set", "num_envs=auto", "--set", "num_steps=8",
+                     "--set", "total_timesteps=4096", "--device", "cpu", "--out", out)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert 'num_envs = "auto": a sweep' in result.stdout and "the smallest count within 10%" in result.stdout
+    resolved = train.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
+    assert resolved in sizing.candidates("cpu") and resolved * 8 <= 4096
+    assert f"num_envs = {resolved:,}:" in result.stdout
+
+
+def test_choose_num_envs_skips_counts_the_run_cannot_take():
+    config = ppo.PPOConfig(num_steps=8, num_minibatches=2, update_epochs=1, hidden=(8,), total_timesteps=8 * 16)
+    lines = []
+    chosen = sizing.choose_num_envs(ppo.train, "CartPole-v1", config, device="cpu", counts=[4, 8, 16, 32],
+                                    report=lines.append)
+    assert chosen in (4, 8, 16)
+    assert any(line.strip().startswith("32 envs") and "not tried" in line for line in lines), lines
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL between them)")
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg"])
+def test_two_gpus(algorithm, tmp_path):
+    """NCCL on two GPUs, CUDA graphs on: identical parameters at the end, with the all-reduce inside
+    the captured update and with it between the replays (the same training, up to rounding)."""
+    runs = {}
+    for graph_allreduce in ("true", "false"):
+        folder = tmp_path / graph_allreduce
+        folder.mkdir()
+        zero, one = run_worker(folder, algorithm, "--device", "cuda", "--graph-allreduce", graph_allreduce)
+        assert zero["parameters"] == one["parameters"], "the ranks' parameters differ"
+        assert zero["history"] == one["history"]
+        assert zero["restored_matches_checkpoint"] and one["restored_matches_checkpoint"]
+        assert zero["first_observation"] != one["first_observation"]
+        runs[graph_allreduce] = torch.tensor(zero["parameters"])
+    assert torch.allclose(runs["true"], runs["false"], rtol=1e-4, atol=1e-5)
