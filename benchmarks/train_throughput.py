@@ -10,7 +10,16 @@ to the end of the first iteration whose finished episodes average >= 475. The in
 same trainer with ``cuda_graph=False`` (eager PyTorch); peer numbers (PureJaxRL, WarpDrive) are the
 issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
 
+``--gpus`` runs the multi-GPU cases instead, each through ``torchrun`` (``torch.distributed.run``)
+with 1 and 2 processes, one per GPU, the same per-GPU config: CartPole PPO 4,096 x 128 per GPU
+(with the gradient all-reduce inside the captured update, and between the replays of its pieces)
+and Tag A2C 1,000 games per GPU; env-steps/s count all GPUs, the speed-up is against the 1-GPU
+run of the same case, and a case whose ranks end with different parameters is marked. Then the
+learning curve of 1 GPU with 8,192 envs against 2 GPUs with 4,096 each (the same total batch and
+schedule) is drawn to ``--curve``.
+
     python benchmarks/train_throughput.py --out train.md --json train.json   # results: docs/benchmarks/train-h100.md
+    python benchmarks/train_throughput.py --gpus --out gpus.md --json gpus.json --curve gpus.png
 """
 
 from __future__ import annotations
@@ -18,11 +27,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from gpu_marl_envs.baselines import a2c, multi_agent, ppo
+from gpu_marl_envs.baselines.distributed import setup, teardown
+from gpu_marl_envs.baselines.plotting import plot_learning_curves
 from gpu_marl_envs.baselines.train import CONFIGS, build_config, read_config
 
 THRESHOLD = 475.0
@@ -47,6 +63,11 @@ def run(algorithm, env_id: str, config, *, backend=None, stop_at_threshold: bool
     except StopIteration:
         pass
     torch.cuda.synchronize()
+    return summary(algorithm, env_id, backend, config, history, reached)
+
+
+def summary(algorithm, env_id: str, backend, config, history: list[dict], reached: dict) -> dict:
+    """A run's throughput after its third iteration, rollout/update shares, time to threshold."""
     result = {"algorithm": algorithm, "env": env_id, "backend": backend, "config": dataclasses.asdict(config),
               "time_to_threshold_s": reached.get("seconds"), "steps_to_threshold": reached.get("env_steps"),
               "first_two_iterations_s": history[1]["seconds"] if len(history) > 1 else None}
@@ -111,13 +132,121 @@ def cases(quick: bool):
                                                        total_timesteps=num_envs * num_steps * 5), "pycuda", False)
 
 
+def gpu_cases(quick: bool):
+    """(label, case, algorithm, env, per-GPU config, backend, processes): the label names the case
+    and its GPUs; each config's total_timesteps counts all GPUs, so 1 and 2 GPUs run the same
+    number of iterations."""
+    iterations = 8 if quick else 30
+    per_gpu = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128)
+    case = "PPO CartPole 4096x128 per GPU"
+    for gpus in (1, 2):
+        config = dataclasses.replace(per_gpu, total_timesteps=4096 * 128 * gpus * iterations)
+        yield f"{case}, {gpus} GPU", case, "ppo", "CartPole-v1", config, None, gpus
+    yield (f"{case}, 2 GPU, all-reduce between graph replays", case, "ppo", "CartPole-v1",
+           dataclasses.replace(config, graph_allreduce=False), None, 2)
+    case = "A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda"
+    tag = tag_a2c(1000, 50, 4 if quick else 12)
+    for gpus in (1, 2):
+        yield (f"{case}, {gpus} GPU", case, "multi_agent", "TagContinuous-v0",
+               dataclasses.replace(tag, total_timesteps=tag.total_timesteps * gpus), "pycuda", gpus)
+    # The same total batch (8192 x 128) and schedule on 1 and 2 GPUs, for the learning curves.
+    total = 8192 * 128 * iterations
+    one_gpu = dataclasses.replace(per_gpu, num_envs=8192, total_timesteps=total)
+    yield CURVES[0], CURVES[0], "ppo", "CartPole-v1", one_gpu, None, 1
+    yield CURVES[1], CURVES[0], "ppo", "CartPole-v1", dataclasses.replace(per_gpu, total_timesteps=total), None, 2
+
+
+CURVES = ("PPO CartPole 8192x128 on 1 GPU (curve)", "PPO CartPole 4096x128 per GPU on 2 GPUs (curve)")
+
+
+def gpu_worker(label: str, quick: bool, result_path: str) -> None:
+    """One rank of a ``--gpus`` case (started by torchrun): train, check that the ranks' parameters
+    agree, and on rank 0 write the summary and history to ``result_path``."""
+    context = setup("cuda")
+    _, _, algorithm, env_id, config, backend, _ = next(case for case in gpu_cases(quick) if case[0] == label)
+    module = {"ppo": ppo, "a2c": a2c, "multi_agent": multi_agent}[algorithm]
+    trained, history = module.train(env_id, config, device="cuda", backend=backend, log_every=1, log=None)
+    torch.cuda.synchronize()
+    modules = trained.values() if isinstance(trained, dict) else [trained]
+    mine = torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
+    everyone = [mine]
+    if context.enabled:
+        everyone = [torch.empty_like(mine) for _ in range(context.world_size)]
+        dist.all_gather(everyone, mine)
+    if context.is_main:
+        result = summary(algorithm, env_id, backend, config, history, {})
+        result.update(gpus=context.world_size, history=history,
+                      ranks_agree=all(torch.equal(mine, other) for other in everyone))
+        Path(result_path).write_text(json.dumps(result))
+    teardown()
+
+
+def run_gpu_cases(args) -> None:
+    gpu = torch.cuda.get_device_name()
+    rows, results, one_gpu = [], [], {}
+    for label, case, *_, gpus in gpu_cases(args.quick):
+        if args.only and args.only not in label:
+            continue
+        if gpus > torch.cuda.device_count():
+            print(f"{label}: skipped, {torch.cuda.device_count()} GPU(s) here", flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "result.json"
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+                       __file__, "--worker", label, "--result", str(path)] + (["--quick"] if args.quick else [])
+            done = subprocess.run(command)
+            if done.returncode != 0 or not path.exists():
+                print(f"{label}: failed (exit {done.returncode})", flush=True)
+                continue
+            result = {"label": label, **json.loads(path.read_text())}
+        results.append(result)
+        sps = result.get("env_steps_per_s")
+        if gpus == 1:
+            one_gpu[case] = sps
+        speedup = f"{sps / one_gpu[case]:.2f}x" if gpus > 1 and sps and one_gpu.get(case) else "—"
+        final = result.get("final_return")
+        row = (f"| {label} | {gpus} | {f'{sps / 1e6:.3g} M' if sps else '—'} | {speedup} | "
+               f"{f'{final:.1f}' if final is not None else '—'} | {'yes' if result['ranks_agree'] else '**no**'} |")
+        print(row, flush=True)
+        rows.append(row)
+        save_gpus(args, gpu, rows, results)
+    curves = {r["label"]: r["history"] for r in results if r["label"] in CURVES}
+    if args.curve and len(curves) == 2:
+        plot_learning_curves({"1 GPU, 8,192 envs": curves[CURVES[0]], "2 GPUs, 4,096 envs each": curves[CURVES[1]]},
+                             args.curve, f"PPO on CartPole-v1, the same total batch (8,192 x 128), {gpu}")
+        print(f"learning curves: {args.curve}")
+
+
+def save_gpus(args, gpu: str, rows: list[str], results: list[dict]) -> None:
+    lines = [f"Training on 1 and 2 x {gpu} (torch {torch.__version__}), torchrun, one process per GPU", "",
+             "| configuration | GPUs | env-steps/s (all GPUs) | vs 1 GPU | final mean return | ranks agree |",
+             "|---|---:|---:|---:|---:|---|", *rows]
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": gpu, "torch": torch.__version__,
+                       "results": [{k: v for k, v in r.items() if k != "history"} for r in results],
+                       "histories": {r["label"]: r["history"] for r in results}}, f, indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="markdown table")
     parser.add_argument("--json", help="raw results")
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--only", help="run the cases whose label contains this text")
+    parser.add_argument("--gpus", action="store_true", help="the 1 vs 2 GPU cases (torchrun) instead")
+    parser.add_argument("--curve", help="with --gpus: the PNG of the 1 vs 2 GPU learning curves")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # one rank of the --gpus case of this label
+    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        gpu_worker(args.worker, args.quick, args.result)
+        return
+    if args.gpus:
+        run_gpu_cases(args)
+        return
     gpu = torch.cuda.get_device_name()
     rows, results = [], []
     for label, algorithm, env_id, config, backend, to_threshold in cases(args.quick):
