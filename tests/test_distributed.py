@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from gpu_marl_envs.baselines import ppo, sizing, train
+from gpu_marl_envs.baselines.capture import GraphedPhase, between_graphs
 from gpu_marl_envs.baselines.distributed import Context
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -122,6 +123,40 @@ def test_choose_num_envs_skips_counts_the_run_cannot_take():
     assert any(line.strip().startswith("32 envs") and "not tried" in line for line in lines), lines
 
 
+def cut_phase(device):
+    """A phase with host-driven work in its middle (as an all-reduce between graph replays): what
+    the work sees and what follows it must be in order, replay after replay."""
+    x = torch.zeros(4, device=device)
+    seen = torch.zeros(4, device=device)
+    log = []
+
+    def work():
+        seen.copy_(x * 2)  # outside the graph: runs between the pieces
+        log.append(1)
+
+    def phase():
+        x.add_(1)
+        between_graphs(work)
+        return {"after": seen + x}
+
+    return GraphedPhase(phase, torch.device(device)), log
+
+
+def test_between_graphs_runs_the_work_in_place_outside_a_capture():
+    phase, log = cut_phase("cpu")
+    for calls in (1, 2, 3):
+        assert phase()["after"].tolist() == [3.0 * calls] * 4 and len(log) == calls
+
+
+@pytest.mark.gpu
+def test_between_graphs_cuts_a_captured_phase(cuda_device):
+    phase, log = cut_phase(cuda_device)
+    # warm-up (eager), capture (which does the call's work by replaying), then replays
+    for calls in (1, 2, 3, 4):
+        assert phase()["after"].tolist() == [3.0 * calls] * 4 and len(log) == calls
+    assert len(phase._graphs) == 2, "the capture was cut into two graphs"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL between them)")
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg"])
@@ -129,7 +164,7 @@ def test_two_gpus(algorithm, tmp_path):
     """NCCL on two GPUs, CUDA graphs on: identical parameters at the end, with the all-reduce inside
     the captured update and with it between the replays (the same training, up to rounding)."""
     runs = {}
-    for graph_allreduce in ("true", "false"):
+    for graph_allreduce in ("true", "false") if algorithm != "ddpg" else ("true",):  # DDPG runs no graphs
         folder = tmp_path / graph_allreduce
         folder.mkdir()
         zero, one = run_worker(folder, algorithm, "--device", "cuda", "--graph-allreduce", graph_allreduce)
@@ -138,4 +173,5 @@ def test_two_gpus(algorithm, tmp_path):
         assert zero["restored_matches_checkpoint"] and one["restored_matches_checkpoint"]
         assert zero["first_observation"] != one["first_observation"]
         runs[graph_allreduce] = torch.tensor(zero["parameters"])
-    assert torch.allclose(runs["true"], runs["false"], rtol=1e-4, atol=1e-5)
+    if "false" in runs:
+        assert torch.allclose(runs["true"], runs["false"], rtol=1e-4, atol=1e-5)
