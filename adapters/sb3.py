@@ -141,7 +141,9 @@ class _PackedVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         checked = _host_actions(actions, self.action_space, self.num_envs)
-        self._actions = torch.tensor(checked, device=self.device)  # the one host-to-device copy
+        # The one host-to-device copy (none on the CPU, where the env reads SB3's array in step_wait,
+        # as SB3's DummyVecEnv does).
+        self._actions = torch.from_numpy(checked).to(self.device)
 
     def step_wait(self):
         if self._actions is None:

@@ -310,7 +310,7 @@ def test_adapter_on_cuda_matches_cpu_and_copies_once_per_step(cuda_device):
         np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(actual[2], expected[2])
     steps = 5
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True) as prof:
         for _ in range(steps):
             gpu.step(sample(gpu, rng))
         torch.cuda.synchronize()
