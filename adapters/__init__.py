@@ -10,6 +10,12 @@ _LAZY = {
     "SB3VecEnv": "sb3",
     "SB3ParallelVecEnv": "sb3",
     "make_sb3_env": "sb3",
+    "TorchRLVectorEnv": "torchrl",
+    "TorchRLParallelEnv": "torchrl",
+    "make_torchrl_env": "torchrl",
+    "SkrlVectorEnv": "skrl",
+    "SkrlParallelEnv": "skrl",
+    "make_skrl_env": "skrl",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,9 +1,9 @@
 """skrl adapter: the batched envs behind skrl's wrapper interface, on the env's device.
 
-    from gpu_marl_envs.adapters.skrl import make_env
+    from gpu_marl_envs.adapters import make_skrl_env
 
-    env = make_env("CartPole-v1", num_envs=4096, device="cuda")          # SkrlVectorEnv
-    games = make_env("TagGridworld-v0", num_envs=1024, device="cuda")    # SkrlParallelEnv
+    env = make_skrl_env("CartPole-v1", num_envs=4096, device="cuda")          # SkrlVectorEnv
+    games = make_skrl_env("TagGridworld-v0", num_envs=1024, device="cuda")    # SkrlParallelEnv
 
 :class:`SkrlVectorEnv` is a ``skrl.envs.wrappers.torch.Wrapper`` and :class:`SkrlParallelEnv` a
 ``MultiAgentEnvWrapper``: skrl's agents (PPO, IPPO, MAPPO, ...) and trainers (``SequentialTrainer``)
@@ -39,10 +39,10 @@ from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, m
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
-MAKE = "gpu_marl_envs.adapters.skrl.make_env"
+MAKE = "gpu_marl_envs.adapters.make_skrl_env"
 
 
-def make_env(env_id: str, num_envs: int = 1, **kwargs) -> SkrlVectorEnv | SkrlParallelEnv:
+def make_skrl_env(env_id: str, num_envs: int = 1, **kwargs) -> SkrlVectorEnv | SkrlParallelEnv:
     """An skrl env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
     with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
     ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions sampled by skrl's

@@ -1,9 +1,9 @@
 """TorchRL adapter: the batched envs as native TorchRL environments that stay on the env's device.
 
-    from gpu_marl_envs.adapters.torchrl import make_env
+    from gpu_marl_envs.adapters import make_torchrl_env
 
-    env = make_env("CartPole-v1", num_envs=4096, device="cuda")         # TorchRLVectorEnv
-    games = make_env("TagContinuous-v0", num_envs=1024, device="cuda")  # TorchRLParallelEnv
+    env = make_torchrl_env("CartPole-v1", num_envs=4096, device="cuda")         # TorchRLVectorEnv
+    games = make_torchrl_env("TagContinuous-v0", num_envs=1024, device="cuda")  # TorchRLParallelEnv
 
 Both are :class:`torchrl.envs.EnvBase` subclasses with ``batch_size == [num_envs]`` whose specs come
 from the env's spaces (``Box`` -> ``Bounded``, ``Discrete`` -> ``Categorical``, ``MultiDiscrete`` ->
@@ -44,11 +44,11 @@ from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, m
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
-MAKE = "gpu_marl_envs.adapters.torchrl.make_env"
+MAKE = "gpu_marl_envs.adapters.make_torchrl_env"
 FLAGS = ("done", "terminated", "truncated")
 
 
-def make_env(env_id: str, num_envs: int = 1, **kwargs) -> TorchRLVectorEnv | TorchRLParallelEnv:
+def make_torchrl_env(env_id: str, num_envs: int = 1, **kwargs) -> TorchRLVectorEnv | TorchRLParallelEnv:
     """A TorchRL env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
     with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
     ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions drawn from the specs

@@ -93,9 +93,9 @@ def sb3_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
 def torchrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
     """``step_and_maybe_reset`` of the TorchRL adapter, as TorchRL's collectors and ``rollout`` call
     it: the action written into the tensordict of the previous call, the next one kept."""
-    from gpu_marl_envs.adapters.torchrl import make_env
+    from gpu_marl_envs.adapters import make_torchrl_env
 
-    env = make_env(ENV_ID, num_envs, device=device)
+    env = make_torchrl_env(ENV_ID, num_envs, device=device)
     env.set_seed(0)
     generator = torch.Generator(device=device).manual_seed(0)
     pool = [torch.randint(0, 2, (num_envs,), generator=generator, device=device) for _ in range(POOL)]
@@ -111,9 +111,9 @@ def torchrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
 
 def skrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
     """``step`` of the skrl adapter with actions shaped as skrl's categorical models give them."""
-    from gpu_marl_envs.adapters.skrl import make_env
+    from gpu_marl_envs.adapters import make_skrl_env
 
-    env = make_env(ENV_ID, num_envs, device=device)
+    env = make_skrl_env(ENV_ID, num_envs, device=device)
     env.reset()
     generator = torch.Generator(device=device).manual_seed(0)
     pool = [torch.randint(0, 2, (num_envs, 1), generator=generator, device=device) for _ in range(POOL)]
