@@ -1,8 +1,9 @@
-"""What the TorchRL and skrl adapters share: making or unwrapping the batched env they run on.
+"""What the adapters share: making or unwrapping the batched env they run on.
 
-Both libraries expect an env that resets its finished sub-envs by itself within the step (skrl's
-trainers never call ``reset`` again; TorchRL's fast path takes the reset observations from the env),
-so both adapters run on ``AutoresetMode.SAME_STEP``, whose final observations stay on the device.
+Every adapter runs its env with ``AutoresetMode.SAME_STEP``, whose final observations stay on the
+device: the libraries expect an env that resets its finished sub-envs within the step (SB3's
+``VecEnv`` contract, skrl's trainers that never call ``reset`` again) or, as TorchRL's fast path,
+gain from taking the reset observations straight from the env.
 """
 
 from __future__ import annotations

@@ -128,8 +128,9 @@ class SkrlVectorEnv(Wrapper):
             raise RuntimeError("call reset() before step()")
         actions = env_actions(actions, self.action_space, self.num_envs, "actions")
         observations, rewards, terminated, truncated, self._infos = self._env.step(actions)
-        rewards, terminated, truncated = (column(t) for column, t in zip(self._columns, (rewards, terminated, truncated)))
-        return self._observations.hand_out(observations), rewards, terminated, truncated, self._infos
+        reward_column, terminated_column, truncated_column = self._columns
+        return (self._observations.hand_out(observations), reward_column(rewards), terminated_column(terminated),
+                truncated_column(truncated), self._infos)
 
     def state(self) -> None:
         return None
@@ -159,6 +160,7 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         super().__init__(env)
         self._seed = config.torch.key
         self._groups = {group: list(agents) for group, agents in env.groups.items()}
+        self._agents = set(env.possible_agents)
         self._observations = None  # per group, made at the first reset
         self._last = None
         self._infos = {}
@@ -184,9 +186,9 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
     def step(self, actions: dict[str, torch.Tensor]):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
-        missing = [agent for agent in self.possible_agents if agent not in actions]
-        if missing or len(actions) != len(self.possible_agents):
-            unknown = [agent for agent in actions if agent not in self.action_spaces]
+        if actions.keys() != self._agents:
+            missing = [agent for agent in self.possible_agents if agent not in actions]
+            unknown = [agent for agent in actions if agent not in self._agents]
             raise ValueError(f"actions need one tensor per agent of possible_agents; missing {missing[:10]}, "
                              f"unknown {unknown[:10]}")
         n = self.num_envs
