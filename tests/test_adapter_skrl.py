@@ -21,7 +21,6 @@ from skrl.multi_agents.torch.ippo import IPPO, IPPO_CFG
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
-from torch import nn
 
 from gpu_marl_envs import GpuVectorEnv, make_parallel
 from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
@@ -227,8 +226,9 @@ def greedy_returns(policy: Model, seed: int, num_envs: int = 64) -> torch.Tensor
 PPO_SEEDS = [0]
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("seed", PPO_SEEDS)
-def test_ppo_learns_cartpole(seed, one_thread, tmp_path):
+def test_ppo_learns_cartpole(seed, tmp_path):
     """skrl's PPO and SequentialTrainer through the adapter reach a mean return of at least 475 on
     CartPole-v1 within 150,000 frames: the greedy policy is evaluated on 64 fresh episodes every 4
     updates (8,192 frames) from the 8th on (the trainer runs 4 updates per ``train()`` call; the
@@ -291,8 +291,9 @@ def test_agent_outputs_match_the_game(env_id):
     assert adapter.state() == {agent: None for agent in twin.possible_agents}
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
-def test_ippo_with_per_group_policies_on_tag(env_id, one_thread, tmp_path):
+def test_ippo_with_per_group_policies_on_tag(env_id, tmp_path):
     run_ippo(env_id, "cpu", tmp_path)
 
 
