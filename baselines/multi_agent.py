@@ -318,6 +318,12 @@ def reported_group(config: MultiAgentConfig) -> str:
 
 # -- rollout storage -------------------------------------------------------------------------------
 
+def mask_argument(action_mask: torch.Tensor | None) -> dict:
+    """``{"action_mask": action_mask}`` to pass to a policy's methods, or ``{}`` where the game has
+    no masks (so custom policies written without the argument keep working)."""
+    return {} if action_mask is None else {"action_mask": action_mask}
+
+
 @dataclass
 class PolicyRollout:
     """``(num_steps, num_envs, agents, ...)`` tensors of one policy's agents (its groups side by side):
@@ -359,12 +365,11 @@ class PolicyRollout:
         return self.terminated | self.truncated
 
     def mask_argument(self, rows=None) -> dict:
-        """``{"action_mask": the stored masks}`` flattened like :meth:`flat` (``rows`` of them, if
-        given), to pass to the policy's methods; ``{}`` in games without masks."""
+        """:func:`mask_argument` of the stored masks flattened like :meth:`flat` (``rows`` of them, if given)."""
         if self.action_masks is None:
             return {}
         masks = self.flat("action_masks")
-        return {"action_mask": masks if rows is None else masks[rows]}
+        return mask_argument(masks if rows is None else masks[rows])
 
     def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.old_policy`, under the stored action masks."""
@@ -417,9 +422,6 @@ class PolicyInputs:
             if self.action_mask is not None:
                 self.action_mask[:, s].copy_(infos[group]["action_mask"])
 
-    def mask_argument(self) -> dict:
-        """``{"action_mask": ...}`` for the policy's methods; ``{}`` in games without masks."""
-        return {} if self.action_mask is None else {"action_mask": self.action_mask}
 
 
 def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inputs: dict, stats: dict,
@@ -442,7 +444,8 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inpu
                     if rollout.action_masks is not None:
                         rollout.action_masks[t].copy_(policy_inputs.action_mask)
                     with torch.no_grad(), autocast():
-                        rollout.actions[t].copy_(sample[name](policy_inputs.obs, **policy_inputs.mask_argument()))
+                        rollout.actions[t].copy_(sample[name](policy_inputs.obs,
+                                                              **mask_argument(policy_inputs.action_mask)))
                 actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
@@ -480,8 +483,7 @@ def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, we
     """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count;
     ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
     the rows' action masks, in games with masks."""
-    masks = {} if action_mask is None else {"action_mask": action_mask}
-    _, log_probs, entropy, values = policy.action_and_value(obs, actions, **masks)
+    _, log_probs, entropy, values = policy.action_and_value(obs, actions, **mask_argument(action_mask))
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
     if config.norm_adv:
@@ -686,10 +688,10 @@ def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[
     with torch.no_grad():
         for name, policy in policies.items():
             groups = slots[name]
-            masks = {}
+            masks = None
             if "action_mask" in infos[next(iter(groups))]:
-                masks["action_mask"] = torch.cat([infos[group]["action_mask"] for group in groups], dim=1)
-            greedy = policy.greedy(torch.cat([obs[group] for group in groups], dim=1), **masks)
+                masks = torch.cat([infos[group]["action_mask"] for group in groups], dim=1)
+            greedy = policy.greedy(torch.cat([obs[group] for group in groups], dim=1), **mask_argument(masks))
             actions.update({group: greedy[:, s] for group, s in groups.items()})
     return actions
 
