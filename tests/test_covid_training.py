@@ -101,7 +101,7 @@ def test_masked_log_probs_and_entropies_are_finite_and_over_the_allowed_actions(
     torch.testing.assert_close(log_probs, expected_log_probs)
     torch.testing.assert_close(entropy, expected_entropy)
     (log_probs.sum() + entropy.sum()).backward()
-    assert all(torch.isfinite(p.grad).all() for p in net.actor.parameters()), "a gradient through masked logits is not finite"
+    assert all(torch.isfinite(p.grad).all() for p in net.actor.parameters()), "a gradient is not finite"
     # bfloat16 forward passes (the bf16 option): still finite.
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _, log_probs, entropy, _ = net.action_and_value(obs, actions, action_mask=masks)
