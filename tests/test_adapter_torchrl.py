@@ -1,7 +1,7 @@
 """The TorchRL adapter: TorchRL's own checker on every registered env, outputs against the env's own
 on crafted episodes (final observations, termination and truncation apart), resets through
 ``"_reset"``, seeding, bad use, a PPO loop of TorchRL's parts that learns CartPole, and per-group
-policies on Tag. About 50 s on two cores, most of it the learning check."""
+policies on Tag. About 9 s on an idle two-core machine."""
 
 from __future__ import annotations
 
