@@ -54,7 +54,8 @@ class GpuParallelEnv:
             :class:`gpu_marl_envs.GpuVectorEnv`. With autoreset, a game's episode ends for all of its
             agents at once, and ``infos[agent]["final_obs"]`` (SAME_STEP) holds its last observations.
         params: the game's params dataclass (default: the published configuration).
-        render_mode: ``None`` or ``"rgb_array"``: :meth:`render` draws sub-env ``render_env_index``.
+        render_mode: ``None``, or ``"rgb_array"`` for games with a renderer (Tag; an instance's
+            ``metadata["render_modes"]`` lists its game's): :meth:`render` draws sub-env ``render_env_index``.
 
     ## Two views of the same buffers
     - :meth:`reset` / :meth:`step`: dicts keyed by agent (``possible_agents``); observations
@@ -85,7 +86,8 @@ class GpuParallelEnv:
     :meth:`set_state` writes explicit states into chosen sub-envs.
     """
 
-    metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP, "is_parallelizable": True}
+    # The class cannot know the game: an instance's metadata lists its game's render modes.
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP, "is_parallelizable": True}
 
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
@@ -96,15 +98,19 @@ class GpuParallelEnv:
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.params = d.make_params(params)
         self.validate_actions = bool(validate_actions)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        from gpu_marl_envs.rendering import game_renderer  # Pillow, only once a game is made
+
+        self._draw = game_renderer(d.id)
+        render_modes = [] if self._draw is None else ["rgb_array"]
+        if render_mode is not None and render_mode not in render_modes:
+            raise ValueError(f"render_mode must be None or one of {render_modes} for {d.id}, got {render_mode!r}")
         if isinstance(render_env_index, bool) or not isinstance(render_env_index, int) \
                 or not 0 <= render_env_index < self.num_envs:
             raise ValueError(f"render_env_index must be an int in [0, {self.num_envs - 1}], got {render_env_index!r}")
         self.render_mode = render_mode
         self.render_env_index = render_env_index
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
-                         "name": d.kernel_name + "_v0"}
+                         "name": d.kernel_name + "_v0", "render_modes": render_modes}
 
         self.possible_agents = d.agent_names(self.params)
         self.agents = list(self.possible_agents)
@@ -245,13 +251,11 @@ class GpuParallelEnv:
         return (*self._group_outputs(), self._copy_infos(self._group_step_infos))
 
     def render(self) -> np.ndarray | None:
-        """An RGB frame ``(H, W, 3)`` uint8 of sub-env ``render_env_index`` (``render_mode="rgb_array"``)."""
+        """An RGB frame ``(H, W, 3)`` uint8 of sub-env ``render_env_index`` (``render_mode="rgb_array"``),
+        or ``None`` (``render_mode=None``, the only mode of games without a renderer)."""
         if self.render_mode is None:
             return None
-        from gpu_marl_envs import rendering
-
-        draw = getattr(rendering, f"render_{self.definition.kernel_name}")
-        return draw(self.params, self._buffers.state, self.render_env_index)
+        return self._draw(self.params, self._buffers.state, self.render_env_index)
 
     def close(self) -> None:
         self._backend = self._launcher = self._buffers = None

@@ -82,15 +82,13 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
             if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)) or max_cycles < 1:
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")
             params = dataclasses.replace(params, episode_length=int(max_cycles))
-        render_modes = ["rgb_array"] if _can_render(definition) else []
-        if render_mode is not None and render_mode not in render_modes:
-            raise ValueError(f"render_mode must be None or one of {render_modes} for {definition.id}, got {render_mode!r}")
         # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
         self._env = GpuParallelEnv(definition.id, 1, device=device, backend=backend, params=params,
                                    render_mode=render_mode, autoreset_mode=AutoresetMode.DISABLED)
         self.params = self._env.params
         self.render_mode = render_mode
-        self.metadata = {**type(self).metadata, "name": self._env.metadata["name"], "render_modes": render_modes}
+        self.metadata = {**type(self).metadata, "name": self._env.metadata["name"],
+                         "render_modes": self._env.metadata["render_modes"]}
         self.possible_agents = list(self._env.possible_agents)
         self.agents = []
         self._groups = self._env.groups  # group -> its agents, in agent-id order
@@ -188,9 +186,3 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
             for agent in agents:
                 out[agent]["episode"] = {"return": float(returns[agent]), **totals}
         return out
-
-
-def _can_render(definition) -> bool:
-    from gpu_marl_envs import rendering
-
-    return hasattr(rendering, f"render_{definition.kernel_name}")

@@ -13,7 +13,8 @@ up: ``y = 0`` is the arena's bottom edge.
   taggers are red squares, the runner a smaller blue square on top (so a tag shows as blue inside
   red); squares are at least 5 px so small cells stay visible. Caption: ``t = {t}``.
 
-Only the rendered env's rows leave the device. :func:`save_animation` writes GIF (Pillow) or MP4
+:func:`game_renderer` says which multi-agent games have a renderer (CovidEconomy has none). Only the
+rendered env's rows leave the device. :func:`save_animation` writes GIF (Pillow) or MP4
 (imageio with its ffmpeg plugin).
 
 The classic-control envs are drawn by Gymnasium's own renderer instead (:class:`ClassicRenderer`):
@@ -152,6 +153,16 @@ def render_tag_gridworld(params: TagGridworldParams, state: TagGridworldState, e
         square(cells[0, i], cells[1, i], tagger_half, TAGGER)
     square(cells[0, params.runner_id], cells[1, params.runner_id], max(2.0, 0.7 * tagger_half), RUNNER)
     return np.asarray(image, dtype=np.uint8)
+
+
+# The multi-agent games that can be drawn, by id: CovidEconomy has no picture of one game.
+_GAME_RENDERERS = {"TagContinuous-v0": render_tag_continuous, "TagGridworld-v0": render_tag_gridworld}
+
+
+def game_renderer(game_id: str):
+    """The function ``(params, state, env_index) -> frame`` that draws one env of the multi-agent
+    game ``game_id`` (as ``MultiAgentDefinition.id``), or ``None`` for a game without a renderer."""
+    return _GAME_RENDERERS.get(game_id)
 
 
 def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathlib.Path:
