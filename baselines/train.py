@@ -13,13 +13,14 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
 gpu_marl_envs.baselines.train ...`` for several GPUs or hosts: docs/distributed.md). A config is a
 TOML file with ``env``, ``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
 (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
-A multi-agent game (Tag) trains one network per policy (:mod:`multi_agent`): its config adds
+A multi-agent game (Tag, CovidEconomy) trains one network per policy (:mod:`multi_agent`): its config adds
 ``[groups]`` (group -> policy name), one ``[policies.<name>]`` table per policy (``PolicyConfig``
 fields; ``algorithm`` defaults to the top-level one) and optionally ``[env_params]``; its
 ``[hyperparameters]`` are the run's (``MultiAgentConfig``: num_envs, num_steps, total_timesteps,
 seed, ...). ``--set`` also takes dotted keys (``policies.taggers.learning_rate=1e-3``,
-``env_params.num_runners=20``). Evaluating a Tag checkpoint prints each group's return and writes
-``animation.gif`` of one game beside the checkpoint.
+``env_params.num_runners=20``). Evaluating a multi-agent checkpoint prints each group's return and,
+for a game with a renderer (Tag, not CovidEconomy), writes ``animation.gif`` of one game beside the
+checkpoint.
 The run directory (``--out``, default ``runs/<env>-<algorithm>-seed<seed>``) receives
 ``config.toml`` (the resolved config), ``metrics.csv``, ``learning_curve.png``, ``checkpoint.pt``
 (rewritten atomically at each log interval, with the optimizer state that ``--resume`` continues
@@ -48,7 +49,8 @@ from gpu_marl_envs.baselines.checkpoint import atomic_save
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, setup, teardown
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
-from gpu_marl_envs.rendering import save_animation
+from gpu_marl_envs.parallel_env import get_game
+from gpu_marl_envs.rendering import game_renderer, save_animation
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -292,14 +294,14 @@ def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.Mult
 
 
 def evaluate_policies(checkpoint: dict, path: Path, episodes: int, device) -> None:
-    """Print a multi-agent checkpoint's greedy returns per group; write game 0 as ``animation.gif``
-    beside the checkpoint's ``path``."""
+    """Print a multi-agent checkpoint's greedy returns per group; for a game with a renderer (Tag),
+    write game 0 as ``animation.gif`` beside the checkpoint's ``path``."""
     policies, env, config = load_policies(checkpoint, device)
-    frames = []
+    frames = None if game_renderer(get_game(env).id) is None else []
     returns = multi_agent.evaluate(policies, env, config, episodes, device=device, frames=frames)
-    animation = save_animation(frames, path.with_name("animation.gif"))
+    drawn = "" if frames is None else f"; game 0 drawn in {save_animation(frames, path.with_name('animation.gif'))}"
     print(f"{env}: greedy mean return per agent over {episodes} games: "
-          + ", ".join(f"{group} {value:.2f}" for group, value in returns.items()) + f"; game 0 drawn in {animation}")
+          + ", ".join(f"{group} {value:.2f}" for group, value in returns.items()) + drawn)
 
 
 def load_agent(path, device) -> tuple[torch.nn.Module, str]:

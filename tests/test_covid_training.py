@@ -3,7 +3,7 @@ in sampling, log-probabilities, entropies and greedy actions; the masks a rollou
 its update uses; groups sharing a policy must share spaces; entropy schedules; a short run on the
 torch reference whose governors never act inside their cooldown; the trainer's episode returns
 against the runtime's; ``gpu-marl-train`` with each shipped config, and a checkpoint evaluated from
-outside. About 40 s on 2 CPU cores.
+outside and by ``--evaluate`` (returns per group, no animation). About 40 s on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -308,4 +308,10 @@ def test_shipped_config_trains_and_its_checkpoint_evaluates(name, tmp_path, caps
     # greedy actions are deterministic, so they reproduce the command's own evaluation.
     policies, env_id, config_ = train.load_policies(torch.load(out / "checkpoint.pt", weights_only=False), "cpu")
     returns = multi_agent.evaluate(policies, env_id, config_, device="cpu")
-    assert f"planner {returns['planner']:.2f}, governors {returns['governors']:.2f}" in printed
+    per_group = f"planner {returns['planner']:.2f}, governors {returns['governors']:.2f}"
+    assert per_group in printed
+    # The command's evaluation (16 games, as above): the returns per group and no animation, as
+    # the game has no renderer.
+    assert train.main(["--evaluate", str(out / "checkpoint.pt"), "--episodes", "16", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == f"{ENV}: greedy mean return per agent over 16 games: {per_group}\n"
+    assert not list(tmp_path.rglob("*.gif")) and not list(tmp_path.rglob("*.mp4"))

@@ -211,6 +211,14 @@ def test_render_rgb_array(env_id):
     frame = env.render()
     assert isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     assert GpuParallelEnv(env_id, 1, device="cpu").render() is None
+    assert GpuParallelEnv(env_id, 1, device="cpu").metadata["render_modes"] == ["rgb_array"]
+
+
+def test_a_game_without_a_renderer_refuses_rgb_array():
+    env = GpuParallelEnv("CovidEconomy-v0", 1, device="cpu")
+    assert env.metadata["render_modes"] == [] and env.render() is None
+    with pytest.raises(ValueError, match=r"render_mode must be None or one of \[\] for CovidEconomy-v0"):
+        GpuParallelEnv("CovidEconomy-v0", 1, device="cpu", render_mode="rgb_array")
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
