@@ -159,3 +159,18 @@ def test_game_cuda_c_compiles(game_id, tmp_path):
         assert "warning" not in result.stderr.lower(), f"{params}: {result.stderr}"
         ptx = (tmp_path / "out.ptx").read_text()
         assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+def test_covid_shared_bytes_are_what_its_kernels_declare(tmp_path):
+    """``shared_bytes`` (checked against the 48 KiB limit) is the static shared memory of both CUDA C
+    kernels; the Numba twin's ``shared()`` declares the same arrays."""
+    definition = games()["CovidEconomy-v0"]
+    params = definition.params_type()
+    source = tmp_path / "covid_economy.cu"
+    source.write_text(kernel_source(definition, params))
+    command = ["nvcc", "-ptx", "-arch=sm_90", f"-I{kernel_dir()}", str(source), "-o", str(tmp_path / "out.ptx")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    declared = re.findall(r"^\s*\.shared\s.*\[(\d+)\];", (tmp_path / "out.ptx").read_text(), re.M)
+    assert [int(size) for size in declared] == [definition.shared_bytes(params)] * 2, declared

@@ -168,15 +168,22 @@ Names in capitals are :func:`constants` (``N`` is ``POPULATION``, ``avail`` is
 - Observations are IEEE divisions of the float32 values by float32 constants (``N_i``,
   ``maxprod_i``, ``L``, ``T``, ``M``, ``Q``).
 
-## Kernels (to come)
-A block of 64 threads per env: thread ``i < 51`` steps state ``i``, thread 51 the planner,
-the sums over states as above. See :func:`kernel_constants`.
+## Kernels
+``kernels/covid_economy.cu`` (CUDA C) and ``kernels/covid_economy_numba.py`` (Numba), compiled per
+params from :func:`kernel_constants`: a block of ``REDUCTION_WIDTH = 64`` threads per env; thread
+``i < 51`` is governor ``i`` and steps state ``i``, thread 51 is the planner, the spare lanes fill
+the reduction's slots; the planner's sums over states are the shared-memory tree reduction above.
+One launch per step: the game's device functions run inside the multi-agent template
+(``kernels/multi_agent.cuh``, ``kernels/multi_agent_numba.py``), which adds the rewards to the
+returns, writes the episode totals and applies the autoreset mode. The twins agree with this
+reference bit for bit, except where the softplus's ``log1p(exp(z))`` rounds differently (within
+about 2 ulp, and what follows from it); the twin tests use ``rtol = atol = 1e-5``.
 
 ## Arguments
 :class:`CovidEconomyParams`; the defaults are the AI Economist's training configuration.
 
 ## Version history
-v0: the spec's rules; torch reference.
+v0: the spec's rules; the torch reference and both kernel twins (CUDA C, Numba).
 """
 
 from __future__ import annotations
@@ -802,7 +809,10 @@ COVID_ECONOMY = MultiAgentDefinition(
     kernel_name="covid_economy",
     kernel_constants=kernel_constants,
     constant_prefix="CE",
-    # The planner's tree reduction: four float32 sums of REDUCTION_WIDTH slots.
-    shared_bytes=lambda p: 4 * 4 * REDUCTION_WIDTH,
+    # The kernels' static shared memory per block (CovidShared in covid_economy.cu, shared() in
+    # covid_economy_numba.py), REDUCTION_WIDTH slots each: 4 float32 rows summed for the planner
+    # (new deaths, production, subsidy, unemployed), 9 float32 rows of per-state features staged
+    # for the observations, and a bool row (a governor's mask allows every level).
+    shared_bytes=lambda p: 4 * (4 + 9) * REDUCTION_WIDTH + REDUCTION_WIDTH,
     block_threads=lambda p: REDUCTION_WIDTH,
 )
