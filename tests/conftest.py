@@ -33,3 +33,13 @@ def cuda_device():
     """For tests marked ``gpu``: fail, never skip, where no GPU is to be had."""
     assert HAS_GPU, "tests marked gpu need a CUDA GPU; without one run plain pytest (which deselects them)"
     return torch.device("cuda")
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread: loops of tiny tensors (the adapters' learning checks) only pay
+    hand-offs for more, and stall on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

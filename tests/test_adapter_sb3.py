@@ -37,13 +37,6 @@ def sample(vec_env, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(space.low, space.high, (vec_env.num_envs, *space.shape)).astype(np.float32)
 
 
-@pytest.fixture
-def one_thread():
-    """SB3's MLPs are tiny: torch's intra-op threads only add hand-offs (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # -- SB3's checker and wrappers --------------------------------------------------------------------

@@ -25,7 +25,7 @@ from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 from gpu_marl_envs import GpuVectorEnv, make_parallel
 from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
 from harness import random_actions
-from test_adapter_torchrl import SMALL_TAG, assert_equal, mlp, one_thread  # noqa: F401 (fixture)
+from test_adapter_torchrl import SMALL_TAG, assert_equal, mlp
 from test_vector_api import MAX_STEPS, arrange_vector_endings
 
 SEED = 3

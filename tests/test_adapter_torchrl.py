@@ -41,13 +41,6 @@ SMALL_TAG = {
 }
 
 
-@pytest.fixture
-def one_thread():
-    # A loop of tiny tensors: intra-op threads only add wake-up latency (and thrash on a busy machine).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def vector_pair(env_id, num_envs=3, **kwargs):
