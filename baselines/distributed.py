@@ -26,6 +26,10 @@ import torch.distributed as dist
 from gpu_marl_envs.baselines.capture import between_graphs
 
 
+RANK_SEED_STRIDE = 0x9E3779B9
+"""The distance between the torch seeds of consecutive ranks (2**32 / golden ratio, odd)."""
+
+
 @dataclass(frozen=True)
 class Context:
     """This process's place in a run, and the collectives the trainers use (no-ops on one rank)."""
@@ -50,8 +54,10 @@ class Context:
     def seed(self, seed: int) -> int:
         """The seed of this rank's torch random numbers (sampling, shuffles, initial parameters
         before rank 0's are broadcast): ``seed`` itself on rank 0, so that a one-process run is
-        unchanged, and ``2**32`` apart on the other ranks, far from any other run's seed."""
-        return seed + (self.rank << 32)
+        unchanged, and ``RANK_SEED_STRIDE`` apart on the other ranks, far from any other run's seed.
+        The stride is odd and below ``2**32``, so the ranks' seeds differ in their low 32 bits,
+        all that torch's CPU generator (a Mersenne Twister) reads of a seed."""
+        return seed + self.rank * RANK_SEED_STRIDE
 
     def env_seed(self, seed: int, iteration: int, num_envs: int) -> int:
         """The seed of this rank's ``num_envs`` envs when a run starts at ``iteration`` (0, or the
