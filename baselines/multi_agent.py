@@ -57,6 +57,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
@@ -514,11 +515,13 @@ def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, co
 
 
 def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
-           loss_fn, ent_coef, autocast=contextlib.nullcontext) -> dict:
+           loss_fn, ent_coef, average_gradients, autocast=contextlib.nullcontext) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
     algorithm's masked loss (each maybe compiled), the entropy weight ``ent_coef`` (a device
-    tensor that a captured update reads); ``autocast()`` is the context of the forward passes
+    tensor that a captured update reads); ``average_gradients()`` (a
+    :class:`distributed.GradientAverager` of the policy's parameters) runs between each
+    ``backward`` and the clipping; ``autocast()`` is the context of the forward passes
     (:meth:`CaptureOptions.autocast`). Log-probabilities and entropies are those under the stored
     action masks. Returns the last gradient step's loss terms."""
     with autocast():
@@ -533,6 +536,7 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
     def step(loss, losses):
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
+        average_gradients()
         if math.isfinite(config.max_grad_norm):
             torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
         optimizer.step()
@@ -571,14 +575,18 @@ def print_entry(entry: dict) -> None:
 
 
 def log_entry(env_steps: int, start: float, stats: dict, losses: dict, reported: str, log,
-              times: PhaseTimes) -> dict:
-    """One history entry (the only host synchronisation of a run), handed to ``log`` if given."""
-    returns = {group: group_stats.read_and_clear() for group, group_stats in stats.items()}
-    entry = {"env_steps": env_steps, "seconds": time.perf_counter() - start, "mean_return": returns[reported][0],
+              times: PhaseTimes, context: Context = SINGLE) -> dict:
+    """One history entry (the only host synchronisation of a run), handed to ``log`` if given.
+    Every rank of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode
+    returns pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls
+    ``log``. ``env_steps``: of all ranks."""
+    returns = {group: group_stats.read_and_clear(context) for group, group_stats in stats.items()}
+    seconds = context.max({"seconds": time.perf_counter() - start,
+                           **{f"{phase}_seconds": value for phase, value in times.read().items()}})
+    entry = {"env_steps": env_steps, "seconds": seconds.pop("seconds"), "mean_return": returns[reported][0],
              "episodes": returns[reported][1], **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
-             **{f"{phase}_seconds": seconds for phase, seconds in times.read().items()},
-             **{name: value.item() for name, value in losses.items()}}
-    if log is not None:
+             **seconds, **context.mean(losses)}
+    if log is not None and context.is_main:
         log(entry)
     return entry
 
@@ -597,14 +605,23 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     modules for some policies (module docstring). ``save`` and ``resume`` as for ``ppo.train``: the
     state holds every policy (``policy/<name>``) and each trained policy's optimizer
     (``optimizer/<name>``).
+
+    Under ``torchrun`` every rank runs this with its own ``num_envs`` games on its own GPU, as
+    ``ppo.train`` does (:mod:`distributed`): ``total_timesteps``, the history's env steps and the
+    entropy schedules' steps count all ranks; each trained policy's gradients are averaged over
+    the ranks before every optimizer step; only rank 0 calls ``log`` and ``save``. A CUDA graph
+    cannot be cut while the policies' update branches are forked, so with ``graph_allreduce=False``
+    on several ranks the policies' updates run one after another (the all-reduce between graph
+    replays), instead of as parallel branches.
     """
+    context = setup(device)
     first = resumed_iteration(resume)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
-    torch.manual_seed(config.seed + first)
+    torch.manual_seed(context.seed(config.seed + first))
     # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
-    env = GpuParallelEnv(env_id, config.num_envs, device=device, backend=backend, params=game_params(env_id, config),
-                         autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False,
-                         cuda_graph=False if config.cuda_graph else None)
+    env = GpuParallelEnv(env_id, config.num_envs, device=context.device, backend=backend,
+                         params=game_params(env_id, config), autoreset_mode=AutoresetMode.SAME_STEP,
+                         validate_actions=False, cuda_graph=False if config.cuda_graph else None)
     device = env.device
     policies = make_policies(env_id, config, device, models)
     trained = {name: settings for name, settings in config.policies.items() if settings.train}
@@ -616,6 +633,9 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     value = {name: config.compiled(policies[name].value) for name in trained}
     gae = config.compiled(compute_gae)
     loss_fns = {"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)}
+    averagers = {name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
+                 for name in trained}
+    iterations = context.iterations(config.total_timesteps, config.batch_size)
 
     # Storage: per policy, its groups side by side along the agent dimension.
     slots = policy_slots(env_id, config)
@@ -627,12 +647,14 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                                                 masked=env.definition.has_action_masks)
     # The entropy weights, set before each iteration from their schedules (a captured update reads them).
     ent_coefs = {name: torch.zeros((), device=device) for name in trained}
-    obs, infos = env.reset_groups(seed=config.seed + first * config.num_envs)
+    obs, infos = env.reset_groups(seed=context.env_seed(config.seed, first, config.num_envs))
     inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
 
-    # Each policy's share of a rollout step, and each policy's update, is a branch of its own.
-    rollout_branches, update_branches = Branches(policies, device), Branches(trained, device)
+    # Each policy's share of a rollout step, and each policy's update, is a branch of its own; but
+    # an update whose graph is cut at each all-reduce (between_graphs) cannot fork: no branches.
+    cut = context.enabled and not config.graph_allreduce
+    rollout_branches, update_branches = Branches(policies, device), Branches(() if cut else trained, device)
 
     def rollout_phase():
         collect(env, sample, slots, rollouts, inputs, stats, autocast=lambda: config.autocast(device),
@@ -646,7 +668,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                 with update_branches.branch(name):
                     terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name],
                                    value[name], gae, settings, loss_fns[settings.algorithm], ent_coefs[name],
-                                   autocast=lambda: config.autocast(device))
+                                   averagers[name], autocast=lambda: config.autocast(device))
                 losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
 
@@ -657,22 +679,23 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     parts = {**{f"policy/{name}": policy for name, policy in policies.items()},
              **{f"optimizer/{name}": optimizer for name, optimizer in optimizers.items()}}
     history = restore(resume, **parts)
+    context.broadcast_parameters(*policies.values())
     start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    steps_per_iteration = config.batch_size * context.world_size
     with config.matmul_precision():
-        for iteration in range(first, config.num_iterations):
+        for iteration in range(first, iterations):
             for name, settings in trained.items():
                 if settings.anneal_lr:
-                    set_learning_rate(optimizers[name],
-                                      settings.learning_rate * (1.0 - iteration / config.num_iterations))
-                ent_coefs[name].fill_(settings.entropy_coefficient(iteration * config.batch_size))
+                    set_learning_rate(optimizers[name], settings.learning_rate * (1.0 - iteration / iterations))
+                ent_coefs[name].fill_(settings.entropy_coefficient(iteration * steps_per_iteration))
             with times("rollout"):
                 rollout_phase()
             with times("update"):
                 losses = update_phase()
-            if (iteration + 1) % log_every == 0 or iteration + 1 == config.num_iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size, start, stats, losses, reported, log,
-                                         times))
-                if save is not None:
+            if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
+                history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, reported, log,
+                                         times, context))
+                if save is not None and context.is_main:
                     save(training_state(iteration + 1, history, **parts))
     env.close()
     return policies, history

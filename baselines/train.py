@@ -365,10 +365,7 @@ def prepare(args) -> tuple[str, str, object, Path, dict | None, bool]:
 
 
 def check_ranks(config, context: Context) -> None:
-    """That the ranks of ``context`` can train ``config``: its run covers one iteration of all
-    of them, and it is not a multi-agent game (which trains in one process for now)."""
-    if context.enabled and isinstance(config, multi_agent.MultiAgentConfig):
-        raise ConfigError("multi-agent games train in one process for now: drop --nproc-per-node / torchrun")
+    """That the ranks of ``context`` can train ``config``: its run covers one iteration of all of them."""
     try:
         context.iterations(config.total_timesteps, sizing.iteration_steps(config))
     except ValueError as error:

@@ -13,7 +13,8 @@ issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x st
 ``--gpus`` runs the multi-GPU cases instead, each through ``torchrun`` (``torch.distributed.run``)
 with 1 and 2 processes, one per GPU, the same per-GPU config: CartPole PPO 4,096 x 128 per GPU
 (with the gradient all-reduce inside the captured update, and between the replays of its pieces)
-and Tag A2C 1,000 games per GPU; env-steps/s count all GPUs, the speed-up is against the 1-GPU
+and Tag A2C 1,000 games per GPU (likewise; between the replays, its policies update one after
+another rather than as graph branches); env-steps/s count all GPUs, the speed-up is against the 1-GPU
 run of the same case, and a case whose ranks end with different parameters is marked. Then the
 learning curve of 1 GPU with 8,192 envs against 2 GPUs with 4,096 each (the same total batch and
 schedule) is drawn to ``--curve``.
@@ -137,7 +138,8 @@ def gpu_cases(quick: bool):
     and its GPUs; each config's total_timesteps counts all GPUs, so 1 and 2 GPUs run the same
     number of iterations."""
     iterations = 8 if quick else 30
-    per_gpu = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128)
+    # (total_timesteps set per case below; here one rollout, which the config's check asks for)
+    per_gpu = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128, total_timesteps=4096 * 128)
     case = "PPO CartPole 4096x128 per GPU"
     for gpus in (1, 2):
         config = dataclasses.replace(per_gpu, total_timesteps=4096 * 128 * gpus * iterations)
@@ -147,8 +149,10 @@ def gpu_cases(quick: bool):
     case = "A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda"
     tag = tag_a2c(1000, 50, 4 if quick else 12)
     for gpus in (1, 2):
-        yield (f"{case}, {gpus} GPU", case, "multi_agent", "TagContinuous-v0",
-               dataclasses.replace(tag, total_timesteps=tag.total_timesteps * gpus), "pycuda", gpus)
+        config = dataclasses.replace(tag, total_timesteps=tag.total_timesteps * gpus)
+        yield f"{case}, {gpus} GPU", case, "multi_agent", "TagContinuous-v0", config, "pycuda", gpus
+    yield (f"{case}, 2 GPU, all-reduce between graph replays", case, "multi_agent", "TagContinuous-v0",
+           dataclasses.replace(config, graph_allreduce=False), "pycuda", 2)
     # The same total batch (8192 x 128) and schedule on 1 and 2 GPUs, for the learning curves.
     total = 8192 * 128 * iterations
     one_gpu = dataclasses.replace(per_gpu, num_envs=8192, total_timesteps=total)

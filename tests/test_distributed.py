@@ -41,7 +41,8 @@ MULTI_AGENT = ("tag", "covid")  # the multi-agent cases of the worker
 
 def ranks_differ(algorithm: str, zero: dict, one: dict) -> bool:
     """Whether the ranks stepped envs of their own: their first observations differ, or in the
-    games (whose games all start alike) what the policies saw next, after their own actions."""
+    multi-agent cases (TagGridworld and CovidEconomy start every game alike) what the policies saw
+    next, after their own sampled actions."""
     if algorithm in MULTI_AGENT:
         return zero["inputs"] != one["inputs"]
     return zero["inputs"][0] != one["inputs"][0]
