@@ -206,7 +206,8 @@ class GradientAverager:
         self.in_graph = in_graph
         self.flat = None
         if context.enabled and self.parameters:
-            self.flat = torch.zeros(sum(p.numel() for p in self.parameters), device=self.parameters[0].device)
+            self.flat = torch.zeros(sum(p.numel() for p in self.parameters), dtype=self.parameters[0].dtype,
+                                    device=self.parameters[0].device)
 
     def __call__(self) -> None:
         if self.flat is None:

@@ -325,6 +325,13 @@ def mask_argument(action_mask: torch.Tensor | None) -> dict:
     return {} if action_mask is None else {"action_mask": action_mask}
 
 
+def _mask_width(action_space: spaces.Space) -> int:
+    """Actions a stored mask covers: the trainer's masks are those of a ``Discrete`` space."""
+    if not isinstance(action_space, spaces.Discrete):
+        raise TypeError(f"action masks are supported for Discrete action spaces only, got {action_space}")
+    return int(action_space.n)
+
+
 @dataclass
 class PolicyRollout:
     """``(num_steps, num_envs, agents, ...)`` tensors of one policy's agents (its groups side by side):
@@ -354,7 +361,7 @@ class PolicyRollout:
                    terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool), final_obs=zeros(obs_size),
                    weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
                    max_truncations=math.ceil(num_steps / episode_length),
-                   action_masks=zeros(int(action_space.n), dtype=torch.bool) if masked else None)
+                   action_masks=zeros(_mask_width(action_space), dtype=torch.bool) if masked else None)
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""

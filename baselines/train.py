@@ -411,7 +411,7 @@ def without_nproc(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-marl-train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--env", help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)})")
     source.add_argument("--config", help="train with this TOML config")

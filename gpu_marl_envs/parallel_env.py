@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs import rng
 from gpu_marl_envs.autoreset import parse_autoreset_mode, select_resets
 from gpu_marl_envs.backends import resolve_backend
-from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
@@ -157,7 +157,7 @@ class GpuParallelEnv:
             return {agent: tensor[:, i] for agent, i in self._ids.items()}
 
         def by_group(tensor):
-            return {group: tensor[:, ids.start:ids.stop] for group, ids in self._group_ids.items()}
+            return split_groups(self._group_ids, tensor)
 
         def flat_by_agent(tensor, layout):
             # Agent k of a group: its `size` values from start + k * size of the env's flat row.

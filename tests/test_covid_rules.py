@@ -15,6 +15,7 @@ import torch
 
 from gpu_marl_envs.envs import covid_economy as ce
 from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY, CovidEconomyParams
+from gpu_marl_envs.envs.covid_calibration import CovidCalibration
 
 P = CovidEconomyParams()
 S = P.num_states
@@ -65,6 +66,16 @@ def current_level(state) -> torch.Tensor:
 def test_params_reject_bad_values_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         CovidEconomyParams(**{field: value})
+
+
+def test_params_reject_calibrations_the_kernels_cannot_hold(monkeypatch):
+    too_many_levels = dataclasses.replace(CovidEconomyParams().calibration, num_stringency_levels=128)
+    with pytest.raises(ValueError, match="at most 127 fit the int8 rings"):
+        CovidEconomyParams(calibration=too_many_levels)
+    # The shipped data has 51 states; a larger calibration is simulated by its size alone.
+    monkeypatch.setattr(CovidCalibration, "num_states", property(lambda self: 64))
+    with pytest.raises(ValueError, match="at most 63 fit the kernels' block of 64 threads"):
+        CovidEconomyParams()
 
 
 def test_params_defaults_are_the_training_configuration():

@@ -127,6 +127,12 @@ def test_a_gaussian_policy_refuses_a_mask():
         net.sample(torch.zeros(1, 3), torch.ones(1, 2, dtype=torch.bool))
 
 
+def test_a_rollout_stores_masks_of_discrete_spaces_only():
+    with pytest.raises(TypeError, match="Discrete action spaces only"):
+        multi_agent.PolicyRollout.allocate(3, 2, 4, 6, spaces.MultiDiscrete([3, 3]), "cpu", episode_length=10,
+                                           masked=True)
+
+
 def test_the_update_scores_actions_under_the_masks_the_rollout_stored():
     torch.manual_seed(4)
     net = ActorCritic(6, spaces.Discrete(5), (16,))

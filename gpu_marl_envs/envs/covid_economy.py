@@ -286,6 +286,14 @@ class CovidEconomyParams:
                 datetime.datetime.strptime(value, covid_calibration.DATE_FORMAT)
             except (TypeError, ValueError):
                 raise ValueError(f"{name}.{f} must be a date 'YYYY-MM-DD', got {value!r}") from None
+        # The kernels give each state and the planner one thread of a REDUCTION_WIDTH-thread block
+        # (the planner's sums are a tree over its slots), and the level rings are int8.
+        if self.num_states + 1 > REDUCTION_WIDTH:
+            raise ValueError(f"{name}: the calibration has {self.num_states} states; at most "
+                             f"{REDUCTION_WIDTH - 1} fit the kernels' block of {REDUCTION_WIDTH} threads")
+        if self.num_stringency_levels > np.iinfo(np.int8).max:
+            raise ValueError(f"{name}: the calibration has {self.num_stringency_levels} stringency levels; at most "
+                             f"{np.iinfo(np.int8).max} fit the int8 rings of levels and changes")
         valid = self.calibration.valid_start_indices()
         if self.start_index not in valid:
             first = self.calibration.data_start_date
