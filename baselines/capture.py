@@ -184,6 +184,9 @@ class GraphedPhase:
                     self._outputs = self.phase()
                 finally:
                     self._graphs[-1].capture_end()
+        except BaseException:
+            self._graphs, self._between = [], []  # a failed capture leaves no partial graph to replay
+            raise
         finally:
             _capturing.reset(token)
         torch.cuda.current_stream(self.device).wait_stream(self._stream)

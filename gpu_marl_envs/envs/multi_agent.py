@@ -30,6 +30,7 @@ Conventions every game follows:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Any, Callable, NamedTuple
 
@@ -104,11 +105,15 @@ class MultiAgentDefinition:
         return [f"{group.removesuffix('s')}_{k}" for group, ids in self.agent_groups(params).items()
                 for k in range(len(ids))]
 
+    # Cached: the torch backend flattens observations and masks every step, and building a game's
+    # spaces takes tens of microseconds (params are frozen, hence hashable).
+    @functools.lru_cache(maxsize=None)
     def observation_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat observation buffer ``(E, obs_size)``."""
         return _layout(self.agent_groups(params),
                        {g: int(space.shape[0]) for g, space in self.observation_spaces(params).items()})
 
+    @functools.lru_cache(maxsize=None)
     def mask_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat action-mask buffer ``(E, mask_size)`` (games with masks)."""
         return _layout(self.agent_groups(params),
