@@ -25,8 +25,12 @@
 #define W CE_REDUCTION_WIDTH
 #define GOVERNOR_DIM CE_GOVERNOR_OBS_DIM
 #define PLANNER_DIM CE_PLANNER_OBS_DIM
-#define NUM_FEATURES 9  // per state, staged for the observations (see CovidShared)
+#define NUM_FEATURES 9  // per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
 #define NUM_SUMS 4      // per state, summed for the planner: new deaths, production, subsidy, unemployed
+#define TAIL (GOVERNOR_DIM - S)  // a governor's row after its one-hot: features, scalars, mask
+#define TAIL_STRIDE (TAIL + 1)   // odd, so that thread i's staging writes at 25 i hit distinct banks
+#define GOVERNOR_MASK (TAIL - (L + 1))           // the tail's first mask column (action 0)
+#define PLANNER_MASK (PLANNER_DIM - (Q + 1))     // the planner row's first mask column
 
 static_assert(S <= W && (W & (W - 1)) == 0, "the reduction needs a power-of-two width of at least S slots");
 static_assert(GOVERNOR_DIM == S + 13 + L + 1 && PLANNER_DIM == NUM_FEATURES * S + 4 + Q + 1,
@@ -73,9 +77,11 @@ __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b);
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 
 struct CovidShared {
-    float sums[NUM_SUMS][W];          // per state, then tree-reduced in place: slot 0 holds the sum
-    float features[NUM_FEATURES][W];  // per state: S, I, R, D, V, U over N; P / maxprod; lag-next and current level / L
-    bool free[W];                     // per governor: its action mask allows every level (t >= cooldown)
+    float sums[NUM_SUMS][W];           // per state, then tree-reduced in place: slot 0 holds the sum
+    // observe_env stages every observation value but the governors' one-hots here, so that writing
+    // the rows costs a shared load per float rather than a decode of its column.
+    float governor_tails[S * TAIL_STRIDE];  // governor i's columns S.. at [i * TAIL_STRIDE]
+    float planner[PLANNER_DIM];             // the planner's row
 };
 
 // The game, as multi_agent.cuh calls it.
@@ -263,78 +269,75 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
 __device__ void CovidEconomy::observe_env(const State& s, Shared& sh, int e, float* obs, bool* masks) {
     long long row = (long long)e * S;
     int t = s.t[e];
-    for (int i = threadIdx.x; i < S; i += blockDim.x) {
-        float population = ce_population[i];
-        const signed char* ring = s.stringency + row * CE_BETA_DELAY + i;
-        sh.features[0][i] = s.susceptible[row + i] / population;
-        sh.features[1][i] = s.infected[row + i] / population;
-        sh.features[2][i] = s.recovered[row + i] / population;
-        sh.features[3][i] = s.deaths[row + i] / population;
-        sh.features[4][i] = s.vaccinated[row + i] / population;
-        sh.features[5][i] = s.unemployed[row + i] / population;
-        sh.features[6][i] = s.productivity[row + i] / ce_max_productivity[i];
-        sh.features[7][i] = (float)ring[((t + 1) % CE_BETA_DELAY) * S] / (float)L;  // the level that sets beta next
-        sh.features[8][i] = (float)ring[(t % CE_BETA_DELAY) * S] / (float)L;
-        sh.free[i] = t >= s.cooldown[row + i];
-    }
     float time = (float)t / (float)CE_EPISODE_LENGTH;
     float subsidy_timer = (float)(CE_SUBSIDY_INTERVAL - t % CE_SUBSIDY_INTERVAL) / (float)CE_SUBSIDY_INTERVAL;
     float subsidy_level = (float)s.subsidy_level[e] / (float)Q;
     int next = t + 1;
     float vaccines_next = next >= CE_VACCINE_START_DAY && next % CE_VACCINE_DELIVERY_INTERVAL == 0 ? 1.0f : 0.0f;
-    bool planner_free = t % CE_SUBSIDY_INTERVAL == 0;
+    // Staging (layout in the reference's docstring): a thread per state fills its governor's tail
+    // and its column of the planner's feature-major block.
+    for (int i = threadIdx.x; i < S; i += blockDim.x) {
+        float population = ce_population[i];
+        const signed char* ring = s.stringency + row * CE_BETA_DELAY + i;
+        float features[NUM_FEATURES] = {
+            s.susceptible[row + i] / population,
+            s.infected[row + i] / population,
+            s.recovered[row + i] / population,
+            s.deaths[row + i] / population,
+            s.vaccinated[row + i] / population,
+            s.unemployed[row + i] / population,
+            s.productivity[row + i] / ce_max_productivity[i],
+            (float)ring[((t + 1) % CE_BETA_DELAY) * S] / (float)L,  // the level that sets beta next
+            (float)ring[(t % CE_BETA_DELAY) * S] / (float)L,
+        };
+        float* tail = sh.governor_tails + i * TAIL_STRIDE;
+        for (int f = 0; f < 8; ++f) tail[f] = features[f];
+        tail[8] = time;
+        tail[9] = features[8];
+        tail[10] = subsidy_timer;
+        tail[11] = subsidy_level;
+        tail[12] = vaccines_next;
+        tail[GOVERNOR_MASK] = 1.0f;  // action 0 is always allowed
+        float free = t >= s.cooldown[row + i] ? 1.0f : 0.0f;
+        for (int a = 1; a <= L; ++a) tail[GOVERNOR_MASK + a] = free;
+        for (int f = 0; f < NUM_FEATURES; ++f) sh.planner[f * S + i] = features[f];
+    }
+    float planner_free = t % CE_SUBSIDY_INTERVAL == 0 ? 1.0f : 0.0f;
+    for (int j = threadIdx.x; j < PLANNER_DIM - NUM_FEATURES * S; j += blockDim.x) {
+        float scalars[4] = {time, subsidy_timer, subsidy_level, vaccines_next};
+        sh.planner[NUM_FEATURES * S + j] = j < 4 ? scalars[j] : j == 4 ? 1.0f : planner_free;
+    }
     __syncthreads();
 
-    // The rows (layout in the reference's docstring), consecutive threads storing consecutive floats.
-    for (int k = threadIdx.x; k < obs_size; k += blockDim.x) {
-        float value;
-        if (k < S * GOVERNOR_DIM) {
-            int i = k / GOVERNOR_DIM, c = k % GOVERNOR_DIM;
-            if (c < S) {
-                value = c == i ? 1.0f : 0.0f;
-            } else if (c < S + 7) {
-                value = sh.features[c - S][i];
-            } else if (c == S + 7) {
-                value = sh.features[7][i];
-            } else if (c == S + 8) {
-                value = time;
-            } else if (c == S + 9) {
-                value = sh.features[8][i];
-            } else if (c == S + 10) {
-                value = subsidy_timer;
-            } else if (c == S + 11) {
-                value = subsidy_level;
-            } else if (c == S + 12) {
-                value = vaccines_next;
-            } else {
-                value = c == S + 13 || sh.free[i] ? 1.0f : 0.0f;  // the action mask, action 0 always allowed
-            }
-        } else {
-            int c = k - S * GOVERNOR_DIM;
-            if (c < NUM_FEATURES * S) {
-                value = sh.features[c / S][c % S];  // feature-major
-            } else if (c == NUM_FEATURES * S) {
-                value = time;
-            } else if (c == NUM_FEATURES * S + 1) {
-                value = subsidy_timer;
-            } else if (c == NUM_FEATURES * S + 2) {
-                value = subsidy_level;
-            } else if (c == NUM_FEATURES * S + 3) {
-                value = vaccines_next;
-            } else {
-                value = c == NUM_FEATURES * S + 4 || planner_free ? 1.0f : 0.0f;
-            }
+    // The rows, consecutive threads storing consecutive floats. (i, c): float k's governor and
+    // column, advanced by blockDim.x floats per iteration without a division.
+    int i = threadIdx.x / GOVERNOR_DIM, c = threadIdx.x % GOVERNOR_DIM;
+    int rows_per_step = blockDim.x / GOVERNOR_DIM, columns_per_step = blockDim.x % GOVERNOR_DIM;
+    for (int k = threadIdx.x; k < S * GOVERNOR_DIM; k += blockDim.x) {
+        obs[k] = c < S ? (c == i ? 1.0f : 0.0f) : sh.governor_tails[i * TAIL_STRIDE + c - S];
+        i += rows_per_step;
+        c += columns_per_step;
+        if (c >= GOVERNOR_DIM) {
+            c -= GOVERNOR_DIM;
+            ++i;
         }
-        obs[k] = value;
     }
-    if (masks) {
-        for (int k = threadIdx.x; k < mask_size; k += blockDim.x) {
-            if (k < S * (L + 1)) {
-                masks[k] = k % (L + 1) == 0 || sh.free[k / (L + 1)];
-            } else {
-                masks[k] = k == S * (L + 1) || planner_free;
+    for (int j = threadIdx.x; j < PLANNER_DIM; j += blockDim.x) obs[S * GOVERNOR_DIM + j] = sh.planner[j];
+    if (masks) {  // the mask columns of the rows, as bools
+        int a = threadIdx.x % (L + 1);
+        i = threadIdx.x / (L + 1);
+        rows_per_step = blockDim.x / (L + 1);
+        columns_per_step = blockDim.x % (L + 1);
+        for (int k = threadIdx.x; k < S * (L + 1); k += blockDim.x) {
+            masks[k] = sh.governor_tails[i * TAIL_STRIDE + GOVERNOR_MASK + a] != 0.0f;
+            i += rows_per_step;
+            a += columns_per_step;
+            if (a > L) {
+                a -= L + 1;
+                ++i;
             }
         }
+        for (int j = threadIdx.x; j <= Q; j += blockDim.x) masks[S * (L + 1) + j] = sh.planner[PLANNER_MASK + j] != 0.0f;
     }
 }
 

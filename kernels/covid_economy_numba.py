@@ -19,12 +19,12 @@ softplus are the only functions that may round differently from torch's.
 import math
 
 import numpy as np
-from numba import boolean, float32
+from numba import float32
 
 from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
 
-NUM_FEATURES = 9  # per state, staged for the observations (see shared())
+NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
 NUM_SUMS = 4  # per state, summed for the planner: new deaths, production, subsidy, unemployed
 
 
@@ -52,8 +52,10 @@ def make_kernels(constants: dict):
         raise ValueError(f"the reduction needs a power-of-two width of at least {S} slots, got {W}")
     if GOVERNOR_DIM != S + 13 + L + 1 or PLANNER_DIM != NUM_FEATURES * S + 4 + Q + 1:
         raise ValueError("the observation layout differs from the reference module's docstring")
-    OBS_SIZE = S * GOVERNOR_DIM + PLANNER_DIM
-    MASK_SIZE = S * (L + 1) + Q + 1
+    TAIL = GOVERNOR_DIM - S  # a governor's row after its one-hot: features, scalars, mask
+    TAIL_STRIDE = TAIL + 1  # odd, so that thread i's staging writes at 25 i hit distinct banks
+    GOVERNOR_MASK = TAIL - (L + 1)  # the tail's first mask column (action 0)
+    PLANNER_MASK = PLANNER_DIM - (Q + 1)  # the planner row's first mask column
 
     def table(name, dtype=np.float32, shape=None):
         values = np.array(c[name], dtype=dtype)
@@ -113,9 +115,10 @@ def make_kernels(constants: dict):
     @cuda.jit(device=True)
     def shared():
         sums = cuda.shared.array((NUM_SUMS, W), float32)  # per state, then tree-reduced: slot 0 holds the sum
-        features = cuda.shared.array((NUM_FEATURES, W), float32)  # per state, for the observations
-        free = cuda.shared.array(W, boolean)  # per governor: its mask allows every level (t >= cooldown)
-        return sums, features, free
+        # observe_env stages every observation value but the governors' one-hots here (see the .cu).
+        governor_tails = cuda.shared.array((S, TAIL_STRIDE), float32)  # governor i's columns S..
+        planner = cuda.shared.array(PLANNER_DIM, float32)  # the planner's row
+        return sums, governor_tails, planner
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
@@ -285,73 +288,80 @@ def make_kernels(constants: dict):
         (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
          stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
          total_productivity, t) = state
-        features = sh[1]
-        free = sh[2]
+        governor_tails = sh[1]
+        planner = sh[2]
         now = t[e]
-        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
-            population = POPULATION[i]
-            features[0, i] = susceptible[e, i] / population
-            features[1, i] = infected[e, i] / population
-            features[2, i] = recovered[e, i] / population
-            features[3, i] = deaths[e, i] / population
-            features[4, i] = vaccinated[e, i] / population
-            features[5, i] = unemployed[e, i] / population
-            features[6, i] = productivity[e, i] / MAX_PRODUCTIVITY[i]
-            features[7, i] = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # sets beta next
-            features[8, i] = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
-            free[i] = now >= cooldown[e, i]
         time = np.float32(now) / DAYS
         subsidy_timer = np.float32(SUBSIDY_INTERVAL - now % SUBSIDY_INTERVAL) / INTERVAL
         level = np.float32(subsidy_level[e]) / SUBSIDY_LEVELS
         following = now + 1
         vaccines_next = ONE if following >= VACCINE_START_DAY and following % VACCINE_DELIVERY_INTERVAL == 0 else ZERO
-        planner_free = now % SUBSIDY_INTERVAL == 0
+        # Staging (layout in the reference's docstring): a thread per state fills its governor's tail
+        # and its column of the planner's feature-major block.
+        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
+            population = POPULATION[i]
+            lag_next = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
+            current = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
+            features = (susceptible[e, i] / population, infected[e, i] / population, recovered[e, i] / population,
+                        deaths[e, i] / population, vaccinated[e, i] / population, unemployed[e, i] / population,
+                        productivity[e, i] / MAX_PRODUCTIVITY[i], lag_next, current)
+            for f in range(8):
+                governor_tails[i, f] = features[f]
+            governor_tails[i, 8] = time
+            governor_tails[i, 9] = current
+            governor_tails[i, 10] = subsidy_timer
+            governor_tails[i, 11] = level
+            governor_tails[i, 12] = vaccines_next
+            governor_tails[i, GOVERNOR_MASK] = ONE  # action 0 is always allowed
+            free = ONE if now >= cooldown[e, i] else ZERO
+            for a in range(1, L + 1):
+                governor_tails[i, GOVERNOR_MASK + a] = free
+            for f in range(NUM_FEATURES):
+                planner[f * S + i] = features[f]
+        planner_free = ONE if now % SUBSIDY_INTERVAL == 0 else ZERO
+        for j in range(cuda.threadIdx.x, PLANNER_DIM - NUM_FEATURES * S, cuda.blockDim.x):
+            if j == 0:
+                value = time
+            elif j == 1:
+                value = subsidy_timer
+            elif j == 2:
+                value = level
+            elif j == 3:
+                value = vaccines_next
+            else:
+                value = ONE if j == 4 else planner_free
+            planner[NUM_FEATURES * S + j] = value
         cuda.syncthreads()
 
-        # The rows (layout in the reference's docstring), consecutive threads storing consecutive floats.
-        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
-            if k < S * GOVERNOR_DIM:
-                i = k // GOVERNOR_DIM
-                col = k - i * GOVERNOR_DIM
-                if col < S:
-                    value = ONE if col == i else ZERO
-                elif col < S + 7:
-                    value = features[col - S, i]
-                elif col == S + 7:
-                    value = features[7, i]
-                elif col == S + 8:
-                    value = time
-                elif col == S + 9:
-                    value = features[8, i]
-                elif col == S + 10:
-                    value = subsidy_timer
-                elif col == S + 11:
-                    value = level
-                elif col == S + 12:
-                    value = vaccines_next
-                else:
-                    value = ONE if col == S + 13 or free[i] else ZERO  # the action mask: 0 always allowed
+        # The rows, consecutive threads storing consecutive floats; (i, col): float k's governor and
+        # column, advanced by blockDim.x floats per iteration without a division.
+        threads = cuda.blockDim.x
+        i = cuda.threadIdx.x // GOVERNOR_DIM
+        col = cuda.threadIdx.x % GOVERNOR_DIM
+        for k in range(cuda.threadIdx.x, S * GOVERNOR_DIM, threads):
+            if col < S:
+                obs[e, k] = ONE if col == i else ZERO
             else:
-                col = k - S * GOVERNOR_DIM
-                if col < NUM_FEATURES * S:
-                    value = features[col // S, col % S]  # feature-major
-                elif col == NUM_FEATURES * S:
-                    value = time
-                elif col == NUM_FEATURES * S + 1:
-                    value = subsidy_timer
-                elif col == NUM_FEATURES * S + 2:
-                    value = level
-                elif col == NUM_FEATURES * S + 3:
-                    value = vaccines_next
-                else:
-                    value = ONE if col == NUM_FEATURES * S + 4 or planner_free else ZERO
-            obs[e, k] = value
-        if masks is not None:
-            for k in range(cuda.threadIdx.x, MASK_SIZE, cuda.blockDim.x):
-                if k < S * (L + 1):
-                    masks[e, k] = k % (L + 1) == 0 or free[k // (L + 1)]
-                else:
-                    masks[e, k] = k == S * (L + 1) or planner_free
+                obs[e, k] = governor_tails[i, col - S]
+            i += threads // GOVERNOR_DIM
+            col += threads % GOVERNOR_DIM
+            if col >= GOVERNOR_DIM:
+                col -= GOVERNOR_DIM
+                i += 1
+        for j in range(cuda.threadIdx.x, PLANNER_DIM, threads):
+            obs[e, S * GOVERNOR_DIM + j] = planner[j]
+        if masks is not None:  # the mask columns of the rows, as bools
+            i = cuda.threadIdx.x // (L + 1)
+            a = cuda.threadIdx.x % (L + 1)
+            for k in range(cuda.threadIdx.x, S * (L + 1), threads):
+                masks[e, k] = governor_tails[i, GOVERNOR_MASK + a] != ZERO
+                i += threads // (L + 1)
+                a += threads % (L + 1)
+                if a > L:
+                    a -= L + 1
+                    i += 1
+            for j in range(cuda.threadIdx.x, Q + 1, threads):
+                masks[e, S * (L + 1) + j] = planner[PLANNER_MASK + j] != ZERO
 
     @cuda.jit(device=True)
     def totals_env(state, sh, e, totals):
