@@ -166,30 +166,41 @@ __device__ __forceinline__ float reward(int a, float new_deaths, float productio
 // Spec steps 1-7 of env e; actions and rewards are env e's rows.
 __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
                                        bool& term, bool& trunc) {
+    // Loads come before the first store: the compiler cannot move a load above a store through a
+    // pointer that might alias it, and a block waits out one memory round trip per load issued late.
     long long row = (long long)e * S;
     int before = s.t[e], now = before + 1;
+    long long planner_action = actions[PLANNER];
+    int kept_subsidy_level = s.subsidy_level[e];
     // 2. The subsidy level (read by every state; written back by the planner's phase).
     bool decides = (now - 1) % CE_SUBSIDY_INTERVAL == 0;
-    int subsidy_level = decides ? (int)min(max(actions[PLANNER], 0LL), (long long)Q) : s.subsidy_level[e];
+    int subsidy_level = decides ? (int)min(max(planner_action, 0LL), (long long)Q) : kept_subsidy_level;
     // 3. Vaccines.
     bool delivers = now >= CE_VACCINE_START_DAY && now % CE_VACCINE_DELIVERY_INTERVAL == 0;
 
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
-        // 1. Stringency and cooldown.
-        int action = (int)min(max(actions[i], 0LL), (long long)L);
+        long long raw_action = actions[i];
+        float su = s.susceptible[row + i], in = s.infected[row + i], re = s.recovered[row + i];
+        float va = s.vaccinated[row + i], old_deaths = s.deaths[row + i];
+        int cooldown = s.cooldown[row + i];
+        float filter_sums[K];
+        for (int k = 0; k < K; ++k) filter_sums[k] = s.filter_sums[row * K + k * S + i];
         signed char* ring = s.stringency + row * CE_BETA_DELAY + i;
         int previous = ring[(before % CE_BETA_DELAY) * S];
         int lagged = ring[(now % CE_BETA_DELAY) * S];  // the level d days back, about to be overwritten
+        signed char* changes = s.stringency_changes + row * CE_FILTER_LENGTH + (now % CE_FILTER_LENGTH) * S + i;
+        float dropped = (float)*changes;  // the change FILTER_LENGTH days back, about to be overwritten
+
+        // 1. Stringency and cooldown.
+        int action = (int)min(max(raw_action, 0LL), (long long)L);
         int level = action != 0 ? action : previous;
         ring[(now % CE_BETA_DELAY) * S] = (signed char)level;
-        int cooldown = s.cooldown[row + i];
         if (now == cooldown + 1) s.cooldown[row + i] = cooldown + (action != 0 ? CE_ACTION_COOLDOWN : 1);
 
         float subsidy = mul((float)subsidy_level, ce_subsidy_per_level[i]);
         float available = delivers ? ce_vaccines_per_delivery[i] : 0.0f;
 
         // 4. Epidemic.
-        float su = s.susceptible[row + i], in = s.infected[row + i], re = s.recovered[row + i];
         float beta = add(mul(ce_beta_slope[i], (float)lagged), ce_beta_intercept[i]);
         float fraction = fminf(available / add(su, CE_EPSILON), 1.0f);
         float vaccinated_now = fminf(available, su);
@@ -200,19 +211,16 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
         float susceptible = fmaxf(add(su, d_s), 0.0f);
         float infected = fmaxf(add(in, d_i), 0.0f);
         float recovered = fmaxf(add(re, d_r), 0.0f);
-        float vaccinated = add(s.vaccinated[row + i], vaccinated_now);
+        float vaccinated = add(va, vaccinated_now);
         float deaths = mul(CE_MORTALITY, sub(recovered, vaccinated));
 
         // 5. Unemployment: the filters over the last FILTER_LENGTH changes, by their exact recursion.
         int change = level - previous;
-        signed char* changes = s.stringency_changes + row * CE_FILTER_LENGTH + (now % CE_FILTER_LENGTH) * S + i;
-        float dropped = (float)*changes;
         *changes = (signed char)change;
         float signal = 0.0f;
         for (int k = 0; k < K; ++k) {
-            float* sum = s.filter_sums + row * K + k * S + i;
-            float filtered = sub(add(mul(ce_filter_decay[k], *sum), (float)change), mul(ce_filter_drop[k], dropped));
-            *sum = filtered;
+            float filtered = sub(add(mul(ce_filter_decay[k], filter_sums[k]), (float)change), mul(ce_filter_drop[k], dropped));
+            s.filter_sums[row * K + k * S + i] = filtered;
             float weighted = mul(ce_filter_weights[k * S + i], filtered);
             signal = k == 0 ? weighted : add(signal, weighted);
         }
@@ -225,7 +233,7 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
         float productivity = add(mul(fmaxf(sub(ce_workers[i], cant_work), 0.0f), CE_PRODUCTION_PER_WORKER), subsidy);
 
         // 7. The governor's reward; its values for the planner's sums.
-        float new_deaths = sub(deaths, s.deaths[row + i]);
+        float new_deaths = sub(deaths, old_deaths);
         rewards[i] = reward(i, new_deaths, productivity);
         s.susceptible[row + i] = susceptible;
         s.infected[row + i] = infected;
@@ -253,12 +261,14 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
 
     // 7. The planner: the social welfare; the episode's accumulators; the per-env values.
     if (threadIdx.x == PLANNER % blockDim.x) {
+        float total_deaths = s.total_deaths[e], total_unemployed = s.total_unemployed[e];  // loads first
+        float total_subsidy = s.total_subsidy[e], total_productivity = s.total_productivity[e];
         float new_deaths = sh.sums[0][0], production = sh.sums[1][0], subsidy = sh.sums[2][0];
         rewards[PLANNER] = reward(PLANNER, new_deaths, sub(production, mul(CE_SUBSIDY_COST, subsidy)));
-        s.total_deaths[e] = add(s.total_deaths[e], new_deaths);
-        s.total_unemployed[e] = add(s.total_unemployed[e], sh.sums[3][0]);
-        s.total_subsidy[e] = add(s.total_subsidy[e], subsidy);
-        s.total_productivity[e] = add(s.total_productivity[e], production);
+        s.total_deaths[e] = add(total_deaths, new_deaths);
+        s.total_unemployed[e] = add(total_unemployed, sh.sums[3][0]);
+        s.total_subsidy[e] = add(total_subsidy, subsidy);
+        s.total_productivity[e] = add(total_productivity, production);
         s.subsidy_level[e] = subsidy_level;
         s.t[e] = now;
     }
