@@ -175,33 +175,47 @@ def make_kernels(constants: dict):
         sums = sh[0]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
+        # Loads come before the first store (see the .cu: a load the compiler cannot hoist above a
+        # store that may alias it costs the block a memory round trip).
         before = t[e]
         now = before + 1
+        planner_action = actions[e, PLANNER]
+        kept_level = subsidy_level[e]
         # 2. The subsidy level (read by every state; written back by the planner's phase).
         if (now - 1) % SUBSIDY_INTERVAL == 0:
-            level_paid = min(max(actions[e, PLANNER], 0), Q)
+            level_paid = min(max(planner_action, 0), Q)
         else:
-            level_paid = subsidy_level[e]
+            level_paid = kept_level
         # 3. Vaccines.
         delivers = now >= VACCINE_START_DAY and now % VACCINE_DELIVERY_INTERVAL == 0
 
         for i in range(tid, S, threads):
-            # 1. Stringency and cooldown.
-            action = min(max(actions[e, i], 0), L)
+            raw_action = actions[e, i]
+            su = susceptible[e, i]
+            inf = infected[e, i]
+            re = recovered[e, i]
+            va = vaccinated[e, i]
+            old_deaths = deaths[e, i]
+            due = cooldown[e, i]
+            old_sums = cuda.local.array(K, float32)
+            for k in range(K):
+                old_sums[k] = filter_sums[e, k, i]
             previous = np.int32(stringency[e, before % BETA_DELAY, i])
             lagged = stringency[e, now % BETA_DELAY, i]  # the level d days back, about to be overwritten
+            slot = now % FILTER_LENGTH
+            dropped = np.float32(stringency_changes[e, slot, i])  # FILTER_LENGTH days back, about to be overwritten
+
+            # 1. Stringency and cooldown.
+            action = min(max(raw_action, 0), L)
             level = np.int32(action) if action != 0 else previous
             stringency[e, now % BETA_DELAY, i] = level
-            if now == cooldown[e, i] + 1:
-                cooldown[e, i] += ACTION_COOLDOWN if action != 0 else 1
+            if now == due + 1:
+                cooldown[e, i] = due + (ACTION_COOLDOWN if action != 0 else 1)
 
             subsidy = mul_rn(np.float32(level_paid), SUBSIDY_PER_LEVEL[i])
             available = VACCINES_PER_DELIVERY[i] if delivers else ZERO
 
             # 4. Epidemic.
-            su = susceptible[e, i]
-            inf = infected[e, i]
-            re = recovered[e, i]
             beta = add_rn(mul_rn(BETA_SLOPE[i], np.float32(lagged)), BETA_INTERCEPT[i])
             fraction = min(available / add_rn(su, EPSILON), ONE)
             vaccinated_now = min(available, su)
@@ -212,17 +226,15 @@ def make_kernels(constants: dict):
             new_susceptible = max(add_rn(su, d_s), ZERO)
             new_infected = max(add_rn(inf, d_i), ZERO)
             new_recovered = max(add_rn(re, d_r), ZERO)
-            new_vaccinated = add_rn(vaccinated[e, i], vaccinated_now)
+            new_vaccinated = add_rn(va, vaccinated_now)
             new_deaths_total = mul_rn(MORTALITY, add_rn(new_recovered, -new_vaccinated))
 
             # 5. Unemployment: the filters over the last FILTER_LENGTH changes, by their exact recursion.
             change = level - previous
-            slot = now % FILTER_LENGTH
-            dropped = np.float32(stringency_changes[e, slot, i])
             stringency_changes[e, slot, i] = change
             signal = ZERO
             for k in range(K):
-                filtered = add_rn(add_rn(mul_rn(FILTER_DECAY[k], filter_sums[e, k, i]), np.float32(change)),
+                filtered = add_rn(add_rn(mul_rn(FILTER_DECAY[k], old_sums[k]), np.float32(change)),
                                   -mul_rn(FILTER_DROP[k], dropped))
                 filter_sums[e, k, i] = filtered
                 weighted = mul_rn(FILTER_WEIGHTS[k, i], filtered)
@@ -239,7 +251,7 @@ def make_kernels(constants: dict):
             production = add_rn(mul_rn(max(add_rn(WORKERS[i], -cant_work), ZERO), PRODUCTION_PER_WORKER), subsidy)
 
             # 7. The governor's reward; its values for the planner's sums.
-            new_deaths = add_rn(new_deaths_total, -deaths[e, i])
+            new_deaths = add_rn(new_deaths_total, -old_deaths)
             rewards[e, i] = reward(i, new_deaths, production)
             susceptible[e, i] = new_susceptible
             infected[e, i] = new_infected
@@ -267,14 +279,18 @@ def make_kernels(constants: dict):
 
         # 7. The planner: the social welfare; the episode's accumulators; the per-env values.
         if tid == PLANNER % threads:
+            deaths_so_far = total_deaths[e]  # loads first
+            unemployed_so_far = total_unemployed[e]
+            subsidy_so_far = total_subsidy[e]
+            productivity_so_far = total_productivity[e]
             new_deaths = sums[0, 0]
             production = sums[1, 0]
             subsidy = sums[2, 0]
             rewards[e, PLANNER] = reward(PLANNER, new_deaths, add_rn(production, -mul_rn(SUBSIDY_COST, subsidy)))
-            total_deaths[e] = add_rn(total_deaths[e], new_deaths)
-            total_unemployed[e] = add_rn(total_unemployed[e], sums[3, 0])
-            total_subsidy[e] = add_rn(total_subsidy[e], subsidy)
-            total_productivity[e] = add_rn(total_productivity[e], production)
+            total_deaths[e] = add_rn(deaths_so_far, new_deaths)
+            total_unemployed[e] = add_rn(unemployed_so_far, sums[3, 0])
+            total_subsidy[e] = add_rn(subsidy_so_far, subsidy)
+            total_productivity[e] = add_rn(productivity_so_far, production)
             subsidy_level[e] = level_paid
             t[e] = now
         return False, now >= EPISODE_LENGTH
