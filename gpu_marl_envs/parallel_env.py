@@ -248,9 +248,14 @@ class GpuParallelEnv:
         group_actions = [actions[name] for name in names]
         for name, value in zip(names, group_actions):
             self._check_tensor(f"actions[{name!r}]", value, self._group_action_shapes[name])
-        # One cat: on an H100 host it costs 10 µs against 19 µs for a copy_ into each group's
-        # (strided) columns, and the whole step is host-bound at small batches.
-        torch.cat(group_actions, dim=1, out=self._actions)
+        # At small batches the step is bound by host time: the CUDA C backend gathers the groups
+        # with one small kernel; otherwise one cat (on an H100 host, 10 µs of host time against
+        # 19 µs for a copy_ into each group's strided columns).
+        gather = getattr(self._launcher, "gather_group_actions", None)
+        if gather is not None and all(value.is_contiguous() for value in group_actions):
+            gather(group_actions, self._actions)
+        else:
+            torch.cat(group_actions, dim=1, out=self._actions)
         self._step()
         return (*self._group_outputs(), self._copy_infos(self._group_step_infos))
 

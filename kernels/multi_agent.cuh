@@ -4,7 +4,8 @@
 // boundary is a __syncthreads of the one block, so nothing waits across blocks.
 //
 // What this file owns: the NEXT_STEP reset branch, the flags, per-agent returns, the episode totals'
-// write, SAME_STEP's final observations and reset, and the reset kernel's body. A game supplies a
+// write, SAME_STEP's final observations and reset, the reset kernel's body, and the kernel that
+// gathers step_groups' per-group actions (gme_gather_group_actions, at the end). A game supplies a
 // struct Game with
 //   struct State;   // its state arrays, as the kernels receive them (the state dataclass's fields)
 //   struct Shared;  // what the threads of a block share (static shared memory, one per block)
@@ -118,4 +119,25 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
     if (threadIdx.x == 0) needs_reset[e] = false;
     Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
                       Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
+}
+
+// step_groups' actions: group g's (num_envs, size_g, action_size) int64 tensor into its agents'
+// columns of the (num_envs, num_agents, action_size) buffer the step kernel reads. The groups are
+// consecutive agents (GME_GROUP_BEGINS, GME_GROUP_SIZES; pointers past GME_NUM_GROUPS are unused).
+// One launch of this costs the host less than torch.cat (10 µs on an H100 host), and at small
+// batches a step is bound by host time. A thread per int64.
+extern "C" __global__ void gme_gather_group_actions(int num_envs, long long* actions, const long long* group0,
+                                                    const long long* group1, const long long* group2,
+                                                    const long long* group3) {
+    static_assert(GME_NUM_GROUPS >= 1 && GME_NUM_GROUPS <= 4, "gme_gather_group_actions takes 1 to 4 groups");
+    const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS, sizes[GME_NUM_GROUPS] = GME_GROUP_SIZES;
+    const long long row = (long long)GME_NUM_AGENTS * GME_ACTION_SIZE;
+    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= num_envs * row) return;
+    long long e = k / row;
+    int within = (int)(k - e * row), agent = within / GME_ACTION_SIZE, j = within - agent * GME_ACTION_SIZE;
+    int g = 0;
+    while (g + 1 < GME_NUM_GROUPS && agent >= begins[g + 1]) ++g;
+    const long long* group = g == 0 ? group0 : g == 1 ? group1 : g == 2 ? group2 : group3;
+    actions[k] = group[(e * sizes[g] + (agent - begins[g])) * GME_ACTION_SIZE + j];
 }
