@@ -75,10 +75,32 @@ def flag_specs(shape: tuple[int, ...], device: torch.device) -> dict[str, Tensor
     return {key: Categorical(2, shape=shape, dtype=torch.bool, device=device) for key in FLAGS}
 
 
-def flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The three flags with a trailing unit dim, copied in one kernel (the env reuses its buffers)."""
-    stacked = torch.stack((done, terminated, truncated)).unsqueeze(-1)
-    return dict(zip(FLAGS, stacked))
+def step_flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+               false: torch.Tensor) -> tuple[dict, dict, torch.Tensor]:
+    """The three flags of a step and, cleared, of the step after, with a trailing unit dim, copied
+    in one kernel (the env reuses its buffers; ``false`` is an all-False tensor of their shape).
+    Also returns the ``(2, *shape, 1)`` rows ``[done, False]``, which pick the observations of both
+    in one ``torch.where``. Six views of one allocation, not shared tensors: TorchRL may write into each."""
+    stacked = torch.stack((done, false, terminated, false, truncated, false)).unsqueeze(-1)
+    rows = stacked.unbind(0)
+    return dict(zip(FLAGS, rows[0::2])), dict(zip(FLAGS, rows[1::2])), stacked[:2]
+
+
+def agent_flags(terminated: torch.Tensor, truncated: torch.Tensor, active: torch.Tensor,
+                false: torch.Tensor) -> tuple[dict, dict]:
+    """An agent group's ``"mask"`` and flags of a step (``mask`` = not terminated) and of the step
+    after (an agent out of its ongoing game stays terminated), in three kernels."""
+    kept = torch.stack((terminated, active, active, truncated, false)).unsqueeze(-1)
+    term, in_game, _, trunc, cleared = kept.unbind(0)
+    not_term, left, left_too = (~kept[:3]).unbind(0)
+    step = {"mask": not_term.squeeze(-1), "done": term | trunc, "terminated": term, "truncated": trunc}
+    after = {"mask": in_game.squeeze(-1), "done": left, "terminated": left_too, "truncated": cleared}
+    return step, after
+
+
+def and_not(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a & ~b`` of bool tensors in one kernel (``True > False`` alone is true)."""
+    return torch.gt(a, b)
 
 
 def cleared_flags(shape: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
@@ -99,40 +121,78 @@ def set_entry(tensordict: TensorDictBase, key: str, value) -> None:
     tensordict._set_str(key, value, validated=True, inplace=False, non_blocking=False)
 
 
+class _Latest:
+    """What the env's latest step or reset left, in a plain object: setting an attribute of an
+    ``nn.Module`` (``EnvBase`` is one) costs about 1.5 µs, as much as a kernel launch."""
+
+    __slots__ = ("observations", "infos", "ended", "following")
+
+    def __init__(self):
+        self.observations = self.infos = None  # the env's output buffers
+        self.ended = None  # the mask of the sub-envs that ended on the latest step (and that the env reset there)
+        self.following = None  # the root entries of the step after the latest _step, made there with its own
+
+
 class _GpuEnvBase(EnvBase):
-    """What both adapters share: outputs, the fast ``step_and_maybe_reset``, resets, seeding."""
+    """What both adapters share: outputs, the fast ``step`` and ``step_and_maybe_reset``, resets, seeding."""
 
     def __init__(self, env, group_sizes: dict[str, int]):
         super().__init__(device=env.device, batch_size=torch.Size([env.num_envs]))
         self._env = env
         self._group_sizes = group_sizes
-        # The env's mask of the sub-envs that ended on its latest step (and that it reset there).
-        self._ended = None
+        # Read-only all-False flags, stacked with the env's own to clear the copies (see step_flags).
+        self._false = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        self._latest = _Latest()
         self._reset_all(None)  # every output buffer of the env is valid from here on
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """TorchRL's ``EnvBase.step`` less the work that ``_step`` makes redundant: it writes every
+        reward and done entry of the specs, in their shapes, on the env's device, so there is nothing
+        for ``_step_proc_data`` to reshape or complete, and nothing to validate when ``"next"`` is
+        set. (TorchRL's maintainers proposed the same skip as an env flag, ``_trust_step_output``,
+        pytorch/rl#3562; 0.14 has none.) TorchRL's own path runs where it has work to do: a batch
+        size other than the env's (its error), partial steps (``"_step"``), entries preset under
+        ``"next"``, and ``run_type_checks``."""
+        if (self.run_type_checks or tensordict.batch_size != self.batch_size
+                or tensordict._get_str("_step", None) is not None or tensordict._get_str("next", None) is not None):
+            return super().step(tensordict)
+        set_entry(tensordict, "next", self._step(tensordict))
+        return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, then carry on from the env's current state: the sub-envs that ended on this step
         were reset by the env, so their reset observations replace the final ones at the root of
-        the second tensordict and their flags are cleared. No host synchronisation."""
+        the second tensordict and their flags are cleared. No host synchronisation.
+
+        The second tensordict is ``step_mdp``'s: the input's other root entries (the action, policy
+        outputs, a collector's entries) carried over by TorchRL's own ``_StepMDP``, which
+        ``step_mdp`` calls, with the env's entries in place of the ones ``step_mdp`` would take from
+        ``"next"`` (every observation and done entry, which this replaces)."""
         if tensordict.device != self.device:
             tensordict = tensordict.to(self.device)
+        latest = self._latest
+        latest.following = None  # made by _step, which TorchRL's own path skips when no sub-env steps
         tensordict = self.step(tensordict)
-        following = self.step_mdp(tensordict)
-        for key, value in self._current_entries().items():
-            if isinstance(value, dict):  # a group, already there after step_mdp
-                node = following._get_str(key, None)
-                for inner, tensor in value.items():
-                    set_entry(node, inner, tensor)
-            else:
+        entries = latest.following if latest.following is not None else self._current_entries()
+        step_mdp = self._step_mdp
+        following = step_mdp._exclude(step_mdp.exclude_from_root, tensordict, None)
+        if following is None:  # no entry to carry over
+            following = tensordict.empty()
+        for key, value in entries.items():
+            if not isinstance(value, dict):
                 set_entry(following, key, value)
+                continue
+            node = following._get_str(key, None)  # a group: carried over with the actions the step read from it
+            for inner, tensor in value.items():
+                set_entry(node, inner, tensor)
         return tensordict, following
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         reset = None if tensordict is None else tensordict.get("_reset", None)
         if reset is not None:
             mask = reset.reshape(self.batch_size)
-            if self._ended is not None:  # those the env reset on its last step start afresh already
-                mask = mask & ~self._ended
+            if self._latest.ended is not None:  # those the env reset on its last step start afresh already
+                mask = mask & ~self._latest.ended
             if mask.any():
                 self._reset_some(mask)
         elif tensordict is None or not any(tensordict.get(key, None) is not None for key in self.reset_keys):
@@ -180,16 +240,21 @@ class TorchRLVectorEnv(_GpuEnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         observations, rewards, terminated, truncated, infos = self._env.step(tensordict.get("action"))
-        self._ended = ended = infos["_final_obs"]
-        return self._outputs({"observation": torch.where(ended.unsqueeze(-1), infos["final_obs"], observations),
-                              "reward": rewards.unsqueeze(-1).clone(), **flags(ended, terminated, truncated)})
+        latest = self._latest
+        latest.ended = ended = infos["_final_obs"]
+        step, following, pick = step_flags(ended, terminated, truncated, self._false)
+        # The final observations where episodes ended and the ones the env carries on from, in one kernel.
+        step["observation"], following["observation"] = torch.where(pick, infos["final_obs"], observations).unbind(0)
+        step["reward"] = rewards.unsqueeze(-1).clone()
+        latest.following = following
+        return self._outputs(step)
 
     def _current_entries(self) -> dict:
-        return {"observation": self._observations.clone(), **cleared_flags(tuple(self.batch_size), self.device)}
+        return {"observation": self._latest.observations.clone(), **cleared_flags(tuple(self.batch_size), self.device)}
 
     def _reset_all(self, seed) -> None:
-        self._observations, _ = self._env.reset(seed=seed)
-        self._ended = None
+        self._latest.observations, _ = self._env.reset(seed=seed)
+        self._latest.ended = None
 
     def _reset_some(self, mask: torch.Tensor) -> None:
         self._env.reset(options={"reset_mask": mask})
@@ -205,14 +270,16 @@ class TorchRLParallelEnv(_GpuEnvBase):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
         self.group_map = {group: list(agents) for group, agents in env.groups.items()}
         super().__init__(env, {group: len(agents) for group, agents in self.group_map.items()})
+        self._false_agents = {group: torch.zeros((env.num_envs, len(agents)), dtype=torch.bool, device=env.device)
+                              for group, agents in self.group_map.items()}
         batch, device = tuple(self.batch_size), env.device
         observation, action, reward, done = {}, {}, {}, flag_specs((*batch, 1), device)
         for group, agents in self.group_map.items():
             shape = (*batch, len(agents))
             entries = {"observation": space_spec(env.observation_space(agents[0]), shape, device),
                        "mask": Categorical(2, shape=shape, dtype=torch.bool, device=device)}
-            if "action_mask" in self._infos[group]:
-                entries["action_mask"] = Categorical(2, shape=self._infos[group]["action_mask"].shape,
+            if "action_mask" in self._latest.infos[group]:
+                entries["action_mask"] = Categorical(2, shape=self._latest.infos[group]["action_mask"].shape,
                                                      dtype=torch.bool, device=device)
             observation[group] = Composite(entries, shape=shape, device=device)
             action[group] = Composite(action=space_spec(env.action_space(agents[0]), shape, device),
@@ -228,35 +295,41 @@ class TorchRLParallelEnv(_GpuEnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions = {group: tensordict.get((group, "action")) for group in self.group_map}
         observations, rewards, terminated, truncated, infos = self._env.step_groups(actions)
-        self._observations, self._infos = observations, infos
-        self._ended = ended = next(iter(infos.values()))["_final_obs"]  # games that ended on this step
-        final = ended.view(-1, 1, 1)
-        entries = {}
-        for group in self.group_map:
-            term, trunc, info = terminated[group], truncated[group], infos[group]
-            entries[group] = {"observation": torch.where(final, info["final_obs"], observations[group]),
-                              "reward": rewards[group].unsqueeze(-1).clone(), "mask": ~term,
-                              **flags(term | trunc, term, trunc)}
-            if "action_mask" in info:  # after an ended game: the new game's first masks
-                entries[group]["action_mask"] = info["action_mask"].clone()
+        latest = self._latest
+        latest.observations, latest.infos = observations, infos
+        latest.ended = ended = next(iter(infos.values()))["_final_obs"]  # games that ended on this step
         # A game ends for all its agents at once; it was truncated if its time ran out.
         game_truncated = torch.cat([truncated[group] for group in self.group_map], dim=1).any(1)
-        return self._outputs({**entries, **flags(ended, ended & ~game_truncated, game_truncated)})
+        step, following, pick = step_flags(ended, and_not(ended, game_truncated), game_truncated, self._false)
+        pick = pick.unsqueeze(-1)  # (2, num_envs, 1, 1): [ended, False] over agents and features
+        for group in self.group_map:
+            info = infos[group]
+            step[group], following[group] = agent_flags(terminated[group], truncated[group], info["active"],
+                                                        self._false_agents[group])
+            # Final observations where games ended and the ones the env carries on from, in one kernel.
+            step[group]["observation"], following[group]["observation"] = torch.where(
+                pick, info["final_obs"], observations[group]).unbind(0)
+            step[group]["reward"] = rewards[group].unsqueeze(-1).clone()
+            if "action_mask" in info:  # after an ended game: the new game's first masks (two copies)
+                step[group]["action_mask"], following[group]["action_mask"] = torch.stack(
+                    (info["action_mask"], info["action_mask"])).unbind(0)
+        latest.following = following
+        return self._outputs(step)
 
     def _current_entries(self) -> dict:
         entries = cleared_flags(tuple(self.batch_size), self.device)
         for group in self.group_map:
-            info = self._infos[group]
-            left = ~info["active"]  # agents out of their (ongoing) game stay terminated
-            entries[group] = {"observation": self._observations[group].clone(), "mask": info["active"].clone(),
-                              **flags(left, left, torch.zeros_like(left))}
+            info, false = self._latest.infos[group], self._false_agents[group]
+            # The step-after half of agent_flags, for the agents' current activity.
+            _, entries[group] = agent_flags(false, false, info["active"], false)
+            entries[group]["observation"] = self._latest.observations[group].clone()
             if "action_mask" in info:
                 entries[group]["action_mask"] = info["action_mask"].clone()
         return entries
 
     def _reset_all(self, seed) -> None:
-        self._observations, self._infos = self._env.reset_groups(seed=seed)
-        self._ended = None
+        self._latest.observations, self._latest.infos = self._env.reset_groups(seed=seed)
+        self._latest.ended = None
 
     def _reset_some(self, mask: torch.Tensor) -> None:
-        self._observations, self._infos = self._env.reset_groups(options={"reset_mask": mask})
+        self._latest.observations, self._latest.infos = self._env.reset_groups(options={"reset_mask": mask})

@@ -1,5 +1,6 @@
 """The TorchRL adapter: TorchRL's own checker on every registered env, outputs against the env's own
-on crafted episodes (final observations, termination and truncation apart), resets through
+on crafted episodes (final observations, termination and truncation apart), the fast ``step`` and
+``step_and_maybe_reset`` against TorchRL's own ``EnvBase.step`` and ``step_mdp``, resets through
 ``"_reset"``, seeding, bad use, a PPO loop of TorchRL's parts that learns CartPole, and per-group
 policies on Tag. About 9 s on an idle two-core machine."""
 
@@ -16,7 +17,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.data import Bounded, Categorical, MultiCategorical
-from torchrl.envs import StepCounter, TransformedEnv
+from torchrl.envs import EnvBase, StepCounter, TransformedEnv
 from torchrl.envs.utils import ExplorationType, check_env_specs, set_exploration_type
 from torchrl.modules import MultiAgentMLP, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
@@ -161,6 +162,81 @@ def test_the_generic_reset_path_agrees_with_the_fast_one():
     for key in ("observation", ("next", "observation"), ("next", "reward"), ("next", "terminated"),
                 ("next", "truncated")):
         assert_equal(str(key), runs[0][key], runs[1][key])
+
+
+def assert_same_tensordicts(context, expected, actual):
+    keys = set(expected.keys(True, True))
+    assert set(actual.keys(True, True)) == keys, f"{context}: keys {sorted(map(str, actual.keys(True, True)))}, " \
+                                                  f"expected {sorted(map(str, keys))}"
+    for key in keys:
+        assert actual[key].dtype == expected[key].dtype, f"{context}: {key} dtype"
+        assert_equal(f"{context}: {key}", expected[key], actual[key])
+
+
+def twin_adapters(env_id, num_envs=4):
+    """Two adapters of the same seed and, for vector envs, first actions on which sub-envs 0 and 1
+    end by termination and by truncation (None for the games: theirs end within 15 steps)."""
+    if env_id in SMALL_TAG:
+        return parallel_pair(env_id, num_envs)[0], parallel_pair(env_id, num_envs)[0], None
+    (first_adapter, first_env, _), (second_adapter, second_env, _) = (vector_pair(env_id, num_envs) for _ in range(2))
+    actions = random_actions(first_env.single_action_space, num_envs, torch.Generator().manual_seed(0))
+    for env in (first_env, second_env):
+        arrange_vector_endings(env, env_id, actions)
+    return first_adapter, second_adapter, actions
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCarContinuous-v0", *sorted(SMALL_TAG)])
+def test_the_fast_step_gives_what_torchrls_own_step_gives(env_id):
+    # step() leaves out EnvBase.step's checks and completions, which have nothing to do on this env's
+    # outputs: on twin adapters, its results equal those of TorchRL's own EnvBase.step, through
+    # episodes that end by termination and by truncation.
+    fast, generic, first_actions = twin_adapters(env_id)
+    torch.manual_seed(0)  # the specs' random actions
+    seen = {"terminated": False, "truncated": False}
+    for step in range(15):
+        actions = fast.full_action_spec.rand()
+        if step == 0 and first_actions is not None:
+            actions["action"] = first_actions
+        stepped = fast.step(actions.clone())
+        expected = EnvBase.step(generic, actions.clone())
+        assert_same_tensordicts(f"{env_id}, step {step}", expected, stepped)
+        for flag in seen:
+            seen[flag] |= bool(stepped["next", flag].any())
+    assert all(seen.values()), f"episodes must end both ways within the steps: {seen}"
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "TagContinuous-v0"])
+def test_step_and_maybe_reset_carries_entries_over_as_step_mdp_does(env_id):
+    # The second tensordict is step_mdp's, with the env's current observations and flags in place of
+    # those of "next": the same keys, the input's other entries carried over (a policy's output, a
+    # collector's nested entries: copied tensordicts, as step_mdp copies them).
+    env, _, first_actions = twin_adapters(env_id)
+    data = TensorDict(batch_size=[4])  # no reset: it would undo the endings arranged for the first step
+    group = next(iter(env.group_map)) if env_id in SMALL_TAG else None
+    seen = {"terminated": False, "truncated": False}
+    for step in range(15):
+        data.update(env.full_action_spec.rand())
+        if step == 0 and first_actions is not None:
+            data["action"] = first_actions
+        data["log_prob"] = torch.randn(4)
+        data["collector", "traj_ids"] = torch.arange(4)
+        if group:
+            data[group, "logits"] = torch.randn(4, len(env.group_map[group]), 3)
+        stepped, following = env.step_and_maybe_reset(data)
+        expected = env.step_mdp(stepped)
+        assert set(following.keys(True, True)) == set(expected.keys(True, True)), f"step {step}: keys"
+        carried = ["log_prob", ("collector", "traj_ids"), *([(group, "logits")] if group else [])]
+        for key in carried:
+            assert following[key] is stepped[key], f"step {step}: {key} carried over"
+        assert following["collector"] is not stepped["collector"], "a nested tensordict is copied, not shared"
+        # The entries made with the step's own, against those the reset path reads from the env.
+        current = env._outputs(env._current_entries())
+        for key in current.keys(True, True):
+            assert_equal(f"step {step}: {key} against the reset path", current[key], following[key])
+        for flag in seen:
+            seen[flag] |= bool(stepped["next", flag].any())
+        data = following
+    assert all(seen.values()), f"episodes must end both ways within the steps: {seen}"
 
 
 def test_partial_reset_through_reset_key():
