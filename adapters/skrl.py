@@ -30,6 +30,8 @@ are views of the env's buffers (skrl stores them before the next step).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from gymnasium import spaces
 from skrl import config
@@ -51,47 +53,81 @@ def make_skrl_env(env_id: str, num_envs: int = 1, **kwargs) -> SkrlVectorEnv | S
     return SkrlParallelEnv(env) if is_multi_agent(env_id) else SkrlVectorEnv(env)
 
 
-def env_actions(actions, space: spaces.Space, num_envs: int, name: str):
-    """skrl's ``(num_envs, 1)`` actions of a ``Discrete`` space as the env's ``(num_envs,)``; a shape
-    that is neither skrl's nor the env's is refused here, naming both (the env checks the rest)."""
-    if not isinstance(actions, torch.Tensor):
-        return actions  # the env names the type it needs
-    expected = (num_envs, 1) if isinstance(space, spaces.Discrete) else (num_envs, *space.shape)
-    shape = tuple(actions.shape)
-    if shape == expected:
-        return actions.view(num_envs) if isinstance(space, spaces.Discrete) else actions
-    if isinstance(space, spaces.Discrete) and shape == (num_envs,):
-        return actions
-    raise ValueError(f"{name} must have shape {expected} (num_envs, *action shape) for {space}, got {shape}")
+class ActionForm:
+    """skrl's actions of one space as the env takes them, for a batch of leading dims ``batch``
+    (``(num_envs,)``, or ``(num_envs, group_size)`` for an agent group's stacked actions):
+    ``(*batch, 1)`` of a ``Discrete`` space become ``(*batch,)`` (the env's form, accepted too);
+    other spaces keep ``(*batch, *shape)``. The shapes are worked out once, here."""
+
+    def __init__(self, space: spaces.Space, batch: tuple[int, ...]):
+        self.space = space
+        self.discrete = isinstance(space, spaces.Discrete)
+        self.skrl_shape = torch.Size((*batch, 1) if self.discrete else (*batch, *space.shape))
+        self.env_shape = torch.Size(batch) if self.discrete else self.skrl_shape
+        self._env_dims = tuple(self.env_shape)  # view(*ints) costs a third of view(torch.Size)
+
+    def fits(self, actions) -> bool:
+        return isinstance(actions, torch.Tensor) and actions.shape in (self.skrl_shape, self.env_shape)
+
+    def __call__(self, actions, name: str):
+        """``actions`` in the env's form; a tensor of neither shape is refused, naming both (the env
+        checks the rest, and names the type it needs)."""
+        if not isinstance(actions, torch.Tensor):
+            return actions
+        if actions.shape == self.skrl_shape:
+            return actions.view(*self._env_dims) if self.discrete else actions
+        if actions.shape == self.env_shape:
+            return actions
+        raise ValueError(f"{name} must have shape {tuple(self.skrl_shape)} (num_envs, *action shape) for "
+                         f"{self.space}, got {tuple(actions.shape)}")
 
 
 class _ObservationBuffers:
-    """Two buffers used in turn for the observations handed to skrl (see the module docstring)."""
+    """Two buffers used in turn for the observations handed to skrl (see the module docstring).
+    What is handed out of each, ``handed(buffer)`` (the buffer, or per-agent views of it), is made
+    once: making views costs as much as the copy."""
 
-    def __init__(self, like: torch.Tensor):
+    def __init__(self, like: torch.Tensor, handed: Callable[[torch.Tensor], object] = lambda buffer: buffer):
         self._buffers = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) for _ in range(2))
+        self._handed = tuple(handed(buffer) for buffer in self._buffers)
         self._next = 0
         self.last = None
 
-    def hand_out(self, observations: torch.Tensor) -> torch.Tensor:
-        self.last = self._buffers[self._next]
-        self.last.copy_(observations)
+    def hand_out(self, observations: torch.Tensor):
+        self._buffers[self._next].copy_(observations)
+        self.last = self._handed[self._next]
         self._next ^= 1
         return self.last
 
 
-class _Column:
-    """A ``(num_envs, 1)`` view of one of the env's ``(num_envs,)`` outputs, made again only when the
-    env hands out another tensor: it hands out the same buffers at every step, and making a view
-    costs a good part of the adapter's step."""
+class _Views:
+    """``make(tensor)`` (views of one of the env's outputs), made again only when the env hands out
+    another tensor: it hands out the same buffers at every step, and making views costs a good part
+    of the adapter's step."""
 
-    def __init__(self):
-        self._source = self._view = None
+    def __init__(self, make: Callable[[torch.Tensor], object]):
+        self._make = make
+        self._source = self._views = None
 
-    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+    def __call__(self, tensor: torch.Tensor):
         if tensor is not self._source:
-            self._source, self._view = tensor, tensor.view(-1, 1)
-        return self._view
+            self._source, self._views = tensor, self._make(tensor)
+        return self._views
+
+
+def column(tensor: torch.Tensor) -> torch.Tensor:
+    """``(num_envs,)`` -> skrl's ``(num_envs, 1)``."""
+    return tensor.view(-1, 1)
+
+
+def agent_columns(agents: list[str]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """A group's ``(num_envs, group_size)`` output -> ``(num_envs, 1)`` views per agent."""
+    return lambda values: dict(zip(agents, values.unsqueeze(-1).unbind(1)))
+
+
+def agent_rows(agents: list[str]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """A ``(group_size, num_envs, ...)`` buffer -> its agents' contiguous ``(num_envs, ...)`` views."""
+    return lambda buffer: dict(zip(agents, buffer.unbind(0)))
 
 
 class SkrlVectorEnv(Wrapper):
@@ -104,7 +140,8 @@ class SkrlVectorEnv(Wrapper):
         self._seed = config.torch.key  # skrl's seed, as its own wrappers use it at the first reset
         self._observations = None  # buffers made at the first reset
         self._infos = {}
-        self._columns = tuple(_Column() for _ in range(3))  # rewards, terminated, truncated
+        self._actions = ActionForm(env.single_action_space, (env.num_envs,))
+        self._columns = tuple(_Views(column) for _ in range(3))  # rewards, terminated, truncated
 
     @property
     def observation_space(self) -> spaces.Space:
@@ -126,8 +163,7 @@ class SkrlVectorEnv(Wrapper):
     def step(self, actions: torch.Tensor):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
-        actions = env_actions(actions, self.action_space, self.num_envs, "actions")
-        observations, rewards, terminated, truncated, self._infos = self._env.step(actions)
+        observations, rewards, terminated, truncated, self._infos = self._env.step(self._actions(actions, "actions"))
         reward_column, terminated_column, truncated_column = self._columns
         return (self._observations.hand_out(observations), reward_column(rewards), terminated_column(terminated),
                 truncated_column(truncated), self._infos)
@@ -164,6 +200,14 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         self._observations = None  # per group, made at the first reset
         self._last = None
         self._infos = {}
+        # Per group: the form of its stacked actions and of each agent's (the spaces of a group's agents are one).
+        self._group_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs, len(agents)))
+                               for group, agents in self._groups.items()}
+        self._agent_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs,))
+                               for group, agents in self._groups.items()}
+        # Rewards, terminated, truncated: per group, views per agent.
+        self._columns = tuple({group: _Views(agent_columns(agents)) for group, agents in self._groups.items()}
+                              for _ in range(3))
 
     @property
     def observation_spaces(self) -> dict[str, spaces.Space]:
@@ -179,7 +223,8 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         if self._observations is None:
             observations, self._infos = self._env.reset_groups(seed=self._seed)
             # (group_size, num_envs, obs_dim) buffers: each agent's view is contiguous.
-            self._observations = {group: _ObservationBuffers(obs.transpose(0, 1)) for group, obs in observations.items()}
+            self._observations = {group: _ObservationBuffers(obs.transpose(0, 1), agent_rows(self._groups[group]))
+                                  for group, obs in observations.items()}
             self._last = self._hand_out(observations)
         return self._last, self._infos
 
@@ -191,14 +236,12 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
             unknown = [agent for agent in actions if agent not in self._agents]
             raise ValueError(f"actions need one tensor per agent of possible_agents; missing {missing[:10]}, "
                              f"unknown {unknown[:10]}")
-        n = self.num_envs
-        grouped = {group: torch.stack([env_actions(actions[agent], self._env.action_space(agent), n,
-                                                   f"actions[{agent!r}]") for agent in agents], dim=1)
-                   for group, agents in self._groups.items()}
+        grouped = {group: self._stack_actions(group, actions) for group in self._groups}
         observations, rewards, terminated, truncated, self._infos = self._env.step_groups(grouped)
         self._last = self._hand_out(observations)
-        return (self._last, self._by_agent(rewards), self._by_agent(terminated), self._by_agent(truncated),
-                self._infos)
+        reward_views, terminated_views, truncated_views = self._columns
+        return (self._last, self._by_agent(reward_views, rewards), self._by_agent(terminated_views, terminated),
+                self._by_agent(truncated_views, truncated), self._infos)
 
     def state(self) -> dict[str, None]:
         return {agent: None for agent in self.possible_agents}
@@ -209,16 +252,31 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
     def close(self) -> None:
         self._env.close()
 
+    def _stack_actions(self, group: str, actions: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A group's actions as the env takes them, ``(num_envs, group_size, ...)``. Stacking needs
+        every agent's actions in one shape, so the shape of the stack is checked once; where that
+        fails, agent by agent, which names the first wrong agent (or accepts a mix of skrl's form
+        and the env's)."""
+        agents = self._groups[group]
+        form = self._group_actions[group]
+        try:
+            stacked = torch.stack([actions[agent] for agent in agents], dim=1)
+        except (RuntimeError, TypeError):  # shapes, devices or types that differ between agents
+            stacked = None
+        if stacked is not None and form.fits(stacked):
+            return form(stacked, f"actions of {group}")
+        agent_form = self._agent_actions[group]
+        return torch.stack([agent_form(actions[agent], f"actions[{agent!r}]") for agent in agents], dim=1)
+
     def _hand_out(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = {}
-        for group, agents in self._groups.items():
-            buffer = self._observations[group].hand_out(observations[group].transpose(0, 1))
-            out.update(zip(agents, buffer.unbind(0)))
+        for group, buffers in self._observations.items():
+            out.update(buffers.hand_out(observations[group].transpose(0, 1)))
         return out
 
-    def _by_agent(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _by_agent(self, columns: dict[str, _Views], values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``(num_envs, group_size)`` per group -> ``(num_envs, 1)`` views per agent."""
         out = {}
-        for group, agents in self._groups.items():
-            out.update(zip(agents, values[group].unsqueeze(-1).unbind(1)))
+        for group, views in columns.items():
+            out.update(views(values[group]))
         return out

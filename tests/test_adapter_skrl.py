@@ -291,6 +291,37 @@ def test_agent_outputs_match_the_game(env_id):
     assert adapter.state() == {agent: None for agent in twin.possible_agents}
 
 
+def test_agent_observations_outlive_the_next_step_and_actions_come_in_either_form():
+    # Per-agent views of two buffers used in turn, as for a single agent; a group's actions are
+    # checked on their stack, and agent by agent where agents give different forms or shapes.
+    games = [make_parallel("TagGridworld-v0", 4, device="cpu", autoreset_mode=SAME_STEP,
+                           params=SMALL_TAG["TagGridworld-v0"]) for _ in range(2)]
+    with skrl_key(SEED):
+        adapter = SkrlParallelEnv(games[0])
+    twin = games[1]
+    previous, _ = adapter.reset()
+    twin.reset(seed=SEED)
+    expected_previous = {agent: obs.clone() for agent, obs in previous.items()}
+    generator = torch.Generator().manual_seed(5)
+    for step in range(15):
+        actions = {a: game_actions(twin.action_space(a), 4, generator) for a in twin.possible_agents}
+        # skrl's (num_envs, 1) for every agent but the first, which gives the env's (num_envs,)
+        skrl_form = {a: v if a == twin.possible_agents[0] else v.unsqueeze(-1) for a, v in actions.items()}
+        observations = adapter.step(skrl_form)[0]
+        expected = twin.step(actions)[0]
+        for agent in twin.possible_agents:
+            assert_equal(f"step {step}, {agent}: the previous observations", expected_previous[agent], previous[agent])
+            assert_equal(f"step {step}, {agent}: observations", expected[agent], observations[agent])
+        previous, expected_previous = observations, {agent: obs.clone() for agent, obs in observations.items()}
+    state = games[0].get_state()
+    wrong = {a: torch.zeros(4, 1, dtype=torch.int64) for a in twin.possible_agents}
+    wrong["runner_0"] = torch.zeros(4, 2, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"actions\['runner_0'\] must have shape \(4, 1\)"):
+        adapter.step(wrong)
+    for field, values in games[0].get_state().items():
+        assert torch.equal(values, state[field]), f"a refused step changed {field}"
+
+
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
 def test_ippo_with_per_group_policies_on_tag(env_id, tmp_path):
