@@ -70,7 +70,6 @@ class MultiAgentPycudaBackend:
         self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
         num_envs = buffers.observations.shape[0]
         self._grid = (num_envs, 1, 1)
-        self._step_envs = num_envs
         self._block = (definition.block_threads(params), 1, 1)
 
         values = buffers.tensors()
@@ -94,7 +93,7 @@ class MultiAgentPycudaBackend:
         """Write the groups' contiguous ``(num_envs, size, ...)`` int64 actions into their columns of
         ``actions`` (what torch.cat(dim=1) would, in less host time)."""
         pointers = [t.data_ptr() for t in group_actions] + [0] * (4 - len(group_actions))
-        struct.pack_into(GATHER_FORMAT, self._gather_buffer, 0, self._step_envs, actions.data_ptr(), *pointers)
+        struct.pack_into(GATHER_FORMAT, self._gather_buffer, 0, self._grid[0], actions.data_ptr(), *pointers)
         self._launcher.launch(self._gather_kernel, self._gather_grid, (GATHER_THREADS, 1, 1), self._gather_buffer)
 
     def reset(self) -> None:
