@@ -76,14 +76,21 @@ def flag_specs(shape: tuple[int, ...], device: torch.device) -> dict[str, Tensor
 
 
 def step_flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-               false: torch.Tensor) -> tuple[dict, dict, torch.Tensor]:
+               false: torch.Tensor) -> tuple[dict, dict]:
     """The three flags of a step and, cleared, of the step after, with a trailing unit dim, copied
     in one kernel (the env reuses its buffers; ``false`` is an all-False tensor of their shape).
-    Also returns the ``(2, *shape, 1)`` rows ``[done, False]``, which pick the observations of both
-    in one ``torch.where``. Six views of one allocation, not shared tensors: TorchRL may write into each."""
-    stacked = torch.stack((done, false, terminated, false, truncated, false)).unsqueeze(-1)
-    rows = stacked.unbind(0)
-    return dict(zip(FLAGS, rows[0::2])), dict(zip(FLAGS, rows[1::2])), stacked[:2]
+    Six views of one allocation, not shared tensors: TorchRL may write into each."""
+    rows = torch.stack((done, false, terminated, false, truncated, false)).unsqueeze(-1).unbind(0)
+    return dict(zip(FLAGS, rows[0::2])), dict(zip(FLAGS, rows[1::2]))
+
+
+def step_observations(ended: torch.Tensor, final: torch.Tensor,
+                      current: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The observations of a step (``final`` where ``ended``, broadcast over their trailing dims)
+    and of the step after (``current``, copied). Two kernels, not one ``torch.where`` over both:
+    a where reads all of both its inputs, which for large observation batches (games of 65,536
+    envs: a GiB and more) costs more than a launch."""
+    return torch.where(ended, final, current), current.clone()
 
 
 def agent_flags(terminated: torch.Tensor, truncated: torch.Tensor, active: torch.Tensor,
@@ -242,9 +249,9 @@ class TorchRLVectorEnv(_GpuEnvBase):
         observations, rewards, terminated, truncated, infos = self._env.step(tensordict.get("action"))
         latest = self._latest
         latest.ended = ended = infos["_final_obs"]
-        step, following, pick = step_flags(ended, terminated, truncated, self._false)
-        # The final observations where episodes ended and the ones the env carries on from, in one kernel.
-        step["observation"], following["observation"] = torch.where(pick, infos["final_obs"], observations).unbind(0)
+        step, following = step_flags(ended, terminated, truncated, self._false)
+        step["observation"], following["observation"] = step_observations(step["done"], infos["final_obs"],
+                                                                          observations)
         step["reward"] = rewards.unsqueeze(-1).clone()
         latest.following = following
         return self._outputs(step)
@@ -300,15 +307,14 @@ class TorchRLParallelEnv(_GpuEnvBase):
         latest.ended = ended = next(iter(infos.values()))["_final_obs"]  # games that ended on this step
         # A game ends for all its agents at once; it was truncated if its time ran out.
         game_truncated = torch.cat([truncated[group] for group in self.group_map], dim=1).any(1)
-        step, following, pick = step_flags(ended, and_not(ended, game_truncated), game_truncated, self._false)
-        pick = pick.unsqueeze(-1)  # (2, num_envs, 1, 1): [ended, False] over agents and features
+        step, following = step_flags(ended, and_not(ended, game_truncated), game_truncated, self._false)
+        game_over = step["done"].unsqueeze(-1)  # (num_envs, 1, 1): over agents and features
         for group in self.group_map:
             info = infos[group]
             step[group], following[group] = agent_flags(terminated[group], truncated[group], info["active"],
                                                         self._false_agents[group])
-            # Final observations where games ended and the ones the env carries on from, in one kernel.
-            step[group]["observation"], following[group]["observation"] = torch.where(
-                pick, info["final_obs"], observations[group]).unbind(0)
+            step[group]["observation"], following[group]["observation"] = step_observations(
+                game_over, info["final_obs"], observations[group])
             step[group]["reward"] = rewards[group].unsqueeze(-1).clone()
             if "action_mask" in info:  # after an ended game: the new game's first masks (two copies)
                 step[group]["action_mask"], following[group]["action_mask"] = torch.stack(
