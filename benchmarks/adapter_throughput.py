@@ -1,10 +1,16 @@
 """What the adapters to outside RL libraries cost, measured on the GPU.
 
-1. Env-steps/s of each adapter's step against the raw ``GpuVectorEnv.step`` (tensors on the device,
-   SAME_STEP autoreset, no action check: the configuration the adapters run) in the same run, at
-   4,096 and 65,536 sub-envs of CartPole-v1. Each adapter is fed what its library feeds it (SB3:
+1. Env-steps/s of each adapter's step against the raw step (tensors on the device, SAME_STEP
+   autoreset, no action check: the configuration the adapters run) in the same run, at 4,096 and
+   65,536 sub-envs of each env of ``--envs``: CartPole-v1, whose raw step is a few microseconds, and
+   two games whose raw step is heavier, TagContinuous-v0 (110 agents) and CovidEconomy-v0 (52 agents),
+   through each adapter's multi-agent path. Each adapter is fed what its library feeds it (SB3:
    numpy actions, numpy results; TorchRL: ``step_and_maybe_reset`` on a tensordict, as its
-   collectors call it; skrl: ``(num_envs, 1)`` action tensors). Baseline: SB3's ``DummyVecEnv`` of 64 Gymnasium CartPoles.
+   collectors call it; skrl: ``(num_envs, 1)`` action tensors of a Discrete space, one per agent in
+   games). The raw step of a game is ``GpuParallelEnv.step_groups`` (what both adapters call); an
+   env-step of a game steps all its agents. SB3's adapter is measured on single-agent envs only: for
+   games its numpy interface moves every agent's observation through the host, which measures the
+   host link rather than the adapter. Baseline: SB3's ``DummyVecEnv`` of 64 Gymnasium CartPoles.
 2. SB3 PPO wall time for the same number of env steps, through the adapter and through SB3's own
    ``DummyVecEnv`` of 64 Gymnasium CartPoles (SB3's policy on the CPU in every case, as SB3 advises
    for MLP policies), with the deterministic return reached.
@@ -14,6 +20,11 @@ Timing: warm-up, then the median of repeats of a loop bracketed by ``torch.cuda.
     python benchmarks/adapter_throughput.py --out docs/benchmarks/adapters-h100.md \
         --json docs/benchmarks/adapters-h100.json
 
+A smoke run of every code path on the CPU (torch backend; seconds):
+
+    python benchmarks/adapter_throughput.py --device cpu --num-envs 8 --min-seconds 0.01 --repeats 1 \
+        --train-timesteps 0
+
 Each adapter adds itself to ``ADAPTERS`` (a step section) and, where its library trains, to the
 training section.
 """
@@ -21,6 +32,7 @@ training section.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import statistics
@@ -31,13 +43,14 @@ from collections.abc import Callable
 import gymnasium
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
+from gymnasium import spaces
 
 import gpu_marl_envs
-from gpu_marl_envs import GpuVectorEnv
+from gpu_marl_envs.adapters._batched import is_multi_agent, make_batched_env
 
-ENV_ID = "CartPole-v1"
-POOL = 16  # actions made beforehand, cycled, so the loops time the env and the adapter alone
+ENV_ID = "CartPole-v1"  # of the baseline and the training section
+ENV_IDS = ("CartPole-v1", "TagContinuous-v0", "CovidEconomy-v0")
+POOL = 4  # action sets made beforehand, cycled, so the loops time the env and the adapter alone
 
 
 def time_loop(step: Callable[[int], None], steps: int, repeats: int, device: torch.device) -> float:
@@ -64,24 +77,50 @@ def rate(step: Callable[[int], None], num_envs: int, device: torch.device, min_s
 
 # -- step: raw env and each adapter ----------------------------------------------------------------
 
-def raw_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
-    env = GpuVectorEnv(ENV_ID, num_envs, device=device, autoreset_mode=AutoresetMode.SAME_STEP,
-                       validate_actions=False)
-    env.reset(seed=0)
+def sample(space: spaces.Space, batch: tuple[int, ...], generator: torch.Generator, device) -> torch.Tensor:
+    """Uniform valid actions of ``space`` with leading dims ``batch``, in the env's dtype."""
+    if isinstance(space, spaces.Discrete):
+        return torch.randint(int(space.n), batch, generator=generator, device=device)
+    if isinstance(space, spaces.MultiDiscrete):
+        return torch.stack([torch.randint(int(n), batch, generator=generator, device=device) for n in space.nvec], -1)
+    low, high = (torch.as_tensor(bound, device=device) for bound in (space.low, space.high))
+    return low + (high - low) * torch.rand((*batch, *space.shape), generator=generator, device=device)
+
+
+def group_action_pool(env, device) -> list[dict[str, torch.Tensor]]:
+    """``POOL`` sets of a game's actions keyed by group, ``(num_envs, group_size, ...)``."""
     generator = torch.Generator(device=device).manual_seed(0)
-    pool = [torch.randint(0, 2, (num_envs,), generator=generator, device=device) for _ in range(POOL)]
-    return lambda k: env.step(pool[k % POOL])
+    return [{group: sample(env.action_space(agents[0]), (env.num_envs, len(agents)), generator, device)
+             for group, agents in env.groups.items()} for _ in range(POOL)]
 
 
-def sb3_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
+def vector_action_pool(env, device) -> list[torch.Tensor]:
+    generator = torch.Generator(device=device).manual_seed(0)
+    return [sample(env.single_action_space, (env.num_envs,), generator, device) for _ in range(POOL)]
+
+
+def raw_step(env_id: str, num_envs: int, device: torch.device,
+             backend: str | None) -> tuple[Callable[[int], None], str]:
+    """``step`` (``step_groups`` for a game) of the env the adapters wrap, made as they make it, and
+    the name of the backend it chose."""
+    env = make_batched_env(env_id, num_envs, device=device, backend=backend)
+    if is_multi_agent(env_id):
+        env.reset_groups(seed=0)
+        pool = group_action_pool(env, device)
+        return (lambda k: env.step_groups(pool[k % POOL])), env.backend
+    env.reset(seed=0)
+    pool = vector_action_pool(env, device)
+    return (lambda k: env.step(pool[k % POOL])), env.backend
+
+
+def sb3_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
     """``step_async`` + ``step_wait`` of the SB3 adapter: numpy actions in, numpy outputs and infos out."""
     from gpu_marl_envs.adapters import make_sb3_env
 
-    env = make_sb3_env(ENV_ID, num_envs, device=device)
+    env = make_sb3_env(env_id, num_envs, device=device, backend=backend)
     env.seed(0)
     env.reset()
-    rng = np.random.default_rng(0)
-    pool = [rng.integers(0, 2, num_envs) for _ in range(POOL)]
+    pool = [actions.cpu().numpy() for actions in vector_action_pool(env.env, device)]
 
     def step(k: int) -> None:
         env.step_async(pool[k % POOL])
@@ -90,39 +129,60 @@ def sb3_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
     return step
 
 
-def torchrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
+def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
     """``step_and_maybe_reset`` of the TorchRL adapter, as TorchRL's collectors and ``rollout`` call
-    it: the action written into the tensordict of the previous call, the next one kept."""
+    it: the actions written into the tensordict of the previous call, the next one kept."""
     from gpu_marl_envs.adapters import make_torchrl_env
 
-    env = make_torchrl_env(ENV_ID, num_envs, device=device)
+    env = make_torchrl_env(env_id, num_envs, device=device, backend=backend)
     env.set_seed(0)
-    generator = torch.Generator(device=device).manual_seed(0)
-    pool = [torch.randint(0, 2, (num_envs,), generator=generator, device=device) for _ in range(POOL)]
+    if is_multi_agent(env_id):
+        pool = [{(group, "action"): actions for group, actions in grouped.items()}
+                for grouped in group_action_pool(env._env, device)]
+    else:
+        pool = [{"action": actions} for actions in vector_action_pool(env._env, device)]
     state = {"data": env.reset()}
 
     def step(k: int) -> None:
         data = state["data"]
-        data.set("action", pool[k % POOL])
+        for key, actions in pool[k % POOL].items():
+            data.set(key, actions)
         state["data"] = env.step_and_maybe_reset(data)[1]
 
     return step
 
 
-def skrl_step(num_envs: int, device: torch.device) -> Callable[[int], None]:
-    """``step`` of the skrl adapter with actions shaped as skrl's categorical models give them."""
+def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
+    """``step`` of the skrl adapter with actions shaped as skrl's models give them: ``(num_envs, 1)``
+    for Discrete spaces, one contiguous tensor per agent in games."""
     from gpu_marl_envs.adapters import make_skrl_env
 
-    env = make_skrl_env(ENV_ID, num_envs, device=device)
+    env = make_skrl_env(env_id, num_envs, device=device, backend=backend)
     env.reset()
-    generator = torch.Generator(device=device).manual_seed(0)
-    pool = [torch.randint(0, 2, (num_envs, 1), generator=generator, device=device) for _ in range(POOL)]
+
+    def skrl_form(actions: torch.Tensor, space: spaces.Space) -> torch.Tensor:
+        return actions.unsqueeze(-1) if isinstance(space, spaces.Discrete) else actions
+
+    if is_multi_agent(env_id):
+        pool = [{agent: skrl_form(grouped[group][:, i].contiguous(), env.action_space(agent))
+                 for group, agents in env.groups.items() for i, agent in enumerate(agents)}
+                for grouped in group_action_pool(env._env, device)]
+    else:
+        pool = [skrl_form(actions, env.action_space) for actions in vector_action_pool(env._env, device)]
     return lambda k: env.step(pool[k % POOL])
 
 
-# name -> (num_envs, device) -> step(k)
-ADAPTERS: dict[str, Callable[[int, torch.device], Callable[[int], None]]] = {
+# name -> (env_id, num_envs, device, backend) -> step(k)
+ADAPTERS: dict[str, Callable[[str, int, torch.device, str | None], Callable[[int], None]]] = {
     "sb3": sb3_step, "torchrl": torchrl_step, "skrl": skrl_step}
+SINGLE_AGENT_ONLY = {"sb3"}  # see the module docstring
+
+
+def release(device: torch.device) -> None:
+    """Free the last case's env before the next one is made (games of 65,536 envs hold GiBs)."""
+    gc.collect()  # TorchRL's envs are nn.Modules in reference cycles
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def sb3_dummy_vec_env_rate(num_envs: int, min_seconds: float, repeats: int) -> float:
@@ -198,12 +258,14 @@ def markdown(report: dict) -> str:
              f"torch {hw['torch']}, Gymnasium {hw['gymnasium']}, Stable-Baselines3 {hw['stable_baselines3']}, "
              f"TorchRL {hw['torchrl']} (TensorDict {hw['tensordict']}), skrl {hw['skrl']}, "
              f"Python {hw['python']}. `{report['command']}`", "",
-             f"## Step ({ENV_ID}): adapter against the raw `step()`", "",
-             "| adapter | sub-envs | raw `step()` env-steps/s | adapter env-steps/s | adapter / raw |",
-             "|---|---:|---:|---:|---:|"]
+             "## Step: adapter against the raw step", "",
+             "An env-step of a game steps all its agents.", "",
+             "| adapter | env (backend) | sub-envs | raw step env-steps/s | adapter env-steps/s | adapter / raw |",
+             "|---|---|---:|---:|---:|---:|"]
     for row in report["steps"]:
-        lines.append(f"| {row['adapter']} | {row['num_envs']:,} | {row['raw_env_steps_per_s']:,.0f} | "
-                     f"{row['adapter_env_steps_per_s']:,.0f} | {row['ratio']:.0%} |")
+        lines.append(f"| {row['adapter']} | {row['env_id']} ({row['backend']}) | {row['num_envs']:,} | "
+                     f"{row['raw_env_steps_per_s']:,.0f} | {row['adapter_env_steps_per_s']:,.0f} | "
+                     f"{row['ratio']:.0%} |")
     base = report["baseline"]
     lines += ["", f"Baseline: SB3 `DummyVecEnv` of {base['num_envs']} Gymnasium CartPoles (CPU): "
               f"{base['env_steps_per_s']:,.0f} env-steps/s.", ""]
@@ -220,6 +282,8 @@ def markdown(report: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--backend", help="the envs' backend (default: the fastest on the device)")
+    parser.add_argument("--envs", nargs="+", default=list(ENV_IDS), help=f"env ids (default: {' '.join(ENV_IDS)})")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[4096, 65536])
     parser.add_argument("--adapters", nargs="+", default=list(ADAPTERS), choices=list(ADAPTERS))
     parser.add_argument("--min-seconds", type=float, default=1.0, help="length of one timed repeat")
@@ -232,14 +296,22 @@ def main() -> None:
     device = torch.device(args.device)
 
     steps = []
-    for num_envs in args.num_envs:
-        raw = rate(raw_step(num_envs, device), num_envs, device, args.min_seconds, args.repeats)
-        for name in args.adapters:
-            adapted = rate(ADAPTERS[name](num_envs, device), num_envs, device, args.min_seconds, args.repeats)
-            row = {"adapter": name, "num_envs": num_envs, "raw_env_steps_per_s": raw,
-                   "adapter_env_steps_per_s": adapted, "ratio": adapted / raw}
-            print(json.dumps(row), flush=True)
-            steps.append(row)
+    for env_id in args.envs:
+        adapters = [name for name in args.adapters if not (is_multi_agent(env_id) and name in SINGLE_AGENT_ONLY)]
+        for num_envs in args.num_envs:
+            step, backend = raw_step(env_id, num_envs, device, args.backend)
+            raw = rate(step, num_envs, device, args.min_seconds, args.repeats)
+            del step
+            release(device)
+            for name in adapters:
+                step = ADAPTERS[name](env_id, num_envs, device, args.backend)
+                adapted = rate(step, num_envs, device, args.min_seconds, args.repeats)
+                del step
+                release(device)
+                row = {"adapter": name, "env_id": env_id, "backend": backend, "num_envs": num_envs,
+                       "raw_env_steps_per_s": raw, "adapter_env_steps_per_s": adapted, "ratio": adapted / raw}
+                print(json.dumps(row), flush=True)
+                steps.append(row)
     baseline = {"num_envs": 64, "env_steps_per_s": sb3_dummy_vec_env_rate(64, args.min_seconds, args.repeats)}
     print(json.dumps({"baseline": baseline}), flush=True)
     training = sb3_training(device, args.train_timesteps, args.seed) if args.train_timesteps else []
