@@ -219,7 +219,8 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
         *changes = (signed char)change;
         float signal = 0.0f;
         for (int k = 0; k < K; ++k) {
-            float filtered = sub(add(mul(ce_filter_decay[k], filter_sums[k]), (float)change), mul(ce_filter_drop[k], dropped));
+            float filtered = sub(add(mul(ce_filter_decay[k], filter_sums[k]), (float)change),
+                                 mul(ce_filter_drop[k], dropped));
             s.filter_sums[row * K + k * S + i] = filtered;
             float weighted = mul(ce_filter_weights[k * S + i], filtered);
             signal = k == 0 ? weighted : add(signal, weighted);
@@ -347,7 +348,9 @@ __device__ void CovidEconomy::observe_env(const State& s, Shared& sh, int e, flo
                 ++i;
             }
         }
-        for (int j = threadIdx.x; j <= Q; j += blockDim.x) masks[S * (L + 1) + j] = sh.planner[PLANNER_MASK + j] != 0.0f;
+        for (int j = threadIdx.x; j <= Q; j += blockDim.x) {
+            masks[S * (L + 1) + j] = sh.planner[PLANNER_MASK + j] != 0.0f;
+        }
     }
 }
 

@@ -101,6 +101,7 @@ def test_kernel_values_follow_declared_types(env_id):
 from gpu_marl_envs.backends.multi_agent_pycuda import kernel_source  # noqa: E402
 from gpu_marl_envs.multi_agent_buffers import reset_arguments, step_arguments  # noqa: E402
 from gpu_marl_envs.parallel_env import games  # noqa: E402
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
 
 GAME_IDS = sorted(games())
 
@@ -162,11 +163,18 @@ def test_game_cuda_c_compiles(game_id, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
-def test_covid_shared_bytes_are_what_its_kernels_declare(tmp_path):
+@pytest.mark.parametrize("env_id, params", [
+    ("CovidEconomy-v0", None),
+    ("TagGridworld-v0", None),
+    ("TagContinuous-v0", None),
+    # 5 agents: 45 bytes of fields, padded to 48
+    ("TagContinuous-v0", TagContinuousParams(num_taggers=3, num_runners=2, num_other_agents_observed=4)),
+])
+def test_shared_bytes_are_what_the_kernels_declare(tmp_path, env_id, params):
     """``shared_bytes`` (checked against the 48 KiB limit) is the static shared memory of both CUDA C
-    kernels; the Numba twin's ``shared()`` declares the same arrays."""
-    definition = games()["CovidEconomy-v0"]
-    params = definition.params_type()
+    kernels; the Numba twins declare the same arrays."""
+    definition = games()[env_id]
+    params = params or definition.params_type()
     source = tmp_path / "covid_economy.cu"
     source.write_text(kernel_source(definition, params))
     command = ["nvcc", "-ptx", "-arch=sm_90", f"-I{kernel_dir()}", str(source), "-o", str(tmp_path / "out.ptx")]

@@ -366,7 +366,8 @@ def shared_bytes(p: TagContinuousParams) -> int:
     the partial observation's ids of a chunk of agents (int32, one chunk = one block of threads),
     positions (float32) and in-game flags (bool)."""
     observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
-    return 4 * (p.num_taggers + 1 + observed) + 9 * p.num_agents
+    fields = 4 * (p.num_taggers + 1 + observed) + 9 * p.num_agents
+    return -(-fields // 4) * 4  # the struct's size is a multiple of its 4-byte alignment
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
