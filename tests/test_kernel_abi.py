@@ -167,7 +167,7 @@ def test_game_cuda_c_compiles(game_id, tmp_path):
     ("CovidEconomy-v0", None),
     ("TagGridworld-v0", None),
     ("TagContinuous-v0", None),
-    # 5 agents: 45 bytes of fields, padded to 48
+    # 5 agents of 9 bytes each: the struct ends in 3 bytes of padding
     ("TagContinuous-v0", TagContinuousParams(num_taggers=3, num_runners=2, num_other_agents_observed=4)),
 ])
 def test_shared_bytes_are_what_the_kernels_declare(tmp_path, env_id, params):
