@@ -130,7 +130,7 @@ def set_entry(tensordict: TensorDictBase, key: str, value) -> None:
 
 class _Latest:
     """What the env's latest step or reset left, in a plain object: setting an attribute of an
-    ``nn.Module`` (``EnvBase`` is one) costs about 1.5 µs, as much as a kernel launch."""
+    ``nn.Module`` (``EnvBase`` is one) goes through ``nn.Module.__setattr__``, about 1.5 µs each."""
 
     __slots__ = ("observations", "infos", "ended", "following")
 
