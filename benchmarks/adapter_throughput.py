@@ -47,6 +47,7 @@ from gymnasium import spaces
 
 import gpu_marl_envs
 from gpu_marl_envs.adapters._batched import is_multi_agent, make_batched_env
+from report import save
 
 ENV_ID = "CartPole-v1"  # of the baseline and the training section
 ENV_IDS = ("CartPole-v1", "TagContinuous-v0", "CovidEconomy-v0")
@@ -318,13 +319,8 @@ def main() -> None:
 
     report = {"hardware": hardware(device), "command": " ".join(["python", *sys.argv]), "steps": steps,
               "baseline": baseline, "training": training}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
     text = markdown(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    save(args, text, report)
     print(text)
 
 

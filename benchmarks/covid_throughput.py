@@ -18,12 +18,12 @@ and returns rows are written only at an episode's end (1 step in 540) and are le
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuParallelEnv
+from report import gpu_hardware, save
 from tag_throughput import pool, time_steps
 from throughput import copy_bandwidth
 
@@ -86,11 +86,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--json")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA GPU")
+    hardware = gpu_hardware()
     backends = args.backends or gpu_marl_envs.available_backends("cuda")
-    props = torch.cuda.get_device_properties(0)
-    hardware = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
     ceiling = copy_bandwidth("cuda")
     print(f"# {hardware}; device-to-device copy {ceiling / 1e9:.0f} GB/s (read + written)", flush=True)
 
@@ -123,12 +120,7 @@ def main() -> None:
                      f"{r['bytes_per_s'] / 1e9:.0f} | {100 * r['roofline_fraction']:.0f}% |")
     table = "\n".join(lines) + "\n"
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"hardware": hardware, "copy_bytes_per_s": ceiling, "results": results}, f, indent=1)
+    save(args, table, {"hardware": hardware, "copy_bytes_per_s": ceiling, "results": results})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ reference backend (CUDA-graphed) on the same GPU is the in-run baseline; the iss
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -23,6 +22,7 @@ import gpu_marl_envs
 from gpu_marl_envs import GpuParallelEnv
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
+from report import gpu_hardware, save
 
 ACTION_POOL = 8
 CONFIGS = [
@@ -87,11 +87,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--json")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA GPU")
+    hardware = gpu_hardware()
     backends = args.backends or gpu_marl_envs.available_backends("cuda")
-    props = torch.cuda.get_device_properties(0)
-    hardware = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
     print(f"# {hardware}", flush=True)
 
     results = []
@@ -128,12 +125,7 @@ def main() -> None:
                      f"{r['env_steps_per_s'] / 1e6:.2f} M | {r['agent_steps_per_s'] / 1e6:.1f} M | {vs} |")
     table = "\n".join(lines) + "\n"
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"hardware": hardware, "results": results}, f, indent=1)
+    save(args, table, {"hardware": hardware, "results": results})
 
 
 if __name__ == "__main__":

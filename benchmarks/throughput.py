@@ -13,7 +13,6 @@ memory-bound step) and Gymnasium's own numpy ``CartPoleVectorEnv`` on one CPU co
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -23,6 +22,7 @@ import torch
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuVectorEnv
+from report import gpu_hardware, save
 
 ACTION_POOL = 16
 
@@ -140,8 +140,7 @@ def main() -> None:
     backends = args.backends or gpu_marl_envs.available_backends(args.device)
     validates = {"off": [False], "on": [True], "both": [False, True]}[args.validate]
     if args.device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(0)
-        hardware = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+        hardware = gpu_hardware()
         ceiling = copy_bandwidth(args.device)
         baseline = f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written)"
     else:
@@ -167,12 +166,7 @@ def main() -> None:
               f"CartPoleVectorEnv, 4096 envs, one CPU process: {numpy_rate / 1e6:.1f} M env-steps/s.")
     table = markdown(results, header)
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"hardware": hardware, "baseline": baseline, "gymnasium_numpy": numpy_rate, "results": results}, f, indent=1)
+    save(args, table, {"hardware": hardware, "baseline": baseline, "gymnasium_numpy": numpy_rate, "results": results})
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from gpu_marl_envs.baselines import a2c, multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import setup, teardown
 from gpu_marl_envs.baselines.plotting import plot_learning_curves
 from gpu_marl_envs.baselines.train import CONFIGS, build_config, read_config
+from report import save
 
 THRESHOLD = 475.0
 
@@ -225,13 +226,10 @@ def save_gpus(args, gpu: str, rows: list[str], results: list[dict]) -> None:
     lines = [f"Training on 1 and 2 x {gpu} (torch {torch.__version__}), torchrun, one process per GPU", "",
              "| configuration | GPUs | env-steps/s (all GPUs) | vs 1 GPU | final mean return | ranks agree |",
              "|---|---:|---:|---:|---:|---|", *rows]
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": gpu, "torch": torch.__version__,
-                       "results": [{k: v for k, v in r.items() if k != "history"} for r in results],
-                       "histories": {r["label"]: r["history"] for r in results}}, f, indent=1)
+    save(args, "\n".join(lines) + "\n",
+         {"gpu": gpu, "torch": torch.__version__,
+          "results": [{k: v for k, v in r.items() if k != "history"} for r in results],
+          "histories": {r["label"]: r["history"] for r in results}})
 
 
 def main() -> None:
@@ -266,7 +264,7 @@ def main() -> None:
         row = f"| {label} | {speed} | {shares} | {threshold} | {f'{first_two:.2f} s' if first_two else '—'} |"
         print(row, flush=True)
         rows.append(row)
-        save(args, gpu, rows, results)  # after every case: a run cut short keeps what it measured
+        save_one_gpu(args, gpu, rows, results)  # after every case: a run cut short keeps what it measured
     print("\n".join(table(gpu, rows)))
 
 
@@ -276,13 +274,8 @@ def table(gpu: str, rows: list[str]) -> list[str]:
             "|---|---:|---:|---:|---:|", *rows]
 
 
-def save(args, gpu: str, rows: list[str], results: list[dict]) -> None:
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(table(gpu, rows)) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": gpu, "torch": torch.__version__, "results": results}, f, indent=1)
+def save_one_gpu(args, gpu: str, rows: list[str], results: list[dict]) -> None:
+    save(args, "\n".join(table(gpu, rows)) + "\n", {"gpu": gpu, "torch": torch.__version__, "results": results})
 
 
 if __name__ == "__main__":
