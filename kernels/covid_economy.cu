@@ -110,7 +110,7 @@ struct CovidEconomy {
                          mask_size = S * (L + 1) + Q + 1, action_size = 1, num_metrics = 4;
 
     __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed, unsigned int episode);
-    __device__ static void step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+    __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc);
     __device__ static bool in_game(const State&, const Shared&, int, int) { return true; }  // the whole episode
     __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool* masks);
@@ -164,13 +164,13 @@ __device__ __forceinline__ float reward(int a, float new_deaths, float productio
 }
 
 // Spec steps 1-7 of env e; actions and rewards are env e's rows.
-__device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+__device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                        bool& term, bool& trunc) {
     // Loads come before the first store: the compiler cannot move a load above a store through a
     // pointer that might alias it, and a block waits out one memory round trip per load issued late.
     long long row = (long long)e * S;
     int before = s.t[e], now = before + 1;
-    long long planner_action = actions[PLANNER];
+    long long planner_action = *actions.agent(PLANNER);
     int kept_subsidy_level = s.subsidy_level[e];
     // 2. The subsidy level (read by every state; written back by the planner's phase).
     bool decides = (now - 1) % CE_SUBSIDY_INTERVAL == 0;
@@ -179,7 +179,7 @@ __device__ void CovidEconomy::step_env(const State& s, Shared& sh, int e, const 
     bool delivers = now >= CE_VACCINE_START_DAY && now % CE_VACCINE_DELIVERY_INTERVAL == 0;
 
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
-        long long raw_action = actions[i];
+        long long raw_action = *actions.agent(i);
         float su = s.susceptible[row + i], in = s.infected[row + i], re = s.recovered[row + i];
         float va = s.vaccinated[row + i], old_deaths = s.deaths[row + i];
         int cooldown = s.cooldown[row + i];
@@ -367,7 +367,7 @@ extern "C" __global__ void covid_economy_step(
     int num_envs, float* susceptible, float* infected, float* recovered, float* vaccinated, float* deaths,
     float* unemployed, float* productivity, signed char* stringency, signed char* stringency_changes,
     float* filter_sums, int* cooldown, int* subsidy_level, float* total_deaths, float* total_unemployed,
-    float* total_subsidy, float* total_productivity, int* t, const long long* actions, float* observations,
+    float* total_subsidy, float* total_productivity, int* t, GmeActions actions, float* observations,
     bool* action_masks, float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated,
     bool* truncated, float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,

@@ -4,8 +4,8 @@
 // boundary is a __syncthreads of the one block, so nothing waits across blocks.
 //
 // What this file owns: the NEXT_STEP reset branch, the flags, per-agent returns, the episode totals'
-// write, SAME_STEP's final observations and reset, the reset kernel's body, and the kernel that
-// gathers step_groups' per-group actions (gme_gather_group_actions, at the end). A game supplies a
+// write, SAME_STEP's final observations and reset, the reset kernel's body, and how the step kernel
+// reads the agents' actions (GmeActions: one pointer per agent group, no gather beforehand). A game supplies a
 // struct Game with
 //   struct State;   // its state arrays, as the kernels receive them (the state dataclass's fields)
 //   struct Shared;  // what the threads of a block share (static shared memory, one per block)
@@ -13,10 +13,10 @@
 //       masks), action_size (int64 per agent), num_metrics (episode totals per env, 0 without);
 //   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
 //       a fresh state of env e (and whatever it stages in Shared), t included;
-//   __device__ static void step_env(const State&, Shared&, int e, const long long* actions, float* rewards,
+//   __device__ static void step_env(const State&, Shared&, int e, const GmeActionRow& actions, float* rewards,
 //                                   bool& terminated, bool& truncated);
-//       one step of env e from actions (env e's (num_agents, action_size) row, indices possibly out of
-//       range: clamp them), every agent's reward into rewards (env e's row), t advanced; terminated and
+//       one step of env e from actions (actions.agent(a): agent a's action_size values, indices possibly
+//       out of range: clamp them), every agent's reward into rewards (env e's row), t advanced; terminated and
 //       truncated must come out the same in every thread;
 //   __device__ static bool in_game(const State&, const Shared&, int e, int a);
 //   __device__ static void observe_env(const State&, Shared&, int e, float* obs, bool* masks);
@@ -28,9 +28,35 @@
 // another thread reads in it. The argument lists are the game's: its two extern "C" kernels (their
 // parameters are checked against multi_agent_buffers.step_arguments / reset_arguments) call
 // gme_multi_agent_step and gme_multi_agent_reset.
-// The autoreset codes (GME_AUTORESET_*) and RNG constants arrive as #defines built in Python.
+// The autoreset codes (GME_AUTORESET_*), RNG constants and the agent groups (GME_NUM_GROUPS,
+// GME_GROUP_BEGINS, GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE) arrive as #defines built in Python.
 #pragma once
 #include "rng.cuh"
+
+// The step kernel's actions, one pointer per agent group (consecutive agents, in order): group g's
+// actions of env e start at group[g] + e * env_stride[g] (int64 elements), its agents' action_size
+// values contiguous from there. step_groups passes the groups' own tensors, so no kernel or host copy
+// gathers them first (at small batches a step is bound by host time, and a gather launch cost ~5 µs of
+// it); step passes its one (num_envs, num_agents, action_size) buffer, a group per column range.
+struct GmeActions {
+    const long long* group[GME_NUM_GROUPS];
+    long long env_stride[GME_NUM_GROUPS];
+};
+
+// Env e's actions: agent(a) points at agent a's action_size values.
+struct GmeActionRow {
+    const long long* group[GME_NUM_GROUPS];  // env e's row of each group
+
+    __device__ GmeActionRow(const GmeActions& actions, int e) {
+        for (int g = 0; g < GME_NUM_GROUPS; ++g) group[g] = actions.group[g] + (long long)e * actions.env_stride[g];
+    }
+    __device__ const long long* agent(int a) const {
+        const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS;
+        int g = 0;
+        while (g + 1 < GME_NUM_GROUPS && a >= begins[g + 1]) ++g;
+        return group[g] + (long long)(a - begins[g]) * GME_ACTION_SIZE;
+    }
+};
 
 // A fresh episode of env e: the game's reset, running returns back to 0, the episode counter
 // advanced (the RNG draws of the next reset differ). Ends with the block synchronised.
@@ -47,7 +73,7 @@ __device__ __forceinline__ void gme_reset_block(const typename Game::State& s, t
 
 template <class Game>
 __device__ __forceinline__ void gme_multi_agent_step(
-    int num_envs, const typename Game::State& s, const long long* actions, float* observations, bool* action_masks,
+    int num_envs, const typename Game::State& s, const GmeActions& actions, float* observations, bool* action_masks,
     float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated,
     float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
@@ -73,7 +99,9 @@ __device__ __forceinline__ void gme_multi_agent_step(
     }
 
     bool term, trunc;
-    Game::step_env(s, sh, e, actions + row * Game::action_size, rewards + row, term, trunc);
+    static_assert(Game::num_agents == GME_NUM_AGENTS && Game::action_size == GME_ACTION_SIZE,
+                  "the GME_* group constants are another game's");
+    Game::step_env(s, sh, e, GmeActionRow(actions, e), rewards + row, term, trunc);
     bool done = term || trunc;
     __syncthreads();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
     for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) {
@@ -119,25 +147,4 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
     if (threadIdx.x == 0) needs_reset[e] = false;
     Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
                       Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
-}
-
-// step_groups' actions: group g's (num_envs, size_g, action_size) int64 tensor into its agents'
-// columns of the (num_envs, num_agents, action_size) buffer the step kernel reads. The groups are
-// consecutive agents (GME_GROUP_BEGINS, GME_GROUP_SIZES; pointers past GME_NUM_GROUPS are unused).
-// One launch of this costs the host less than torch.cat (10 µs on an H100 host), and at small
-// batches a step is bound by host time. A thread per int64.
-extern "C" __global__ void gme_gather_group_actions(int num_envs, long long* actions, const long long* group0,
-                                                    const long long* group1, const long long* group2,
-                                                    const long long* group3) {
-    static_assert(GME_NUM_GROUPS >= 1 && GME_NUM_GROUPS <= 4, "gme_gather_group_actions takes 1 to 4 groups");
-    const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS, sizes[GME_NUM_GROUPS] = GME_GROUP_SIZES;
-    const long long row = (long long)GME_NUM_AGENTS * GME_ACTION_SIZE;
-    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= num_envs * row) return;
-    long long e = k / row;
-    int within = (int)(k - e * row), agent = within / GME_ACTION_SIZE, j = within - agent * GME_ACTION_SIZE;
-    int g = 0;
-    while (g + 1 < GME_NUM_GROUPS && agent >= begins[g + 1]) ++g;
-    const long long* group = g == 0 ? group0 : g == 1 ? group1 : g == 2 ? group2 : group3;
-    actions[k] = group[(e * sizes[g] + (agent - begins[g])) * GME_ACTION_SIZE + j];
 }

@@ -55,7 +55,7 @@ struct TagContinuous {
 
     __device__ static void reset_env(const State& state, Shared& sh, int e, unsigned long long seed,
                                      unsigned int episode);
-    __device__ static void step_env(const State& state, Shared& sh, int e, const long long* actions, float* rewards,
+    __device__ static void step_env(const State& state, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc);
     __device__ static bool in_game(const State&, const Shared& sh, int, int a) { return sh.in_game[a]; }
     __device__ static void observe_env(const State& state, Shared& sh, int e, float* obs, bool*);
@@ -224,7 +224,7 @@ __device__ void TagContinuous::observe_env(const State& state, Shared& sh, int e
 }
 
 // Spec steps 1-6 of env e; rewards and actions are env e's rows.
-__device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, const long long* actions,
+__device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, const GmeActionRow& actions,
                                         float* rewards, bool& term, bool& trunc) {
     EnvState s = env_rows(state, e);
     // Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
@@ -236,7 +236,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
         float px = s.x[a], py = s.y[a];
         float reward = 0.0f;
         if (playing) {
-            const long long* action = actions + a * 2;
+            const long long* action = actions.agent(a);
             int acc_index = (int)min(max(action[0], 0LL), (long long)TC_NUM_ACCELERATION_LEVELS);
             int turn_index = (int)min(max(action[1], 0LL), (long long)TC_NUM_TURN_LEVELS);
             float dir = fmodf(s.direction[a] + tc_turn_levels[turn_index], TC_TWO_PI);
@@ -313,7 +313,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
 
 extern "C" __global__ void tag_continuous_step(
     int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
-    const long long* actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
+    GmeActions actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
     bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
     int autoreset_mode) {

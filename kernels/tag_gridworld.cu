@@ -48,7 +48,7 @@ struct TagGridworld {
     static constexpr int num_agents = N, obs_size = N * TG_OBS_DIM, mask_size = 0, action_size = 1, num_metrics = 0;
 
     __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed, unsigned int episode);
-    __device__ static void step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+    __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc);
     __device__ static bool in_game(const State&, const Shared&, int, int) { return true; }  // until the episode ends
     __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool*);
@@ -129,7 +129,7 @@ __device__ void TagGridworld::observe_env(const State& s, Shared& sh, int e, flo
 }
 
 // Spec steps 1-3 of env e; actions and rewards are env e's rows.
-__device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const long long* actions, float* rewards,
+__device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                        bool& term, bool& trunc) {
     // Spec step 1: every agent moves one cell (actions clamped into range), clipped to [0, L]. The
     // reward slot holds the wall-hit penalty to subtract until the tag is known.
@@ -137,7 +137,7 @@ __device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const 
     int* ey = s.y + (long long)e * N;
     int now = s.t[e] + 1;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        long long action = min(max(actions[a], 0LL), (long long)(NUM_ACTIONS - 1));
+        long long action = min(max(*actions.agent(a), 0LL), (long long)(NUM_ACTIONS - 1));
         int moved_x = ex[a] + (action == PLUS_X) - (action == MINUS_X);
         int moved_y = ey[a] + (action == PLUS_Y) - (action == MINUS_Y);
         int cx = min(max(moved_x, 0), L);
@@ -166,7 +166,7 @@ __device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const 
 }
 
 extern "C" __global__ void tag_gridworld_step(
-    int num_envs, int* x, int* y, int* t, const long long* actions, float* observations, float* rewards,
+    int num_envs, int* x, int* y, int* t, GmeActions actions, float* observations, float* rewards,
     bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* running_returns,
     float* episode_returns, float* final_observations, bool* final_observation_mask, bool* needs_reset,
     unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {

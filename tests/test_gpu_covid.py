@@ -109,26 +109,3 @@ def test_kernels_match_reference(num_envs, backend, cuda_device):
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
 def test_autoreset_modes_on_gpu(mode, backend, cuda_device):
     run_twins(10_000, backend, mode)
-
-
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_step_groups_takes_contiguous_and_strided_group_actions_alike(backend, cuda_device):
-    """Contiguous group actions (which the CUDA C backend gathers with a kernel of its own) and
-    strided views of the same values (which go through torch.cat) step twin envs identically."""
-    num_envs = 64
-    envs = [GpuParallelEnv(ENV_ID, num_envs, device="cuda", backend=backend, validate_actions=False) for _ in range(2)]
-    for env in envs:
-        env.reset(seed=0)
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    for step in range(3):
-        actions = {group: torch.randint(0, int(envs[0].action_space(agents[0]).n), (num_envs, len(agents)),
-                                        generator=generator, device="cuda")
-                   for group, agents in envs[0].groups.items()}
-        strided = {group: torch.stack([value, value], dim=2)[..., 0] for group, value in actions.items()}
-        assert not any(value.is_contiguous() for value in strided.values())
-        outputs = [envs[0].step_groups(actions), envs[1].step_groups(strided)]
-        # What the step kernel read: every agent's action in its column.
-        assert torch.equal(envs[0]._actions, torch.cat(list(actions.values()), dim=1)), f"step {step}"
-        for name, expected, actual in zip(("observations", "rewards"), outputs[0][:2], outputs[1][:2]):
-            for group in expected:
-                assert torch.equal(expected[group], actual[group]), f"step {step}: {name}[{group}]"

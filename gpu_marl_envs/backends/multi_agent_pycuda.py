@@ -53,10 +53,6 @@ def _module(definition: MultiAgentDefinition, params, device_index: int):
     return SourceModule(kernel_source(definition, params), include_dirs=[kernel_dir()], no_extern_c=True)
 
 
-GATHER_THREADS = 256
-GATHER_FORMAT = "iPPPPP"  # gme_gather_group_actions' parameters, C-aligned (struct's native mode)
-
-
 class MultiAgentPycudaBackend:
     name = "pycuda"
     graph_by_default = False  # see PycudaBackend
@@ -75,26 +71,33 @@ class MultiAgentPycudaBackend:
         values = buffers.tensors()
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
-        values["actions"] = buffers.observations  # placeholder pointer, rewritten each step
-        self._step_buffer, self._actions_offset = _pack(step_arguments(definition, params), values)
+        groups = list(definition.agent_groups(params).values())
+        # The kernel's GmeActions (kernels/multi_agent.cuh): a pointer, then an env stride, per group;
+        # struct's native mode aligns them as C does.
+        self._actions_layout = struct.Struct(f"{len(groups)}P{len(groups)}q")
+        self._step_buffer, self._actions_offset = _pack(step_arguments(definition, params), values,
+                                                        self._actions_layout)
         self._reset_buffer, _ = _pack(reset_arguments(definition, params), values)
         self._launcher = StreamLauncher(device)
-        self._gather_kernel = module.get_function("gme_gather_group_actions")
-        gathered = num_envs * params.num_agents * math.prod(definition.action_shape(params))
-        self._gather_grid = ((gathered + GATHER_THREADS - 1) // GATHER_THREADS, 1, 1)
-        # (num_envs, actions, group0..group3): the pointers are written at each call.
-        self._gather_buffer = bytearray(struct.pack(GATHER_FORMAT, num_envs, *[0] * 5))
+        action_size = math.prod(definition.action_shape(params))
+        row = params.num_agents * action_size
+        # step's one (num_envs, num_agents, action_size) buffer as groups: byte offsets of their columns.
+        self._column_offsets = [ids.start * action_size * 8 for ids in groups]
+        self._buffer_strides = [row] * len(groups)
 
     def step(self, actions: torch.Tensor) -> None:
-        struct.pack_into("P", self._step_buffer, self._actions_offset, actions.data_ptr())
+        """One step from the contiguous (num_envs, num_agents, action_size) int64 ``actions``."""
+        base = actions.data_ptr()
+        self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
+                                       *[base + offset for offset in self._column_offsets], *self._buffer_strides)
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
 
-    def gather_group_actions(self, group_actions: list[torch.Tensor], actions: torch.Tensor) -> None:
-        """Write the groups' contiguous ``(num_envs, size, ...)`` int64 actions into their columns of
-        ``actions`` (what torch.cat(dim=1) would, in less host time)."""
-        pointers = [t.data_ptr() for t in group_actions] + [0] * (4 - len(group_actions))
-        struct.pack_into(GATHER_FORMAT, self._gather_buffer, 0, self._grid[0], actions.data_ptr(), *pointers)
-        self._launcher.launch(self._gather_kernel, self._gather_grid, (GATHER_THREADS, 1, 1), self._gather_buffer)
+    def step_groups(self, group_actions: list[torch.Tensor]) -> None:
+        """One step from each group's int64 ``(num_envs, size, ...)`` actions, read where they lie:
+        any env stride, each env's row contiguous (``step_groups`` of the env checks it)."""
+        self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
+                                       *[t.data_ptr() for t in group_actions], *[t.stride(0) for t in group_actions])
+        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
 
     def reset(self) -> None:
         self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer)

@@ -72,15 +72,20 @@ def _module(definition: EnvDefinition, device_index: int):
                         no_extern_c=True)
 
 
-def _pack(names, values) -> tuple[bytearray, int | None]:
-    """Pack kernel arguments with the C ABI's natural alignment; returns the buffer and the byte
-    offset of the actions pointer (None if absent)."""
+def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> tuple[bytearray, int | None]:
+    """Pack kernel arguments with the C ABI's natural alignment. The ``actions`` argument, rewritten
+    at each step, gets ``actions_layout.size`` zero bytes, pointer-aligned; returns the buffer and that
+    argument's byte offset (None if absent)."""
     fmt, data, actions_offset = "", [], None
     for name in names:
+        if name == "actions":
+            fmt += "0P"
+            actions_offset = struct.calcsize(fmt)
+            fmt += "%ds" % actions_layout.size
+            data.append(bytes(actions_layout.size))
+            continue
         value = values[name]
         if isinstance(value, torch.Tensor):
-            if name == "actions":
-                actions_offset = struct.calcsize(fmt + "P") - struct.calcsize("P")
             fmt += "P"
             data.append(value.data_ptr())
         elif isinstance(value, bytes):  # the params struct, 4-byte fields
@@ -137,7 +142,6 @@ class PycudaBackend:
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
         values["params"] = definition.params_record(params).tobytes()
-        values["actions"] = buffers.state  # placeholder pointer, rewritten each step
         self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values)
         self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
         self._launcher = StreamLauncher(device)

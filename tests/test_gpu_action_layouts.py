@@ -1,0 +1,63 @@
+"""How the kernels read actions (``pytest -m gpu``): the CUDA C step kernel reads each group's actions
+where they lie (contiguous, or rows with any env stride); the other layouts, ``validate_actions`` and
+the per-agent ``step`` go through one buffer of every agent's actions. Every path steps twin envs of
+every game alike."""
+
+import pytest
+import torch
+
+from conftest import GPU_BACKENDS
+from gpu_marl_envs.parallel_env import GpuParallelEnv, games
+
+pytestmark = pytest.mark.gpu
+
+NUM_ENVS = 64
+KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
+
+
+def group_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Valid random actions keyed by group, ``(num_envs, group_size, *action_shape)``, contiguous."""
+    actions = {}
+    for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
+        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
+                   for h in highs]
+        actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
+    return actions
+
+
+LAYOUTS = {
+    "contiguous": lambda value: value,
+    # Each env's row contiguous, rows twice as far apart: read in place too.
+    "wide rows": lambda value: torch.cat([value, value], dim=1)[:, :value.shape[1]],
+    # Not even a row contiguous: gathered into the buffer first.
+    "strided": lambda value: torch.stack([value, value], dim=-1)[..., 0],
+}
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("game_id", sorted(games()))
+def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
+    envs = {name: GpuParallelEnv(game_id, NUM_ENVS, device=cuda_device, backend=backend,
+                                 validate_actions=name == "validated")
+            for name in [*LAYOUTS, "per agent", "validated"]}
+    for env in envs.values():
+        env.reset(seed=0)
+    reference = envs["per agent"]
+    generator = torch.Generator(device=cuda_device).manual_seed(1)
+    for step in range(3):
+        actions = group_actions(reference, generator)
+        laid_out = {name: {g: layout(a) for g, a in actions.items()} for name, layout in LAYOUTS.items()}
+        assert all(a.is_contiguous() for a in laid_out["contiguous"].values())
+        assert not any(a.is_contiguous() for a in laid_out["wide rows"].values())
+        per_agent = {agent: actions[group][:, k] for group, agents in reference.groups.items()
+                     for k, agent in enumerate(agents)}
+        expected = reference.step(per_agent)
+        outputs = {name: envs[name].step_groups(value) for name, value in laid_out.items()}
+        outputs["validated"] = envs["validated"].step_groups(actions)
+        for name, output in outputs.items():
+            for k, what in enumerate(("observations", "rewards")):
+                for group, agents in reference.groups.items():
+                    want = torch.stack([expected[k][agent] for agent in agents], dim=1)
+                    assert torch.equal(output[k][group], want), f"{name}, step {step}: {what}[{group}]"
