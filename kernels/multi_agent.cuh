@@ -47,14 +47,20 @@ struct GmeActions {
 struct GmeActionRow {
     const long long* group[GME_NUM_GROUPS];  // env e's row of each group
 
+    // The loops unroll with constant indices, so the pointers stay in registers (an index known only
+    // at run time would put the array in local memory).
     __device__ GmeActionRow(const GmeActions& actions, int e) {
+#pragma unroll
         for (int g = 0; g < GME_NUM_GROUPS; ++g) group[g] = actions.group[g] + (long long)e * actions.env_stride[g];
     }
     __device__ const long long* agent(int a) const {
-        const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS;
-        int g = 0;
-        while (g + 1 < GME_NUM_GROUPS && a >= begins[g + 1]) ++g;
-        return group[g] + (long long)(a - begins[g]) * GME_ACTION_SIZE;
+        const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS;  // begins[0] is 0
+        const long long* values = group[0] + (long long)a * GME_ACTION_SIZE;
+#pragma unroll
+        for (int g = 1; g < GME_NUM_GROUPS; ++g) {
+            if (a >= begins[g]) values = group[g] + (long long)(a - begins[g]) * GME_ACTION_SIZE;
+        }
+        return values;
     }
 };
 
