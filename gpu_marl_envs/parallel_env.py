@@ -239,7 +239,7 @@ class GpuParallelEnv:
         names = self._check_keys(actions, self.possible_agents, "agent")
         shape = (self.num_envs, *self._action_shape)
         for name in names:
-            self._check_tensor(f"actions[{name!r}]", actions[name], shape)
+            self._check_tensor(name, actions[name], shape)
         torch.stack([actions[name] for name in names], dim=1, out=self._actions)
         self._step()
         return (*self._agent_outputs(), self._copy_infos(self._agent_step_infos))
@@ -250,7 +250,7 @@ class GpuParallelEnv:
         names = self._check_keys(actions, list(self._group_ids), "group")
         group_actions = [actions[name] for name in names]
         for name, value in zip(names, group_actions):
-            self._check_tensor(f"actions[{name!r}]", value, self._group_action_shapes[name])
+            self._check_tensor(name, value, self._group_action_shapes[name])
         # At small batches the step is bound by host time: the CUDA C step kernel reads each group's
         # actions where they lie (one launch, no gather). The other backends, and validate_actions,
         # read one buffer of every agent's actions.
@@ -361,14 +361,22 @@ class GpuParallelEnv:
                              f"{self.action_space(name)} (no env was stepped)")
 
     def _agent_outputs(self):
-        return tuple(dict(view) for view in self._agent_views)
+        return [dict(view) for view in self._agent_views]
 
     def _group_outputs(self):
-        return tuple(dict(view) for view in self._group_views)
+        return [dict(view) for view in self._group_views]
 
     @staticmethod
     def _copy_infos(infos):
-        return {key: {k: dict(v) if isinstance(v, dict) else v for k, v in info.items()} for key, info in infos.items()}
+        """Fresh dicts around the live tensors, so that a caller who edits them changes no later
+        step's infos ("episode" is the one nested dict). Built key by key: at small batches the
+        step is bound by host time."""
+        copies = {}
+        for key, info in infos.items():
+            copies[key] = copy = info.copy()
+            if "episode" in copy:
+                copy["episode"] = copy["episode"].copy()
+        return copies
 
     def _check_agent(self, agent) -> None:
         if agent not in self._ids:
@@ -385,10 +393,12 @@ class GpuParallelEnv:
                              f"unknown {unknown[:10]}")
         return expected
 
-    def _check_tensor(self, name: str, value, shape: tuple[int, ...]) -> None:
+    def _check_tensor(self, key: str, value, shape: tuple[int, ...]) -> None:
+        """``actions[key]``: its type, device, shape and dtype."""
         if (type(value) is torch.Tensor and value.dtype is torch.int64 and value.shape == shape
                 and value.device == self.device):
             return  # the usual case, tested first: the checks below cost host time every step
+        name = f"actions[{key!r}]"
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, dtype torch.int64 on "
                             f"{self.device}, got {type(value).__name__}")
