@@ -26,7 +26,7 @@ import torch
 from gymnasium import spaces
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuParallelEnv, GpuVectorEnv
@@ -117,6 +117,15 @@ def sweep(env_id: str, backend: str, device: str, min_envs: int, max_envs: int, 
     return points
 
 
+def binary_count(value: float, _position=None) -> str:
+    """Env counts (powers of 2) with binary prefixes, exact at every tick: 256, 4Ki, 1Mi (a decimal
+    prefix would print 1.04858M)."""
+    for exponent, prefix in ((20, "Mi"), (10, "Ki")):
+        if value >= 2 ** exponent:
+            return f"{value / 2 ** exponent:g}{prefix}"
+    return f"{value:g}"
+
+
 def plot(env_id: str, curves: dict[str, list[dict]], hardware: str, path: Path) -> Path:
     """Throughput (top) and memory (bottom, on a GPU) against num_envs, a line per backend."""
     with_memory = any(p["memory_bytes"] is not None for points in curves.values() for p in points)
@@ -143,7 +152,7 @@ def plot(env_id: str, curves: dict[str, list[dict]], hardware: str, path: Path) 
         ax.legend(loc="best", fontsize="small")
     axes[-1].set_xlabel("num_envs")
     axes[-1].xaxis.set_major_locator(LogLocator(base=4))
-    axes[-1].xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes[-1].xaxis.set_major_formatter(FuncFormatter(binary_count))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png")
     return path
