@@ -17,6 +17,7 @@ from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, train
 from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.optimizers import RMSprop
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
                                               make_envs, print_entry)
 
@@ -72,7 +73,7 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
                           device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
-    optimizer = make_optimizer(torch.optim.RMSprop, agent.parameters(), config.learning_rate, device,
+    optimizer = make_optimizer(RMSprop, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", alpha=0.99,
                                eps=config.rms_prop_eps)
     sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))

@@ -26,6 +26,8 @@ from typing import Callable
 
 import torch
 
+from gpu_marl_envs.baselines.optimizers import Optimizer
+
 Phase = Callable[[], dict[str, torch.Tensor]]
 
 
@@ -73,18 +75,16 @@ class CaptureOptions:
             torch.set_float32_matmul_precision(before)
 
 
-def make_optimizer(optimizer_type, parameters, learning_rate: float, device: torch.device, captured: bool, **kwargs):
-    """``optimizer_type`` (Adam, RMSprop) whose learning rate a captured update can see change:
-    in a graph it is a device tensor (set it with :func:`set_learning_rate`). On CUDA, Adam runs
-    its fused implementation (one kernel per step instead of a dozen)."""
-    if device.type == "cuda" and optimizer_type is torch.optim.Adam:
-        kwargs["fused"] = True
-    if captured:
-        return optimizer_type(parameters, lr=torch.tensor(learning_rate, device=device), capturable=True, **kwargs)
-    return optimizer_type(parameters, lr=learning_rate, **kwargs)
+def make_optimizer(optimizer_type: type[Optimizer], parameters, learning_rate: float, device: torch.device,
+                   captured: bool, **kwargs) -> Optimizer:
+    """``optimizer_type`` (:class:`~gpu_marl_envs.baselines.optimizers.Adam` or ``RMSprop``) whose
+    learning rate a captured update can see change: in a graph it is a device tensor (set it with
+    :func:`set_learning_rate`)."""
+    rate = torch.tensor(learning_rate, device=device) if captured else learning_rate
+    return optimizer_type(parameters, lr=rate, **kwargs)
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
+def set_learning_rate(optimizer: Optimizer, value: float) -> None:
     for group in optimizer.param_groups:
         if isinstance(group["lr"], torch.Tensor):
             group["lr"].fill_(value)  # in place: the captured update reads this tensor

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from gpu_marl_envs.baselines.optimizers import Optimizer
+
 
 def training_state(iteration: int, history: list[dict], **parts) -> dict:
     """``{"iteration": ..., "history": ..., name: part.state_dict(), ...}``."""
@@ -37,17 +39,19 @@ def restore(state: dict | None, **parts) -> list[dict]:
     if missing:
         raise ValueError(f"cannot resume: the checkpoint lacks {missing} (was it written by another trainer?)")
     for name, part in parts.items():
-        if isinstance(part, torch.optim.Optimizer):
+        if isinstance(part, Optimizer):
             load_optimizer(part, state[name])
         else:
             part.load_state_dict(state[name])
     return list(state["history"])
 
 
-def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
+def load_optimizer(optimizer: Optimizer | torch.optim.Optimizer, state: dict) -> None:
     """``optimizer.load_state_dict`` that keeps this optimizer's own learning-rate objects: a
     captured update reads its learning rate from a device tensor that must stay the same tensor,
-    whatever device or form (float or tensor) the saved one had."""
+    whatever device or form (float or tensor) the saved one had. ``state`` may come from one of
+    :mod:`optimizers` or from the same ``torch.optim`` optimizer (checkpoints written before the
+    trainers used :mod:`optimizers`)."""
     rates = [group["lr"] for group in optimizer.param_groups]
     optimizer.load_state_dict(state)
     for group, rate in zip(optimizer.param_groups, rates):

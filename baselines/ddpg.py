@@ -26,6 +26,7 @@ from gpu_marl_envs.baselines import ppo
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.models import layer
+from gpu_marl_envs.baselines.optimizers import Adam, Optimizer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
 
@@ -170,7 +171,7 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
-def update_critic(critic: Critic, critic_optimizer: torch.optim.Optimizer, target_actor: Actor,
+def update_critic(critic: Critic, critic_optimizer: Optimizer, target_actor: Actor,
                   target_critic: Critic, batch: Transitions, gamma: float,
                   average_gradients=None) -> tuple[torch.Tensor, torch.Tensor]:
     """One step on the mean squared TD error; only the critic's parameters move. ``(loss, mean Q)``.
@@ -188,7 +189,7 @@ def update_critic(critic: Critic, critic_optimizer: torch.optim.Optimizer, targe
     return loss.detach(), q.detach().mean()
 
 
-def update_actor(actor: Actor, actor_optimizer: torch.optim.Optimizer, critic: Critic,
+def update_actor(actor: Actor, actor_optimizer: Optimizer, critic: Critic,
                  obs: torch.Tensor, average_gradients=None) -> torch.Tensor:
     """One step on ``-Q(s, mu(s)).mean()``; only the actor's parameters move. Returns the loss.
     ``average_gradients`` as for :func:`update_critic`.
@@ -237,8 +238,8 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=config.actor_lr)
-    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=config.critic_lr)
+    actor_optimizer = Adam(actor.parameters(), lr=config.actor_lr)
+    critic_optimizer = Adam(critic.parameters(), lr=config.critic_lr)
     average_actor_gradients = GradientAverager(actor.parameters(), context)
     average_critic_gradients = GradientAverager(critic.parameters(), context)
     replay = ReplayBuffer(config.buffer_size, obs_size, action_size, device)

@@ -60,6 +60,7 @@ from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, train
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
                                               old_policy_outputs)
 from gpu_marl_envs.parallel_env import GpuParallelEnv, games, get_game
@@ -632,7 +633,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     device = env.device
     policies = make_policies(env_id, config, device, models)
     trained = {name: settings for name, settings in config.policies.items() if settings.train}
-    optimizers = {name: make_optimizer(torch.optim.Adam, policies[name].parameters(), settings.learning_rate, device,
+    optimizers = {name: make_optimizer(Adam, policies[name].parameters(), settings.learning_rate, device,
                                        captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
                   for name, settings in trained.items()}
     sample = {name: config.compiled(policy.sample) for name, policy in policies.items()}

@@ -1,10 +1,11 @@
 """Adam and RMSprop for the trainers, without ``torch.optim.Optimizer``.
 
-Why: in a fresh process, the first ``step()`` of any ``torch.optim`` optimizer imports
-``torch._dynamo`` (``torch/optim/optimizer.py``: the ``step`` wrapper and the dynamo guards on the
-update functions import it), whether or not anything is compiled. That import took 0.9 s on a
-2-core CPU and about 5 s on the H100 host: most of the 8.5 s that PPO's first run in a fresh
-process took to reach a CartPole return of 475, against about 1 s for a later run. These classes
+Why: in a fresh process, making any ``torch.optim`` optimizer imports ``torch._dynamo``
+(``Optimizer.add_param_group`` is wrapped in ``torch._disable_dynamo``, which imports it at its
+first call; ``step``'s wrapper and the update functions' guards import it too), whether or not
+anything is compiled. That import took 0.9 s on a 2-core CPU and about 5 s on the H100 host: most
+of the 8.5 s that PPO's first run in a fresh process took to reach a CartPole return of 475,
+against about 1 s for a later run. These classes
 call the same ATen kernels that ``torch.optim`` calls, in the same order, so the updates are
 bitwise the same, and they import nothing of the compiler:
 
@@ -44,7 +45,7 @@ class Optimizer:
     FIXED: dict[str, object]
     STATE: tuple[str, ...]
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor, options: dict) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], options: dict, **hyperparameters) -> None:
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got no parameters")
@@ -57,18 +58,24 @@ class Optimizer:
                              f"got {sorted(map(str, kinds))}: make one optimizer per device and dtype")
         self._check_options(options)
         self.device = params[0].device
-        self.param_groups = [{"params": params, "lr": self._checked_lr(lr)}]
+        self.param_groups = [{"params": params, **self._checked(**hyperparameters)}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
-    def _checked_lr(self, lr):
+    def _checked(self, lr, eps, **others) -> dict:
+        """The hyperparameters, checked (``ValueError`` naming the bad one) and in the types the
+        update takes; a subclass checks its own ``others``."""
         if isinstance(lr, torch.Tensor):
             if lr.numel() != 1 or lr.device != self.device:
                 raise ValueError(f"a tensor lr must have one element on the parameters' device {self.device}, "
                                  f"got shape {tuple(lr.shape)} on {lr.device}")
-            return lr.reshape(())
-        if not lr >= 0.0:
+            lr = lr.reshape(())
+        elif lr >= 0.0:
+            lr = float(lr)
+        else:
             raise ValueError(f"lr must be >= 0, got {lr}")
-        return float(lr)
+        if not eps >= 0.0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        return {"lr": lr, "eps": float(eps)}
 
     @classmethod
     def _check_options(cls, options: dict) -> None:
@@ -87,11 +94,11 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim``'s: drop the gradients, or zero them in place (one launch per dtype;
         a captured update keeps writing its gradients into the same tensors)."""
-        grads = [p.grad for p in self.params if p.grad is not None]
         if set_to_none:
             for p in self.params:
                 p.grad = None
             return
+        grads = [p.grad for p in self.params if p.grad is not None]
         for grad in grads:
             if grad.grad_fn is not None:
                 grad.detach_()
@@ -148,19 +155,21 @@ class Optimizer:
         implementation = set(self._torch_flags(False))
         self._check_options({name: value for name, value in saved.items()
                              if name not in (*self.HYPERPARAMETERS, "params", *implementation)})
-        lr = saved["lr"]
-        lr = self._checked_lr(lr.detach().to(self.device, copy=True) if isinstance(lr, torch.Tensor) else lr)
+        values = {name: saved[name] for name in self.HYPERPARAMETERS}
+        if isinstance(values["lr"], torch.Tensor):
+            values["lr"] = values["lr"].detach().to(self.device, copy=True)
+        hyperparameters = self._checked(**values)
         position = {index: i for i, index in enumerate(saved["params"])}
         state = {}
-        for index, values in state_dict["state"].items():
+        for index, tensors in state_dict["state"].items():
             p = self.params[position[index]]
-            if set(values) != {"step", *self.STATE}:
-                raise ValueError(f"the saved state of parameter {index} holds {sorted(values)}, "
+            if set(tensors) != {"step", *self.STATE}:
+                raise ValueError(f"the saved state of parameter {index} holds {sorted(tensors)}, "
                                  f"not {sorted(['step', *self.STATE])}")
             state[p] = {name: torch.as_tensor(value).to(device=p.device, copy=True,
                                                          dtype=_STEP_DTYPE if name == "step" else p.dtype)
-                        for name, value in values.items()}
-        self.param_groups[0].update({name: saved[name] for name in self.HYPERPARAMETERS}, lr=lr)
+                        for name, value in tensors.items()}
+        self.param_groups[0].update(hyperparameters)
         self.state = state
 
     def _torch_flags(self, tensor_lr: bool) -> dict[str, object]:
@@ -187,12 +196,12 @@ class Adam(Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, **options) -> None:
-        super().__init__(params, lr, options)
-        if not all(isinstance(beta, float) and 0.0 <= beta < 1.0 for beta in betas) or len(betas) != 2:
+        super().__init__(params, options, lr=lr, betas=betas, eps=eps)
+
+    def _checked(self, betas, **others) -> dict:
+        if len(betas) != 2 or not all(isinstance(beta, float) and 0.0 <= beta < 1.0 for beta in betas):
             raise ValueError(f"betas must be two floats in [0, 1), got {betas}")
-        if not eps >= 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        self.param_groups[0].update(betas=tuple(betas), eps=float(eps))
+        return {**super()._checked(**others), "betas": tuple(betas)}
 
     def _torch_flags(self, tensor_lr: bool) -> dict[str, object]:
         return {"foreach": None, "fused": True, "capturable": tensor_lr}
@@ -223,12 +232,12 @@ class RMSprop(Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8, **options) -> None:
-        super().__init__(params, lr, options)
+        super().__init__(params, options, lr=lr, alpha=alpha, eps=eps)
+
+    def _checked(self, alpha, **others) -> dict:
         if not alpha >= 0.0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if not eps >= 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        self.param_groups[0].update(alpha=float(alpha), eps=float(eps))
+        return {**super()._checked(**others), "alpha": float(alpha)}
 
     def _torch_flags(self, tensor_lr: bool) -> dict[str, object]:
         return {"foreach": True, "capturable": tensor_lr and self.device.type != "cpu"}

@@ -20,6 +20,7 @@ from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, train
 from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
                                               make_envs, print_entry)
 from gpu_marl_envs.vector_env import GpuVectorEnv
@@ -103,7 +104,7 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
                           device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
-    optimizer = make_optimizer(torch.optim.Adam, agent.parameters(), config.learning_rate, device,
+    optimizer = make_optimizer(Adam, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
     sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
     gae = config.compiled(compute_gae)

@@ -6,6 +6,7 @@ global step hooks, refused options; and, in fresh interpreters, that neither an 
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -147,6 +148,10 @@ def test_torch_optims_global_step_hooks_run_after_each_step(ours, theirs, hyper)
     (lambda p: RMSprop(p, centered=True), "only centered=False"),
     (lambda p: RMSprop(p, nesterov=True), "no option 'nesterov'"),
     (lambda p: RMSprop(p, lr=-1.0), "lr must be >= 0"),
+    (lambda p: RMSprop(p, alpha=-0.5), "alpha must be >= 0"),
+    (lambda p: Adam(p, eps=-1e-8), "eps must be >= 0"),
+    (lambda p: Adam(p, lr=torch.tensor([0.1, 0.2])), "a tensor lr must have one element"),
+    (lambda p: Adam([p[0], p[1].double()]), "one device and dtype"),
     (lambda p: RMSprop([{"params": p}]), "one parameter group"),
 ])
 def test_unsupported_options_are_refused(make, message):
@@ -169,12 +174,29 @@ def test_a_state_dict_of_an_unsupported_update_is_refused_and_changes_nothing():
         optimizer.load_state_dict(Adam(net[0].parameters()).state_dict())
 
 
+# Notes where torch._dynamo is first imported (an import finder that finds nothing itself).
+WATCH = """
+import sys, traceback
+class FirstImport:
+    stack = None
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._dynamo" and FirstImport.stack is None:
+            FirstImport.stack = "".join(traceback.format_stack()[:-1])
+sys.meta_path.insert(0, FirstImport())
+"""
+CHECK = """
+assert "torch._dynamo" not in sys.modules, "torch._dynamo was imported from\\n" + FirstImport.stack
+"""
+
+
 def without_dynamo(script: str) -> None:
-    """Run ``script`` in a fresh interpreter, then check that it never imported torch._dynamo."""
-    check = "\nimport sys\nassert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n"
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script) + check], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Run ``script`` in a fresh interpreter, then check that it never imported torch._dynamo (the
+    failure shows the stack of the first import)."""
+    # Run outside the checkout: from its root, ``-c`` would import the source folder
+    # ``gpu_marl_envs/`` (which lacks ``baselines``) ahead of an installed, non-editable package.
+    result = subprocess.run([sys.executable, "-c", WATCH + textwrap.dedent(script) + CHECK], capture_output=True,
+                            text=True, timeout=120, cwd=tempfile.gettempdir())
+    assert result.returncode == 0, result.stderr[-6000:]
 
 
 @pytest.mark.parametrize("optimizer", ["Adam", "RMSprop"])
@@ -230,14 +252,16 @@ def test_captured_steps_match_torch_optims_capturable(ours, theirs, hyper, cuda_
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up, as torch.cuda.graph's documentation asks: creates state and grads
-            x.copy_(data[0][0]), y.copy_(data[0][1])
+            x.copy_(data[0][0])
+            y.copy_(data[0][1])
             update()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             update()
         for i, (inputs, targets) in enumerate(data[1:], start=1):
-            x.copy_(inputs), y.copy_(targets)
+            x.copy_(inputs)
+            y.copy_(targets)
             optimizer.param_groups[0]["lr"].fill_(schedule(i))
             graph.replay()
         torch.cuda.synchronize()
