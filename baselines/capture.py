@@ -182,8 +182,14 @@ class GraphedPhase:
                 self._begin_piece()
                 try:
                     self._outputs = self.phase()
-                finally:
-                    self._graphs[-1].capture_end()
+                except BaseException:
+                    # Ending a capture that the phase's error cut short can fail too (e.g. a
+                    # policy's branch stream left unjoined): the phase's error (an out-of-memory,
+                    # say) is the one to report, not "capturing stream has unjoined work".
+                    with contextlib.suppress(Exception):
+                        self._graphs[-1].capture_end()
+                    raise
+                self._graphs[-1].capture_end()
         except BaseException:
             self._graphs, self._between = [], []  # a failed capture leaves no partial graph to replay
             raise
