@@ -73,6 +73,7 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
                           device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
+    agent.use_fused_mlp(config.fused_mlp)
     optimizer = make_optimizer(RMSprop, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", alpha=0.99,
                                eps=config.rms_prop_eps)

@@ -50,6 +50,11 @@ class CaptureOptions:
     losses in the update) in bfloat16 autocast: half the memory traffic of wide networks'
     activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
     the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
+    fused_mlp: bool = False
+    """On CUDA, run the default actor and critic (two tanh hidden layers of one width up to 128) as
+    two Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in
+    registers instead of writing every layer's to GPU memory. Passes under ``bf16`` or
+    ``compile`` run the layers as before. Off by default: not yet measured on a GPU."""
     graph_allreduce: bool = True
     """On several GPUs with ``cuda_graph``: the NCCL all-reduce that averages the ranks' gradients
     is captured inside the update's graph. False: the update's graph is cut at each all-reduce,

@@ -26,6 +26,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from gpu_marl_envs.baselines import fused_mlp
+
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -71,15 +73,33 @@ class ActorCritic(nn.Module):
         self.actor = mlp(observation_size, hidden, outputs, last_gain=0.01)
         if self.nvec is None:
             self.log_std = nn.Parameter(torch.zeros(outputs))
+        self.fused = False
+
+    def use_fused_mlp(self, enabled: bool = True) -> None:
+        """Run the actor and the critic as :mod:`fused_mlp`'s Triton kernels where they can: float32
+        passes on CUDA, outside autocast and ``torch.compile`` (elsewhere the layers run as before).
+        ``ValueError`` if the networks have another shape than the kernels take."""
+        if enabled and not (fused_mlp.fusable(self.actor) and fused_mlp.fusable(self.critic)):
+            raise ValueError(f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
+                             f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
+                             f"this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
+                             f"{fused_mlp.widths(self.critic)}")
+        self.fused = enabled
+
+    def _run(self, network: nn.Sequential, obs: torch.Tensor) -> torch.Tensor:
+        if (self.fused and obs.is_cuda and obs.dtype == torch.float32 and not obs.requires_grad
+                and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling()):
+            return fused_mlp.mlp_forward(network, obs)
+        return network(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self._run(self.critic, obs).squeeze(-1)
 
     # The distributions are written out rather than taken from torch.distributions: its argument
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
     def sample(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """An action drawn from the policy (the rollout's only use of the networks), never a masked one."""
-        out = self.actor(obs).float()  # the noise in float32, also where the network ran in bfloat16
+        out = self._run(self.actor, obs).float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
             self._no_mask(action_mask)
             return out + self.log_std.exp() * torch.randn_like(out)
@@ -98,7 +118,7 @@ class ActorCritic(nn.Module):
         mask, the distribution is the softmax over the allowed actions only."""
         if action is None:
             action = self.sample(obs, action_mask)
-        out = self.actor(obs)
+        out = self._run(self.actor, obs)
         if self.nvec is None:
             self._no_mask(action_mask)
             log_std = self.log_std.expand_as(out)
@@ -119,7 +139,7 @@ class ActorCritic(nn.Module):
 
     def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
-        out = self.actor(obs)
+        out = self._run(self.actor, obs)
         if self.nvec is None:
             self._no_mask(action_mask)
             return out

@@ -632,6 +632,12 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                          validate_actions=False, cuda_graph=False if config.cuda_graph else None)
     device = env.device
     policies = make_policies(env_id, config, device, models)
+    if config.fused_mlp:
+        for name, policy in policies.items():
+            if not isinstance(policy, ActorCritic):
+                raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
+                                 f"a {type(policy).__name__}")
+            policy.use_fused_mlp()
     trained = {name: settings for name, settings in config.policies.items() if settings.train}
     optimizers = {name: make_optimizer(Adam, policies[name].parameters(), settings.learning_rate, device,
                                        captured=config.cuda_graph and device.type == "cuda", eps=1e-5)

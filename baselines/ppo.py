@@ -104,6 +104,7 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
                           device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
+    agent.use_fused_mlp(config.fused_mlp)
     optimizer = make_optimizer(Adam, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
     sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))

@@ -110,6 +110,8 @@ def cases(quick: bool):
     yield "PPO CartPole 4096x128, full float32 (no TF32)", "ppo", "CartPole-v1", dataclasses.replace(
         big, tf32=False), None, False
     yield "PPO CartPole 4096x128, bf16 updates", "ppo", "CartPole-v1", dataclasses.replace(big, bf16=True), None, False
+    yield "PPO CartPole 4096x128, fused MLPs (Triton)", "ppo", "CartPole-v1", dataclasses.replace(
+        big, fused_mlp=True), None, False
     yield "PPO CartPole 4096x128, torch.compile", "ppo", "CartPole-v1", dataclasses.replace(big, compile=True), None, False
     yield "PPO CartPole 4096x128, bf16 updates + torch.compile", "ppo", "CartPole-v1", dataclasses.replace(
         big, bf16=True, compile=True), None, False

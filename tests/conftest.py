@@ -1,7 +1,8 @@
 """Shared parametrisation: every env x every backend that can run here.
 
-Without a GPU, Numba kernels run under Numba's CUDA simulator, which must be switched on before
-numba is first imported (hence here, at collection). ``pytest -m gpu`` on a CUDA machine runs the
+Without a GPU, Numba kernels run under Numba's CUDA simulator and Triton kernels (the fused MLP)
+in Triton's interpreter, both switched on before numba and triton are first imported (hence here,
+at collection: the adapters' libraries import triton). ``pytest -m gpu`` on a CUDA machine runs the
 GPU-marked tests with every backend on the device instead.
 """
 
@@ -11,6 +12,7 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 
