@@ -7,20 +7,14 @@ Rollouts (with truncation bootstrapping) are :mod:`rollout`'s; returns are n-ste
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
-from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
-from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
-from gpu_marl_envs.baselines.distributed import GradientAverager, setup
-from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines import on_policy
+from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import RMSprop
-from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
-                                              make_envs, print_entry)
-
+from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
 
 @dataclass(frozen=True)
 class A2CConfig(RolloutSizes, CaptureOptions):
@@ -65,65 +59,25 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
           log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
     (which says how ranks under ``torchrun`` share a run)."""
-    context = setup(device)
-    first = resumed_iteration(resume)
-    # A resumed run draws new random numbers and new episodes (see checkpoint.py).
-    torch.manual_seed(context.seed(config.seed + first))
-    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
-                          device=context.device, backend=backend, captured=config.cuda_graph)
-    device = envs.device
-    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
-    agent.use_fused_mlp(config.fused_mlp)
-    optimizer = make_optimizer(RMSprop, agent.parameters(), config.learning_rate, device,
-                               captured=config.cuda_graph and device.type == "cuda", alpha=0.99,
-                               eps=config.rms_prop_eps)
-    sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
-    gae = config.compiled(compute_gae)
+    run = on_policy.start(env_id, config, device, backend, resume, RMSprop, alpha=0.99, eps=config.rms_prop_eps)
     loss_fn = config.compiled(a2c_loss)
-    average_gradients = GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce)
-    rollout = Rollout.allocate(config.num_steps, envs)
-    stats = EpisodeStats(config.num_envs, device)
-    iterations = context.iterations(config.total_timesteps, config.batch_size)
+    rollout, agent, optimizer = run.rollout, run.agent, run.optimizer
 
-    def rollout_phase():
-        collect(sample, envs, rollout, obs, stats, autocast=lambda: config.autocast(device))
-        return {}
-
-    def update_phase():
+    def update():
         # One pass of the policy over the rollout, with gradients: its values (detached) give the
         # advantages, and the same outputs give the loss.
-        with config.autocast(device):
-            _, log_probs, entropy, values = act(rollout.flat("obs"), rollout.flat("actions"))
-            rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
+        with config.autocast(run.device):
+            _, log_probs, entropy, values = run.act(rollout.flat("obs"), rollout.flat("actions"))
+            rewards, next_value = rollout.bootstrap(run.value, run.obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = gae(rewards, values.detach().float().view(rewards.shape), rollout.dones,
-                                      next_value, config.gamma, config.gae_lambda)
+            advantages, returns = run.gae(rewards, values.detach().float().view(rewards.shape), rollout.dones,
+                                          next_value, config.gamma, config.gae_lambda)
         loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
-        average_gradients()
+        run.average_gradients()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
         optimizer.step()
         return losses
 
-    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
-    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
-    times = PhaseTimes(device)
-    history = restore(resume, model=agent, optimizer=optimizer)
-    context.broadcast_parameters(agent)
-    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    with config.matmul_precision():
-        for iteration in range(first, iterations):
-            if config.anneal_lr:
-                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / iterations))
-            with times("rollout"):
-                rollout_phase()
-            with times("update"):
-                losses = update_phase()
-            if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size * context.world_size, start, stats,
-                                         losses, log, times, context))
-                if save is not None and context.is_main:
-                    save(training_state(iteration + 1, history, model=agent, optimizer=optimizer))
-    envs.close()
-    return agent, history
+    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)

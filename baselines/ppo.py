@@ -8,21 +8,16 @@ log interval.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.baselines.capture import CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
-from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
-from gpu_marl_envs.baselines.distributed import GradientAverager, setup
-from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines import on_policy
+from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import Adam
-from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, Rollout, RolloutSizes, collect, log_entry,
-                                              make_envs, print_entry)
+from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -96,75 +91,36 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     Under ``torchrun`` every rank runs this with its own ``num_envs`` envs on its own GPU
     (:mod:`distributed`): ``total_timesteps`` and the history's env steps count all ranks, and
     only rank 0 calls ``log`` and ``save``."""
-    context = setup(device)
-    first = resumed_iteration(resume)
-    # A resumed run draws new random numbers and new episodes (see checkpoint.py).
-    torch.manual_seed(context.seed(config.seed + first))
-    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
-                          device=context.device, backend=backend, captured=config.cuda_graph)
-    device = envs.device
-    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
-    agent.use_fused_mlp(config.fused_mlp)
-    optimizer = make_optimizer(Adam, agent.parameters(), config.learning_rate, device,
-                               captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
-    sample, act, value = (config.compiled(f) for f in (agent.sample, agent.action_and_value, agent.value))
-    gae = config.compiled(compute_gae)
+    run = on_policy.start(env_id, config, device, backend, resume, Adam, eps=1e-5)
     loss_fn = config.compiled(ppo_loss)
-    average_gradients = GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce)
-    rollout = Rollout.allocate(config.num_steps, envs)
-    stats = EpisodeStats(config.num_envs, device)
     minibatch = config.batch_size // config.num_minibatches
-    iterations = context.iterations(config.total_timesteps, config.batch_size)
+    rollout, agent, optimizer = run.rollout, run.agent, run.optimizer
 
-    def rollout_phase():
-        collect(sample, envs, rollout, obs, stats, autocast=lambda: config.autocast(device))
-        return {}
-
-    def update_phase():
+    def update():
         # The old policy's log-probabilities and values, before any gradient step.
-        with config.autocast(device):
-            log_probs, values = rollout.old_policy(act)
-            rewards, next_value = rollout.bootstrap(value, obs, config.gamma)
+        with config.autocast(run.device):
+            log_probs, values = rollout.old_policy(run.act)
+            rewards, next_value = rollout.bootstrap(run.value, run.obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
+            advantages, returns = run.gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
         # Epochs of shuffled minibatches.
         b_obs, b_actions = rollout.flat("obs"), rollout.flat("actions")
         b_log_probs, b_values, b_adv, b_returns = (x.flatten() for x in (log_probs, values, advantages, returns))
         for _ in range(config.update_epochs):
-            order = torch.rand(config.batch_size, device=device).argsort()  # a permutation, capturable
+            order = torch.rand(config.batch_size, device=run.device).argsort()  # a permutation, capturable
             for first in range(0, config.batch_size, minibatch):
                 idx = order[first:first + minibatch]
-                with config.autocast(device):
+                with config.autocast(run.device):
                     loss, losses = loss_fn(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
                                            b_returns[idx], b_values[idx], config)
                 optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
                 loss.backward()
-                average_gradients()
+                run.average_gradients()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
                 optimizer.step()
         return losses
 
-    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
-    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
-    times = PhaseTimes(device)
-    history = restore(resume, model=agent, optimizer=optimizer)
-    context.broadcast_parameters(agent)
-    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    with config.matmul_precision():
-        for iteration in range(first, iterations):
-            if config.anneal_lr:
-                set_learning_rate(optimizer, config.learning_rate * (1.0 - iteration / iterations))
-            with times("rollout"):
-                rollout_phase()
-            with times("update"):
-                losses = update_phase()
-            if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size * context.world_size, start, stats,
-                                         losses, log, times, context))
-                if save is not None and context.is_main:
-                    save(training_state(iteration + 1, history, model=agent, optimizer=optimizer))
-    envs.close()
-    return agent, history
+    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)
 
 
 def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:

@@ -1,0 +1,99 @@
+"""What PPO and A2C share: their set-up (envs, policy, optimizer, rollout storage, on the right
+rank and device) and their loop of captured rollout and update phases with logging and
+checkpoints. Each trainer adds only its update."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from gpu_marl_envs.baselines.capture import GraphedPhase, make_optimizer, set_learning_rate
+from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
+from gpu_marl_envs.baselines.gae import compute_gae
+from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.optimizers import Optimizer
+from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, Rollout, collect, log_entry, make_envs
+from gpu_marl_envs.vector_env import GpuVectorEnv
+
+
+@dataclass
+class Run:
+    """One rank's pieces of a run (see :func:`start`)."""
+
+    context: Context
+    first: int  # the iteration to start from (> 0 when resumed)
+    iterations: int
+    envs: GpuVectorEnv
+    obs: torch.Tensor  # the envs' observations, updated in place by every step
+    device: torch.device
+    agent: ActorCritic
+    optimizer: Optimizer
+    act: Callable  # agent.action_and_value, compiled with config.compile
+    value: Callable  # agent.value, likewise
+    gae: Callable  # compute_gae, likewise
+    average_gradients: GradientAverager
+    rollout: Rollout
+    stats: EpisodeStats
+
+
+def start(env_id: str, config, device, backend: str | None, resume: dict | None,
+          optimizer_type: type[Optimizer], **optimizer_options) -> Run:
+    """Everything a run needs before its first iteration. ``config`` is a trainer's config (its
+    ``RolloutSizes`` and ``CaptureOptions`` fields, ``seed``, ``hidden``, ``learning_rate``); the
+    optimizer is ``optimizer_type(..., **optimizer_options)``."""
+    context = setup(device)
+    first = resumed_iteration(resume)
+    # A resumed run draws new random numbers and new episodes (see checkpoint.py).
+    torch.manual_seed(context.seed(config.seed + first))
+    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
+                          device=context.device, backend=backend, captured=config.cuda_graph)
+    device = envs.device
+    agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
+    agent.use_fused_mlp(config.fused_mlp)
+    optimizer = make_optimizer(optimizer_type, agent.parameters(), config.learning_rate, device,
+                               captured=config.cuda_graph and device.type == "cuda", **optimizer_options)
+    return Run(context=context, first=first, iterations=context.iterations(config.total_timesteps, config.batch_size),
+               envs=envs, obs=obs, device=device, agent=agent, optimizer=optimizer,
+               act=config.compiled(agent.action_and_value), value=config.compiled(agent.value),
+               gae=config.compiled(compute_gae),
+               average_gradients=GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce),
+               rollout=Rollout.allocate(config.num_steps, envs), stats=EpisodeStats(config.num_envs, device))
+
+
+def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
+            resume: dict | None) -> tuple[ActorCritic, list[dict]]:
+    """Rollout, then ``update()`` (returning its losses), for the run's iterations, each phase a
+    CUDA graph on CUDA (:class:`GraphedPhase`); the learning rate annealed per iteration if
+    ``config.anneal_lr``; a history entry (handed to ``log``, and the training state to ``save``
+    on rank 0) every ``log_every`` iterations and at the end. Returns ``(agent, history)``."""
+    sample = config.compiled(run.agent.sample)
+
+    def rollout_phase():
+        collect(sample, run.envs, run.rollout, run.obs, run.stats, autocast=lambda: config.autocast(run.device))
+        return {}
+
+    rollout_phase = GraphedPhase(rollout_phase, run.device, config.cuda_graph)
+    update_phase = GraphedPhase(update, run.device, config.cuda_graph)
+    times = PhaseTimes(run.device)
+    history = restore(resume, model=run.agent, optimizer=run.optimizer)
+    run.context.broadcast_parameters(run.agent)
+    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    with config.matmul_precision():
+        for iteration in range(run.first, run.iterations):
+            if config.anneal_lr:
+                set_learning_rate(run.optimizer, config.learning_rate * (1.0 - iteration / run.iterations))
+            with times("rollout"):
+                rollout_phase()
+            with times("update"):
+                losses = update_phase()
+            if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size * run.context.world_size, begin,
+                                         run.stats, losses, log, times, run.context))
+                if save is not None and run.context.is_main:
+                    save(training_state(iteration + 1, history, model=run.agent, optimizer=run.optimizer))
+    run.envs.close()
+    return run.agent, history
