@@ -24,6 +24,19 @@ def random_actions(space: spaces.Space, num_envs: int, generator: torch.Generato
     return (low + (high - low) * torch.rand((num_envs, *space.shape), generator=generator)).to(device)
 
 
+def random_group_actions(env, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Valid random actions of a batched multi-agent env (``GpuParallelEnv``) keyed by group,
+    ``(num_envs, group_size, *action_shape)`` int64, contiguous, on the env's device."""
+    actions = {}
+    for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
+        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
+                   for h in highs]
+        actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
+    return actions
+
+
 def assert_close(name: str, expected: torch.Tensor, actual: torch.Tensor, context: str, rtol=TWIN_RTOL, atol=TWIN_ATOL):
     expected, actual = expected.cpu(), actual.cpu()
     assert expected.shape == actual.shape, f"{context}: {name} shapes {tuple(expected.shape)} vs {tuple(actual.shape)}"

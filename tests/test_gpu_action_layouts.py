@@ -7,24 +7,13 @@ import pytest
 import torch
 
 from conftest import GPU_BACKENDS
+from harness import random_group_actions
 from gpu_marl_envs.parallel_env import GpuParallelEnv, games
 
 pytestmark = pytest.mark.gpu
 
 NUM_ENVS = 64
 KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
-
-
-def group_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Valid random actions keyed by group, ``(num_envs, group_size, *action_shape)``, contiguous."""
-    actions = {}
-    for group, agents in env.groups.items():
-        space = env.action_space(agents[0])
-        highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
-        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
-                   for h in highs]
-        actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
-    return actions
 
 
 LAYOUTS = {
@@ -47,7 +36,7 @@ def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
     reference = envs["per agent"]
     generator = torch.Generator(device=cuda_device).manual_seed(1)
     for step in range(3):
-        actions = group_actions(reference, generator)
+        actions = random_group_actions(reference, generator)
         laid_out = {name: {g: layout(a) for g, a in actions.items()} for name, layout in LAYOUTS.items()}
         assert all(a.is_contiguous() for a in laid_out["contiguous"].values())
         assert not any(a.is_contiguous() for a in laid_out["wide rows"].values())

@@ -16,7 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from conftest import GPU_BACKENDS
-from harness import assert_close
+from harness import assert_close, random_group_actions
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -43,17 +43,6 @@ CONFIGS = {
 KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
 
 
-def random_actions(env: GpuParallelEnv, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    actions = {}
-    for group, agents in env.groups.items():
-        space = env.action_space(agents[0])
-        high = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
-        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
-                   for h in high]
-        actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
-    return actions
-
-
 def compare(name, expected, actual, context):
     # Rewards and their sums are exact: the same float32 additions in the same order everywhere.
     exact = not expected.is_floating_point() or name.startswith(("rewards", "episode returns", "running_returns"))
@@ -77,7 +66,7 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
     for t in range(NUM_STEPS):
         for name in kernel_env.state_fields:
             getattr(kernel_env._buffers.state, name)[:k] = getattr(reference._buffers.state, name)
-        actions = random_actions(kernel_env, generator)
+        actions = random_group_actions(kernel_env, generator)
         kernel_out = kernel_env.step_groups(actions)
         reference_out = reference.step_groups({g: a[:k] for g, a in actions.items()})
         context = f"{env_id} E={num_envs} {backend} {mode.name} step {t}"
