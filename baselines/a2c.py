@@ -39,6 +39,7 @@ class A2CConfig(RolloutSizes, CaptureOptions):
 
     def __post_init__(self):
         self.check_sizes()
+        self.check_options()
 
 
 def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig):

@@ -50,16 +50,23 @@ class CaptureOptions:
     losses in the update) in bfloat16 autocast: half the memory traffic of wide networks'
     activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
     the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
-    fused_mlp: bool = False
-    """On CUDA, run the default actor and critic (two tanh hidden layers of one width up to 128) as
-    two Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in
-    registers instead of writing every layer's to GPU memory. Passes under ``bf16`` or
-    ``compile`` run the layers as before. Off by default: not yet measured on a GPU."""
+    fused_mlp: bool | str = "auto"
+    """Run the default actor and critic (two tanh hidden layers of one width up to 128) as two
+    Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in registers
+    instead of writing every layer's to GPU memory. ``"auto"`` (the default): wherever they can run,
+    i.e. float32 passes on CUDA of policies of that shape, with Triton installed; ``true``: the
+    same, but a policy of another shape is an error; ``false``: PyTorch's layers. Passes under
+    ``bf16`` or ``compile``, and on the CPU, run the layers whatever the setting."""
     graph_allreduce: bool = True
     """On several GPUs with ``cuda_graph``: the NCCL all-reduce that averages the ranks' gradients
     is captured inside the update's graph. False: the update's graph is cut at each all-reduce,
     which runs between the replays of the pieces (for NCCL builds that cannot capture collectives,
     and to compare; one more launch per gradient step). No effect on one GPU or the CPU."""
+
+    def check_options(self) -> None:
+        """``ValueError`` for a ``fused_mlp`` other than true, false or "auto"."""
+        if not (isinstance(self.fused_mlp, bool) or self.fused_mlp == "auto"):
+            raise ValueError(f'{type(self).__name__}.fused_mlp must be true, false or "auto", got {self.fused_mlp!r}')
 
     def autocast(self, device: torch.device):
         """A context for the policies' forward passes: bfloat16 autocast when ``bf16``, else nothing.

@@ -21,6 +21,8 @@ tests check them against PyTorch's layers on machines without a GPU.
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 from torch import nn
 
@@ -63,6 +65,11 @@ def mlp_forward(module: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
     out = _FusedMLP.apply(rows, first.weight, first.bias, second.weight, second.bias, last.weight, last.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def available() -> bool:
+    """Whether Triton can be imported (CUDA builds of PyTorch ship it; CPU builds do not)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def _kernels():

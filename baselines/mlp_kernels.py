@@ -1,9 +1,16 @@
 """The Triton kernels of :mod:`fused_mlp` (see there). A module of their own, imported at the
 first use: ``triton.jit`` decides when a kernel is defined whether it runs compiled or, with
-``TRITON_INTERPRET=1``, in Triton's interpreter on the CPU (as the tests run it)."""
+``TRITON_INTERPRET=1``, in Triton's interpreter on the CPU (as the tests run it).
+
+The sizes passed at run time are not specialised on: by default Triton compiles a kernel again for
+integer arguments that equal 1 or are multiples of 16, so the rollout's rows, the update's
+minibatch, the actor's outputs and the critic's single one would each cost a compile of their own
+(each paid by a fresh process before its first result)."""
 
 import triton
 import triton.language as tl
+
+SIZES = ["n_rows", "n_in", "n_out"]
 
 
 @triton.jit
@@ -25,7 +32,7 @@ def hidden_layers(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, rows, row_ok, n_in,
     return x, a1, a2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def forward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, out_ptr, n_rows, n_in, n_out,
             IN: tl.constexpr, H: tl.constexpr, OUT: tl.constexpr, BLOCK: tl.constexpr,
             PRECISION: tl.constexpr):
@@ -39,7 +46,7 @@ def forward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, out_ptr, n_ro
     tl.store(out_ptr + rows[:, None] * n_out + o[None, :], out, mask=row_ok[:, None] & (o[None, :] < n_out))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def backward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, dout_ptr, partial_ptr, n_rows, n_in, n_out,
              IN: tl.constexpr, H: tl.constexpr, OUT: tl.constexpr, BLOCK: tl.constexpr,
              PRECISION: tl.constexpr):

@@ -175,6 +175,7 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
 
     def __post_init__(self):
         self.check_sizes()
+        self.check_options()
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"MultiAgentConfig.seed must be an int, got {self.seed!r}")
         if not self.groups:
@@ -632,12 +633,12 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                          validate_actions=False, cuda_graph=False if config.cuda_graph else None)
     device = env.device
     policies = make_policies(env_id, config, device, models)
-    if config.fused_mlp:
-        for name, policy in policies.items():
-            if not isinstance(policy, ActorCritic):
-                raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
-                                 f"a {type(policy).__name__}")
-            policy.use_fused_mlp()
+    for name, policy in policies.items():
+        if isinstance(policy, ActorCritic):
+            policy.use_fused_mlp(config.fused_mlp)
+        elif config.fused_mlp is True:
+            raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
+                             f"a {type(policy).__name__}")
     trained = {name: settings for name, settings in config.policies.items() if settings.train}
     optimizers = {name: make_optimizer(Adam, policies[name].parameters(), settings.learning_rate, device,
                                        captured=config.cuda_graph and device.type == "cuda", eps=1e-5)

@@ -51,6 +51,7 @@ class PPOConfig(RolloutSizes, CaptureOptions):
 
     def __post_init__(self):
         self.check_sizes(("num_minibatches", "update_epochs"))
+        self.check_options()
         if self.batch_size % self.num_minibatches:
             raise ValueError(f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
                              f"= {self.num_minibatches}")

@@ -7,8 +7,8 @@ host synchronisation per iteration, which the timing includes). Throughput is ta
 of the third iteration and the end of the run, so it excludes warm-up and graph capture; time to
 threshold is wall time from the call to ``train`` (env construction, warm-up and capture included)
 to the end of the first iteration whose finished episodes average >= 475. The in-run baseline is the
-same trainer with ``cuda_graph=False`` (eager PyTorch); peer numbers (PureJaxRL, WarpDrive) are the
-issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
+same trainer with ``cuda_graph=False, fused_mlp=False`` (eager PyTorch); peer numbers (PureJaxRL,
+WarpDrive) are the issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
 
 ``--gpus`` runs the multi-GPU cases instead, each through ``torchrun`` (``torch.distributed.run``)
 with 1 and 2 processes, one per GPU, the same per-GPU config: CartPole PPO 4,096 x 128 per GPU
@@ -103,15 +103,15 @@ def cases(quick: bool):
     yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475", "ppo", "CartPole-v1", purejaxrl, None, True
     yield "PPO CartPole 4x128, to 475, seed 1", "ppo", "CartPole-v1", dataclasses.replace(purejaxrl, seed=1), None, True
     yield "PPO CartPole 4x128, eager (baseline), to 475", "ppo", "CartPole-v1", dataclasses.replace(
-        purejaxrl, cuda_graph=False), None, True
+        purejaxrl, cuda_graph=False, fused_mlp=False), None, True
     yield "PPO CartPole 4096x128", "ppo", "CartPole-v1", big, None, False
     yield "PPO CartPole 4096x128, eager (baseline)", "ppo", "CartPole-v1", dataclasses.replace(
-        big, cuda_graph=False, total_timesteps=4096 * 128 * 6), None, False
+        big, cuda_graph=False, fused_mlp=False, total_timesteps=4096 * 128 * 6), None, False
     yield "PPO CartPole 4096x128, full float32 (no TF32)", "ppo", "CartPole-v1", dataclasses.replace(
         big, tf32=False), None, False
     yield "PPO CartPole 4096x128, bf16 updates", "ppo", "CartPole-v1", dataclasses.replace(big, bf16=True), None, False
-    yield "PPO CartPole 4096x128, fused MLPs (Triton)", "ppo", "CartPole-v1", dataclasses.replace(
-        big, fused_mlp=True), None, False
+    yield "PPO CartPole 4096x128, PyTorch's layers (fused_mlp=false)", "ppo", "CartPole-v1", dataclasses.replace(
+        big, fused_mlp=False), None, False
     yield "PPO CartPole 4096x128, torch.compile", "ppo", "CartPole-v1", dataclasses.replace(big, compile=True), None, False
     yield "PPO CartPole 4096x128, bf16 updates + torch.compile", "ppo", "CartPole-v1", dataclasses.replace(
         big, bf16=True, compile=True), None, False
@@ -132,7 +132,7 @@ def cases(quick: bool):
         yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32)", "multi_agent",
                "TagContinuous-v0", dataclasses.replace(config, tf32=False), "pycuda", False)
         yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager (baseline)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False,
+               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False, fused_mlp=False,
                                                        total_timesteps=num_envs * num_steps * 5), "pycuda", False)
 
 

@@ -90,6 +90,19 @@ def test_a_policy_that_cannot_be_fused_is_refused_by_name():
     agent.use_fused_mlp(False)  # turning it off is always allowed
 
 
+def test_auto_fuses_the_shapes_the_kernels_take_and_leaves_the_others():
+    assert ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto")  # Triton is in the test extra
+    wide = ActorCritic(4, spaces.Discrete(2), hidden=(256, 256))
+    assert not wide.use_fused_mlp("auto") and not wide.fused
+    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_fused_mlp_setting_of_another_kind_is_refused(value):
+    with pytest.raises(ValueError, match='fused_mlp must be true, false or "auto"'):
+        ppo.PPOConfig(fused_mlp=value)
+
+
 def test_outside_cuda_the_layers_run_unchanged():
     """On the CPU (and under autocast or compile) a fused policy runs PyTorch's layers: same results."""
     torch.manual_seed(0)
