@@ -5,8 +5,9 @@ each layer, each ``tanh`` and each of their gradients as a kernel of its own tha
 activations to GPU memory and reads them back (for CartPole at 4,096 envs x 128 steps, a minibatch
 of 131,072 rows makes each 64-wide activation 33.5 MB). Here one kernel computes the whole forward
 pass of a block of rows in registers and writes only the outputs; the backward kernel recomputes
-that block's forward pass (cheaper than storing it) and writes only its share of the weight
-gradients, which a sum over blocks then reduces (in a fixed order: the result is deterministic).
+that block's forward pass (cheaper than storing it) and adds only its share of the weight
+gradients to its program's partial sums, which a sum over programs then reduces (each program
+takes fixed blocks in a fixed order, and the sum's order is fixed: the result is deterministic).
 
 :func:`mlp_forward` is differentiable with respect to the weights and biases (not the input: the
 trainers' observations need no gradient). The matrix products run in TF32 unless PyTorch's
@@ -27,10 +28,13 @@ import torch
 from torch import nn
 
 # The shapes the kernels take: each matrix dimension is padded to a power of two of at least 16
-# (tl.dot's smallest), and a block's activations must fit in its registers.
-MAX_HIDDEN = 128
-MAX_IO = 64
+# (tl.dot's smallest). Wider layers are taken in chunks (mlp_kernels.py), up to these widths.
+MAX_HIDDEN = 256
+MAX_IN = 128
+MAX_OUT = 64
 BLOCK_ROWS = 64
+IN_CHUNK = 32
+HIDDEN_CHUNK = 64
 
 
 def _padded(n: int) -> int:
@@ -39,7 +43,7 @@ def _padded(n: int) -> int:
 
 def fusable(module: nn.Module) -> bool:
     """Whether ``module`` is a ``Sequential`` of ``Linear, Tanh, Linear, Tanh, Linear`` with equal
-    hidden widths (a power of two from 16 to 128), at most 64 inputs and outputs, float32 weights."""
+    hidden widths (a power of two from 16 to 256), at most 128 inputs and 64 outputs, float32 weights."""
     if not isinstance(module, nn.Sequential) or len(module) != 5:
         return False
     first, tanh1, second, tanh2, last = module
@@ -49,7 +53,7 @@ def fusable(module: nn.Module) -> bool:
     hidden = first.out_features
     return (second.in_features == second.out_features == last.in_features == hidden
             and 16 <= hidden <= MAX_HIDDEN and hidden & (hidden - 1) == 0
-            and first.in_features <= MAX_IO and last.out_features <= MAX_IO
+            and first.in_features <= MAX_IN and last.out_features <= MAX_OUT
             and all(m.bias is not None and m.weight.dtype == torch.float32 for m in (first, second, last)))
 
 
@@ -84,6 +88,22 @@ def _precision() -> str:
     return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
+def _launch_shapes(n_in: int, hidden: int, n_out: int) -> dict:
+    """The kernels' compile-time shapes and their warps (8 for layers wider than 64, whose blocks
+    hold more activations than 4 warps' registers)."""
+    padded_in = _padded(n_in)
+    return dict(IN=padded_in, KC=min(padded_in, IN_CHUNK), H=hidden, NC=min(hidden, HIDDEN_CHUNK), OUT=_padded(n_out),
+                BLOCK=BLOCK_ROWS, PRECISION=_precision(), num_warps=4 if hidden <= 64 else 8)
+
+
+def _programs(device: torch.device, blocks: int) -> int:
+    """The backward kernel's programs: a few per multiprocessor (two in Triton's interpreter, so
+    that the tests see programs that take several blocks)."""
+    if device.type != "cuda":
+        return min(blocks, 2)
+    return min(blocks, 4 * torch.cuda.get_device_properties(device).multi_processor_count)
+
+
 class _FusedMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2, w3, b3):
@@ -91,13 +111,12 @@ class _FusedMLP(torch.autograd.Function):
         x = x.contiguous()
         n_rows, n_in = x.shape
         hidden, n_out = w1.shape[0], w3.shape[0]
-        shapes = dict(IN=_padded(n_in), H=hidden, OUT=_padded(n_out), BLOCK=BLOCK_ROWS, PRECISION=_precision())
+        ctx.shapes = shapes = _launch_shapes(n_in, hidden, n_out)
         out = torch.empty(n_rows, n_out, dtype=x.dtype, device=x.device)
         blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         if blocks:
             forward[(blocks,)](x, w1, b1, w2, b2, w3, b3, out, n_rows, n_in, n_out, **shapes)
         ctx.save_for_backward(x, w1, b1, w2, b2, w3)
-        ctx.shapes = shapes
         return out
 
     @staticmethod
@@ -108,9 +127,11 @@ class _FusedMLP(torch.autograd.Function):
         hidden, n_out = w1.shape[0], w3.shape[0]
         sizes = [hidden * n_in, hidden, hidden * hidden, hidden, n_out * hidden, n_out]
         blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
-        partial = torch.empty(blocks, sum(sizes), dtype=torch.float32, device=x.device)
+        programs = _programs(x.device, blocks)
+        partial = torch.zeros(max(programs, 1), sum(sizes), dtype=torch.float32, device=x.device)
         if blocks:
-            backward[(blocks,)](x, w1, b1, w2, b2, w3, dout.contiguous(), partial, n_rows, n_in, n_out, **ctx.shapes)
+            backward[(programs,)](x, w1, b1, w2, b2, w3, dout.contiguous(), partial, n_rows, n_in, n_out,
+                                  blocks, programs, **ctx.shapes)
         grads = partial.sum(0).split(sizes)
         shapes = [w1.shape, b1.shape, w2.shape, b2.shape, w3.shape, (n_out,)]
         return (None, *(g.view(shape) for g, shape in zip(grads, shapes)))
