@@ -32,9 +32,7 @@ from torch import nn
 MAX_HIDDEN = 256
 MAX_IN = 128
 MAX_OUT = 64
-BLOCK_ROWS = 64
 IN_CHUNK = 32
-HIDDEN_CHUNK = 64
 
 
 def _padded(n: int) -> int:
@@ -89,11 +87,16 @@ def _precision() -> str:
 
 
 def _launch_shapes(n_in: int, hidden: int, n_out: int) -> dict:
-    """The kernels' compile-time shapes and their warps (8 for layers wider than 64, whose blocks
-    hold more activations than 4 warps' registers)."""
+    """The kernels' compile-time shapes and launch options. Up to 64 wide: blocks of 64 rows, the
+    second layer in one piece, 4 warps. Wider: blocks of 32 rows, the second layer 32 outputs at a
+    time and 8 warps, so that a block's activations fit in registers and its operand tiles in
+    shared memory (at width 256 with 64-row blocks, TF32 tiles need more than an H100's 227 KB).
+    One stage: the chunk loops are not software-pipelined, whose extra copies of a chunk's
+    weights would not fit either."""
     padded_in = _padded(n_in)
-    return dict(IN=padded_in, KC=min(padded_in, IN_CHUNK), H=hidden, NC=min(hidden, HIDDEN_CHUNK), OUT=_padded(n_out),
-                BLOCK=BLOCK_ROWS, PRECISION=_precision(), num_warps=4 if hidden <= 64 else 8)
+    narrow = hidden <= 64
+    return dict(IN=padded_in, KC=min(padded_in, IN_CHUNK), H=hidden, NC=hidden if narrow else 32, OUT=_padded(n_out),
+                BLOCK=64 if narrow else 32, PRECISION=_precision(), num_warps=4 if narrow else 8, num_stages=1)
 
 
 def _programs(device: torch.device, blocks: int) -> int:
@@ -113,7 +116,7 @@ class _FusedMLP(torch.autograd.Function):
         hidden, n_out = w1.shape[0], w3.shape[0]
         ctx.shapes = shapes = _launch_shapes(n_in, hidden, n_out)
         out = torch.empty(n_rows, n_out, dtype=x.dtype, device=x.device)
-        blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
+        blocks = (n_rows + shapes["BLOCK"] - 1) // shapes["BLOCK"]
         if blocks:
             forward[(blocks,)](x, w1, b1, w2, b2, w3, b3, out, n_rows, n_in, n_out, **shapes)
         ctx.save_for_backward(x, w1, b1, w2, b2, w3)
@@ -126,7 +129,7 @@ class _FusedMLP(torch.autograd.Function):
         n_rows, n_in = x.shape
         hidden, n_out = w1.shape[0], w3.shape[0]
         sizes = [hidden * n_in, hidden, hidden * hidden, hidden, n_out * hidden, n_out]
-        blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
+        blocks = (n_rows + ctx.shapes["BLOCK"] - 1) // ctx.shapes["BLOCK"]
         programs = _programs(x.device, blocks)
         partial = torch.zeros(max(programs, 1), sum(sizes), dtype=torch.float32, device=x.device)
         if blocks:

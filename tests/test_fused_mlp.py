@@ -37,7 +37,7 @@ def test_forward_and_gradients_match_the_layers(inputs, hidden, outputs, rows, f
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("inputs, hidden, outputs, rows", [*SHAPES, (4, 64, 2, 131_072)])
+@pytest.mark.parametrize("inputs, hidden, outputs, rows", [*SHAPES, (4, 64, 2, 131_072), (128, 256, 64, 5000)])
 def test_compiled_kernels_match_the_layers_on_the_gpu(inputs, hidden, outputs, rows, full_float32, cuda_device):
     match_the_layers(cuda_device, inputs, hidden, outputs, rows)
 
