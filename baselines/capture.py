@@ -51,7 +51,7 @@ class CaptureOptions:
     activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
     the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
     fused_mlp: bool | str = "auto"
-    """Run the default actor and critic (two tanh hidden layers of one width up to 256) as two
+    """Run the default actor and critic (two tanh hidden layers of one width up to 64) as two
     Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in registers
     instead of writing every layer's to GPU memory. ``"auto"`` (the default): wherever they can run,
     i.e. float32 passes on CUDA of policies of that shape, with Triton installed; ``true``: the

@@ -28,11 +28,16 @@ import torch
 from torch import nn
 
 # The shapes the kernels take: each matrix dimension is padded to a power of two of at least 16
-# (tl.dot's smallest). Wider layers are taken in chunks (mlp_kernels.py), up to these widths.
-MAX_HIDDEN = 256
+# (tl.dot's smallest); the inputs are taken 32 at a time, the second layer's outputs 32 at a time
+# (mlp_kernels.py). Wider hidden layers are left to cuBLAS: on an H200, with TagContinuous's
+# [256, 256] policies (5 M rows), these kernels took 115 ms per forward and backward pass against
+# cuBLAS's 38.7 ms; their tiles are too small for the tensor cores, whose work outgrows the
+# memory traffic saved (benchmarks/train_throughput.py; docs/benchmarks/train-h200.md).
+MAX_HIDDEN = 64
 MAX_IN = 128
 MAX_OUT = 64
-IN_CHUNK = 32
+BLOCK_ROWS = 64
+CHUNK = 32
 
 
 def _padded(n: int) -> int:
@@ -41,7 +46,7 @@ def _padded(n: int) -> int:
 
 def fusable(module: nn.Module) -> bool:
     """Whether ``module`` is a ``Sequential`` of ``Linear, Tanh, Linear, Tanh, Linear`` with equal
-    hidden widths (a power of two from 16 to 256), at most 128 inputs and 64 outputs, float32 weights."""
+    hidden widths (16, 32 or 64), at most 128 inputs and 64 outputs, float32 weights."""
     if not isinstance(module, nn.Sequential) or len(module) != 5:
         return False
     first, tanh1, second, tanh2, last = module
@@ -87,24 +92,20 @@ def _precision() -> str:
 
 
 def _launch_shapes(n_in: int, hidden: int, n_out: int) -> dict:
-    """The kernels' compile-time shapes and launch options. Up to 64 wide: blocks of 64 rows, the
-    second layer in one piece, 4 warps. Wider: blocks of 32 rows, the second layer 32 outputs at a
-    time and 8 warps, so that a block's activations fit in registers and its operand tiles in
-    shared memory (at width 256 with 64-row blocks, TF32 tiles need more than an H100's 227 KB).
-    One stage: the chunk loops are not software-pipelined, whose extra copies of a chunk's
-    weights would not fit either."""
+    """The kernels' compile-time shapes and launch options, the fastest of a sweep on an H200 at
+    CartPole's shapes (131,072 rows): 64-row blocks, 32-wide chunks, 4 warps; one stage (the
+    chunk loops are too short to gain from software pipelining)."""
     padded_in = _padded(n_in)
-    narrow = hidden <= 64
-    return dict(IN=padded_in, KC=min(padded_in, IN_CHUNK), H=hidden, NC=hidden if narrow else 32, OUT=_padded(n_out),
-                BLOCK=64 if narrow else 32, PRECISION=_precision(), num_warps=4 if narrow else 8, num_stages=1)
+    return dict(IN=padded_in, KC=min(padded_in, CHUNK), H=hidden, NC=min(hidden, CHUNK), OUT=_padded(n_out),
+                BLOCK=BLOCK_ROWS, PRECISION=_precision(), num_warps=4, num_stages=1)
 
 
 def _programs(device: torch.device, blocks: int) -> int:
-    """The backward kernel's programs: a few per multiprocessor (two in Triton's interpreter, so
-    that the tests see programs that take several blocks)."""
+    """The backward kernel's programs: two per multiprocessor (the sweep's best; two in Triton's
+    interpreter, so that the tests see programs that take several blocks)."""
     if device.type != "cuda":
         return min(blocks, 2)
-    return min(blocks, 4 * torch.cuda.get_device_properties(device).multi_processor_count)
+    return min(blocks, 2 * torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 class _FusedMLP(torch.autograd.Function):
@@ -116,7 +117,7 @@ class _FusedMLP(torch.autograd.Function):
         hidden, n_out = w1.shape[0], w3.shape[0]
         ctx.shapes = shapes = _launch_shapes(n_in, hidden, n_out)
         out = torch.empty(n_rows, n_out, dtype=x.dtype, device=x.device)
-        blocks = (n_rows + shapes["BLOCK"] - 1) // shapes["BLOCK"]
+        blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         if blocks:
             forward[(blocks,)](x, w1, b1, w2, b2, w3, b3, out, n_rows, n_in, n_out, **shapes)
         ctx.save_for_backward(x, w1, b1, w2, b2, w3)
@@ -129,7 +130,7 @@ class _FusedMLP(torch.autograd.Function):
         n_rows, n_in = x.shape
         hidden, n_out = w1.shape[0], w3.shape[0]
         sizes = [hidden * n_in, hidden, hidden * hidden, hidden, n_out * hidden, n_out]
-        blocks = (n_rows + ctx.shapes["BLOCK"] - 1) // ctx.shapes["BLOCK"]
+        blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         programs = _programs(x.device, blocks)
         partial = torch.zeros(max(programs, 1), sum(sizes), dtype=torch.float32, device=x.device)
         if blocks:

@@ -2,13 +2,15 @@
 first use: ``triton.jit`` decides when a kernel is defined whether it runs compiled or, with
 ``TRITON_INTERPRET=1``, in Triton's interpreter on the CPU (as the tests run it).
 
-Each program works on ``BLOCK`` rows at a time. Wide layers are taken in chunks so that no operand
-tile outgrows shared memory: the first layer's inputs ``KC`` columns at a time, the second layer's
-outputs (and with them the last layer's inputs) ``NC`` at a time. The backward kernel is
+Each program works on ``BLOCK`` rows at a time. The layers are taken in chunks: the first layer's
+inputs ``KC`` columns at a time (so inputs up to 128 wide fit), the second layer's outputs (and
+with them the last layer's inputs) ``NC`` at a time, which keeps fewer values live in registers (on
+an H200, 32-wide chunks of 64-wide layers ran faster than whole ones). The backward kernel is
 persistent: each program takes every ``programs``-th block of rows and adds its blocks' weight
 gradients into a row of its own in ``partial`` (read, add, write; a barrier between blocks makes
 one block's writes visible to the next's reads in every thread). So ``partial`` has a row per
-program, not per block: for millions of rows and 256-wide layers, a row per block would not fit.
+program rather than per block: for CartPole's 131,072-row minibatches, 264 rows of 18 KB instead
+of 2,048, written and then summed.
 
 The sizes passed at run time are not specialised on: by default Triton compiles a kernel again for
 integer arguments that equal 1 or are multiples of 16, so the rollout's rows, the update's
