@@ -94,10 +94,12 @@ def test_a_policy_that_cannot_be_fused_is_refused_by_name():
 
 
 def test_auto_fuses_the_shapes_the_kernels_take_and_leaves_the_others():
-    assert ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto")  # Triton is in the test extra
+    rows = fused_mlp.AUTO_MIN_ROWS
+    assert ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto", rows)  # Triton is in the test extra
+    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto", rows - 1)  # too few rows to gain
     wide = ActorCritic(4, spaces.Discrete(2), hidden=(256, 256))
-    assert not wide.use_fused_mlp("auto") and not wide.fused
-    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False)
+    assert not wide.use_fused_mlp("auto", rows) and not wide.fused
+    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False, rows)
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
