@@ -5,9 +5,8 @@ each layer, each ``tanh`` and each of their gradients as a kernel of its own tha
 activations to GPU memory and reads them back (for CartPole at 4,096 envs x 128 steps, a minibatch
 of 131,072 rows makes each 64-wide activation 33.5 MB). Here one kernel computes the whole forward
 pass of a block of rows in registers and writes only the outputs; the backward kernel recomputes
-that block's forward pass (cheaper than storing it) and adds only its share of the weight
-gradients to its program's partial sums, which a sum over programs then reduces (each program
-takes fixed blocks in a fixed order, and the sum's order is fixed: the result is deterministic).
+that block's forward pass (cheaper than storing it) and writes only its share of the weight
+gradients, which a sum over blocks then reduces (in a fixed order: the result is deterministic).
 
 :func:`mlp_forward` is differentiable with respect to the weights and biases (not the input: the
 trainers' observations need no gradient). The matrix products run in TF32 unless PyTorch's
@@ -28,22 +27,21 @@ import torch
 from torch import nn
 
 # The shapes the kernels take: each matrix dimension is padded to a power of two of at least 16
-# (tl.dot's smallest); the inputs are taken 32 at a time, the second layer's outputs 32 at a time
-# (mlp_kernels.py). Wider hidden layers are left to cuBLAS: on an H200, with TagContinuous's
-# [256, 256] policies (5 M rows), these kernels took 115 ms per forward and backward pass against
-# cuBLAS's 38.7 ms; their tiles are too small for the tensor cores, whose work outgrows the
-# memory traffic saved (benchmarks/train_throughput.py; docs/benchmarks/train-h200.md).
+# (tl.dot's smallest), and a block's activations must fit in its registers. Wider hidden layers
+# are left to cuBLAS: on an H200, with TagContinuous's [256, 256] policies (5 M rows), a version of
+# these kernels that took the layers in 32-wide chunks needed 115 ms per forward and backward pass
+# against cuBLAS's 38.7 ms (its tiles are too small for the tensor cores, whose work then outweighs
+# the memory traffic saved).
 MAX_HIDDEN = 64
-MAX_IN = 128
-MAX_OUT = 64
+MAX_IO = 64
 BLOCK_ROWS = 64
-CHUNK = 32
 # fused_mlp = "auto" fuses only where an update's minibatches have at least this many rows. On an
-# H200, at CartPole's 131,072 rows, the kernels' forward and backward pass took 151 us against
-# PyTorch's layers' 700 us; at PureJaxRL's 128 rows both are bound by launches (which CUDA graphs
-# already remove), and fusing made a fresh process's run to a return of 475 slower: Triton's
-# import and kernel loading add about half a second, its first compile (with an empty cache) about
-# three. Between those sizes the crossover was not measured; this is a round figure within it.
+# H200, PPO on CartPole at 4,096 envs x 128 steps (131,072-row minibatches) ran at 35-38 M env
+# steps/s with the kernels against 21.7 M with PyTorch's layers; at PureJaxRL's 4 envs (128-row
+# minibatches) the passes are bound by launches (which CUDA graphs already remove), and the kernels
+# made a fresh process's run to a return of 475 slower: about 1 s more with Triton's cache filled
+# (its import, kernel loading), about 4 s more with it empty (the first compile). Between those
+# sizes the crossover was not measured; this is a round figure within it.
 AUTO_MIN_ROWS = 16_384
 
 
@@ -53,7 +51,7 @@ def _padded(n: int) -> int:
 
 def fusable(module: nn.Module) -> bool:
     """Whether ``module`` is a ``Sequential`` of ``Linear, Tanh, Linear, Tanh, Linear`` with equal
-    hidden widths (16, 32 or 64), at most 128 inputs and 64 outputs, float32 weights."""
+    hidden widths (16, 32 or 64), at most 64 inputs and outputs, float32 weights."""
     if not isinstance(module, nn.Sequential) or len(module) != 5:
         return False
     first, tanh1, second, tanh2, last = module
@@ -63,7 +61,7 @@ def fusable(module: nn.Module) -> bool:
     hidden = first.out_features
     return (second.in_features == second.out_features == last.in_features == hidden
             and 16 <= hidden <= MAX_HIDDEN and hidden & (hidden - 1) == 0
-            and first.in_features <= MAX_IN and last.out_features <= MAX_OUT
+            and first.in_features <= MAX_IO and last.out_features <= MAX_IO
             and all(m.bias is not None and m.weight.dtype == torch.float32 for m in (first, second, last)))
 
 
@@ -98,23 +96,6 @@ def _precision() -> str:
     return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
-def _launch_shapes(n_in: int, hidden: int, n_out: int) -> dict:
-    """The kernels' compile-time shapes and launch options, the fastest of a sweep on an H200 at
-    CartPole's shapes (131,072 rows): 64-row blocks, 32-wide chunks, 4 warps; one stage (the
-    chunk loops are too short to gain from software pipelining)."""
-    padded_in = _padded(n_in)
-    return dict(IN=padded_in, KC=min(padded_in, CHUNK), H=hidden, NC=min(hidden, CHUNK), OUT=_padded(n_out),
-                BLOCK=BLOCK_ROWS, PRECISION=_precision(), num_warps=4, num_stages=1)
-
-
-def _programs(device: torch.device, blocks: int) -> int:
-    """The backward kernel's programs: two per multiprocessor (the sweep's best; two in Triton's
-    interpreter, so that the tests see programs that take several blocks)."""
-    if device.type != "cuda":
-        return min(blocks, 2)
-    return min(blocks, 2 * torch.cuda.get_device_properties(device).multi_processor_count)
-
-
 class _FusedMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2, w3, b3):
@@ -122,12 +103,13 @@ class _FusedMLP(torch.autograd.Function):
         x = x.contiguous()
         n_rows, n_in = x.shape
         hidden, n_out = w1.shape[0], w3.shape[0]
-        ctx.shapes = shapes = _launch_shapes(n_in, hidden, n_out)
+        shapes = dict(IN=_padded(n_in), H=hidden, OUT=_padded(n_out), BLOCK=BLOCK_ROWS, PRECISION=_precision())
         out = torch.empty(n_rows, n_out, dtype=x.dtype, device=x.device)
         blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
         if blocks:
             forward[(blocks,)](x, w1, b1, w2, b2, w3, b3, out, n_rows, n_in, n_out, **shapes)
         ctx.save_for_backward(x, w1, b1, w2, b2, w3)
+        ctx.shapes = shapes
         return out
 
     @staticmethod
@@ -138,11 +120,9 @@ class _FusedMLP(torch.autograd.Function):
         hidden, n_out = w1.shape[0], w3.shape[0]
         sizes = [hidden * n_in, hidden, hidden * hidden, hidden, n_out * hidden, n_out]
         blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
-        programs = _programs(x.device, blocks)
-        partial = torch.zeros(max(programs, 1), sum(sizes), dtype=torch.float32, device=x.device)
+        partial = torch.empty(blocks, sum(sizes), dtype=torch.float32, device=x.device)
         if blocks:
-            backward[(programs,)](x, w1, b1, w2, b2, w3, dout.contiguous(), partial, n_rows, n_in, n_out,
-                                  blocks, programs, **ctx.shapes)
+            backward[(blocks,)](x, w1, b1, w2, b2, w3, dout.contiguous(), partial, n_rows, n_in, n_out, **ctx.shapes)
         grads = partial.sum(0).split(sizes)
         shapes = [w1.shape, b1.shape, w2.shape, b2.shape, w3.shape, (n_out,)]
         return (None, *(g.view(shape) for g, shape in zip(grads, shapes)))

@@ -85,8 +85,8 @@ class ActorCritic(nn.Module):
         shaped = fused_mlp.fusable(self.actor) and fused_mlp.fusable(self.critic)
         if setting is True and not shaped:
             raise ValueError(f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
-                             f"{fused_mlp.MAX_HIDDEN}, at most {fused_mlp.MAX_IN} inputs and {fused_mlp.MAX_OUT} "
-                             f"outputs; this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
+                             f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
+                             f"this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
                              f"{fused_mlp.widths(self.critic)}")
         self.fused = setting is True or (setting == "auto" and shaped and minibatch_rows >= fused_mlp.AUTO_MIN_ROWS
                                          and fused_mlp.available())

@@ -26,8 +26,7 @@ SHAPES = [
     (5, 16, 3, 7),
     (17, 32, 20, 100),  # inputs and outputs padded past 16
     (6, 64, 1, 0),  # no rows: no launch, zero gradients
-    (4, 16, 2, 1000),  # 16 blocks: each backward program adds up several
-    (75, 64, 11, 130),  # CovidEconomy's governors: inputs and the second layer taken in chunks
+    (4, 16, 2, 1000),  # 16 blocks
 ]
 
 
@@ -37,7 +36,7 @@ def test_forward_and_gradients_match_the_layers(inputs, hidden, outputs, rows, f
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("inputs, hidden, outputs, rows", [*SHAPES, (4, 64, 2, 131_072), (128, 64, 64, 5000)])
+@pytest.mark.parametrize("inputs, hidden, outputs, rows", [*SHAPES, (4, 64, 2, 131_072), (64, 64, 64, 5000)])
 def test_compiled_kernels_match_the_layers_on_the_gpu(inputs, hidden, outputs, rows, full_float32, cuda_device):
     match_the_layers(cuda_device, inputs, hidden, outputs, rows)
 
@@ -75,7 +74,7 @@ def test_leading_dimensions_are_kept(full_float32):
     (mlp(4, (48, 48), 2, 1.0), "not a power of two"),
     (mlp(4, (128, 128), 2, 1.0), "wider than 64"),
     (mlp(4, (64,), 2, 1.0), "one hidden layer"),
-    (mlp(129, (64, 64), 2, 1.0), "more than 128 inputs"),
+    (mlp(65, (64, 64), 2, 1.0), "more than 64 inputs"),
     (mlp(4, (64, 64), 65, 1.0), "more than 64 outputs"),
     (mlp(4, (64, 64), 2, 1.0).double(), "float64"),
     (torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
