@@ -101,6 +101,12 @@ def test_auto_fuses_the_shapes_the_kernels_take_and_leaves_the_others():
     assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False, rows)
 
 
+def test_auto_is_off_with_full_float32_products():
+    assert ppo.PPOConfig(tf32=False).fused_mlp_setting() is False
+    assert ppo.PPOConfig(tf32=False, fused_mlp=True).fused_mlp_setting() is True
+    assert ppo.PPOConfig().fused_mlp_setting() == "auto"
+
+
 @pytest.mark.parametrize("value", ["yes", 1, None])
 def test_a_fused_mlp_setting_of_another_kind_is_refused(value):
     with pytest.raises(ValueError, match='fused_mlp must be true, false or "auto"'):
