@@ -102,6 +102,24 @@ class Context:
             dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         return sums.tolist()
 
+    def sum_over_ranks(self, in_graph: bool = True):
+        """A function that sums a tensor in place over the ranks (an all-reduce), issued where it
+        is called (``in_graph``, so a captured phase captures it) or between the graphs of a cut
+        phase (as :class:`GradientAverager` does); ``None`` on one process."""
+        if not self.enabled:
+            return None
+
+        def all_reduce(tensor: torch.Tensor) -> None:
+            def work():
+                dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+            if in_graph:
+                work()
+            else:
+                between_graphs(work)
+
+        return all_reduce
+
     def mean(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
         """Scalar tensors (losses) averaged over the ranks, as Python floats, in one transfer."""
         if not values:

@@ -27,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 
 from gpu_marl_envs.baselines import fused_mlp
+from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -55,8 +56,13 @@ def mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) ->
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, observation_size: int, action_space: spaces.Space, hidden: tuple[int, ...] = (64, 64)):
+    def __init__(self, observation_size: int, action_space: spaces.Space, hidden: tuple[int, ...] = (64, 64),
+                 normalize_observations: bool = False):
+        """``normalize_observations``: the networks see observations scaled by their running mean
+        and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
+        the trainer updates it from each rollout)."""
         super().__init__()
+        self.obs_norm = ObservationNormalizer(observation_size) if normalize_observations else None
         if isinstance(action_space, spaces.Discrete):
             self.nvec = [int(action_space.n)]
         elif isinstance(action_space, spaces.MultiDiscrete):
@@ -93,6 +99,8 @@ class ActorCritic(nn.Module):
         return self.fused
 
     def _run(self, network: nn.Sequential, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         if (self.fused and obs.is_cuda and obs.dtype == torch.float32 and not obs.requires_grad
                 and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling()):
             return fused_mlp.mlp_forward(network, obs)

@@ -99,6 +99,9 @@ class PolicyConfig:
     """Normalise advantages (per minibatch, over the rows that count)."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the actor's and the critic's MLPs."""
+    normalize_observations: bool = False
+    """Scale the observations by their running mean and variance before the networks
+    (:mod:`obs_norm`), updated from each rollout's rows that count, before the update."""
     clip_coef: float = 0.2
     """PPO only: the ratio's clip range."""
     update_epochs: int = 4
@@ -307,8 +310,9 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
         raise ValueError(f"models given for unknown policies {unknown}; policies: {sorted(config.policies)}")
     policies = {}
     for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
+        settings = config.policies[name]
         module = models[name] if name in models else ActorCritic(observation_space.shape[0], action_space,
-                                                                 config.policies[name].hidden)
+                                                                 settings.hidden, settings.normalize_observations)
         policies[name] = module.to(device)
     return policies
 
@@ -524,7 +528,7 @@ def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, co
 
 
 def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
-           loss_fn, ent_coef, average_gradients, autocast=contextlib.nullcontext) -> dict:
+           loss_fn, ent_coef, average_gradients, autocast=contextlib.nullcontext, sum_over_ranks=None) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
     algorithm's masked loss (each maybe compiled), the entropy weight ``ent_coef`` (a device
@@ -532,10 +536,15 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
     :class:`distributed.GradientAverager` of the policy's parameters) runs between each
     ``backward`` and the clipping; ``autocast()`` is the context of the forward passes
     (:meth:`CaptureOptions.autocast`). Log-probabilities and entropies are those under the stored
-    action masks. Returns the last gradient step's loss terms."""
+    action masks. A policy with an observation normalizer first merges the rollout's observations
+    into it (``sum_over_ranks``: see :meth:`ObservationNormalizer.update`), so that the whole update,
+    old log-probabilities included, sees one normalisation. Returns the last gradient step's loss
+    terms."""
+    b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
+    if getattr(policy, "obs_norm", None) is not None:
+        policy.obs_norm.update(b_obs, b_weights, sum_over_ranks)
     with autocast():
         rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
-    b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
 
     def advantages_and_returns(values):
         with torch.no_grad():
@@ -686,7 +695,8 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                 with update_branches.branch(name):
                     terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name],
                                    value[name], gae, settings, loss_fns[settings.algorithm], ent_coefs[name],
-                                   averagers[name], autocast=lambda: config.autocast(device))
+                                   averagers[name], autocast=lambda: config.autocast(device),
+                                   sum_over_ranks=context.sum_over_ranks(in_graph=config.graph_allreduce))
                 losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
         return losses
 
