@@ -134,9 +134,15 @@ class Branches:
         current = torch.cuda.current_stream()
         for stream in self.streams.values():
             stream.wait_stream(current)
-        yield
-        for stream in self.streams.values():
-            current.wait_stream(stream)
+        try:
+            yield
+        finally:
+            # Joined on an error too: a capture that a branch's error cuts short can then still be
+            # ended, which also ends the capture's use of the CUDA random generator (an unended
+            # one fails every later random draw of the process: "Offset increment outside graph
+            # capture").
+            for stream in self.streams.values():
+                current.wait_stream(stream)
 
     def branch(self, name):
         return torch.cuda.stream(self.streams[name]) if self.streams else contextlib.nullcontext()
@@ -202,9 +208,10 @@ class GraphedPhase:
                 try:
                     self._outputs = self.phase()
                 except BaseException:
-                    # Ending a capture that the phase's error cut short can fail too (e.g. a
-                    # policy's branch stream left unjoined): the phase's error (an out-of-memory,
-                    # say) is the one to report, not "capturing stream has unjoined work".
+                    # Ending a capture that the phase's error cut short can fail too (e.g. a stream
+                    # of the phase's own left unjoined; Branches joins its streams even on errors):
+                    # the phase's error (an out-of-memory, say) is the one to report, not
+                    # "capturing stream has unjoined work".
                     with contextlib.suppress(Exception):
                         self._graphs[-1].capture_end()
                     raise
