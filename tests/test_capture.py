@@ -16,7 +16,7 @@ from gpu_marl_envs.baselines.capture import Branches, GraphedPhase
 UNJOINED_STREAM = """
 import sys, torch
 from gpu_marl_envs.baselines.capture import GraphedPhase
-device = sys.argv[1]
+device = torch.device(sys.argv[1])
 x = torch.zeros(4, device=device)
 calls = []
 
