@@ -54,12 +54,10 @@ class CaptureOptions:
     """Run the default actor and critic (two tanh hidden layers of one width up to 64) as two
     Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in registers
     instead of writing every layer's to GPU memory. ``"auto"`` (the default): where they gain, i.e.
-    in the single-agent PPO and A2C trainers, for float32 passes on CUDA with TF32 products, of
-    policies of that shape whose update minibatches have at least ``fused_mlp.AUTO_MIN_ROWS``
-    rows, with Triton installed (the multi-agent trainer treats it as false: see
-    ``multi_agent.train``); ``true``: wherever they can run (a policy of another shape is an
-    error); ``false``: PyTorch's layers. Passes under ``bf16`` or ``compile``, and on the CPU, run
-    the layers whatever the setting."""
+    float32 passes on CUDA with TF32 products, of policies of that shape whose update minibatches
+    have at least ``fused_mlp.AUTO_MIN_ROWS`` rows, with Triton installed; ``true``: wherever they
+    can run (a policy of another shape is an error); ``false``: PyTorch's layers. Passes under
+    ``bf16`` or ``compile``, and on the CPU, run the layers whatever the setting."""
     graph_allreduce: bool = True
     """On several GPUs with ``cuda_graph``: the NCCL all-reduce that averages the ranks' gradients
     is captured inside the update's graph. False: the update's graph is cut at each all-reduce,

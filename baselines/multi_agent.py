@@ -644,10 +644,10 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     policies = make_policies(env_id, config, device, models)
     for name, policy in policies.items():
         if isinstance(policy, ActorCritic):
-            # Only on request: with "auto" fusing, TagGridworld's A2C config trained slower on an H200
-            # (6.4 M env-steps/s against 10.9 M with the layers; both its rollout and its update),
-            # although the kernels' own GPU time was lower; the cause is not known yet.
-            policy.use_fused_mlp(config.fused_mlp is True)
+            settings = config.policies[name]
+            agents = sum(len(env.groups[group]) for group, served in config.groups.items() if served == name)
+            minibatches = settings.num_minibatches if settings.algorithm == "ppo" else 1
+            policy.use_fused_mlp(config.fused_mlp_setting(), minibatch_rows=config.batch_size * agents // minibatches)
         elif config.fused_mlp is True:
             raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
                              f"a {type(policy).__name__}")
