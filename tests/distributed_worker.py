@@ -16,7 +16,8 @@ full length, then writes what it saw to ``DIR/rank<r>.json``:
   their second step, by their own sampled actions);
 - whether the restored policies equal the checkpoint's;
 - the histories (reduced metrics), how often ``log`` and ``save`` were called on this rank, the
-  final parameters, and the reductions of rank-dependent numbers.
+  final parameters and buffers (in the ``tag`` case, the taggers' observation statistics), and
+  the reductions of rank-dependent numbers.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ CASES = {
     "tag": (multi_agent, multi_agent.MultiAgentConfig.from_dict({
         "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 2 * 8 * 6},
         "groups": {"taggers": "taggers", "runners": "runners"},
-        "policies": {"taggers": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 2},
+        "policies": {"taggers": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 2,
+                                 "normalize_observations": True},
                      "runners": {"algorithm": "a2c", "hidden": [16]}},
         "env_params": {"grid_length": 4, "episode_length": 8}}), "TagGridworld-v0"),
     "covid": (multi_agent, multi_agent.MultiAgentConfig.from_dict({
@@ -126,7 +128,8 @@ def main() -> None:
               "restored_matches_checkpoint": restored_matches, "history": history, "logged": len(logged),
               "saved": saved, "reductions": reductions,
               "parameters": torch.cat([p.detach().reshape(-1).cpu() for m in modules(trained).values()
-                                       for p in m.parameters()]).tolist()}
+                                       for p in m.parameters()]).tolist(),
+              "buffers": [b.reshape(-1).cpu().tolist() for m in modules(trained).values() for b in m.buffers()]}
     (out / f"rank{context.rank}.json").write_text(json.dumps(result))
     teardown()
 

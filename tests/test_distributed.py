@@ -59,6 +59,9 @@ def test_two_ranks_keep_identical_parameters_and_reduce_metrics(algorithm, tmp_p
     assert zero["steps"] == one["steps"] > 0
     assert zero["mismatched_steps"] == one["mismatched_steps"] == []
     assert zero["parameters"] == one["parameters"]
+    # Buffers too; in the "tag" case these include the taggers' observation statistics, which merge
+    # both ranks' rollouts.
+    assert zero["buffers"] == one["buffers"]
     # Metrics are reduced: both ranks hold the same history, counting the env steps of both.
     assert zero["history"] == one["history"] and len(zero["history"]) == 6
     steps = [h["env_steps"] for h in zero["history"]]
