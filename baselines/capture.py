@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from gpu_marl_envs.baselines.fused_mlp import AUTO_MIN_ROWS
 from gpu_marl_envs.baselines.optimizers import Optimizer
 
 Phase = Callable[[], dict[str, torch.Tensor]]
@@ -69,11 +70,15 @@ class CaptureOptions:
         if not (isinstance(self.fused_mlp, bool) or self.fused_mlp == "auto"):
             raise ValueError(f'{type(self).__name__}.fused_mlp must be true, false or "auto", got {self.fused_mlp!r}')
 
-    def fused_mlp_setting(self) -> bool | str:
-        """``fused_mlp`` as the trainers apply it: ``"auto"`` is off under ``tf32=false``, whose
-        full-float32 products the kernels run slower than cuBLAS does (on an H200, PPO on CartPole
-        at 4,096 x 128: 13.4 M env-steps/s against 18.8 M with PyTorch's layers, in separate runs)."""
-        return False if self.fused_mlp == "auto" and not self.tf32 else self.fused_mlp
+    def fused_mlp_setting(self, minibatch_rows: int) -> bool | str:
+        """``fused_mlp`` as the trainers apply it to a policy whose update minibatches have
+        ``minibatch_rows`` rows: ``"auto"`` turns into false where the kernels do not gain, i.e.
+        below ``fused_mlp.AUTO_MIN_ROWS`` rows (see there) and under ``tf32=false``, whose
+        full-float32 products they run slower than cuBLAS does (on an H200, PPO on CartPole at
+        4,096 x 128: 13.4 M env-steps/s against 18.8 M with PyTorch's layers, in separate runs)."""
+        if self.fused_mlp == "auto" and (not self.tf32 or minibatch_rows < AUTO_MIN_ROWS):
+            return False
+        return self.fused_mlp
 
     def autocast(self, device: torch.device):
         """A context for the policies' forward passes: bfloat16 autocast when ``bf16``, else nothing.

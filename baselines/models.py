@@ -81,21 +81,20 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.zeros(outputs))
         self.fused = False
 
-    def use_fused_mlp(self, setting: bool | str = True, minibatch_rows: int = 0) -> bool:
+    def use_fused_mlp(self, setting: bool | str = True) -> bool:
         """Run the actor and the critic as :mod:`fused_mlp`'s Triton kernels where they can (float32
         passes on CUDA, outside autocast and ``torch.compile``; elsewhere the layers run as before).
         ``setting``: ``True`` (``ValueError`` if the networks have another shape than the kernels
-        take), ``"auto"`` (only if they have that shape, Triton is installed and the update's
-        ``minibatch_rows`` reach ``fused_mlp.AUTO_MIN_ROWS``) or ``False``. Returns whether the
-        kernels are used."""
+        take), ``"auto"`` (only if they have that shape and Triton is installed; the trainers pass
+        :meth:`CaptureOptions.fused_mlp_setting`, which also weighs the run's sizes) or ``False``.
+        Returns whether the kernels are used."""
         shaped = fused_mlp.fusable(self.actor) and fused_mlp.fusable(self.critic)
         if setting is True and not shaped:
             raise ValueError(f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
                              f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
                              f"this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
                              f"{fused_mlp.widths(self.critic)}")
-        self.fused = setting is True or (setting == "auto" and shaped and minibatch_rows >= fused_mlp.AUTO_MIN_ROWS
-                                         and fused_mlp.available())
+        self.fused = setting is True or (setting == "auto" and shaped and fused_mlp.available())
         return self.fused
 
     def _run(self, network: nn.Sequential, obs: torch.Tensor) -> torch.Tensor:

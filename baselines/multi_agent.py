@@ -647,7 +647,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
             settings = config.policies[name]
             agents = sum(len(env.groups[group]) for group, served in config.groups.items() if served == name)
             minibatches = settings.num_minibatches if settings.algorithm == "ppo" else 1
-            policy.use_fused_mlp(config.fused_mlp_setting(), minibatch_rows=config.batch_size * agents // minibatches)
+            policy.use_fused_mlp(config.fused_mlp_setting(config.batch_size * agents // minibatches))
         elif config.fused_mlp is True:
             raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
                              f"a {type(policy).__name__}")

@@ -54,8 +54,7 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     # PPO splits each rollout into minibatches; A2C takes it whole.
-    minibatch_rows = config.batch_size // getattr(config, "num_minibatches", 1)
-    agent.use_fused_mlp(config.fused_mlp_setting(), minibatch_rows=minibatch_rows)
+    agent.use_fused_mlp(config.fused_mlp_setting(config.batch_size // getattr(config, "num_minibatches", 1)))
     optimizer = make_optimizer(optimizer_type, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", **optimizer_options)
     return Run(context=context, first=first, iterations=context.iterations(config.total_timesteps, config.batch_size),

@@ -93,18 +93,19 @@ def test_a_policy_that_cannot_be_fused_is_refused_by_name():
 
 
 def test_auto_fuses_the_shapes_the_kernels_take_and_leaves_the_others():
-    rows = fused_mlp.AUTO_MIN_ROWS
-    assert ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto", rows)  # Triton is in the test extra
-    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto", rows - 1)  # too few rows to gain
+    assert ActorCritic(4, spaces.Discrete(2)).use_fused_mlp("auto")  # Triton is in the test extra
     wide = ActorCritic(4, spaces.Discrete(2), hidden=(256, 256))
-    assert not wide.use_fused_mlp("auto", rows) and not wide.fused
-    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False, rows)
+    assert not wide.use_fused_mlp("auto") and not wide.fused
+    assert not ActorCritic(4, spaces.Discrete(2)).use_fused_mlp(False)
 
 
-def test_auto_is_off_with_full_float32_products():
-    assert ppo.PPOConfig(tf32=False).fused_mlp_setting() is False
-    assert ppo.PPOConfig(tf32=False, fused_mlp=True).fused_mlp_setting() is True
-    assert ppo.PPOConfig().fused_mlp_setting() == "auto"
+def test_auto_is_off_for_small_minibatches_and_full_float32_products():
+    rows = fused_mlp.AUTO_MIN_ROWS
+    assert ppo.PPOConfig().fused_mlp_setting(rows) == "auto"
+    assert ppo.PPOConfig().fused_mlp_setting(rows - 1) is False  # too few rows to gain
+    assert ppo.PPOConfig(fused_mlp=True).fused_mlp_setting(rows - 1) is True
+    assert ppo.PPOConfig(tf32=False).fused_mlp_setting(rows) is False
+    assert ppo.PPOConfig(tf32=False, fused_mlp=True).fused_mlp_setting(rows) is True
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
