@@ -64,7 +64,7 @@ CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
 DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml",
                    "Pendulum-v1": "pendulum_ddpg.toml", "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml",
                    "TagContinuous-v0": "tag_continuous_ppo.toml", "TagGridworld-v0": "tag_gridworld_a2c.toml",
-                   "CovidEconomy-v0": "covid_economy_a2c.toml"}
+                   "CovidEconomy-v0": "covid_economy_ppo.toml"}
 MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
 
 
