@@ -119,20 +119,20 @@ def cases(quick: bool):
     yield "A2C CartPole 10000x5", "a2c", "CartPole-v1", cartpole_10k, None, False
     iterations = 4 if quick else 12
     # WarpDrive's 100 games with its rollout of one whole episode (500 steps); at 1000 games the
-    # same 50,000 env steps per update (50 steps per game).
+    # same 50,000 env steps per update (50 steps per game). The shipped config runs bf16 passes.
     for num_envs, num_steps in ((100, 500), (1000, 50)):
         config = tag_a2c(num_envs, num_steps, iterations)
         for backend in ("pycuda", "numba"):
             yield (f"A2C TagContinuous {num_envs}x{num_steps} (WarpDrive config), {backend}", "multi_agent",
                    "TagContinuous-v0", config, backend, False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, bf16 updates", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, bf16=True), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, bf16 updates + torch.compile", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, bf16=True, compile=True), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, tf32=False), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager (baseline)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False, fused_mlp=False,
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, float32 passes on TF32 (bf16=false)", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, bf16=False), "pycuda", False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, + torch.compile", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, compile=True), "pycuda", False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32, bf16=false)", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, bf16=False, tf32=False), "pycuda", False)
+        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager float32 (baseline)", "multi_agent",
+               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False, fused_mlp=False, bf16=False,
                                                        total_timesteps=num_envs * num_steps * 5), "pycuda", False)
 
 
