@@ -26,8 +26,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from gpu_marl_envs.baselines import fused_mlp
+from gpu_marl_envs.baselines import fused_mlp, sampling
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
+from gpu_marl_envs.baselines.wide_mlp import run_mlp
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -103,7 +104,7 @@ class ActorCritic(nn.Module):
         if (self.fused and obs.is_cuda and obs.dtype == torch.float32 and not obs.requires_grad
                 and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling()):
             return fused_mlp.mlp_forward(network, obs)
-        return network(obs)
+        return run_mlp(network, obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self._run(self.critic, obs).squeeze(-1)
@@ -112,7 +113,11 @@ class ActorCritic(nn.Module):
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
     def sample(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """An action drawn from the policy (the rollout's only use of the networks), never a masked one."""
-        out = self._run(self.actor, obs).float()  # the noise in float32, also where the network ran in bfloat16
+        out = self._run(self.actor, obs)
+        if self.uniform and sampling.kernel_applies(out):
+            actions = sampling.gumbel_max_kernel(out, len(self.nvec), action_mask)
+            return actions.squeeze(-1) if isinstance(self.space, spaces.Discrete) else actions
+        out = out.float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
             self._no_mask(action_mask)
             return out + self.log_std.exp() * torch.randn_like(out)

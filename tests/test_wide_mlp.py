@@ -1,0 +1,148 @@
+"""baselines/wide_mlp.py and baselines/sampling.py: the aligned layers, the tanh layers' fused
+backward and the Gumbel-max kernel against PyTorch. Without a GPU the Triton kernels run in
+Triton's interpreter on the CPU (conftest.py sets TRITON_INTERPRET=1)."""
+
+import pytest
+import torch
+from torch import nn
+
+from gpu_marl_envs.baselines import sampling, wide_mlp
+from gpu_marl_envs.baselines.models import mlp
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def full_float32():
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def perturbed(module: nn.Module) -> nn.Module:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in module.parameters():  # biases away from their zero initialisation
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return module
+
+
+@pytest.mark.parametrize("inputs, outputs, tanh, rows", [
+    (71, 42, False, 50),  # Tag's observations and logits: both padded
+    (71, 1, False, 50),  # a value head: only the input padded
+    (71, 64, True, 300),  # padded input, fused tanh backward over several blocks
+    (64, 16, True, 7),
+    (5, 100, True, 20),  # a width the tanh kernel does not take
+    (8, 32, True, 0),  # no rows
+])
+def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
+    layer = perturbed(nn.Linear(inputs, outputs).to(DEVICE))
+    x = torch.randn(3, rows, inputs, device=DEVICE, requires_grad=True)
+    ours = wide_mlp.linear(layer, x, tanh)
+    theirs = torch.tanh(layer(x)) if tanh else layer(x)
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn_like(theirs)
+    got = torch.autograd.grad(ours, [x, layer.weight, layer.bias], upstream)
+    want = torch.autograd.grad(theirs, [x, layer.weight, layer.bias], upstream)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_the_fused_backward_is_taken_only_where_it_applies():
+    weight = torch.zeros(256, 72, requires_grad=True)
+    bias = torch.zeros(256, requires_grad=True)
+    assert wide_mlp.fused_backward_applies(256, weight, bias)
+    assert not wide_mlp.fused_backward_applies(100, weight, bias)  # not a power of two
+    assert not wide_mlp.fused_backward_applies(2048, weight, bias)  # wider than a block holds
+    with torch.no_grad():  # the rollout: no gradient, plain layers
+        assert not wide_mlp.fused_backward_applies(256, weight, bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, width", [(1000, 64), (130, 256), (0, 16)])
+def test_tanh_backward_and_bias(dtype, rows, width):
+    dy = torch.randn(rows, width, device=DEVICE, dtype=dtype)
+    y = (torch.rand(rows, width, device=DEVICE) * 2 - 1).to(dtype)
+    dz, dbias = wide_mlp.tanh_backward_and_bias(dy, y)
+    exact = dy.float() * (1 - y.float() ** 2)
+    assert dz.dtype == dtype and dbias.dtype == torch.float32
+    torch.testing.assert_close(dz, exact.to(dtype))  # computed in float32, rounded once
+    torch.testing.assert_close(dbias, exact.sum(0), rtol=1e-4, atol=1e-3)
+
+
+def test_run_mlp_is_the_network_on_the_cpu():
+    network = perturbed(mlp(71, (64, 64), 42, last_gain=0.01))
+    x = torch.randn(9, 71)
+    assert torch.equal(wide_mlp.run_mlp(network, x), network(x))
+
+
+def frequencies(logits, components, mask=None, draws=400):
+    n = logits.shape[-1] // components
+    counts = torch.zeros(*logits.shape[:-1], components, n, device=logits.device)
+    for _ in range(draws):
+        actions = sampling.gumbel_max_kernel(logits, components, mask)
+        assert actions.shape == (*logits.shape[:-1], components) and actions.dtype == torch.int64
+        counts.scatter_add_(-1, actions.unsqueeze(-1), torch.ones_like(counts[..., :1]))
+    return counts / draws
+
+
+@pytest.mark.parametrize("components, n", [(2, 21), (1, 2), (1, 11)])
+def test_gumbel_max_kernel_draws_from_the_softmax(components, n):
+    torch.manual_seed(0)
+    # A slice of a wider buffer, as the aligned actor's logits are (row stride 48 for 42 logits).
+    full = 2 * torch.randn(4, 30, 48, device=DEVICE)
+    logits = full[..., :components * n]
+    got = frequencies(logits, components)
+    expected = logits.unflatten(-1, (components, n)).softmax(-1)
+    # 400 draws per row: the standard error of a frequency is at most 0.025.
+    assert (got - expected).abs().max() < 0.1
+    # Pooled over the 120 rows, the error of the mean frequency shrinks about elevenfold.
+    assert (got - expected).mean(dim=(0, 1)).abs().max() < 0.01
+
+
+def test_gumbel_max_kernel_never_draws_a_masked_action():
+    torch.manual_seed(1)
+    logits = torch.randn(50, 11, device=DEVICE)
+    logits[:, 0] = 30.0  # the most likely action, masked where mask[:, 0] is False
+    mask = torch.rand(50, 11, device=DEVICE) < 0.3
+    mask[:, 0] = torch.arange(50, device=DEVICE) % 2 == 0
+    mask[torch.arange(50), torch.randint(11, (50,))] = True  # every row has an allowed action
+    got = frequencies(logits, 1, mask, draws=100)[:, 0]
+    assert (got[~mask] == 0).all()
+    assert (got[::2, 0] == 1).all()  # allowed there: it dominates
+    torch.testing.assert_close(got.sum(-1), torch.ones(50, device=DEVICE))
+
+
+def test_gumbel_max_kernel_follows_the_generator():
+    logits = torch.randn(64, 2, 21, device=DEVICE).flatten(-2)
+    torch.manual_seed(5)
+    first = sampling.gumbel_max_kernel(logits, 2)
+    torch.manual_seed(5)
+    again = sampling.gumbel_max_kernel(logits, 2)
+    other = sampling.gumbel_max_kernel(logits, 2)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_gumbel_max_kernel_rejects_uneven_components():
+    with pytest.raises(ValueError, match="equal components"):
+        sampling.gumbel_max_kernel(torch.zeros(3, 7), 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bf16", [False, True])
+def test_run_mlp_matches_the_layers_on_the_gpu(bf16, cuda_device):
+    """Tag's policy shape over many rows: the aligned, fused path against plain layers, both in
+    the same precision (TF32 or bfloat16 autocast)."""
+    network = perturbed(mlp(71, (256, 256), 42, last_gain=0.01).to(cuda_device))
+    x = torch.randn(20_000, 71, device=cuda_device)
+    with torch.autocast("cuda", torch.bfloat16, enabled=bf16):
+        ours, theirs = wide_mlp.run_mlp(network, x), network(x)
+    tolerance = 3e-2 if bf16 else 2e-3
+    torch.testing.assert_close(ours.float(), theirs.float(), rtol=tolerance, atol=tolerance)
+    upstream = torch.randn_like(theirs)
+    got = torch.autograd.grad(ours, list(network.parameters()), upstream)
+    want = torch.autograd.grad(theirs, list(network.parameters()), upstream)
+    for g, w in zip(got, want):
+        assert (g - w).norm() <= tolerance * w.norm()
