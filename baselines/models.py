@@ -28,7 +28,7 @@ from torch import nn
 
 from gpu_marl_envs.baselines import fused_mlp, sampling
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
-from gpu_marl_envs.baselines.wide_mlp import run_mlp
+from gpu_marl_envs.baselines.wide_mlp import aligned_input, run_mlp
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -98,22 +98,31 @@ class ActorCritic(nn.Module):
         self.fused = setting is True or (setting == "auto" and shaped and fused_mlp.available())
         return self.fused
 
-    def _run(self, network: nn.Sequential, obs: torch.Tensor) -> torch.Tensor:
+    def _inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the networks read: ``obs`` normalised (with ``obs_norm``) and, where the layers
+        run on CUDA, aligned once for both networks (:func:`wide_mlp.aligned_input`)."""
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        if (self.fused and obs.is_cuda and obs.dtype == torch.float32 and not obs.requires_grad
-                and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling()):
-            return fused_mlp.mlp_forward(network, obs)
-        return run_mlp(network, obs)
+        if not obs.is_cuda or self._fused_for(obs):
+            return obs
+        return aligned_input(obs, self.critic[0].in_features)
+
+    def _fused_for(self, x: torch.Tensor) -> bool:
+        return (self.fused and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
+                and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling())
+
+    def _run(self, network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+        """``network`` on ``x`` (from :meth:`_inputs`)."""
+        return fused_mlp.mlp_forward(network, x) if self._fused_for(x) else run_mlp(network, x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._run(self.critic, obs).squeeze(-1)
+        return self._run(self.critic, self._inputs(obs)).squeeze(-1)
 
     # The distributions are written out rather than taken from torch.distributions: its argument
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
     def sample(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """An action drawn from the policy (the rollout's only use of the networks), never a masked one."""
-        out = self._run(self.actor, obs)
+        out = self._run(self.actor, self._inputs(obs))
         if self.uniform and sampling.kernel_applies(out):
             actions = sampling.gumbel_max_kernel(out, len(self.nvec), action_mask)
             return actions.squeeze(-1) if isinstance(self.space, spaces.Discrete) else actions
@@ -136,28 +145,30 @@ class ActorCritic(nn.Module):
         mask, the distribution is the softmax over the allowed actions only."""
         if action is None:
             action = self.sample(obs, action_mask)
-        out = self._run(self.actor, obs)
+        x = self._inputs(obs)
+        out = self._run(self.actor, x)
+        value = self._run(self.critic, x).squeeze(-1)
         if self.nvec is None:
             self._no_mask(action_mask)
             log_std = self.log_std.expand_as(out)
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
-            return action, log_prob, entropy, self.value(obs)
+            return action, log_prob, entropy, value
         out = mask_logits(out, action_mask)
         parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
         if self.uniform:
             log_probs = out.unflatten(-1, (len(self.nvec), self.nvec[0])).log_softmax(-1)
             log_prob = log_probs.gather(-1, parts.unsqueeze(-1)).sum((-2, -1))
             entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
-            return action, log_prob, entropy, self.value(obs)
+            return action, log_prob, entropy, value
         log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
         log_prob = sum(lp.gather(-1, parts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
-        return action, log_prob, entropy, self.value(obs)
+        return action, log_prob, entropy, value
 
     def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
-        out = self._run(self.actor, obs)
+        out = self._run(self.actor, self._inputs(obs))
         if self.nvec is None:
             self._no_mask(action_mask)
             return out

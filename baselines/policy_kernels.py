@@ -78,3 +78,28 @@ def gumbel_argmax(logits_ptr, mask_ptr, seed_ptr, actions_ptr, n_rows, row_strid
         best, action = _keep_best(best, action, s2, 2)
         best, action = _keep_best(best, action, s3, 3)
         tl.store(actions_ptr + rows * COMPONENTS + c, action.to(tl.int64), mask=rows_ok)
+
+
+@triton.jit(do_not_specialize=ROWS)
+def tanh_value_head_backward(dv_ptr, h_ptr, w_ptr, dz_ptr, partial_ptr, n_rows, N: tl.constexpr,
+                             BLOCK: tl.constexpr):
+    """The backward of ``v = tanh(z) @ w + c`` (a critic's last hidden layer and its single output)
+    for a block of rows, from ``dv`` (one per row) and ``h = tanh(z)``: ``dz = dv w (1 - h^2)``
+    (stored in dz's dtype) without writing ``dv w`` to memory first, and the block's shares of the
+    bias gradient (column sums of ``dz``), of ``w``'s (column sums of ``dv h``) and of ``c``'s (the
+    sum of ``dv``), side by side in its row of ``partial`` (``2 N + 1`` numbers)."""
+    block = tl.program_id(0)
+    rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    columns = tl.arange(0, N)
+    row_ok = rows < n_rows
+    ok = row_ok[:, None]
+    offsets = rows[:, None] * N + columns[None, :]
+    dv = tl.load(dv_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    h = tl.load(h_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + columns).to(tl.float32)
+    dz = dv[:, None] * w[None, :] * (1.0 - h * h)
+    tl.store(dz_ptr + offsets, dz.to(dz_ptr.dtype.element_ty), mask=ok)
+    base = partial_ptr + block * (2 * N + 1)
+    tl.store(base + columns, tl.sum(dz, axis=0))
+    tl.store(base + N + columns, tl.sum(dv[:, None] * h, axis=0))
+    tl.store(base + 2 * N, tl.sum(dv, axis=0))

@@ -13,8 +13,12 @@ numbers the same up to rounding.
   bias gradient (the column sums of ``dz``) from one read of ``dy`` and ``y``
   (:func:`policy_kernels.tanh_backward_and_bias`), where PyTorch reads ``dz`` again for the sums.
   These passes are bound by memory traffic in wide layers over many rows; on an H200 at 5.5 M
-  rows of width 256 in bfloat16 the kernel took 2.1 ms against PyTorch's 3.1 ms. Used where a
-  gradient is taken, with Triton installed, outside ``torch.compile`` (which fuses on its own).
+  rows of width 256 in bfloat16 the kernel took 2.1 ms against PyTorch's 3.1 ms.
+- **A critic's last tanh layer and its single output** (:class:`_TanhValueHead`): one kernel
+  goes from the value's gradient to the layer's, skipping the head's input gradient.
+
+Both fused backwards are used where a gradient is taken, with Triton installed, outside
+``torch.compile`` (which fuses on its own).
 
 The CPU runs ``network(x)`` unchanged.
 """
@@ -30,10 +34,11 @@ from gpu_marl_envs.baselines import fused_mlp
 ALIGN = 8
 """Feature counts a CUDA matrix product gets as multiples of this (16 bytes of bfloat16, 32 of
 float32): cuBLAS picks its fast tensor-core kernels only for rows of a multiple of 16 bytes."""
-TANH_BLOCK_ELEMENTS = 32_768
-"""Rows x width that one program (8 warps) of the tanh backward takes: 128 rows of 256 was the
-fastest of the sizes tried at 5.5 M rows on an H200 (with 4 warps the block spills its registers
-and runs five times slower)."""
+TANH_BLOCK_BYTES = 65_536
+"""Bytes of each tensor that one program (8 warps) of the tanh backwards takes: on an H200 at 5.5 M
+rows of width 256, 128 rows in bfloat16 (2.05 ms, against PyTorch's 3.11) and 64 in float32 (3.96
+ms, against 5.67) were the fastest of the sizes tried; a block twice as large spills its
+registers (27 ms in float32)."""
 
 
 def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
@@ -47,6 +52,8 @@ def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         module = modules[i]
         if isinstance(module, nn.Linear):
             tanh = i + 1 < len(modules) and isinstance(modules[i + 1], nn.Tanh)
+            if tanh and i + 3 == len(modules) and value_head_applies(module, modules[i + 2], x):
+                return tanh_value_head(module, modules[i + 2], x)
             x = linear(module, x, tanh)
             i += 2 if tanh else 1
         else:
@@ -55,18 +62,29 @@ def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def aligned_input(x: torch.Tensor, features: int) -> torch.Tensor:
+    """``x`` (``(..., features)``) as :func:`linear` takes it: with its features zero-padded to a
+    multiple of :data:`ALIGN`, in the autocast dtype (autocast would cast the padded input again
+    otherwise); ``x`` itself where nothing is padded. One copy, which an actor and a critic reading
+    the same observations can share."""
+    pad = -features % ALIGN
+    if not pad:
+        return x
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    padded = x.new_empty((*x.shape[:-1], features + pad), dtype=dtype)
+    padded[..., :features] = x
+    padded[..., features:] = 0  # only the padding columns are written twice
+    return padded
+
+
 def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tensor:
-    """``layer(x)``, then ``tanh`` if asked, with aligned sizes (module docstring)."""
+    """``layer(x)``, then ``tanh`` if asked, with aligned sizes (module docstring); ``x`` may come
+    padded already (:func:`aligned_input`)."""
     pad_in = -layer.in_features % ALIGN
     pad_out = -layer.out_features % ALIGN if layer.out_features > 1 else 0
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-    if pad_in:
-        # One copy into an aligned buffer, already in the autocast dtype (autocast would cast the
-        # padded input again otherwise); only the padding columns are zeroed.
-        padded = x.new_empty((*x.shape[:-1], layer.in_features + pad_in), dtype=dtype)
-        padded[..., :layer.in_features] = x
-        padded[..., layer.in_features:] = 0
-        x = padded
+    if x.shape[-1] == layer.in_features:
+        x = aligned_input(x, layer.in_features)
     weight = F.pad(layer.weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else layer.weight
     bias = F.pad(layer.bias, (0, pad_out)) if pad_out else layer.bias
     width = layer.out_features + pad_out
@@ -87,6 +105,27 @@ def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor 
             and fused_mlp.available() and not torch.compiler.is_compiling())
 
 
+def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bool:
+    """Whether a network's last ``layer, Tanh, head`` run as :func:`tanh_value_head`: ``head`` is a
+    ``Linear`` with a single output and a bias, ``layer`` takes its input unpadded, and the fused
+    backward applies (:func:`fused_backward_applies`)."""
+    return (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None
+            and x.shape[-1] == layer.in_features and layer.in_features % ALIGN == 0
+            and fused_backward_applies(layer.out_features, layer.weight, layer.bias))
+
+
+def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``head(tanh(layer(x)))`` for :func:`value_head_applies` layers, in the autocast dtype where
+    autocast is on, with :class:`_TanhValueHead`'s backward."""
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    return _TanhValueHead.apply(*(t.to(dtype) for t in (x, layer.weight, layer.bias, head.weight, head.bias)))
+
+
+def rows_per_block(y: torch.Tensor) -> int:
+    """Rows of ``y`` (its last dimension a row) per program of the tanh backwards."""
+    return max(1, min(256, TANH_BLOCK_BYTES // (y.shape[-1] * y.element_size())))
+
+
 def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dy * (1 - y^2), its sum over every dimension but the last in float32)`` for ``y`` (and
     ``dy``) of a power-of-two width, in one kernel."""
@@ -95,7 +134,7 @@ def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     width = y.shape[-1]
     dy, y = dy.contiguous().view(-1, width), y.contiguous().view(-1, width)
     n_rows = y.shape[0]
-    block = max(1, min(256, TANH_BLOCK_ELEMENTS // width))
+    block = rows_per_block(y)
     blocks = (n_rows + block - 1) // block
     dz = torch.empty_like(dy)
     partial = torch.empty(blocks, width, dtype=torch.float32, device=y.device)
@@ -122,3 +161,41 @@ class _LinearTanh(torch.autograd.Function):
         dweight = dz.T @ x.reshape(-1, x.shape[-1])
         dx = (dz @ weight).view(*y.shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
         return dx, dweight, dbias.to(weight.dtype)
+
+
+class _TanhValueHead(torch.autograd.Function):
+    """``tanh(x @ weight.T + bias) @ head_weight.T + head_bias`` (a critic's last hidden layer and
+    its single output, all in one dtype). PyTorch's backward writes the head's input gradient
+    (``dv`` times its weights, as wide as the layer) and reads it back for the tanh, with
+    unaligned single-column products; here one kernel
+    (:func:`policy_kernels.tanh_value_head_backward`) goes from ``dv`` straight to the layer's
+    ``dz`` and all three bias and head gradients, and cuBLAS does the layer's two products. On an
+    H200, TagContinuous's runner critic at 5 M rows spent 2.9 ms in the head's backward and 2.1 ms
+    in the tanh's before."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, head_weight, head_bias):
+        h = F.linear(x, weight, bias).tanh_()
+        ctx.save_for_backward(x, weight, h, head_weight)
+        return F.linear(h, head_weight, head_bias)
+
+    @staticmethod
+    def backward(ctx, dv):
+        from gpu_marl_envs.baselines import policy_kernels
+
+        x, weight, h, head_weight = ctx.saved_tensors
+        width = h.shape[-1]
+        h2 = h.view(-1, width)
+        n_rows = h2.shape[0]
+        block = rows_per_block(h)
+        blocks = (n_rows + block - 1) // block
+        dz = torch.empty_like(h2)
+        partial = torch.empty(blocks, 2 * width + 1, dtype=torch.float32, device=h.device)
+        if blocks:
+            policy_kernels.tanh_value_head_backward[(blocks,)](dv.contiguous().view(-1), h2, head_weight, dz, partial,
+                                                               n_rows, N=width, BLOCK=block, num_warps=8)
+        sums = partial.sum(0)
+        dweight = dz.T @ x.reshape(-1, x.shape[-1])
+        dx = (dz @ weight).view(*h.shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
+        return (dx, dweight, sums[:width].to(weight.dtype), sums[width:2 * width].view(1, width).to(weight.dtype),
+                sums[2 * width:].to(weight.dtype))

@@ -48,6 +48,25 @@ def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
     want = torch.autograd.grad(theirs, [x, layer.weight, layer.bias], upstream)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    # Given the input aligned already (as ActorCritic hands both networks one copy).
+    torch.testing.assert_close(wide_mlp.linear(layer, wide_mlp.aligned_input(x, inputs), tanh), theirs,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [300, 1, 0])
+def test_tanh_value_head_matches_the_layers(rows, full_float32):
+    layer, head = perturbed(nn.Linear(16, 64).to(DEVICE)), perturbed(nn.Linear(64, 1).to(DEVICE))
+    x = torch.randn(2, rows, 16, device=DEVICE, requires_grad=True)
+    assert wide_mlp.value_head_applies(layer, head, x)
+    ours, theirs = wide_mlp.tanh_value_head(layer, head, x), head(torch.tanh(layer(x)))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn_like(theirs)
+    parameters = [x, *layer.parameters(), *head.parameters()]
+    got = torch.autograd.grad(ours, parameters, upstream)
+    want = torch.autograd.grad(theirs, parameters, upstream)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
 def test_the_fused_backward_is_taken_only_where_it_applies():
@@ -58,6 +77,10 @@ def test_the_fused_backward_is_taken_only_where_it_applies():
     assert not wide_mlp.fused_backward_applies(2048, weight, bias)  # wider than a block holds
     with torch.no_grad():  # the rollout: no gradient, plain layers
         assert not wide_mlp.fused_backward_applies(256, weight, bias)
+    layer, head = nn.Linear(72, 256), nn.Linear(256, 1)
+    assert wide_mlp.value_head_applies(layer, head, torch.zeros(3, 72))
+    assert not wide_mlp.value_head_applies(layer, nn.Linear(256, 2), torch.zeros(3, 72))  # not a value
+    assert not wide_mlp.value_head_applies(nn.Linear(71, 256), head, torch.zeros(3, 71))  # input to pad
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -132,10 +155,11 @@ def test_gumbel_max_kernel_rejects_uneven_components():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bf16", [False, True])
-def test_run_mlp_matches_the_layers_on_the_gpu(bf16, cuda_device):
-    """Tag's policy shape over many rows: the aligned, fused path against plain layers, both in
-    the same precision (TF32 or bfloat16 autocast)."""
-    network = perturbed(mlp(71, (256, 256), 42, last_gain=0.01).to(cuda_device))
+@pytest.mark.parametrize("outputs", [42, 1])
+def test_run_mlp_matches_the_layers_on_the_gpu(bf16, outputs, cuda_device):
+    """Tag's actor and critic shapes over many rows: the aligned, fused path against plain layers,
+    both in the same precision (TF32 or bfloat16 autocast)."""
+    network = perturbed(mlp(71, (256, 256), outputs, last_gain=0.01).to(cuda_device))
     x = torch.randn(20_000, 71, device=cuda_device)
     with torch.autocast("cuda", torch.bfloat16, enabled=bf16):
         ours, theirs = wide_mlp.run_mlp(network, x), network(x)
