@@ -21,6 +21,7 @@ tests check them against PyTorch's layers on machines without a GPU.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -79,8 +80,10 @@ def mlp_forward(module: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
+@functools.cache
 def available() -> bool:
-    """Whether Triton can be imported (CUDA builds of PyTorch ship it; CPU builds do not)."""
+    """Whether Triton can be imported (CUDA builds of PyTorch ship it; CPU builds do not). Asked at
+    every pass of the policies: the answer is kept (the search of ``sys.path`` is not free)."""
     return importlib.util.find_spec("triton") is not None
 
 

@@ -26,9 +26,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from gpu_marl_envs.baselines import fused_mlp, sampling
+from gpu_marl_envs.baselines import fused_mlp, sampling, wide_mlp
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
-from gpu_marl_envs.baselines.wide_mlp import aligned_input, run_mlp
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -99,13 +98,13 @@ class ActorCritic(nn.Module):
         return self.fused
 
     def _inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """What the networks read: ``obs`` normalised (with ``obs_norm``) and, where the layers
-        run on CUDA, aligned once for both networks (:func:`wide_mlp.aligned_input`)."""
+        """What the networks read: ``obs`` normalised (with ``obs_norm``) and, where the layers take
+        :mod:`wide_mlp`'s path, aligned once for both networks (:func:`wide_mlp.aligned_input`)."""
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        if not obs.is_cuda or self._fused_for(obs):
+        if not wide_mlp.applies(obs) or self._fused_for(obs):
             return obs
-        return aligned_input(obs, self.critic[0].in_features)
+        return wide_mlp.aligned_input(obs, self.critic[0].in_features)
 
     def _fused_for(self, x: torch.Tensor) -> bool:
         return (self.fused and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
@@ -113,7 +112,7 @@ class ActorCritic(nn.Module):
 
     def _run(self, network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         """``network`` on ``x`` (from :meth:`_inputs`)."""
-        return fused_mlp.mlp_forward(network, x) if self._fused_for(x) else run_mlp(network, x)
+        return fused_mlp.mlp_forward(network, x) if self._fused_for(x) else wide_mlp.run_mlp(network, x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self._run(self.critic, self._inputs(obs)).squeeze(-1)

@@ -17,10 +17,10 @@ numbers the same up to rounding.
 - **A critic's last tanh layer and its single output** (:class:`_TanhValueHead`): one kernel
   goes from the value's gradient to the layer's, skipping the head's input gradient.
 
-Both fused backwards are used where a gradient is taken, with Triton installed, outside
-``torch.compile`` (which fuses on its own).
+Both fused backwards are used where a gradient is taken over at least :data:`KERNEL_MIN_ROWS`
+rows, with Triton installed, outside ``torch.compile`` (which fuses on its own).
 
-The CPU runs ``network(x)`` unchanged.
+The CPU, and passes over fewer than :data:`KERNEL_MIN_ROWS` rows, run ``network(x)`` unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from gpu_marl_envs.baselines import fused_mlp
 ALIGN = 8
 """Feature counts a CUDA matrix product gets as multiples of this (16 bytes of bfloat16, 32 of
 float32): cuBLAS picks its fast tensor-core kernels only for rows of a multiple of 16 bytes."""
+KERNEL_MIN_ROWS = 4096
+"""Passes over fewer rows run as PyTorch's layers, unpadded (here and in :mod:`sampling`): they are
+bound by launches rather than by memory traffic, so padding only adds launches, and a small run
+would pay for Triton's import and compiles in a fresh process (PureJaxRL's CartPole config, 4
+envs and 128-row minibatches, has a 3 s target from a fresh process to a return of 475)."""
 TANH_BLOCK_BYTES = 65_536
 """Bytes of each tensor that one program (8 warps) of the tanh backwards takes: on an H200 at 5.5 M
 rows of width 256, 128 rows in bfloat16 (2.05 ms, against PyTorch's 3.11) and 64 in float32 (3.96
@@ -41,10 +46,16 @@ ms, against 5.67) were the fastest of the sizes tried; a block twice as large sp
 registers (27 ms in float32)."""
 
 
+def applies(x: torch.Tensor) -> bool:
+    """Whether a pass over ``x`` (rows of features) takes this module's path: on CUDA, with at
+    least :data:`KERNEL_MIN_ROWS` rows."""
+    return x.is_cuda and x.dim() > 0 and x.shape[-1] > 0 and x.numel() // x.shape[-1] >= KERNEL_MIN_ROWS
+
+
 def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
-    """``network(x)``; on CUDA each ``Linear`` (with the ``Tanh`` after it, if any) runs as
-    :func:`linear`."""
-    if not x.is_cuda:
+    """``network(x)``; where :func:`applies`, each ``Linear`` (with the ``Tanh`` after it, if any)
+    runs as :func:`linear`."""
+    if not applies(x):
         return network(x)
     modules = list(network)
     i = 0
@@ -88,7 +99,7 @@ def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tenso
     weight = F.pad(layer.weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else layer.weight
     bias = F.pad(layer.bias, (0, pad_out)) if pad_out else layer.bias
     width = layer.out_features + pad_out
-    if tanh and fused_backward_applies(width, weight, bias):
+    if tanh and fused_backward_applies(width, weight, bias, x.numel() // x.shape[-1]):
         y = _LinearTanh.apply(x.to(dtype), weight.to(dtype), bias.to(dtype))
     else:
         y = F.linear(x, weight, bias)
@@ -96,13 +107,18 @@ def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tenso
     return y[..., :layer.out_features] if pad_out else y
 
 
-def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether a tanh layer of ``width`` outputs takes :class:`_LinearTanh`: a gradient will be
-    taken, the width is a power of two the kernel holds in a block (16 to 1,024), Triton is
-    installed, and ``torch.compile`` is not tracing."""
+def kernels_apply(rows: int) -> bool:
+    """Whether a pass over ``rows`` rows takes this module's and :mod:`sampling`'s Triton kernels:
+    at least :data:`KERNEL_MIN_ROWS`, Triton installed, ``torch.compile`` not tracing."""
+    return rows >= KERNEL_MIN_ROWS and fused_mlp.available() and not torch.compiler.is_compiling()
+
+
+def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> bool:
+    """Whether a tanh layer of ``width`` outputs over ``rows`` rows takes :class:`_LinearTanh`: a
+    gradient will be taken, the width is a power of two the kernel holds in a block (16 to 1,024),
+    and :func:`kernels_apply`."""
     return (torch.is_grad_enabled() and bias is not None and (weight.requires_grad or bias.requires_grad)
-            and 16 <= width <= 1024 and width & (width - 1) == 0
-            and fused_mlp.available() and not torch.compiler.is_compiling())
+            and 16 <= width <= 1024 and width & (width - 1) == 0 and kernels_apply(rows))
 
 
 def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bool:
@@ -111,7 +127,7 @@ def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bo
     backward applies (:func:`fused_backward_applies`)."""
     return (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None
             and x.shape[-1] == layer.in_features and layer.in_features % ALIGN == 0
-            and fused_backward_applies(layer.out_features, layer.weight, layer.bias))
+            and fused_backward_applies(layer.out_features, layer.weight, layer.bias, x.numel() // x.shape[-1]))
 
 
 def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:

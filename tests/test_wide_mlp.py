@@ -12,6 +12,12 @@ from gpu_marl_envs.baselines.models import mlp
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.fixture(autouse=True)
+def kernels_at_any_size(monkeypatch):
+    """The kernels on the small batches of these tests (the trainers take them from 4,096 rows)."""
+    monkeypatch.setattr(wide_mlp, "KERNEL_MIN_ROWS", 0)
+
+
 @pytest.fixture
 def full_float32():
     before = torch.get_float32_matmul_precision()
@@ -72,11 +78,11 @@ def test_tanh_value_head_matches_the_layers(rows, full_float32):
 def test_the_fused_backward_is_taken_only_where_it_applies():
     weight = torch.zeros(256, 72, requires_grad=True)
     bias = torch.zeros(256, requires_grad=True)
-    assert wide_mlp.fused_backward_applies(256, weight, bias)
-    assert not wide_mlp.fused_backward_applies(100, weight, bias)  # not a power of two
-    assert not wide_mlp.fused_backward_applies(2048, weight, bias)  # wider than a block holds
+    assert wide_mlp.fused_backward_applies(256, weight, bias, 10)
+    assert not wide_mlp.fused_backward_applies(100, weight, bias, 10)  # not a power of two
+    assert not wide_mlp.fused_backward_applies(2048, weight, bias, 10)  # wider than a block holds
     with torch.no_grad():  # the rollout: no gradient, plain layers
-        assert not wide_mlp.fused_backward_applies(256, weight, bias)
+        assert not wide_mlp.fused_backward_applies(256, weight, bias, 10)
     layer, head = nn.Linear(72, 256), nn.Linear(256, 1)
     assert wide_mlp.value_head_applies(layer, head, torch.zeros(3, 72))
     assert not wide_mlp.value_head_applies(layer, nn.Linear(256, 2), torch.zeros(3, 72))  # not a value
@@ -93,6 +99,17 @@ def test_tanh_backward_and_bias(dtype, rows, width):
     assert dz.dtype == dtype and dbias.dtype == torch.float32
     torch.testing.assert_close(dz, exact.to(dtype))  # computed in float32, rounded once
     torch.testing.assert_close(dbias, exact.sum(0), rtol=1e-4, atol=1e-3)
+
+
+def test_small_passes_keep_pytorchs_kernels(monkeypatch):
+    monkeypatch.setattr(wide_mlp, "KERNEL_MIN_ROWS", 4096)
+    weight, bias = torch.zeros(64, 8, requires_grad=True), torch.zeros(64, requires_grad=True)
+    assert not wide_mlp.fused_backward_applies(64, weight, bias, 4095)
+    assert wide_mlp.fused_backward_applies(64, weight, bias, 4096)
+    assert not wide_mlp.value_head_applies(nn.Linear(8, 64), nn.Linear(64, 1), torch.zeros(4095, 8))
+    if torch.cuda.is_available():
+        assert not sampling.kernel_applies(torch.zeros(128, 2, device="cuda"))
+        assert sampling.kernel_applies(torch.zeros(4096, 2, device="cuda"))
 
 
 def test_run_mlp_is_the_network_on_the_cpu():
