@@ -1,4 +1,4 @@
-"""The Triton kernels of :mod:`wide_mlp` (a tanh layer's backward) and :mod:`sampling` (Gumbel-max
+"""The Triton kernels of :mod:`wide_mlp` (the backwards of tanh layers) and :mod:`sampling` (Gumbel-max
 draws). A module of their own, imported at the first use, for the reason :mod:`mlp_kernels` gives
 (``TRITON_INTERPRET=1`` must be set before ``triton.jit`` runs); the row counts are not specialised
 on, so a new batch size costs no compile."""

@@ -1,6 +1,6 @@
 """How :class:`models.ActorCritic` runs its PyTorch layers on CUDA (the MLPs that :mod:`fused_mlp`
-does not take, such as Tag's [256, 256] policies): ``network(x)``, with two changes that leave the
-numbers the same up to rounding.
+does not take, such as Tag's [256, 256] policies): ``network(x)``, with three changes that leave
+the numbers the same up to rounding.
 
 - **Aligned sizes** (:func:`linear`): input features, and outputs where there are more than one, are
   zero-padded to multiples of :data:`ALIGN`. An odd size such as Tag's 71 observations or 42 logits
@@ -46,6 +46,11 @@ ms, against 5.67) were the fastest of the sizes tried; a block twice as large sp
 registers (27 ms in float32)."""
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the products run in: autocast's where it is on, else ``x``'s."""
+    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+
+
 def applies(x: torch.Tensor) -> bool:
     """Whether a pass over ``x`` (rows of features) takes this module's path: on CUDA, with at
     least :data:`KERNEL_MIN_ROWS` rows."""
@@ -81,8 +86,7 @@ def aligned_input(x: torch.Tensor, features: int) -> torch.Tensor:
     pad = -features % ALIGN
     if not pad:
         return x
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-    padded = x.new_empty((*x.shape[:-1], features + pad), dtype=dtype)
+    padded = x.new_empty((*x.shape[:-1], features + pad), dtype=compute_dtype(x))
     padded[..., :features] = x
     padded[..., features:] = 0  # only the padding columns are written twice
     return padded
@@ -93,7 +97,7 @@ def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tenso
     padded already (:func:`aligned_input`)."""
     pad_in = -layer.in_features % ALIGN
     pad_out = -layer.out_features % ALIGN if layer.out_features > 1 else 0
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    dtype = compute_dtype(x)
     if x.shape[-1] == layer.in_features:
         x = aligned_input(x, layer.in_features)
     weight = F.pad(layer.weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else layer.weight
@@ -133,7 +137,7 @@ def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bo
 def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``head(tanh(layer(x)))`` for :func:`value_head_applies` layers, in the autocast dtype where
     autocast is on, with :class:`_TanhValueHead`'s backward."""
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    dtype = compute_dtype(x)
     return _TanhValueHead.apply(*(t.to(dtype) for t in (x, layer.weight, layer.bias, head.weight, head.bias)))
 
 
@@ -160,6 +164,14 @@ def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     return dz, partial.sum(0)
 
 
+def layer_gradients(ctx, dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, shape: torch.Size):
+    """A layer's weight gradient from ``dz`` (rows of its pre-activation gradient) and its input
+    ``x``, and its input gradient (``shape[:-1]`` rows) where autograd needs it, by cuBLAS."""
+    dweight = dz.T @ x.reshape(-1, x.shape[-1])
+    dx = (dz @ weight).view(*shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
+    return dx, dweight
+
+
 class _LinearTanh(torch.autograd.Function):
     """``tanh(x @ weight.T + bias)`` (all in one dtype) with :func:`tanh_backward_and_bias` in its
     backward and cuBLAS for the products."""
@@ -174,9 +186,7 @@ class _LinearTanh(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, y = ctx.saved_tensors
         dz, dbias = tanh_backward_and_bias(dy, y)
-        dweight = dz.T @ x.reshape(-1, x.shape[-1])
-        dx = (dz @ weight).view(*y.shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
-        return dx, dweight, dbias.to(weight.dtype)
+        return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype))
 
 
 class _TanhValueHead(torch.autograd.Function):
@@ -210,8 +220,6 @@ class _TanhValueHead(torch.autograd.Function):
         if blocks:
             policy_kernels.tanh_value_head_backward[(blocks,)](dv.contiguous().view(-1), h2, head_weight, dz, partial,
                                                                n_rows, N=width, BLOCK=block, num_warps=8)
-        sums = partial.sum(0)
-        dweight = dz.T @ x.reshape(-1, x.shape[-1])
-        dx = (dz @ weight).view(*h.shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
-        return (dx, dweight, sums[:width].to(weight.dtype), sums[width:2 * width].view(1, width).to(weight.dtype),
-                sums[2 * width:].to(weight.dtype))
+        sums = partial.sum(0).to(weight.dtype)
+        return (*layer_gradients(ctx, dz, x, weight, h.shape), sums[:width], sums[width:2 * width].view(1, width),
+                sums[2 * width:])
