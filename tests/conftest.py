@@ -31,6 +31,15 @@ def env_id(request):
 
 
 @pytest.fixture
+def full_float32():
+    """Products in full float32 on both sides (TF32 would differ from the layers by its rounding)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+@pytest.fixture
 def cuda_device():
     """For tests marked ``gpu``: fail, never skip, where no GPU is to be had."""
     assert HAS_GPU, "tests marked gpu need a CUDA GPU; without one run plain pytest (which deselects them)"

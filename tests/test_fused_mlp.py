@@ -11,15 +11,6 @@ from gpu_marl_envs.baselines.models import ActorCritic, mlp
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture
-def full_float32():
-    """Products in full float32 on both sides (TF32 would differ from the layers by its rounding)."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(before)
-
-
 SHAPES = [
     (4, 64, 2, 150),  # CartPole's actor; rows not a multiple of the block
     (4, 64, 1, 64),  # its critic; one whole block

@@ -18,14 +18,6 @@ def kernels_at_any_size(monkeypatch):
     monkeypatch.setattr(wide_mlp, "KERNEL_MIN_ROWS", 0)
 
 
-@pytest.fixture
-def full_float32():
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(before)
-
-
 def perturbed(module: nn.Module) -> nn.Module:
     torch.manual_seed(0)
     with torch.no_grad():
