@@ -27,8 +27,7 @@ def kernel_applies(logits: torch.Tensor) -> bool:
     """Whether :func:`gumbel_max_kernel` takes ``logits``: on CUDA, rows of unit stride, and
     :func:`wide_mlp.kernels_apply` (enough rows, Triton installed, not under ``torch.compile``,
     which traces the PyTorch form instead)."""
-    return (logits.is_cuda and logits.stride(-1) == 1 and logits.shape[-1] > 0
-            and wide_mlp.kernels_apply(logits.numel() // logits.shape[-1]))
+    return logits.is_cuda and logits.stride(-1) == 1 and wide_mlp.kernels_apply(wide_mlp.row_count(logits))
 
 
 def gumbel_max_kernel(logits: torch.Tensor, components: int, action_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -57,4 +56,3 @@ def gumbel_max_kernel(logits: torch.Tensor, components: int, action_mask: torch.
             rows, action_mask if action_mask is not None else rows, seed, actions, n_rows, rows.stride(0),
             COMPONENTS=components, N=n, QUARTER=quarter, MASKED=action_mask is not None, BLOCK=BLOCK_ROWS)
     return actions.view(*batch, components)
-

@@ -51,10 +51,15 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
 
 
+def row_count(x: torch.Tensor) -> int:
+    """The rows of ``x``: its elements over its last dimension (0 for a scalar or empty rows)."""
+    return x.numel() // x.shape[-1] if x.dim() > 0 and x.shape[-1] > 0 else 0
+
+
 def applies(x: torch.Tensor) -> bool:
     """Whether a pass over ``x`` (rows of features) takes this module's path: on CUDA, with at
     least :data:`KERNEL_MIN_ROWS` rows."""
-    return x.is_cuda and x.dim() > 0 and x.shape[-1] > 0 and x.numel() // x.shape[-1] >= KERNEL_MIN_ROWS
+    return x.is_cuda and row_count(x) >= KERNEL_MIN_ROWS
 
 
 def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
@@ -103,7 +108,7 @@ def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tenso
     weight = F.pad(layer.weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else layer.weight
     bias = F.pad(layer.bias, (0, pad_out)) if pad_out else layer.bias
     width = layer.out_features + pad_out
-    if tanh and fused_backward_applies(width, weight, bias, x.numel() // x.shape[-1]):
+    if tanh and fused_backward_applies(width, weight, bias, row_count(x)):
         y = _LinearTanh.apply(x.to(dtype), weight.to(dtype), bias.to(dtype))
     else:
         y = F.linear(x, weight, bias)
@@ -131,7 +136,7 @@ def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bo
     backward applies (:func:`fused_backward_applies`)."""
     return (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None
             and x.shape[-1] == layer.in_features and layer.in_features % ALIGN == 0
-            and fused_backward_applies(layer.out_features, layer.weight, layer.bias, x.numel() // x.shape[-1]))
+            and fused_backward_applies(layer.out_features, layer.weight, layer.bias, row_count(x)))
 
 
 def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
