@@ -23,9 +23,10 @@ Outputs follow skrl's shapes: observations ``(num_envs, obs_dim)``, rewards, ter
 truncated ``(num_envs, 1)``; actions ``(num_envs, 1)`` for ``Discrete`` spaces (skrl's categorical
 models give that; ``(num_envs,)`` is accepted too) and ``(num_envs, *shape)`` otherwise.
 skrl keeps a step's observations until after the next step (``record_transition`` gets both), while
-the env overwrites its buffers at each step: the observations are copied into one of two buffers
-used in turn, so a step's observations stay valid until the step after next. Rewards and flags
-are views of the env's buffers (skrl stores them before the next step).
+the env writes the next: the adapters run the env with ``observation_buffers=2``, so the steps write
+their observations into two buffers in turn and a step's observations stay valid until the step
+after next, with no copy. Rewards and flags are views of the env's buffers (skrl stores them before
+the next step).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def make_skrl_env(env_id: str, num_envs: int = 1, **kwargs) -> SkrlVectorEnv | S
     """An skrl env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
     with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
     ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions sampled by skrl's
-    models are in range, and checking values costs a host synchronisation per step)."""
-    env = make_batched_env(env_id, num_envs, **kwargs)
+    models are in range, and checking values costs a host synchronisation per step;
+    ``observation_buffers`` defaults to 2, see the module docstring)."""
+    env = make_batched_env(env_id, num_envs, **{"observation_buffers": 2, **kwargs})
     return SkrlParallelEnv(env) if is_multi_agent(env_id) else SkrlVectorEnv(env)
 
 
@@ -82,37 +84,31 @@ class ActionForm:
                          f"{self.space}, got {tuple(actions.shape)}")
 
 
-class _ObservationBuffers:
-    """Two buffers used in turn for the observations handed to skrl (see the module docstring).
-    What is handed out of each, ``handed(buffer)`` (the buffer, or per-agent views of it), is made
-    once: making views costs as much as the copy."""
-
-    def __init__(self, like: torch.Tensor, handed: Callable[[torch.Tensor], object] = lambda buffer: buffer):
-        self._buffers = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) for _ in range(2))
-        self._handed = tuple(handed(buffer) for buffer in self._buffers)
-        self._next = 0
-        self.last = None
-
-    def hand_out(self, observations: torch.Tensor):
-        self._buffers[self._next].copy_(observations)
-        self.last = self._handed[self._next]
-        self._next ^= 1
-        return self.last
-
-
 class _Views:
-    """``make(tensor)`` (views of one of the env's outputs), made again only when the env hands out
-    another tensor: it hands out the same buffers at every step, and making views costs a good part
-    of the adapter's step."""
+    """``make(tensor)`` (views of one of the env's outputs), made once per tensor the env hands out:
+    it hands out the same few buffers again and again (observations: two in turn), and making views
+    costs a good part of the adapter's step."""
+
+    MOST = 8  # tensors remembered; an env handing out others each time would otherwise grow this
 
     def __init__(self, make: Callable[[torch.Tensor], object]):
         self._make = make
-        self._source = self._views = None
+        self._made = {}  # id(tensor) -> (tensor, views); the tensor is kept so that its id stays its own
 
     def __call__(self, tensor: torch.Tensor):
-        if tensor is not self._source:
-            self._source, self._views = tensor, self._make(tensor)
-        return self._views
+        made = self._made.get(id(tensor))
+        if made is None:
+            if len(self._made) >= self.MOST:
+                self._made.clear()
+            made = self._made[id(tensor)] = (tensor, self._make(tensor))
+        return made[1]
+
+
+def check_observation_buffers(env, adapter: str) -> None:
+    if env.observation_buffers < 2:
+        raise ValueError(f"{adapter} needs an env made with observation_buffers=2 (skrl keeps a step's observations "
+                         f"through the next step), got {env.observation_buffers}; pass it to the env's constructor "
+                         f"or use {MAKE}(env_id, num_envs, ...)")
 
 
 def column(tensor: torch.Tensor) -> torch.Tensor:
@@ -125,20 +121,21 @@ def agent_columns(agents: list[str]) -> Callable[[torch.Tensor], dict[str, torch
     return lambda values: dict(zip(agents, values.unsqueeze(-1).unbind(1)))
 
 
-def agent_rows(agents: list[str]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
-    """A ``(group_size, num_envs, ...)`` buffer -> its agents' contiguous ``(num_envs, ...)`` views."""
-    return lambda buffer: dict(zip(agents, buffer.unbind(0)))
+def agent_observations(agents: list[str]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """A group's ``(num_envs, group_size, obs_dim)`` observations -> ``(num_envs, obs_dim)`` views per agent."""
+    return lambda observations: dict(zip(agents, observations.unbind(1)))
 
 
 class SkrlVectorEnv(Wrapper):
-    """A :class:`~gpu_marl_envs.GpuVectorEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
-    as an skrl env. See the module docstring."""
+    """A :class:`~gpu_marl_envs.GpuVectorEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP`` and
+    ``observation_buffers=2``) as an skrl env. See the module docstring."""
 
     def __init__(self, env: GpuVectorEnv):
         env = check_batched_env(env, GpuVectorEnv, type(self).__name__, MAKE)
+        check_observation_buffers(env, type(self).__name__)
         super().__init__(env)
         self._seed = config.torch.key  # skrl's seed, as its own wrappers use it at the first reset
-        self._observations = None  # buffers made at the first reset
+        self._observations = None  # the latest, from the first reset on
         self._infos = {}
         self._actions = ActionForm(env.single_action_space, (env.num_envs,))
         self._columns = tuple(_Views(column) for _ in range(3))  # rewards, terminated, truncated
@@ -155,17 +152,16 @@ class SkrlVectorEnv(Wrapper):
         """Reset every sub-env the first time (with skrl's seed); afterwards the env resets its
         sub-envs itself, so this returns the current observations."""
         if self._observations is None:
-            observations, self._infos = self._env.reset(seed=self._seed)
-            self._observations = _ObservationBuffers(observations)
-            self._observations.hand_out(observations)
-        return self._observations.last, self._infos
+            self._observations, self._infos = self._env.reset(seed=self._seed)
+        return self._observations, self._infos
 
     def step(self, actions: torch.Tensor):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
-        observations, rewards, terminated, truncated, self._infos = self._env.step(self._actions(actions, "actions"))
+        self._observations, rewards, terminated, truncated, self._infos = self._env.step(
+            self._actions(actions, "actions"))
         reward_column, terminated_column, truncated_column = self._columns
-        return (self._observations.hand_out(observations), reward_column(rewards), terminated_column(terminated),
+        return (self._observations, reward_column(rewards), terminated_column(terminated),
                 truncated_column(truncated), self._infos)
 
     def state(self) -> None:
@@ -179,8 +175,8 @@ class SkrlVectorEnv(Wrapper):
 
 
 class SkrlParallelEnv(MultiAgentEnvWrapper):
-    """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
-    as an skrl multi-agent env, keyed by agent (``possible_agents``) as skrl's multi-agent algorithms
+    """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP`` and
+    ``observation_buffers=2``) as an skrl multi-agent env, keyed by agent (``possible_agents``) as skrl's multi-agent algorithms
     expect. Per-group policies: give the agents of a group the same model instances.
 
     The env is stepped by group: the actions of a group's agents are stacked into one tensor and
@@ -193,19 +189,20 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
 
     def __init__(self, env: GpuParallelEnv):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
+        check_observation_buffers(env, type(self).__name__)
         super().__init__(env)
         self._seed = config.torch.key
         self._groups = {group: list(agents) for group, agents in env.groups.items()}
         self._agents = set(env.possible_agents)
-        self._observations = None  # per group, made at the first reset
-        self._last = None
+        self._last = None  # the latest observations by agent, from the first reset on
         self._infos = {}
         # Per group: the form of its stacked actions and of each agent's (the spaces of a group's agents are one).
         self._group_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs, len(agents)))
                                for group, agents in self._groups.items()}
         self._agent_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs,))
                                for group, agents in self._groups.items()}
-        # Rewards, terminated, truncated: per group, views per agent.
+        # Observations, rewards, terminated, truncated: per group, views per agent.
+        self._observation_views = {group: _Views(agent_observations(agents)) for group, agents in self._groups.items()}
         self._columns = tuple({group: _Views(agent_columns(agents)) for group, agents in self._groups.items()}
                               for _ in range(3))
 
@@ -220,16 +217,13 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
     def reset(self) -> tuple[dict[str, torch.Tensor], dict]:
         """Reset every sub-env the first time (with skrl's seed); afterwards the env resets its
         games itself, so this returns the current observations."""
-        if self._observations is None:
+        if self._last is None:
             observations, self._infos = self._env.reset_groups(seed=self._seed)
-            # (group_size, num_envs, obs_dim) buffers: each agent's view is contiguous.
-            self._observations = {group: _ObservationBuffers(obs.transpose(0, 1), agent_rows(self._groups[group]))
-                                  for group, obs in observations.items()}
-            self._last = self._hand_out(observations)
+            self._last = self._by_agent(self._observation_views, observations)
         return self._last, self._infos
 
     def step(self, actions: dict[str, torch.Tensor]):
-        if self._observations is None:
+        if self._last is None:
             raise RuntimeError("call reset() before step()")
         if actions.keys() != self._agents:
             missing = [agent for agent in self.possible_agents if agent not in actions]
@@ -238,7 +232,7 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
                              f"unknown {unknown[:10]}")
         grouped = {group: self._stack_actions(group, actions) for group in self._groups}
         observations, rewards, terminated, truncated, self._infos = self._env.step_groups(grouped)
-        self._last = self._hand_out(observations)
+        self._last = self._by_agent(self._observation_views, observations)
         reward_views, terminated_views, truncated_views = self._columns
         return (self._last, self._by_agent(reward_views, rewards), self._by_agent(terminated_views, terminated),
                 self._by_agent(truncated_views, truncated), self._infos)
@@ -268,15 +262,10 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         agent_form = self._agent_actions[group]
         return torch.stack([agent_form(actions[agent], f"actions[{agent!r}]") for agent in agents], dim=1)
 
-    def _hand_out(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def _by_agent(views: dict[str, _Views], values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A group's ``(num_envs, group_size, ...)`` output -> its views per agent."""
         out = {}
-        for group, buffers in self._observations.items():
-            out.update(buffers.hand_out(observations[group].transpose(0, 1)))
-        return out
-
-    def _by_agent(self, columns: dict[str, _Views], values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``(num_envs, group_size)`` per group -> ``(num_envs, 1)`` views per agent."""
-        out = {}
-        for group, views in columns.items():
-            out.update(views(values[group]))
+        for group, group_views in views.items():
+            out.update(group_views(values[group]))
         return out

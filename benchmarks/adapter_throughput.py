@@ -10,7 +10,9 @@
    games). The raw step of a game is ``GpuParallelEnv.step_groups`` (what both adapters call); an
    env-step of a game steps all its agents. SB3's adapter is measured on single-agent envs only: for
    games its numpy interface moves every agent's observation through the host, which measures the
-   host link rather than the adapter. Baseline: SB3's ``DummyVecEnv`` of 64 Gymnasium CartPoles.
+   host link rather than the adapter. ``torchrl-floor`` is TorchRL's own step on an env that does
+   nothing (``torchrl_floor_step``): the most any TorchRL env can reach. Baseline: SB3's
+   ``DummyVecEnv`` of 64 Gymnasium CartPoles.
 2. SB3 PPO wall time for the same number of env steps, through the adapter and through SB3's own
    ``DummyVecEnv`` of 64 Gymnasium CartPoles (SB3's policy on the CPU in every case, as SB3 advises
    for MLP policies), with the deterministic return reached.
@@ -153,6 +155,47 @@ def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str 
     return step
 
 
+def torchrl_floor_step(env_id: str, num_envs: int, device: torch.device,
+                       backend: str | None) -> Callable[[int], None]:
+    """TorchRL's own ``EnvBase.step_and_maybe_reset`` on an env that does nothing: the TorchRL
+    adapter's specs, with outputs made once and handed back at every step (nothing ends, so
+    nothing resets). What TorchRL's step costs any env beyond the env's own work: no adapter of an
+    env can step faster through TorchRL than this."""
+    from torchrl.envs import EnvBase
+
+    from gpu_marl_envs.adapters import make_torchrl_env
+
+    adapter = make_torchrl_env(env_id, num_envs, device=device, backend=backend)
+    outputs = adapter.fake_tensordict()
+
+    class NullEnv(EnvBase):
+        def __init__(self):
+            super().__init__(device=adapter.device, batch_size=adapter.batch_size)
+            for spec in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec"):
+                setattr(self, spec, getattr(adapter, spec).clone())
+
+        def _step(self, tensordict):
+            return outputs["next"]
+
+        def _reset(self, tensordict=None, **kwargs):
+            return outputs.exclude("next")
+
+        def _set_seed(self, seed):
+            pass
+
+    env = NullEnv()
+    actions = [adapter.full_action_spec.rand() for _ in range(POOL)]
+    adapter.close()
+    state = {"data": env.reset()}
+
+    def step(k: int) -> None:
+        data = state["data"]
+        data.update(actions[k % POOL])
+        state["data"] = env.step_and_maybe_reset(data)[1]
+
+    return step
+
+
 def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
     """``step`` of the skrl adapter with actions shaped as skrl's models give them: ``(num_envs, 1)``
     for Discrete spaces, one contiguous tensor per agent in games."""
@@ -175,7 +218,7 @@ def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | N
 
 # name -> (env_id, num_envs, device, backend) -> step(k)
 ADAPTERS: dict[str, Callable[[str, int, torch.device, str | None], Callable[[int], None]]] = {
-    "sb3": sb3_step, "torchrl": torchrl_step, "skrl": skrl_step}
+    "sb3": sb3_step, "torchrl": torchrl_step, "torchrl-floor": torchrl_floor_step, "skrl": skrl_step}
 SINGLE_AGENT_ONLY = {"sb3"}  # see the module docstring
 
 
@@ -260,7 +303,9 @@ def markdown(report: dict) -> str:
              f"TorchRL {hw['torchrl']} (TensorDict {hw['tensordict']}), skrl {hw['skrl']}, "
              f"Python {hw['python']}. `{report['command']}`", "",
              "## Step: adapter against the raw step", "",
-             "An env-step of a game steps all its agents.", "",
+             "An env-step of a game steps all its agents. `torchrl-floor`: TorchRL's own "
+             "`step_and_maybe_reset` on an env that does nothing, with the TorchRL adapter's specs (the most "
+             "any TorchRL env can reach).", "",
              "| adapter | env (backend) | sub-envs | raw step env-steps/s | adapter env-steps/s | adapter / raw |",
              "|---|---|---:|---:|---:|---:|"]
     for row in report["steps"]:

@@ -16,6 +16,7 @@ from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
+from gpu_marl_envs.observation_buffers import check_observation_buffers, make_sides
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
@@ -56,6 +57,9 @@ class GpuParallelEnv:
         params: the game's params dataclass (default: the published configuration).
         render_mode: ``None``, or ``"rgb_array"`` for games with a renderer (Tag; an instance's
             ``metadata["render_modes"]`` lists its game's): :meth:`render` draws sub-env ``render_env_index``.
+        observation_buffers: as for :class:`gpu_marl_envs.GpuVectorEnv`: with ``k``, the observations
+            a step returns stay unchanged through the next ``k - 1`` steps (action masks do not
+            alternate).
 
     ## Two views of the same buffers
     - :meth:`reset` / :meth:`step`: dicts keyed by agent (``possible_agents``); observations
@@ -80,7 +84,8 @@ class GpuParallelEnv:
 
     Actions: int64 tensors on the env's device, per agent ``(num_envs, *action_shape)`` or per
     group ``(num_envs, group_size, *action_shape)``. Outputs are views of the env's buffers,
-    overwritten by the next call: ``.clone()`` what you keep.
+    overwritten by the next call (observations: see ``observation_buffers``): ``.clone()`` what you
+    keep.
 
     Seeding follows Gymnasium's vector envs: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``.
     :meth:`set_state` writes explicit states into chosen sub-envs.
@@ -91,7 +96,8 @@ class GpuParallelEnv:
 
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
-                 cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0):
+                 cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0,
+                 observation_buffers: int = 1):
         self.definition = d = get_game(env_id)
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
@@ -127,19 +133,30 @@ class GpuParallelEnv:
             raise ValueError(f"{self.params.num_agents} agents per env need {d.shared_bytes(self.params)} bytes of "
                              f"shared memory in the {backend_type.name} kernels, more than {MAX_SHARED_BYTES}; "
                              "use fewer agents or backend='torch'")
-        self._buffers = b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
-        self._backend = backend_type(d, self.params, b, self.autoreset_mode)
-        self.backend = self._backend.name
-        self._actions = getattr(self._backend, "actions_buffer", None)
-        if self._actions is None:
-            self._actions = torch.zeros((self.num_envs, self.params.num_agents, *self._action_shape),
-                                        dtype=torch.int64, device=self.device)
+        b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
         if cuda_graph is None:
             cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default
         if cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph=True needs a CUDA device")
-        self._launcher = GraphedStep(self._backend, b, self._actions) if cuda_graph else self._backend
         self.cuda_graph = bool(cuda_graph)
+        # Where step() gathers every agent's actions: the first backend's own buffer where it keeps
+        # one (its launches then copy nothing), else one of ours.
+        self._actions = None
+
+        def build(side_buffers):
+            backend = backend_type(d, self.params, side_buffers, self.autoreset_mode)
+            if self._actions is None:
+                self._actions = getattr(backend, "actions_buffer", None)
+                if self._actions is None:
+                    self._actions = torch.zeros((self.num_envs, self.params.num_agents, *self._action_shape),
+                                                dtype=torch.int64, device=self.device)
+            return backend, GraphedStep(backend, side_buffers, self._actions) if cuda_graph else backend
+
+        self.observation_buffers = check_observation_buffers(observation_buffers)
+        self._sides = make_sides(b, self.observation_buffers, build)
+        self._side = 0  # the side holding the current observations
+        self._buffers, self._backend, self._launcher = self._sides[0]
+        self.backend = self._backend.name
         self._action_high = d.action_high(self.params).to(self.device)  # for validate_actions
         self._group_action_shapes = {name: (self.num_envs, len(ids), *self._action_shape)
                                      for name, ids in self._group_ids.items()}
@@ -173,10 +190,13 @@ class GpuParallelEnv:
             return {group: tensor[:, s.start:s.stop].unflatten(1, (s.count, s.size)) for group, s in layout.items()}
 
         obs_layout = d.observation_layout(p)
-        self._agent_views = (flat_by_agent(b.observations, obs_layout),
-                             *(by_agent(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated)))
-        self._group_views = (flat_by_group(b.observations, obs_layout),
-                             *(by_group(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated)))
+        agent_rest = tuple(by_agent(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated))
+        group_rest = tuple(by_group(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated))
+        # Per side (observation_buffers): the views of its observations, with the shared rest.
+        self._side_views = tuple(((flat_by_agent(side.buffers.observations, obs_layout), *agent_rest),
+                                  (flat_by_group(side.buffers.observations, obs_layout), *group_rest))
+                                 for side in self._sides)
+        self._agent_views, self._group_views = self._side_views[self._side]
         self._agent_infos = {agent: {"active": active} for agent, active in by_agent(self.active).items()}
         self._group_infos = {group: {"active": active} for group, active in by_group(self.active).items()}
         if d.has_action_masks:
@@ -254,11 +274,11 @@ class GpuParallelEnv:
         # At small batches the step is bound by host time: the CUDA C step kernel reads each group's
         # actions where they lie (one launch, no gather). The other backends, and validate_actions,
         # read one buffer of every agent's actions.
-        step_groups = getattr(self._launcher, "step_groups", None)
-        if step_groups is not None and not self.validate_actions and all(
+        if hasattr(self._launcher, "step_groups") and not self.validate_actions and all(
                 value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name]
                 for name, value in zip(names, group_actions)):
-            step_groups(group_actions)
+            self._advance()
+            self._launcher.step_groups(group_actions)
         else:
             torch.cat(group_actions, dim=1, out=self._actions)
             self._step()
@@ -273,6 +293,7 @@ class GpuParallelEnv:
 
     def close(self) -> None:
         self._backend = self._launcher = self._buffers = None
+        self._sides = ()
 
     # -- explicit states -------------------------------------------------------------------------
 
@@ -348,7 +369,16 @@ class GpuParallelEnv:
     def _step(self) -> None:
         if self.validate_actions:
             self._check_action_values()
+        self._advance()
         self._launcher.step(self._actions)
+
+    def _advance(self) -> None:
+        """Make the next observation buffer in turn the current one (``observation_buffers`` > 1),
+        before a step writes it."""
+        if len(self._sides) > 1:
+            self._side = (self._side + 1) % len(self._sides)
+            self._buffers, self._backend, self._launcher = self._sides[self._side]
+            self._agent_views, self._group_views = self._side_views[self._side]
 
     def _check_action_values(self) -> None:
         # One device-to-host sync; nothing has been stepped yet, so a bad action changes nothing.

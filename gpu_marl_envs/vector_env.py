@@ -18,6 +18,7 @@ from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.graphs import GraphedStep
+from gpu_marl_envs.observation_buffers import check_observation_buffers, make_sides
 from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
@@ -77,9 +78,15 @@ class GpuVectorEnv(VectorEnv):
             ``pip install gpu_marl_envs[render]``), so they look exactly like Gymnasium's.
         render_env_indices: the sub-envs :meth:`render` draws: an index or a sequence of them
             (default 0). Only those sub-envs' state rows leave the device, at render time.
+        observation_buffers: how many observation buffers the steps write into in turn (default
+            1). With ``k``, the observations a step returns stay unchanged through the next
+            ``k - 1`` steps, so a caller that keeps them while it steps again (skrl's trainers:
+            ``observation_buffers=2``) needs no copy. Resets and :meth:`set_state` write into the
+            current buffer. See :mod:`gpu_marl_envs.observation_buffers`.
 
     ``step`` and ``reset`` return the env's own output tensors, without copies: they are
-    overwritten by the next call, so ``.clone()`` what you keep. Actions must be a tensor on the
+    overwritten by the next call (observations: see ``observation_buffers``), so ``.clone()`` what
+    you keep. Actions must be a tensor on the
     env's device, ``int64`` of shape ``(num_envs,)`` for ``Discrete`` spaces and ``float32`` of shape
     ``(num_envs, *shape)`` for ``Box`` spaces. For numpy I/O wrap the env in
     ``gymnasium.wrappers.vector.ArrayConversion(env, env_xp=torch, target_xp=numpy)``.
@@ -94,7 +101,7 @@ class GpuVectorEnv(VectorEnv):
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
                  validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
-                 render_env_indices: int | Sequence[int] = 0):
+                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1):
         self.definition = get_definition(env_id)
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
@@ -116,23 +123,27 @@ class GpuVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         backend_type = resolve_backend(backend, self.device)
-        self._buffers = ClassicBuffers.allocate(
+        buffers = ClassicBuffers.allocate(
             self.num_envs, len(self.definition.state_fields), self.single_observation_space.shape[0], self.device
         )
         self._torch_params = self.definition.torch_params(self.params)
-        self._backend = backend_type(
-            self.definition, self.params, self._buffers, self.autoreset_mode, self.single_action_space
-        )
-        self.backend = self._backend.name
         if cuda_graph is None:
             cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default
         if cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph=True needs a CUDA device")
-        self._step_launcher = self._backend
-        if cuda_graph:
-            actions_like = zero_actions(self.single_action_space, self.num_envs, self.device)
-            self._step_launcher = GraphedStep(self._backend, self._buffers, actions_like)
         self.cuda_graph = bool(cuda_graph)
+        actions_like = zero_actions(self.single_action_space, self.num_envs, self.device)
+
+        def build(side_buffers):
+            backend = backend_type(self.definition, self.params, side_buffers, self.autoreset_mode,
+                                   self.single_action_space)
+            return backend, GraphedStep(backend, side_buffers, actions_like) if cuda_graph else backend
+
+        self.observation_buffers = check_observation_buffers(observation_buffers)
+        self._sides = make_sides(buffers, self.observation_buffers, build)
+        self._side = 0  # the side holding the current observations
+        self._buffers, self._backend, self._step_launcher = self._sides[0]
+        self.backend = self._backend.name
         self._set_seeds(rng.random_seed(), None)
         self._np_random_seed = None
         self._renderer = None  # built at the first render(): pygame is needed only there
@@ -162,6 +173,9 @@ class GpuVectorEnv(VectorEnv):
             raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
                                "were never reset nor given a state")
         actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
+        if len(self._sides) > 1:  # the next observation buffer in turn
+            self._side = (self._side + 1) % len(self._sides)
+            self._buffers, self._backend, self._step_launcher = self._sides[self._side]
         self._step_launcher.step(actions)
         if self.render_mode is not None:
             self._render_actions = actions.index_select(0, self._render_ids)
@@ -191,6 +205,7 @@ class GpuVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs):
         self._backend = self._step_launcher = self._buffers = self._renderer = None
+        self._sides = ()
 
     # -- explicit states -----------------------------------------------------------------------
 

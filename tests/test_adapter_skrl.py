@@ -30,6 +30,7 @@ from test_vector_api import MAX_STEPS, arrange_vector_endings
 
 SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP
+SKRL_ENV = {"autoreset_mode": SAME_STEP, "observation_buffers": 2}  # what the adapters need of an env
 
 
 def skrl_actions(space: spaces.Space, num_envs: int, generator: torch.Generator) -> torch.Tensor:
@@ -56,7 +57,7 @@ def skrl_key(seed: int):
 
 
 def vector_pair(env_id, num_envs=3):
-    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, max_episode_steps=MAX_STEPS)
+    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", max_episode_steps=MAX_STEPS, **SKRL_ENV)
             for _ in range(2)]
     with skrl_key(SEED):
         adapter = SkrlVectorEnv(envs[0])
@@ -142,7 +143,7 @@ def test_reset_resets_once_with_skrls_seed():
 
 
 def test_bad_use_gives_clear_errors_and_changes_nothing():
-    raw = GpuVectorEnv("CartPole-v1", 4, device="cpu", autoreset_mode=SAME_STEP)
+    raw = GpuVectorEnv("CartPole-v1", 4, device="cpu", **SKRL_ENV)
     env = SkrlVectorEnv(raw)
     with pytest.raises(RuntimeError, match="reset"):
         env.step(torch.zeros(4, 1, dtype=torch.int64))
@@ -160,6 +161,10 @@ def test_bad_use_gives_clear_errors_and_changes_nothing():
             assert torch.equal(values, state[field]), f"a refused step ({name}) changed {field}"
     with pytest.raises(ValueError, match="AutoresetMode.SAME_STEP"):
         SkrlVectorEnv(GpuVectorEnv("CartPole-v1", 2, device="cpu"))
+    with pytest.raises(ValueError, match="observation_buffers=2"):
+        SkrlVectorEnv(GpuVectorEnv("CartPole-v1", 2, device="cpu", autoreset_mode=SAME_STEP))
+    with pytest.raises(ValueError, match="observation_buffers=2"):
+        SkrlParallelEnv(make_parallel("TagGridworld-v0", 2, device="cpu", autoreset_mode=SAME_STEP))
     with pytest.raises(TypeError, match="wraps a GpuParallelEnv"):
         SkrlParallelEnv(raw)
     games = make_skrl_env("TagGridworld-v0", 2, device="cpu")
@@ -263,7 +268,7 @@ def test_ppo_learns_cartpole(seed, tmp_path):
 
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
 def test_agent_outputs_match_the_game(env_id):
-    games = [make_parallel(env_id, 4, device="cpu", autoreset_mode=SAME_STEP, params=SMALL_TAG[env_id])
+    games = [make_parallel(env_id, 4, device="cpu", params=SMALL_TAG[env_id], **SKRL_ENV)
              for _ in range(2)]
     with skrl_key(SEED):
         adapter = SkrlParallelEnv(games[0])
@@ -292,9 +297,9 @@ def test_agent_outputs_match_the_game(env_id):
 
 
 def test_agent_observations_outlive_the_next_step_and_actions_come_in_either_form():
-    # Per-agent views of two buffers used in turn, as for a single agent; a group's actions are
+    # Per-agent views of the env's two observation buffers, used in turn; a group's actions are
     # checked on their stack, and agent by agent where agents give different forms or shapes.
-    games = [make_parallel("TagGridworld-v0", 4, device="cpu", autoreset_mode=SAME_STEP,
+    games = [make_parallel("TagGridworld-v0", 4, device="cpu", **SKRL_ENV,
                            params=SMALL_TAG["TagGridworld-v0"]) for _ in range(2)]
     with skrl_key(SEED):
         adapter = SkrlParallelEnv(games[0])
