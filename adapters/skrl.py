@@ -67,9 +67,16 @@ class ActionForm:
         self.skrl_shape = torch.Size((*batch, 1) if self.discrete else (*batch, *space.shape))
         self.env_shape = torch.Size(batch) if self.discrete else self.skrl_shape
         self._env_dims = tuple(self.env_shape)  # view(*ints) costs a third of view(torch.Size)
+        self._one_dim = len(batch) == 1  # ravel() costs a quarter less than view(n)
 
     def fits(self, actions) -> bool:
         return isinstance(actions, torch.Tensor) and actions.shape in (self.skrl_shape, self.env_shape)
+
+    def as_env(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions of ``skrl_shape`` in the env's form."""
+        if not self.discrete:
+            return actions
+        return actions.ravel() if self._one_dim else actions.view(*self._env_dims)
 
     def __call__(self, actions, name: str):
         """``actions`` in the env's form; a tensor of neither shape is refused, naming both (the env
@@ -77,7 +84,7 @@ class ActionForm:
         if not isinstance(actions, torch.Tensor):
             return actions
         if actions.shape == self.skrl_shape:
-            return actions.view(*self._env_dims) if self.discrete else actions
+            return self.as_env(actions)
         if actions.shape == self.env_shape:
             return actions
         raise ValueError(f"{name} must have shape {tuple(self.skrl_shape)} (num_envs, *action shape) for "
@@ -138,7 +145,9 @@ class SkrlVectorEnv(Wrapper):
         self._observations = None  # the latest, from the first reset on
         self._infos = {}
         self._actions = ActionForm(env.single_action_space, (env.num_envs,))
-        self._columns = tuple(_Views(column) for _ in range(3))  # rewards, terminated, truncated
+        # Rewards, terminated and truncated as (num_envs, 1) columns, made again only when the env
+        # hands out other tensors (it hands out the same three buffers at every step).
+        self._flags = self._columns = None
 
     @property
     def observation_space(self) -> spaces.Space:
@@ -158,11 +167,17 @@ class SkrlVectorEnv(Wrapper):
     def step(self, actions: torch.Tensor):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
-        self._observations, rewards, terminated, truncated, self._infos = self._env.step(
-            self._actions(actions, "actions"))
-        reward_column, terminated_column, truncated_column = self._columns
-        return (self._observations, reward_column(rewards), terminated_column(terminated),
-                truncated_column(truncated), self._infos)
+        form = self._actions
+        if type(actions) is torch.Tensor and actions.shape == form.skrl_shape:  # skrl's own, checked first
+            actions = form.as_env(actions)
+        else:
+            actions = form(actions, "actions")
+        self._observations, rewards, terminated, truncated, self._infos = self._env.step(actions)
+        flags = self._flags
+        if flags is None or rewards is not flags[0] or terminated is not flags[1] or truncated is not flags[2]:
+            self._flags = rewards, terminated, truncated
+            self._columns = tuple(column(tensor) for tensor in self._flags)
+        return (self._observations, *self._columns, self._infos)
 
     def state(self) -> None:
         return None
