@@ -132,18 +132,17 @@ def sb3_step(env_id: str, num_envs: int, device: torch.device, backend: str | No
     return step
 
 
-def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
-    """``step_and_maybe_reset`` of the TorchRL adapter, as TorchRL's collectors and ``rollout`` call
-    it: the actions written into the tensordict of the previous call, the next one kept."""
-    from gpu_marl_envs.adapters import make_torchrl_env
-
-    env = make_torchrl_env(env_id, num_envs, device=device, backend=backend)
-    env.set_seed(0)
+def torchrl_action_pool(env, env_id: str, device: torch.device) -> list[dict]:
+    """``POOL`` sets of actions keyed as the TorchRL adapter's tensordicts hold them."""
     if is_multi_agent(env_id):
-        pool = [{(group, "action"): actions for group, actions in grouped.items()}
-                for grouped in group_action_pool(env._env, device)]
-    else:
-        pool = [{"action": actions} for actions in vector_action_pool(env._env, device)]
+        return [{(group, "action"): actions for group, actions in grouped.items()}
+                for grouped in group_action_pool(env, device)]
+    return [{"action": actions} for actions in vector_action_pool(env, device)]
+
+
+def torchrl_loop(env, pool: list[dict]) -> Callable[[int], None]:
+    """``step_and_maybe_reset`` as TorchRL's collectors and ``rollout`` call it: the actions written
+    into the tensordict of the previous call, the next one kept."""
     state = {"data": env.reset()}
 
     def step(k: int) -> None:
@@ -155,45 +154,40 @@ def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str 
     return step
 
 
+def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
+    """``step_and_maybe_reset`` of the TorchRL adapter (see ``torchrl_loop``)."""
+    from gpu_marl_envs.adapters import make_torchrl_env
+
+    env = make_torchrl_env(env_id, num_envs, device=device, backend=backend)
+    env.set_seed(0)
+    return torchrl_loop(env, torchrl_action_pool(env._env, env_id, device))
+
+
 def torchrl_floor_step(env_id: str, num_envs: int, device: torch.device,
                        backend: str | None) -> Callable[[int], None]:
     """TorchRL's own ``EnvBase.step_and_maybe_reset`` on an env that does nothing: the TorchRL
-    adapter's specs, with outputs made once and handed back at every step (nothing ends, so
-    nothing resets). What TorchRL's step costs any env beyond the env's own work: no adapter of an
-    env can step faster through TorchRL than this."""
+    adapter with its specs, but with TorchRL's own ``step`` and ``step_and_maybe_reset`` and a
+    ``_step`` that hands back outputs made once (nothing ends, so nothing resets). What TorchRL's
+    step costs any env beyond the env's own work: no env steps faster through TorchRL than this."""
     from torchrl.envs import EnvBase
 
-    from gpu_marl_envs.adapters import make_torchrl_env
+    from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv
 
-    adapter = make_torchrl_env(env_id, num_envs, device=device, backend=backend)
-    outputs = adapter.fake_tensordict()
+    adapter_type = TorchRLParallelEnv if is_multi_agent(env_id) else TorchRLVectorEnv
 
-    class NullEnv(EnvBase):
-        def __init__(self):
-            super().__init__(device=adapter.device, batch_size=adapter.batch_size)
-            for spec in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec"):
-                setattr(self, spec, getattr(adapter, spec).clone())
+    class NullEnv(adapter_type):
+        step = EnvBase.step
+        step_and_maybe_reset = EnvBase.step_and_maybe_reset
 
         def _step(self, tensordict):
-            return outputs["next"]
+            return self.outputs["next"]
 
         def _reset(self, tensordict=None, **kwargs):
-            return outputs.exclude("next")
+            return self.outputs.exclude("next")
 
-        def _set_seed(self, seed):
-            pass
-
-    env = NullEnv()
-    actions = [adapter.full_action_spec.rand() for _ in range(POOL)]
-    adapter.close()
-    state = {"data": env.reset()}
-
-    def step(k: int) -> None:
-        data = state["data"]
-        data.update(actions[k % POOL])
-        state["data"] = env.step_and_maybe_reset(data)[1]
-
-    return step
+    env = NullEnv(make_batched_env(env_id, num_envs, device=device, backend=backend))
+    env.outputs = env.fake_tensordict()
+    return torchrl_loop(env, torchrl_action_pool(env._env, env_id, device))
 
 
 def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
