@@ -111,7 +111,7 @@ class _Views:
         return made[1]
 
 
-def check_observation_buffers(env, adapter: str) -> None:
+def require_two_observation_buffers(env, adapter: str) -> None:
     if env.observation_buffers < 2:
         raise ValueError(f"{adapter} needs an env made with observation_buffers=2 (skrl keeps a step's observations "
                          f"through the next step), got {env.observation_buffers}; pass it to the env's constructor "
@@ -139,7 +139,7 @@ class SkrlVectorEnv(Wrapper):
 
     def __init__(self, env: GpuVectorEnv):
         env = check_batched_env(env, GpuVectorEnv, type(self).__name__, MAKE)
-        check_observation_buffers(env, type(self).__name__)
+        require_two_observation_buffers(env, type(self).__name__)
         super().__init__(env)
         self._seed = config.torch.key  # skrl's seed, as its own wrappers use it at the first reset
         self._observations = None  # the latest, from the first reset on
@@ -191,8 +191,9 @@ class SkrlVectorEnv(Wrapper):
 
 class SkrlParallelEnv(MultiAgentEnvWrapper):
     """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP`` and
-    ``observation_buffers=2``) as an skrl multi-agent env, keyed by agent (``possible_agents``) as skrl's multi-agent algorithms
-    expect. Per-group policies: give the agents of a group the same model instances.
+    ``observation_buffers=2``) as an skrl multi-agent env, keyed by agent (``possible_agents``) as
+    skrl's multi-agent algorithms expect. Per-group policies: give the agents of a group the same
+    model instances.
 
     The env is stepped by group: the actions of a group's agents are stacked into one tensor and
     each output is one tensor per group, handed out as per-agent views. ``infos`` are keyed by group,
@@ -204,7 +205,7 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
 
     def __init__(self, env: GpuParallelEnv):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
-        check_observation_buffers(env, type(self).__name__)
+        require_two_observation_buffers(env, type(self).__name__)
         super().__init__(env)
         self._seed = config.torch.key
         self._groups = {group: list(agents) for group, agents in env.groups.items()}

@@ -35,9 +35,22 @@ def check_observation_buffers(count) -> int:
     return count
 
 
-def make_sides(buffers, count: int, build: Callable[[Any], tuple[Any, Any]]) -> tuple[Side, ...]:
-    """``count`` sides of ``buffers`` (the first with ``buffers`` itself); ``build(buffers)`` makes
-    the backend and launcher of a side."""
-    copies = [buffers] + [dataclasses.replace(buffers, observations=torch.zeros_like(buffers.observations))
-                          for _ in range(count - 1)]
-    return tuple(Side(copy, *build(copy)) for copy in copies)
+class Sides:
+    """The sides of an env (``count`` of ``buffers``, the first with ``buffers`` itself;
+    ``build(buffers)`` makes a side's backend and launcher) and which one holds the current
+    observations."""
+
+    def __init__(self, buffers, count: int, build: Callable[[Any], tuple[Any, Any]]):
+        copies = [buffers] + [dataclasses.replace(buffers, observations=torch.zeros_like(buffers.observations))
+                              for _ in range(count - 1)]
+        self.all = tuple(Side(copy, *build(copy)) for copy in copies)
+        self.index = 0
+
+    @property
+    def current(self) -> Side:
+        return self.all[self.index]
+
+    def advance(self) -> Side:
+        """The next side in turn, made the current one: the side a step writes."""
+        self.index = (self.index + 1) % len(self.all)
+        return self.all[self.index]

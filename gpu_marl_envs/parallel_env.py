@@ -16,7 +16,7 @@ from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
-from gpu_marl_envs.observation_buffers import check_observation_buffers, make_sides
+from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
@@ -153,9 +153,8 @@ class GpuParallelEnv:
             return backend, GraphedStep(backend, side_buffers, self._actions) if cuda_graph else backend
 
         self.observation_buffers = check_observation_buffers(observation_buffers)
-        self._sides = make_sides(b, self.observation_buffers, build)
-        self._side = 0  # the side holding the current observations
-        self._buffers, self._backend, self._launcher = self._sides[0]
+        self._sides = Sides(b, self.observation_buffers, build)
+        self._buffers, self._backend, self._launcher = self._sides.current
         self.backend = self._backend.name
         self._action_high = d.action_high(self.params).to(self.device)  # for validate_actions
         self._group_action_shapes = {name: (self.num_envs, len(ids), *self._action_shape)
@@ -195,8 +194,8 @@ class GpuParallelEnv:
         # Per side (observation_buffers): the views of its observations, with the shared rest.
         self._side_views = tuple(((flat_by_agent(side.buffers.observations, obs_layout), *agent_rest),
                                   (flat_by_group(side.buffers.observations, obs_layout), *group_rest))
-                                 for side in self._sides)
-        self._agent_views, self._group_views = self._side_views[self._side]
+                                 for side in self._sides.all)
+        self._agent_views, self._group_views = self._side_views[self._sides.index]
         self._agent_infos = {agent: {"active": active} for agent, active in by_agent(self.active).items()}
         self._group_infos = {group: {"active": active} for group, active in by_group(self.active).items()}
         if d.has_action_masks:
@@ -292,8 +291,7 @@ class GpuParallelEnv:
         return self._draw(self.params, self._buffers.state, self.render_env_index)
 
     def close(self) -> None:
-        self._backend = self._launcher = self._buffers = None
-        self._sides = ()
+        self._backend = self._launcher = self._buffers = self._sides = None
 
     # -- explicit states -------------------------------------------------------------------------
 
@@ -375,10 +373,9 @@ class GpuParallelEnv:
     def _advance(self) -> None:
         """Make the next observation buffer in turn the current one (``observation_buffers`` > 1),
         before a step writes it."""
-        if len(self._sides) > 1:
-            self._side = (self._side + 1) % len(self._sides)
-            self._buffers, self._backend, self._launcher = self._sides[self._side]
-            self._agent_views, self._group_views = self._side_views[self._side]
+        if self.observation_buffers > 1:
+            self._buffers, self._backend, self._launcher = self._sides.advance()
+            self._agent_views, self._group_views = self._side_views[self._sides.index]
 
     def _check_action_values(self) -> None:
         # One device-to-host sync; nothing has been stepped yet, so a bad action changes nothing.

@@ -18,7 +18,7 @@ from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.graphs import GraphedStep
-from gpu_marl_envs.observation_buffers import check_observation_buffers, make_sides
+from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
@@ -86,10 +86,9 @@ class GpuVectorEnv(VectorEnv):
 
     ``step`` and ``reset`` return the env's own output tensors, without copies: they are
     overwritten by the next call (observations: see ``observation_buffers``), so ``.clone()`` what
-    you keep. Actions must be a tensor on the
-    env's device, ``int64`` of shape ``(num_envs,)`` for ``Discrete`` spaces and ``float32`` of shape
-    ``(num_envs, *shape)`` for ``Box`` spaces. For numpy I/O wrap the env in
-    ``gymnasium.wrappers.vector.ArrayConversion(env, env_xp=torch, target_xp=numpy)``.
+    you keep. Actions must be a tensor on the env's device, ``int64`` of shape ``(num_envs,)`` for
+    ``Discrete`` spaces and ``float32`` of shape ``(num_envs, *shape)`` for ``Box`` spaces. For numpy
+    I/O wrap the env in ``gymnasium.wrappers.vector.ArrayConversion(env, env_xp=torch, target_xp=numpy)``.
 
     Seeding follows Gymnasium: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``, and a sub-env's
     reset states depend only on its seed and how many times it has been reset since, on every
@@ -132,7 +131,7 @@ class GpuVectorEnv(VectorEnv):
         if cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph=True needs a CUDA device")
         self.cuda_graph = bool(cuda_graph)
-        actions_like = zero_actions(self.single_action_space, self.num_envs, self.device)
+        actions_like = zero_actions(self.single_action_space, self.num_envs, self.device) if cuda_graph else None
 
         def build(side_buffers):
             backend = backend_type(self.definition, self.params, side_buffers, self.autoreset_mode,
@@ -140,9 +139,8 @@ class GpuVectorEnv(VectorEnv):
             return backend, GraphedStep(backend, side_buffers, actions_like) if cuda_graph else backend
 
         self.observation_buffers = check_observation_buffers(observation_buffers)
-        self._sides = make_sides(buffers, self.observation_buffers, build)
-        self._side = 0  # the side holding the current observations
-        self._buffers, self._backend, self._step_launcher = self._sides[0]
+        self._sides = Sides(buffers, self.observation_buffers, build)
+        self._buffers, self._backend, self._step_launcher = self._sides.current
         self.backend = self._backend.name
         self._set_seeds(rng.random_seed(), None)
         self._np_random_seed = None
@@ -173,9 +171,8 @@ class GpuVectorEnv(VectorEnv):
             raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
                                "were never reset nor given a state")
         actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
-        if len(self._sides) > 1:  # the next observation buffer in turn
-            self._side = (self._side + 1) % len(self._sides)
-            self._buffers, self._backend, self._step_launcher = self._sides[self._side]
+        if self.observation_buffers > 1:  # the next observation buffer in turn
+            self._buffers, self._backend, self._step_launcher = self._sides.advance()
         self._step_launcher.step(actions)
         if self.render_mode is not None:
             self._render_actions = actions.index_select(0, self._render_ids)
@@ -204,8 +201,7 @@ class GpuVectorEnv(VectorEnv):
                      for k, state in enumerate(states))
 
     def close_extras(self, **kwargs):
-        self._backend = self._step_launcher = self._buffers = self._renderer = None
-        self._sides = ()
+        self._backend = self._step_launcher = self._buffers = self._renderer = self._sides = None
 
     # -- explicit states -----------------------------------------------------------------------
 
