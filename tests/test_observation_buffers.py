@@ -52,20 +52,9 @@ def check_vector(envs, steps: int, device) -> None:
             kept = None  # a reset writes into the current buffer
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_two_buffers_give_one_buffers_outputs_torch(mode):
-    check_vector(vector_pair("torch", "cpu", mode), steps=20, device=torch.device("cpu"))
-
-
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
-def test_two_buffers_give_one_buffers_outputs_kernels(backend):
-    check_vector(vector_pair(backend, "cpu", AutoresetMode.SAME_STEP, num_envs=2), steps=8,
-                 device=torch.device("cpu"))
-
-
-def parallel_pair(backend, device, mode, num_envs=4):
+def parallel_pair(backend, device, mode, num_envs=4, **kwargs):
     return [GpuParallelEnv("TagContinuous-v0", num_envs, device=device, backend=backend, autoreset_mode=mode,
-                           params=SMALL_TAG, observation_buffers=k) for k in (1, 2)]
+                           params=SMALL_TAG, observation_buffers=k, **kwargs) for k in (1, 2)]
 
 
 def check_parallel(envs, steps: int, device) -> None:
@@ -101,15 +90,22 @@ def check_parallel(envs, steps: int, device) -> None:
             kept = None
 
 
+# kind -> (make the pair, check it, steps on the torch backend)
+KINDS = {"vector": (vector_pair, check_vector, 20), "games": (parallel_pair, check_parallel, 14)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", MODES)
-def test_two_buffers_give_one_buffers_outputs_games_torch(mode):
-    check_parallel(parallel_pair("torch", "cpu", mode), steps=14, device=torch.device("cpu"))
+def test_two_buffers_give_one_buffers_outputs_torch(kind, mode):
+    pair, check, steps = KINDS[kind]
+    check(pair("torch", "cpu", mode), steps=steps, device=torch.device("cpu"))
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
-def test_two_buffers_give_one_buffers_outputs_games_kernels(backend):
-    check_parallel(parallel_pair(backend, "cpu", AutoresetMode.SAME_STEP, num_envs=2), steps=8,
-                   device=torch.device("cpu"))
+def test_two_buffers_give_one_buffers_outputs_kernels(kind, backend):
+    pair, check, _ = KINDS[kind]
+    check(pair(backend, "cpu", AutoresetMode.SAME_STEP, num_envs=2), steps=8, device=torch.device("cpu"))
 
 
 @pytest.mark.parametrize("count", [0, -1, 1.5, True, "2"])
@@ -126,7 +122,5 @@ def test_observation_buffers_must_be_a_positive_int(count):
 def test_two_buffers_on_the_gpu(cuda_device, backend, cuda_graph):
     check_vector(vector_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=1000, cuda_graph=cuda_graph),
                  steps=30, device=cuda_device)
-    envs = [GpuParallelEnv("TagContinuous-v0", 64, device=cuda_device, backend=backend, cuda_graph=cuda_graph,
-                           autoreset_mode=AutoresetMode.SAME_STEP, params=SMALL_TAG, observation_buffers=k)
-            for k in (1, 2)]
-    check_parallel(envs, steps=14, device=cuda_device)
+    check_parallel(parallel_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=64, cuda_graph=cuda_graph),
+                   steps=14, device=cuda_device)
