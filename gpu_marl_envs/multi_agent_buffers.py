@@ -19,9 +19,30 @@ import torch
 
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
-# Kernels stage per-agent values in static shared memory sized by the number of agents
-# (MultiAgentDefinition.shared_bytes), which CUDA caps at 48 KiB per block.
+# Static shared memory per block (MultiAgentDefinition.shared_bytes), and the shared memory of any
+# kind a block gets without opting in to more, on every CUDA GPU.
 MAX_SHARED_BYTES = 48 * 1024
+
+
+def shared_memory_limit(device: torch.device) -> int:
+    """Bytes of shared memory (static and dynamic) one block of a game's kernels may use on
+    ``device``: the GPU's opt-in maximum (227 KiB on an H100 or H200), which the backends opt the
+    kernels in to; on the CPU, where only Numba's simulator runs them, the 48 KiB any GPU gives."""
+    if device.type != "cuda":
+        return MAX_SHARED_BYTES
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
+def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.device, backend: str) -> None:
+    """Refuse a game whose kernels need more shared memory per block than ``device`` gives one
+    (which is what bounds the agents per game), naming the limit."""
+    static, dynamic = definition.shared_bytes(params), definition.dynamic_shared_bytes(params)
+    limit = shared_memory_limit(device)
+    if static > MAX_SHARED_BYTES or static + dynamic > limit:
+        where = "this GPU's" if device.type == "cuda" else "the CPU simulator's (any GPU's default)"
+        raise ValueError(f"{params.num_agents} agents per env need {static + dynamic} bytes of shared memory per "
+                         f"block in the {backend} kernels of {definition.id}, more than {where} limit of {limit} "
+                         "bytes; use fewer agents or backend='torch'")
 
 
 def whole_warps(num_agents: int, most: int) -> int:

@@ -15,7 +15,7 @@ from gpu_marl_envs.autoreset import parse_autoreset_mode, select_resets
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.graphs import GraphedStep
-from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers
+from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, check_shared_memory
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
@@ -129,10 +129,8 @@ class GpuParallelEnv:
         self._action_shape = d.action_shape(self.params)
 
         backend_type = resolve_backend(backend, self.device, kind="multi_agent")
-        if backend_type.name != "torch" and d.shared_bytes(self.params) > MAX_SHARED_BYTES:
-            raise ValueError(f"{self.params.num_agents} agents per env need {d.shared_bytes(self.params)} bytes of "
-                             f"shared memory in the {backend_type.name} kernels, more than {MAX_SHARED_BYTES}; "
-                             "use fewer agents or backend='torch'")
+        if backend_type.name != "torch":
+            check_shared_memory(d, self.params, self.device, backend_type.name)
         b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
         if cuda_graph is None:
             cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default

@@ -8,7 +8,7 @@ from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "mul_rn"]
+__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "mul_rn"]
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
 # fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn).
@@ -31,3 +31,15 @@ else:
     @cuda.jit(device=True)
     def add_rn(a, b):
         return libdevice.fadd_rn(a, b)
+
+
+def allow_dynamic_shared_memory(kernel, args, nbytes: int) -> None:
+    """Let ``kernel``, compiled for ``args``, launch with ``nbytes`` of dynamic shared memory: beyond
+    48 KiB a CUDA kernel must opt in. numba-cuda 0.30 sets no such attribute itself (only the
+    carveout, through the same driver call), hence the compiled kernel's function handle."""
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(arg) for arg in args))
+    function = compiled._codelibrary.get_cufunc()
+    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attribute, nbytes, function.handle, function.device.id)

@@ -69,42 +69,140 @@ def make_kernels(constants: dict):
     ONE = np.float32(1.0)
     FOUR = np.float32(4.0)
     INFINITY = np.float32(np.inf)
-    # The partial observation's nearest-others lists live in shared memory, one chunk of agents
-    # (one per thread, at most the launch's block size) at a time; the full observation needs none.
+    NAN = np.float32(np.nan)
     # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
-    # shared_bytes() declares), one thread each here.
+    # shared_layout() sizes), one thread each here.
     CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // int(constants["SCAN_SPLIT"])
     SLOTS = N - 1 if FULL_OBSERVATION else K
-    OBSERVED_SIZE = 1 if FULL_OBSERVATION else CHUNK * K
+    # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
+    # runners), then OUT_BUCKET (the agents out of the game).
+    C = int(constants["GRID_CELLS"])
+    GRID = C > 1
+    GRID_TAGS = bool(constants["GRID_TAGS"])
+    OUT_BUCKET = 2 * C * C
+    LAST_CELL = np.float32(C - 1)
+    INV_CELL_SIZE = np.float32(constants["INV_CELL_SIZE"])
+    CELL_SIZE = np.float32(constants["CELL_SIZE"])
+    CELL_MARGIN = np.float32(constants["CELL_MARGIN"])
+    TAG_REACH = np.float32(constants["TAG_REACH"])
+    EMPTY = N  # the id of an empty slot of a nearest-others list: after every real one
+    # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
+    X, Y = int(constants["SHARED_X"]) // 4, int(constants["SHARED_Y"]) // 4
+    IDS, ENDS = int(constants["SHARED_IDS"]) // 4, int(constants["SHARED_ENDS"]) // 4
+    TAGS, OBSERVED = int(constants["SHARED_TAGS"]) // 4, int(constants["SHARED_OBSERVED"]) // 4
+    IN_GAME = int(constants["SHARED_IN_GAME"])
+    NUM_IDS = N if GRID else 0
+    NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
+    NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
 
     @cuda.jit(device=True)
     def squared_distance(dx, dy):
         return add_rn(mul_rn(dx, dx), mul_rn(dy, dy))
 
     @cuda.jit(device=True)
+    def before(d2, i, other_d2, other_i):
+        """(d2, i) before (other_d2, other_i): nearer first, ties to the lower id."""
+        return d2 < other_d2 or (d2 == other_d2 and i < other_i)
+
+    @cuda.jit(device=True)
     def shared():
-        sh_x = cuda.shared.array(N, float32)  # positions after this step's moves (or a reset)
-        sh_y = cuda.shared.array(N, float32)
-        sh_in_game = cuda.shared.array(N, boolean)
-        observed = cuda.shared.array(OBSERVED_SIZE, int32)  # the nearest others of a chunk's agents
-        tags = cuda.shared.array(G, int32)  # runners each tagger tagged this step
+        # One dynamic shared buffer (a game of thousands of agents needs more than static shared
+        # memory allows), seen as float32, int32 and bool arrays carved at shared_layout's offsets.
+        floats = cuda.shared.array(0, float32)
+        ints = cuda.shared.array(0, int32)
+        flags = cuda.shared.array(0, boolean)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
-        return sh_x, sh_y, sh_in_game, observed, tags, runners_left
+        return (floats[X:X + N], floats[Y:Y + N], ints[IDS:IDS + NUM_IDS], ints[ENDS:ENDS + NUM_ENDS],
+                ints[TAGS:TAGS + G], ints[OBSERVED:OBSERVED + NUM_OBSERVED], flags[IN_GAME:IN_GAME + N],
+                runners_left)
+
+    @cuda.jit(device=True)
+    def cell_of(v):
+        """The grid column (or row) of coordinate v, clamped to the grid: see the .cu."""
+        return int(min(max(v * INV_CELL_SIZE, ZERO), LAST_CELL))
+
+    @cuda.jit(device=True)
+    def cell_low(i):
+        return np.float32(i) * CELL_SIZE - CELL_MARGIN
+
+    @cuda.jit(device=True)
+    def cell_high(i):
+        return np.float32(i + 1) * CELL_SIZE + CELL_MARGIN
+
+    @cuda.jit(device=True)
+    def gap(i, c, v):
+        """A lower bound of |v_j - v| (rounded) over the agents j of column (or row) i, seen from v in c."""
+        if i > c:
+            g = cell_low(i) - v
+        elif i < c:
+            g = v - cell_high(i)
+        else:
+            g = ZERO
+        return max(g, ZERO)
+
+    @cuda.jit(device=True)
+    def bucket_begin(ends, b):
+        return 0 if b == 0 else ends[b - 1]
+
+    @cuda.jit(device=True)
+    def bucket(a, px, py, sh_in_game):
+        if not sh_in_game[a]:
+            return OUT_BUCKET
+        return 2 * (cell_of(py) * C + cell_of(px)) + (1 if a >= G else 0)
+
+    @cuda.jit(device=True)
+    def build_grid(e, x, y, sh):
+        """The counting sort of the .cu's build_grid (the scan by thread segments here: the
+        simulator has no warp shuffles; the observed lists serve as the segments' scratch)."""
+        sh_x, sh_y, ids, ends, observed, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+        for b in range(tid, OUT_BUCKET + 1, threads):
+            ends[b] = 0
+        cuda.syncthreads()
+        for a in range(tid, N, threads):
+            cuda.atomic.add(ends, bucket(a, x[e, a], y[e, a], sh_in_game), np.int32(1))
+        cuda.syncthreads()
+        per = (OUT_BUCKET + 1 + threads - 1) // threads
+        first = tid * per
+        last = min(first + per, OUT_BUCKET + 1)
+        total = 0
+        for b in range(first, last):
+            total += ends[b]
+        observed[tid] = total
+        cuda.syncthreads()
+        start = 0
+        for u in range(tid):
+            start += observed[u]
+        for b in range(first, last):
+            count = ends[b]
+            ends[b] = start
+            start += count
+        cuda.syncthreads()
+        for a in range(tid, N, threads):
+            px = x[e, a]
+            py = y[e, a]
+            place = cuda.atomic.add(ends, bucket(a, px, py, sh_in_game), np.int32(1))  # afterwards the bucket's end
+            sh_x[place] = px
+            sh_y[place] = py
+            ids[place] = a
+        cuda.syncthreads()
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         # Draws as in the reference's reset: x_a is draw a, y_a draw N + a, the direction's quarter
         # draw 2N + a.
         x, y, direction, speed, acceleration, in_game, t = state
-        sh_x, sh_y, sh_in_game = sh[0], sh[1], sh[2]
+        sh_x, sh_y, sh_in_game = sh[0], sh[1], sh[6]
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
             px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
             py = uniform(seed, episode, N + a, ZERO, GRID_LENGTH)
             quarter = np.float32(math.floor(uniform(seed, episode, 2 * N + a, ZERO, FOUR)))
             x[e, a] = px
-            sh_x[a] = px
             y[e, a] = py
-            sh_y[a] = py
+            if not GRID:
+                sh_x[a] = px
+                sh_y[a] = py
             direction[e, a] = quarter * HALF_PI
             speed[e, a] = ZERO
             acceleration[e, a] = ZERO
@@ -112,14 +210,17 @@ def make_kernels(constants: dict):
             sh_in_game[a] = True
         if cuda.threadIdx.x == 0:
             t[e] = 0
+        if GRID:
+            cuda.syncthreads()
+            build_grid(e, x, y, sh)
 
     @cuda.jit(device=True)
     def nearest_others(a, sh_x, sh_y, sh_in_game, observed, base):
-        """Agent a's K nearest others in the game, by (squared distance, id), into
-        observed[base:base + K] (-1 for empty slots). The sorted list is meant to live in registers,
-        as in the .cu: K is a compile-time constant, so the loops over it unroll and every index
-        becomes a constant. Scanning ids in order and moving entries only past strictly larger
-        distances keeps ties in id order."""
+        """Agent a's K nearest others in the game by scanning every other, by (squared distance,
+        id), into observed[base:base + K] (-1 for empty slots). The sorted list is meant to live in
+        registers, as in the .cu: K is a compile-time constant, so the loops over it unroll and
+        every index becomes a constant. Scanning ids in order and moving entries only past strictly
+        larger distances keeps ties in id order."""
         best_d2 = cuda.local.array(K, float32)
         best_id = cuda.local.array(K, int32)
         for m in range(K):
@@ -145,8 +246,78 @@ def make_kernels(constants: dict):
             observed[base + m] = best_id[m]
 
     @cuda.jit(device=True)
-    def feature(e, a, r, m, c, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
-        """Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk)."""
+    def nearest_others_in_grid(place, xa, ya, sh, base):
+        """The grid's search of the .cu's nearest_others for the agent at `place` of the grid's
+        order (at xa, ya): rings of cells, nearest first, until no unscanned cell can hold a
+        nearer one; ties to the lower id wherever found."""
+        sh_x, sh_y, ids, ends, observed = sh[0], sh[1], sh[2], sh[3], sh[5]
+        best_d2 = cuda.local.array(K, float32)
+        best_id = cuda.local.array(K, int32)
+        for m in range(K):
+            best_d2[m] = INFINITY
+            best_id[m] = EMPTY
+        cx = cell_of(xa)
+        cy = cell_of(ya)
+        reach = max(max(cx, C - 1 - cx), max(cy, C - 1 - cy))
+        for r in range(reach + 1):
+            if r > 0:
+                side = INFINITY
+                if cx + r < C:
+                    side = min(side, cell_low(cx + r) - xa)
+                if cx - r >= 0:
+                    side = min(side, xa - cell_high(cx - r))
+                if cy + r < C:
+                    side = min(side, cell_low(cy + r) - ya)
+                if cy - r >= 0:
+                    side = min(side, ya - cell_high(cy - r))
+                side = max(side, ZERO)
+                if mul_rn(side, side) > best_d2[K - 1]:
+                    break
+            for j in range(max(cy - r, 0), min(cy + r, C - 1) + 1):
+                # Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
+                whole = j == cy - r or j == cy + r
+                gy = gap(j, cy, ya)
+                gy2 = mul_rn(gy, gy)
+                i0 = max(cx - r, 0) if whole else cx - r
+                i1 = min(cx + r, C - 1) if whole else cx + r
+                for i in range(i0, i1 + 1, 1 if whole else 2 * r):
+                    if i < 0 or i >= C:
+                        continue
+                    gx = gap(i, cx, xa)
+                    if add_rn(mul_rn(gx, gx), gy2) > best_d2[K - 1]:
+                        continue
+                    c = j * C + i
+                    for q in range(bucket_begin(ends, 2 * c), ends[2 * c + 1]):
+                        if q == place:
+                            continue
+                        d2 = squared_distance(sh_x[q] - xa, sh_y[q] - ya)
+                        # NaN (a runner tagged this step) and inf never enter; equal distances by id.
+                        if not (d2 <= best_d2[K - 1]) or d2 == INFINITY:
+                            continue
+                        other = ids[q]
+                        if not before(d2, other, best_d2[K - 1], best_id[K - 1]):
+                            continue
+                        for m in range(K - 1, 0, -1):
+                            shift = before(d2, other, best_d2[m - 1], best_id[m - 1])
+                            put = not shift and before(d2, other, best_d2[m], best_id[m])
+                            best_d2[m] = best_d2[m - 1] if shift else (d2 if put else best_d2[m])
+                            best_id[m] = best_id[m - 1] if shift else (other if put else best_id[m])
+                        if before(d2, other, best_d2[0], best_id[0]):
+                            best_d2[0] = d2
+                            best_id[0] = other
+        for m in range(K):
+            observed[base + m] = best_id[m] if best_id[m] < EMPTY else -1
+
+    @cuda.jit(device=True)
+    def agent_at(ids, row):
+        """The agent of row `row` of the observation chunks: the grid's order with a grid."""
+        return ids[row] if GRID else row
+
+    @cuda.jit(device=True)
+    def feature(e, a, r, m, c, x, y, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
+        """Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk).
+        Positions by id: the staged ones without a grid, the state's with one (its staged copy is
+        in the grid's order)."""
         if not sh_in_game[a]:
             return ZERO
         if FULL_OBSERVATION:
@@ -156,9 +327,9 @@ def make_kernels(constants: dict):
             if j < 0:
                 return ZERO
         if c == 0:
-            return (sh_x[j] - sh_x[a]) / POSITION_SCALE
+            return ((x[e, j] - x[e, a]) if GRID else (sh_x[j] - sh_x[a])) / POSITION_SCALE
         if c == 1:
-            return (sh_y[j] - sh_y[a]) / POSITION_SCALE
+            return ((y[e, j] - y[e, a]) if GRID else (sh_y[j] - sh_y[a])) / POSITION_SCALE
         if c == 2:
             return (speed[e, j] - speed[e, a]) / SPEED_SCALE
         if c == 3:
@@ -171,14 +342,14 @@ def make_kernels(constants: dict):
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
-        """Observations of env e's agents into out[e] (the state rows and the staged positions must
-        be current and visible to the whole block), a chunk of agents at a time: each thread finds
-        its agent's nearest others, then the block writes the chunk's rows feature by feature, as
-        tag_continuous.cu does. Every thread runs every chunk, so the barriers are uniform. (The
-        CUDA C kernel also splits one agent's search over several lanes; here one thread does it.)
-        No action masks in this game."""
-        _, _, direction, speed, acceleration, _, t = state
-        sh_x, sh_y, sh_in_game, observed = sh[0], sh[1], sh[2], sh[3]
+        """Observations of env e's agents into out[e] (the state rows, the staged positions and the
+        grid if any must be current and visible to the whole block), a chunk of agents at a time:
+        each thread finds its agent's nearest others, then the block writes the chunk's rows
+        feature by feature, as tag_continuous.cu does. Every thread runs every chunk, so the
+        barriers are uniform. (The CUDA C kernel also splits one agent's scan over several lanes;
+        here one thread does it.) No action masks in this game."""
+        x, y, direction, speed, acceleration, _, t = state
+        sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
         time = np.float32(t[e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -186,8 +357,13 @@ def make_kernels(constants: dict):
         for first in range(0, N, chunk):
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION:
-                if tid < rows and sh_in_game[first + tid]:
-                    nearest_others(first + tid, sh_x, sh_y, sh_in_game, observed, tid * K)
+                if tid < rows:
+                    a = agent_at(ids, first + tid)
+                    if sh_in_game[a]:
+                        if GRID:
+                            nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
+                        else:
+                            nearest_others(a, sh_x, sh_y, sh_in_game, observed, tid * K)
                 cuda.syncthreads()
             pairs = rows * SLOTS
             for k in range(tid, FEATURES * pairs, threads):
@@ -195,17 +371,48 @@ def make_kernels(constants: dict):
                 p = k - c * pairs
                 r = p // SLOTS
                 m = p - r * SLOTS
-                out[e, (first + r) * OBS_DIM + m * FEATURES + c] = feature(
-                    e, first + r, r, m, c, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed)
+                a = agent_at(ids, first + r)
+                out[e, a * OBS_DIM + m * FEATURES + c] = feature(
+                    e, a, r, m, c, x, y, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed)
             for r in range(tid, rows, threads):
-                out[e, (first + r) * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[first + r] else ZERO
+                a = agent_at(ids, first + r)
+                out[e, a * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[a] else ZERO
             cuda.syncthreads()  # the next chunk overwrites observed
+
+    @cuda.jit(device=True)
+    def nearest_tagger(e, x, y, xa, ya, sh):
+        """Runner (xa, ya)'s nearest tagger in the game (ties: lowest id) and its squared distance
+        (inf if none), as far as a tag is concerned: see the .cu."""
+        sh_x, sh_y, ids, ends, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[6]
+        best = INFINITY
+        nearest = 0
+        if GRID_TAGS:
+            for j in range(cell_of(ya - TAG_REACH), cell_of(ya + TAG_REACH) + 1):
+                for i in range(cell_of(xa - TAG_REACH), cell_of(xa + TAG_REACH) + 1):
+                    b = 2 * (j * C + i)
+                    for q in range(bucket_begin(ends, b), ends[b]):
+                        d2 = squared_distance(xa - sh_x[q], ya - sh_y[q])
+                        if before(d2, ids[q], best, nearest):
+                            best = d2
+                            nearest = ids[q]
+        else:
+            for j in range(G):
+                if not sh_in_game[j]:
+                    continue
+                if GRID:
+                    d2 = squared_distance(xa - x[e, j], ya - y[e, j])
+                else:
+                    d2 = squared_distance(xa - sh_x[j], ya - sh_y[j])
+                if d2 < best:
+                    best = d2
+                    nearest = j
+        return best, nearest
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
         x, y, direction, speed, acceleration, in_game, t = state
-        sh_x, sh_y, sh_in_game, tags, runners_left = sh[0], sh[1], sh[2], sh[4], sh[5]
+        sh_x, sh_y, ids, ends, tags, sh_in_game, runners_left = sh[0], sh[1], sh[2], sh[3], sh[4], sh[6], sh[7]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         now = t[e] + 1
@@ -244,35 +451,39 @@ def make_kernels(constants: dict):
                 reward = STEP_PENALTY_FOR_TAGGER if a < G else STEP_REWARD_FOR_RUNNER
                 if edge:
                     reward = reward + EDGE_HIT_PENALTY
-            sh_x[a] = px
-            sh_y[a] = py
+            if not GRID:
+                sh_x[a] = px
+                sh_y[a] = py
             sh_in_game[a] = playing
             rewards[e, a] = reward
         cuda.syncthreads()
+        if GRID:
+            build_grid(e, x, y, sh)
 
         # Step 4: each runner in the game against its nearest tagger in the game (ties: lowest id).
+        # With a grid the runners are visited in its order (their place is where a tagged one is
+        # struck out of the nearest-others search).
         left = 0
-        for a in range(G + tid, N, threads):
-            if not sh_in_game[a]:
+        if GRID:
+            begin, end = tid, ends[OUT_BUCKET - 1]  # the places of the agents in the game
+        else:
+            begin, end = G + tid, N
+        for q in range(begin, end, threads):
+            a = ids[q] if GRID else q
+            if a < G or not sh_in_game[a]:
                 continue
-            best = INFINITY
-            nearest = 0
-            for j in range(G):
-                if not sh_in_game[j]:
-                    continue
-                d2 = squared_distance(sh_x[a] - sh_x[j], sh_y[a] - sh_y[j])
-                if d2 < best:
-                    best = d2
-                    nearest = j
+            best, nearest = nearest_tagger(e, x, y, sh_x[q], sh_y[q], sh)
             if np.float32(math.sqrt(best)) < TAGGING_RADIUS:
                 cuda.atomic.add(tags, nearest, np.int32(1))
                 rewards[e, a] = rewards[e, a] + TAG_PENALTY_FOR_RUNNER
                 if RUNNER_EXITS:
-                    # Only runners' flags change here, and this phase reads only taggers' flags.
+                    # Only runners' flags change here, and this phase reads only taggers' flags and places.
                     sh_in_game[a] = False
                     in_game[e, a] = False
                     speed[e, a] = ZERO
                     acceleration[e, a] = ZERO
+                    if GRID:
+                        sh_x[q] = NAN  # out of the nearest-others search: no distance to it is kept
             if sh_in_game[a]:
                 left += 1
         if left > 0:
@@ -298,7 +509,7 @@ def make_kernels(constants: dict):
 
     @cuda.jit(device=True)
     def agent_in_game(state, sh, e, a):
-        return sh[2][a]  # sh_in_game, current after a step
+        return sh[6][a]  # sh_in_game, current after a step
 
     step_block, reset_block = make_multi_agent_blocks(N, shared, reset_env, step_env, agent_in_game, observe_env)
 

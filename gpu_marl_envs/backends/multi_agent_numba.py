@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, reset_arguments, step_arguments
+from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers, reset_arguments, step_arguments
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +39,8 @@ class MultiAgentNumbaBackend:
         if device.type != "cuda":
             # The simulator runs a Python thread per CUDA thread: no more than there are agents.
             threads = min(threads, params.num_agents)
-        self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads)
+        shared_bytes = definition.dynamic_shared_bytes(params)
+        self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
         # Actions go into a buffer of our own (the CUDA graph's input; see NumbaBackend).
         self.actions_buffer = torch.zeros((num_envs, params.num_agents, *definition.action_shape(params)),
                                           dtype=torch.int64, device=device)
@@ -49,6 +50,12 @@ class MultiAgentNumbaBackend:
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
         self._step_args = tuple(views[name] for name in step_arguments(definition, params))
         self._reset_args = tuple(views[name] for name in reset_arguments(definition, params))
+        if device.type == "cuda" and shared_bytes + definition.shared_bytes(params) > MAX_SHARED_BYTES:
+            # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked by the env).
+            from gpu_marl_envs.kernels.numba_api import allow_dynamic_shared_memory
+
+            for kernel, args in ((self._step_kernel, self._step_args), (self._reset_kernel, self._reset_args)):
+                allow_dynamic_shared_memory(kernel, args, shared_bytes)
 
     def step(self, actions: torch.Tensor) -> None:
         if actions is not self.actions_buffer:

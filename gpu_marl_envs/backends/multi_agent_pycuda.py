@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.pycuda_backend import StreamLauncher, _pack, kernel_dir, runtime_definitions
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, reset_arguments, step_arguments
+from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers, reset_arguments, step_arguments
 
 
 def _literal(value) -> str:
@@ -64,6 +64,13 @@ class MultiAgentPycudaBackend:
         module = _module(definition, params, device.index)
         self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
         self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
+        self._shared_bytes = definition.dynamic_shared_bytes(params)
+        if self._shared_bytes + definition.shared_bytes(params) > MAX_SHARED_BYTES:
+            # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked by the env).
+            import pycuda.driver as drv
+
+            for kernel in (self._step_kernel, self._reset_kernel):
+                kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_bytes)
         num_envs = buffers.observations.shape[0]
         self._grid = (num_envs, 1, 1)
         self._block = (definition.block_threads(params), 1, 1)
@@ -90,14 +97,14 @@ class MultiAgentPycudaBackend:
         base = actions.data_ptr()
         self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
                                        *[base + offset for offset in self._column_offsets], *self._buffer_strides)
-        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
+        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
         """One step from each group's int64 ``(num_envs, size, ...)`` actions, read where they lie:
         any env stride, each env's row contiguous (``step_groups`` of the env checks it)."""
         self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
                                        *[t.data_ptr() for t in group_actions], *[t.stride(0) for t in group_actions])
-        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
+        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
     def reset(self) -> None:
-        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer)
+        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer, self._shared_bytes)

@@ -42,12 +42,13 @@ class NumbaLauncher:
     """Launches Numba kernels with a fixed grid on torch's current stream of ``device`` (or in the
     simulator, on host arrays, when ``device`` is the CPU)."""
 
-    def __init__(self, device: torch.device, blocks: int, threads: int):
+    def __init__(self, device: torch.device, blocks: int, threads: int, shared_bytes: int = 0):
+        """``shared_bytes``: each block's dynamic shared memory."""
         from gpu_marl_envs.kernels.numba_api import cuda
 
         self._cuda = cuda
         self._on_gpu = device.type == "cuda"
-        self._blocks, self._threads = blocks, threads
+        self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
         self._streams: dict[int, object] = {}
 
     def view(self, tensor: torch.Tensor):
@@ -73,7 +74,7 @@ class NumbaLauncher:
         with warnings.catch_warnings():
             # Small batches make small grids by design, not by a tuning mistake.
             warnings.simplefilter("ignore", NumbaPerformanceWarning)
-            kernel[self._blocks, self._threads, self._stream()](*args)
+            kernel[self._blocks, self._threads, self._stream(), self._shared_bytes](*args)
 
 
 class NumbaBackend:

@@ -104,9 +104,10 @@ class StreamLauncher:
         self._device = device
         self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
 
-    def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray) -> None:
+    def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray, shared_bytes: int = 0) -> None:
+        """``shared_bytes``: the block's dynamic shared memory."""
         if _raw_current_stream(self._device.index) == 0:
-            kernel._launch_kernel(grid, block, bytes(buffer), 0, None)
+            kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, None)
             return
         # pycuda cannot launch on a stream it did not create: order our stream after torch's
         # current one and back again, through torch's view of our stream.
@@ -117,7 +118,7 @@ class StreamLauncher:
             self._own_stream = drv.Stream()
             self._own_torch_stream = torch.cuda.ExternalStream(self._own_stream.handle, device=self._device)
         self._own_torch_stream.wait_stream(current)
-        kernel._launch_kernel(grid, block, bytes(buffer), 0, self._own_stream)
+        kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, self._own_stream)
         current.wait_stream(self._own_torch_stream)
 
 

@@ -43,6 +43,11 @@ def no_metrics(params) -> tuple[str, ...]:
     return ()
 
 
+def no_dynamic_shared(params) -> int:
+    """The default ``dynamic_shared_bytes``: a game whose kernels use static shared memory only."""
+    return 0
+
+
 class GroupSlice(NamedTuple):
     """Where one group sits in a flat per-env buffer: ``count`` agents of ``size`` values each,
     from ``start`` (row-major, so agent ``k`` of the group is ``start + k * size``)."""
@@ -91,6 +96,10 @@ class MultiAgentDefinition:
     """``p -> names`` of the game's episode totals (empty: none)."""
     episode_totals: Callable[[Any, Any], torch.Tensor] | None = None
     """``(p, state) -> float32 (E, K)``, ``K = len(episode_metrics(p))``; needed when ``K > 0``."""
+    dynamic_shared_bytes: Callable[[Any], int] = no_dynamic_shared
+    """``p -> bytes`` of dynamic shared memory the backends launch a block of the kernels with
+    (``extern __shared__`` in CUDA C, ``cuda.shared.array(0, ...)`` in Numba): static and dynamic
+    together may reach the GPU's opt-in limit (:func:`multi_agent_buffers.shared_memory_limit`)."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:

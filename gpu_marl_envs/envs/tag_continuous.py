@@ -110,6 +110,7 @@ from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.multi_agent_buffers import whole_warps
 
 FEATURES_PER_AGENT = 7
+NEIGHBOUR_SEARCHES = ("auto", "scan", "grid")
 
 
 def _f32(value: float) -> float:
@@ -142,6 +143,10 @@ class TagContinuousParams:
     edge_hit_penalty: float = 0.0
     end_of_game_reward_for_runner: float = 1.0
     tagging_distance: float = 0.02  # fraction of L: a tag happens when distance < tagging_distance * L
+    # How the GPU kernels find each agent's k nearest others: "scan" tests every other agent, "grid"
+    # only those in the cells of a uniform grid near it, "auto" picks by search_grid_cells(). The
+    # observations are the same either way (the torch reference always compares every pair).
+    neighbour_search: str = "auto"
 
     def __post_init__(self):
         name_of = type(self).__name__
@@ -151,6 +156,8 @@ class TagContinuousParams:
                 raise ValueError(f"{name_of}.{f.name} must be a bool, got {value!r}")
             if f.type == "int" and (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))):
                 raise ValueError(f"{name_of}.{f.name} must be an integer, got {value!r}")
+            if f.type == "str" and not isinstance(value, str):
+                raise ValueError(f"{name_of}.{f.name} must be a str, got {value!r}")
             if f.type == "float" and not (isinstance(value, (int, float, np.integer, np.floating))
                                           and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)):
                 raise ValueError(f"{name_of}.{f.name} must be a finite number, got {value!r}")
@@ -176,6 +183,9 @@ class TagContinuousParams:
         for name in ("tag_penalty_for_runner", "step_penalty_for_tagger", "edge_hit_penalty"):
             if not getattr(self, name) <= 0:
                 raise ValueError(f"{name_of}.{name} must be <= 0, got {getattr(self, name)}")
+        if self.neighbour_search not in NEIGHBOUR_SEARCHES:
+            raise ValueError(f"{name_of}.neighbour_search must be one of {NEIGHBOUR_SEARCHES}, "
+                             f"got {self.neighbour_search!r}")
         for low, high in (("min_acceleration", "max_acceleration"), ("min_turn", "max_turn")):
             if not getattr(self, low) <= getattr(self, high):
                 raise ValueError(f"{name_of}.{low} must be <= {high}, got {getattr(self, low)} > {getattr(self, high)}")
@@ -313,6 +323,8 @@ def observation_space(p: TagContinuousParams) -> spaces.Box:
 
 def kernel_constants(p: TagContinuousParams) -> dict:
     """The compile-time constants of the kernels, each float already the float32 every backend uses."""
+    cells = search_grid_cells(p)
+    cell_size = p.grid_length / cells
     return {
         "NUM_AGENTS": p.num_agents,
         "NUM_TAGGERS": p.num_taggers,
@@ -341,33 +353,116 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "STEP_REWARD_FOR_RUNNER": _f32(p.step_reward_for_runner),
         "EDGE_HIT_PENALTY": _f32(p.edge_hit_penalty),
         "END_OF_GAME_REWARD_FOR_RUNNER": _f32(p.end_of_game_reward_for_runner),
+        # The neighbour grid (search_grid_cells; 1 = none) and its conservative cell bounds.
+        "GRID_CELLS": cells,
+        "INV_CELL_SIZE": _f32(cells / p.grid_length),
+        "CELL_SIZE": _f32(cell_size),
+        "CELL_MARGIN": _f32(_cell_margin(p)),
+        "GRID_TAGS": grid_tags(p),
+        "TAG_REACH": _f32(_tag_reach(p)),
+        # Where each shared array starts in the block's dynamic shared memory (bytes).
+        **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
     }
+
+
+# The rule that picks the kernels' neighbour search (neighbour_search="auto"), measured on an H200
+# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-h200.md): from this many agents per
+# game the grid beats the scan, at about this many agents per cell.
+GRID_MIN_AGENTS = 256
+AGENTS_PER_CELL = 4.0
+
+
+def search_grid_cells(p: TagContinuousParams) -> int:
+    """Cells per side of the uniform grid the kernels sort each game's agents into at every step
+    (a counting sort by cell, in shared memory) to find each agent's k nearest others: an agent
+    scans rings of cells around its own, nearest first, until the k-th distance found is below a
+    lower bound of every unscanned cell's. 1 means no grid: every agent tests every other (the
+    scan, cheaper for small games). The full observation searches nothing."""
+    if p.use_full_observation or p.neighbour_search == "scan" \
+            or (p.neighbour_search == "auto" and p.num_agents < GRID_MIN_AGENTS):
+        return 1
+    return max(2, round(math.sqrt(p.num_agents / AGENTS_PER_CELL)))
+
+
+def _cell_margin(p: TagContinuousParams) -> float:
+    """How far a cell's bounds are widened: a kernel places ``x`` in cell ``int(x * (C / L))``
+    rounded in float32, which can put an agent a few ulps of ``L`` across a boundary ``i * L / C``;
+    ``2**-16 L`` is over a hundred of them, so a cell's agents always lie within its widened bounds."""
+    return p.grid_length * 2.0**-16
+
+
+def _tag_reach(p: TagContinuousParams) -> float:
+    """How far from a runner the grid's tag phase looks for taggers: the tagging radius, widened by
+    more than the float32 rounding of the distance test and of the cell bounds (``2**-16`` of
+    ``L + r``), so that every tagger the test could accept lies in a cell searched."""
+    return p.tagging_radius + (p.grid_length + p.tagging_radius) * 2.0**-16
+
+
+def grid_tags(p: TagContinuousParams) -> bool:
+    """Whether the tag phase finds each runner's nearest tagger in the grid's cells within the
+    tagging radius (taggers sorted ahead of runners in each cell) rather than testing every tagger:
+    a tag needs a tagger within the radius, so the nearest tagger matters only there. Taken when a
+    grid is built and the window's cells (at most ``(2 ceil(reach / cell) + 1)^2``) are no more
+    than the taggers."""
+    cells = search_grid_cells(p)
+    if cells == 1:
+        return False
+    reach = math.ceil(_tag_reach(p) / (p.grid_length / cells))
+    return (2 * reach + 1) ** 2 <= p.num_taggers
 
 
 def block_threads(p: TagContinuousParams) -> int:
     """256 threads per env whatever the number of agents: the observation rows are written by the
-    whole block and, with ~100 agents, the nearest-others search is split over the spare threads
+    whole block and, with ~100 agents, the nearest-others scan is split over the spare threads
     (:func:`scan_split`). On an H200, 256 threads with a 2-way split beat 512 with a 4-way one by
     12% at 1000 envs x 110 agents and lose 11% at 100 envs (benchmarks/tag_throughput.py)."""
     return 256
 
 
 def scan_split(p: TagContinuousParams) -> int:
-    """Threads (consecutive lanes, a power of 2) sharing one agent's nearest-others search: the
-    spare threads of the block when it has more than there are agents, up to 32."""
+    """Threads (consecutive lanes, a power of 2) sharing one agent's nearest-others scan: the
+    spare threads of the block when it has more than there are agents, up to 32 (1 with a grid,
+    where each agent's search is short)."""
     split = 1
+    if search_grid_cells(p) > 1:
+        return split
     while split < 32 and 2 * split * whole_warps(p.num_agents, 1 << 30) <= block_threads(p):
         split *= 2
     return split
 
 
-def shared_bytes(p: TagContinuousParams) -> int:
-    """TagShared in kernels/tag_continuous.cu: tag counts and the runners-left count (int32),
-    the partial observation's ids of a chunk of agents (int32, one chunk = one block of threads),
-    positions (float32) and in-game flags (bool)."""
+def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
+    """The kernels' per-game arrays in dynamic shared memory: ``{name: (byte offset, count, dtype)}``.
+
+    - ``x``, ``y``: positions after this step's moves; with a grid, in the grid's order (by cell,
+      each cell's taggers first), else by agent id;
+    - ``ids``: with a grid, the agent at each place of that order;
+    - ``ends``: with a grid, where each bucket of that order ends (a cell's taggers, its runners,
+      ..., then the agents out of the game);
+    - ``tags``: runners each tagger tagged this step;
+    - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
+      thread group of :func:`scan_split` lanes);
+    - ``in_game``: each agent's in-game flag, by id.
+    """
+    cells = search_grid_cells(p)
+    grid = cells > 1
     observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
-    fields = 4 * (p.num_taggers + 1 + observed) + 9 * p.num_agents
-    return -(-fields // 4) * 4  # the struct's size is a multiple of its 4-byte alignment
+    arrays = [("x", p.num_agents, "float32"), ("y", p.num_agents, "float32"),
+              ("ids", p.num_agents if grid else 0, "int32"), ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
+              ("tags", p.num_taggers, "int32"), ("observed", observed, "int32"), ("in_game", p.num_agents, "bool")]
+    layout, offset = {}, 0
+    for name, count, dtype in arrays:
+        layout[name] = (offset, count, dtype)
+        offset += count * np.dtype(dtype).itemsize
+    return layout
+
+
+def dynamic_shared_bytes(p: TagContinuousParams) -> int:
+    """Bytes of dynamic shared memory a block of the kernels uses (:func:`shared_layout`), which
+    bounds the agents per game: about 13 bytes per agent with a grid (9 without), up to what the
+    GPU lets one block opt in to (227 KiB on an H100 or H200: some 16,000 agents with k = 10)."""
+    offset, count, dtype = shared_layout(p)["in_game"]
+    return offset + count * np.dtype(dtype).itemsize
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
@@ -586,6 +681,7 @@ TAG_CONTINUOUS = MultiAgentDefinition(
     kernel_name="tag_continuous",
     kernel_constants=kernel_constants,
     constant_prefix="TC",
-    shared_bytes=shared_bytes,
+    shared_bytes=lambda p: 4,  # TagShared in kernels/tag_continuous.cu: the count of runners left
+    dynamic_shared_bytes=dynamic_shared_bytes,
     block_threads=block_threads,
 )
