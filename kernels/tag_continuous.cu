@@ -9,6 +9,8 @@
 // (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
 // of runners left are integer atomics, exact in any order.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
+#include <cfloat>
+
 #include "multi_agent.cuh"
 
 #define N TC_NUM_AGENTS
@@ -30,8 +32,8 @@ extern __shared__ __align__(16) unsigned char tc_dynamic[];
 struct TagShared {
     int runners_left;  // runners in the game after this step's tags
 
-    __device__ float* x() const { return (float*)(tc_dynamic + TC_SHARED_X); }
-    __device__ float* y() const { return (float*)(tc_dynamic + TC_SHARED_Y); }
+    __device__ float2* positions() const { return (float2*)(tc_dynamic + TC_SHARED_POSITIONS); }
+    __device__ float* motion() const { return (float*)(tc_dynamic + TC_SHARED_MOTION); }
     __device__ int* ids() const { return (int*)(tc_dynamic + TC_SHARED_IDS); }
     __device__ int* ends() const { return (int*)(tc_dynamic + TC_SHARED_ENDS); }
     __device__ int* tags() const { return (int*)(tc_dynamic + TC_SHARED_TAGS); }
@@ -77,6 +79,16 @@ __device__ __forceinline__ EnvState env_rows(const TagContinuous::State& s, int 
 
 __device__ __forceinline__ float squared_distance(float dx, float dy) {
     return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
+}
+
+// Agent data at `place` of the staged arrays (the grid's order with a grid, else the ids'): the
+// speed, acceleration and direction the observations compare, where shared memory has room for them.
+__device__ __forceinline__ void stage_motion(const TagShared& sh, int place, float speed, float acceleration,
+                                             float direction) {
+    float* motion = sh.motion() + 3 * place;
+    motion[0] = speed;
+    motion[1] = acceleration;
+    motion[2] = direction;
 }
 
 // (d2, id) before (other_d2, other_id): nearer first, ties to the lower id; ids compare unsigned, so
@@ -137,16 +149,17 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
         }
     }
     __syncthreads();
-    float* x = sh.x();
-    float* y = sh.y();
+    float2* positions = sh.positions();
     int* ids = sh.ids();
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         float px = s.x[a], py = s.y[a];
         int b = in_game[a] ? 2 * (cell_of(py) * C + cell_of(px)) + (a >= G) : OUT_BUCKET;
         int place = atomicAdd(&ends[b], 1);  // the bucket's start, advanced: afterwards its end
-        x[place] = px;
-        y[place] = py;
+        positions[place] = make_float2(px, py);
         ids[place] = a;
+#if TC_STAGE_MOTION
+        stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
+#endif
     }
     __syncthreads();
 }
@@ -162,8 +175,10 @@ __device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, 
         s.x[a] = x;
         s.y[a] = y;
 #if !GRID
-        sh.x()[a] = x;
-        sh.y()[a] = y;
+        sh.positions()[a] = make_float2(x, y);
+#if TC_STAGE_MOTION
+        stage_motion(sh, a, 0.0f, 0.0f, quarter * TC_HALF_PI);
+#endif
 #endif
         s.direction[a] = quarter * TC_HALF_PI;
         s.speed[a] = 0.0f;
@@ -197,72 +212,124 @@ __device__ __forceinline__ void insert(float (&best_d2)[K], unsigned (&best_id)[
 #define SPLIT TC_SCAN_SPLIT  // lanes that share one observer's scan (a power of 2, at most 32; 1 with a grid)
 
 #if GRID
-// Agent a (at place `place` of the grid's order, at xa, ya)'s K nearest others in the game, by
-// (squared distance, id), into ids (-1 for empty slots). The agent scans rings of cells around its
-// own, nearest ring first: before ring r, every agent not yet scanned lies in a column or row at
-// least r cells away, hence at a squared distance no less than the square of the nearest such
-// side's gap; once that bound exceeds the list's last distance, nothing unscanned can enter it.
-// Within a ring, a cell whose own bound exceeds it is skipped. Ties to the lower id wherever they
-// are found, so the order of the scan does not matter.
-__device__ void nearest_others(const TagShared& sh, int a, int place, float xa, float ya, int* out) {
-    float best_d2[K];
-    unsigned best_id[K];
+// A candidate's order in a nearest-others list: its squared distance's bits (a non-negative float
+// orders as its bits) above its id above its place (16 bits each: the grid holds at most 65,536
+// agents), so that keys order as (distance, id); an empty slot is all ones below inf's bits.
+__device__ __forceinline__ unsigned long long key_of(float d2, unsigned id, unsigned place) {
+    return ((unsigned long long)__float_as_uint(d2) << 32) | (id << 16) | place;
+}
+constexpr unsigned long long EMPTY_KEY = 0x7f800000ffffffffull;
+
+// A nearest-others list: sorted keys in registers (K is a compile-time constant, so after unrolling
+// every index is one).
+struct NearestList {
+    unsigned long long best[K];
+    float limit;  // the list's last distance, or the largest float while it has room
+
+    __device__ __forceinline__ NearestList() : limit(FLT_MAX) {
 #pragma unroll
-    for (int m = 0; m < K; ++m) {
-        best_d2[m] = INFINITY;
-        best_id[m] = 0xffffffffu;
+        for (int m = 0; m < K; ++m) best[m] = EMPTY_KEY;
     }
-    const float* x = sh.x();
-    const float* y = sh.y();
-    const int* ids = sh.ids();
+    // The agent at place q of the grid's order (not the observer's own place), at squared distance d2.
+    __device__ __forceinline__ void consider(const TagShared& sh, int q, int place, float d2) {
+        // NaN (a runner tagged this step) and inf never enter.
+        if (!(d2 <= limit) || q == place) return;
+        unsigned long long key = key_of(d2, sh.ids()[q], q);
+        if (key >= best[K - 1]) return;
+        // Every slot from the old list at once (no chain through the slots): slot m takes its left
+        // neighbour's key if the new one goes before that, the new key if it goes between, else its own.
+        bool after[K];  // the new key goes after slot m's
+#pragma unroll
+        for (int m = 0; m < K; ++m) after[m] = best[m] < key;
+#pragma unroll
+        for (int m = K - 1; m > 0; --m) best[m] = after[m] ? best[m] : (after[m - 1] ? key : best[m - 1]);
+        if (!after[0]) best[0] = key;
+        limit = fminf(__uint_as_float((unsigned)(best[K - 1] >> 32)), FLT_MAX);
+    }
+    // Whether cell (i, j) may hold an agent nearer than the list's last one, seen from (xa, ya) in (cx, cy).
+    __device__ __forceinline__ bool may_hold(int i, int j, int cx, int cy, float xa, float ya) const {
+        float gx = gap(i, cx, xa), gy = gap(j, cy, ya);
+        return !(__fadd_rn(__fmul_rn(gx, gx), __fmul_rn(gy, gy)) > limit);
+    }
+};
+
+// The 3 x 3 block of cells around an agent's own, in the order its agents are searched: its own
+// cell, the side cells, then the corners, each pair nearer side first (so that near agents come
+// early and fewer enter the list only to be pushed out). Step s is (di, dj) = bits 4s.. of this code
+// (each offset + 1, two bits), to be mirrored towards the agent's nearer sides.
+constexpr unsigned long long BLOCK_ORDER = 0x082a14965ull;
+
+// The K nearest others in the game of the agent at place `place` of the grid's order (at `own`), by
+// (squared distance, id), into out: their places, -1 for empty slots. First the 3 x 3 block of cells around its
+// own, in one flat loop over their agents (the lanes of a warp stay together however the agents
+// fall into cells); then rings of cells further out, nearest ring first: before ring r, every agent
+// not yet scanned lies in a column or row at least r cells away, hence at a squared distance no
+// less than the square of the nearest such side's gap; once that bound exceeds the list's last
+// distance, nothing unscanned can enter it. A cell whose own bound exceeds it is skipped. The
+// order of the scan does not matter: keys order by (distance, id).
+__device__ void nearest_others(const TagShared& sh, int place, float2 own, int* out) {
+    float xa = own.x, ya = own.y;
+    NearestList list;
+    const float2* positions = sh.positions();
     const int* ends = sh.ends();
     int cx = cell_of(xa), cy = cell_of(ya);
+    int sx = xa * TC_INV_CELL_SIZE - (float)cx >= 0.5f ? 1 : -1;  // towards the nearer side cells
+    int sy = ya * TC_INV_CELL_SIZE - (float)cy >= 0.5f ? 1 : -1;
+    int step = 0, q = 0, end = 0;
+#pragma unroll 1
+    while (true) {
+        if (q < end) {
+            // Two candidates at a time (the second may be past the cell's end: then it is ignored),
+            // their loads in flight together.
+            float2 p0 = positions[q], p1 = positions[min(q + 1, end - 1)];
+            float d0 = squared_distance(p0.x - xa, p0.y - ya), d1 = squared_distance(p1.x - xa, p1.y - ya);
+            list.consider(sh, q, place, d0);
+            if (q + 1 < end) list.consider(sh, q + 1, place, d1);
+            q += 2;
+            continue;
+        }
+        if (step == 9) break;
+        unsigned code = (unsigned)(BLOCK_ORDER >> (4 * step)) & 15u;
+        ++step;
+        int i = cx + sx * ((int)(code & 3u) - 1), j = cy + sy * ((int)(code >> 2) - 1);
+        if (i < 0 || i >= C || j < 0 || j >= C || !list.may_hold(i, j, cx, cy, xa, ya)) continue;
+        int c = j * C + i;
+        q = bucket_begin(sh, 2 * c);
+        end = ends[2 * c + 1];
+    }
     int reach = max(max(cx, C - 1 - cx), max(cy, C - 1 - cy));
 #pragma unroll 1
-    for (int r = 0; r <= reach; ++r) {
-        if (r > 0) {
-            float side = INFINITY;
-            if (cx + r < C) side = fminf(side, cell_low(cx + r) - xa);
-            if (cx - r >= 0) side = fminf(side, xa - cell_high(cx - r));
-            if (cy + r < C) side = fminf(side, cell_low(cy + r) - ya);
-            if (cy - r >= 0) side = fminf(side, ya - cell_high(cy - r));
-            side = fmaxf(side, 0.0f);
-            if (__fmul_rn(side, side) > best_d2[K - 1]) break;
-        }
-        int j0 = max(cy - r, 0), j1 = min(cy + r, C - 1);
+    for (int r = 2; r <= reach; ++r) {
+        float side = INFINITY;
+        if (cx + r < C) side = fminf(side, cell_low(cx + r) - xa);
+        if (cx - r >= 0) side = fminf(side, xa - cell_high(cx - r));
+        if (cy + r < C) side = fminf(side, cell_low(cy + r) - ya);
+        if (cy - r >= 0) side = fminf(side, ya - cell_high(cy - r));
+        side = fmaxf(side, 0.0f);
+        if (__fmul_rn(side, side) > list.limit) break;
 #pragma unroll 1
-        for (int j = j0; j <= j1; ++j) {
+        for (int j = max(cy - r, 0); j <= min(cy + r, C - 1); ++j) {
             // Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
             bool whole = j == cy - r || j == cy + r;
-            int i0 = whole ? max(cx - r, 0) : cx - r;
-            int i1 = whole ? min(cx + r, C - 1) : cx + r;
-            float gy = gap(j, cy, ya);
-            float gy2 = __fmul_rn(gy, gy);
 #pragma unroll 1
-            for (int i = i0; i <= i1; i += whole ? 1 : 2 * r) {
-                if (i < 0 || i >= C) continue;
-                float gx = gap(i, cx, xa);
-                if (__fadd_rn(__fmul_rn(gx, gx), gy2) > best_d2[K - 1]) continue;
+            for (int i = whole ? max(cx - r, 0) : cx - r; i <= (whole ? min(cx + r, C - 1) : cx + r);
+                 i += whole ? 1 : 2 * r) {
+                if (i < 0 || i >= C || !list.may_hold(i, j, cx, cy, xa, ya)) continue;
                 int c = j * C + i;
-                int end = ends[2 * c + 1];
 #pragma unroll 1
-                for (int q = bucket_begin(sh, 2 * c); q < end; ++q) {
-                    if (q == place) continue;
-                    float d2 = squared_distance(x[q] - xa, y[q] - ya);
-                    // NaN (a runner tagged this step) and inf never enter; equal distances by id.
-                    if (!(d2 <= best_d2[K - 1]) || d2 == INFINITY) continue;
-                    unsigned id = (unsigned)ids[q];
-                    if (!before(d2, id, best_d2[K - 1], best_id[K - 1])) continue;
-                    insert(best_d2, best_id, d2, id);
+                for (int q = bucket_begin(sh, 2 * c); q < ends[2 * c + 1]; ++q) {
+                    float2 p = positions[q];
+                    list.consider(sh, q, place, squared_distance(p.x - xa, p.y - ya));
                 }
             }
         }
     }
 #pragma unroll
-    for (int m = 0; m < K; ++m) out[m] = (int)best_id[m];
+    for (int m = 0; m < K; ++m) out[m] = list.best[m] == EMPTY_KEY ? -1 : (int)(list.best[m] & 0xffffu);
 }
 #else
-// Agent a's K nearest others in the game, by (squared distance, id), into ids (-1 for empty slots),
+// Agent a's K nearest others in the game, by (squared distance, id), into ids (their ids, which are
+// their places without a grid; -1 for empty slots),
 // found by the SPLIT consecutive lanes of one warp: lane `part` scans ids part, part + SPLIT, ...
 // into a sorted list in registers, then the lanes merge their lists with shuffles. Scanning in id
 // order and moving entries only past strictly larger distances keeps ties in id order within a
@@ -277,14 +344,14 @@ __device__ void nearest_others(const TagShared& sh, int a, int part, bool active
         best_id[m] = -1;
     }
     if (active) {
-        const float* x = sh.x();
-        const float* y = sh.y();
+        const float2* positions = sh.positions();
         const bool* in_game = sh.in_game();
-        float xa = x[a], ya = y[a];
+        float xa = positions[a].x, ya = positions[a].y;
 #pragma unroll 1
         for (int j = part; j < N; j += SPLIT) {
             if (j == a || !in_game[j]) continue;
-            float d2 = squared_distance(x[j] - xa, y[j] - ya);
+            float2 p = positions[j];
+            float d2 = squared_distance(p.x - xa, p.y - ya);
             if (!(d2 < best_d2[K - 1])) continue;
 #pragma unroll
             for (int m = K - 1; m > 0; --m) {
@@ -327,107 +394,101 @@ __device__ void nearest_others(const TagShared& sh, int a, int part, bool active
 #endif
 #endif
 
+// The id of the agent at `place` of the staged arrays: the grid's order with a grid (nearby agents in
+// one warp scan the same cells), else the ids'.
+__device__ __forceinline__ int id_at(const TagShared& sh, int place) {
+#if GRID
+    return sh.ids()[place];
+#else
+    return place;
+#endif
+}
+
+// Element w of the observation row of agent a (in the game, at `own` of the staged arrays;
+// `observed`: its nearest others' places): the 7 features of the agent in slot w / 7, then t / T.
+// Branch-free over the feature kinds, which the lanes of a warp writing consecutive floats of a row
+// do not share: each difference reads one of five rows, staged or the state's, and divides by one
+// of three scales.
+__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, const int* observed, int a,
+                                             int own, int w, float time) {
+    if (w == TC_OBS_DIM - 1) return time;
+    int m = w / FEATURES, c = w - m * FEATURES;
 #if TC_FULL_OBSERVATION
-#define SLOTS (N - 1)
+    int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
 #else
-#define SLOTS K
+    int q = observed[m];
+    if (q < 0) return 0.0f;
 #endif
-
-// The agent of row `row` of the observation chunks: the grid's order with a grid (nearby agents in
-// one warp scan the same cells), else the ids' order.
-__device__ __forceinline__ int agent_at(const TagShared& sh, int row) {
-#if GRID
-    return sh.ids()[row];
+    int j = id_at(sh, q);
+    int k = min(c, 4);  // the row read: x, y, speed, acceleration, direction (type and in_game read one in vain)
+#if TC_STAGE_MOTION
+    const float* row = k < 2 ? (const float*)sh.positions() + k : sh.motion() + (k - 2);
+    int stride = k < 2 ? 2 : 3;
+    float difference = row[q * stride] - row[own * stride];
 #else
-    return row;
+    const float* row = k == 0 ? (const float*)sh.positions() : k == 1 ? (const float*)sh.positions() + 1
+                     : k == 2 ? s.speed : k == 3 ? s.acceleration : s.direction;
+    // Positions are staged (x, y) pairs by place; the state's rows are by id.
+    float difference = k < 2 ? row[2 * q] - row[2 * own] : row[j] - row[a];
 #endif
+    float scale = c < 2 ? TC_POSITION_SCALE : c < 4 ? TC_SPEED_SCALE : TC_TWO_PI;
+    float value = difference / scale;
+    return c == 5 ? (j < G ? 1.0f : 0.0f) : c == 6 ? (sh.in_game()[j] ? 1.0f : 0.0f) : value;
 }
 
-// Agent j's position after this step's moves (by id: with a grid, the staged copy is in grid order).
-__device__ __forceinline__ float pos_x(const EnvState& s, const TagShared& sh, int j) {
-#if GRID
-    return s.x[j];
-#else
-    return sh.x()[j];
-#endif
-}
-__device__ __forceinline__ float pos_y(const EnvState& s, const TagShared& sh, int j) {
-#if GRID
-    return s.y[j];
-#else
-    return sh.y()[j];
-#endif
-}
-
-// Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk).
-__device__ __forceinline__ float feature(const EnvState& s, const TagShared& sh, int a, int r, int m, int c) {
-    const bool* in_game = sh.in_game();
-    if (!in_game[a]) return 0.0f;
-#if TC_FULL_OBSERVATION
-    int j = m < a ? m : m + 1;  // every other agent in id order
-#else
-    int j = sh.observed()[r * K + m];
-    if (j < 0) return 0.0f;
-#endif
-    switch (c) {
-        case 0: return (pos_x(s, sh, j) - pos_x(s, sh, a)) / TC_POSITION_SCALE;
-        case 1: return (pos_y(s, sh, j) - pos_y(s, sh, a)) / TC_POSITION_SCALE;
-        case 2: return (s.speed[j] - s.speed[a]) / TC_SPEED_SCALE;
-        case 3: return (s.acceleration[j] - s.acceleration[a]) / TC_SPEED_SCALE;
-        case 4: return (s.direction[j] - s.direction[a]) / TC_TWO_PI;
-        case 5: return j < G ? 1.0f : 0.0f;
-        default: return in_game[j] ? 1.0f : 0.0f;
-    }
-}
-
-// Observations of this env's agents at step t (the state rows and the staged positions, and the
-// grid if any, must be current and visible to the whole block), a chunk of agents at a time: the
-// block finds the chunk's nearest others (SPLIT threads per agent), then writes the chunk's rows one
-// feature at a time: the threads of a warp compute the same feature (no divergence over the 7 kinds)
-// of consecutive (agent, slot) pairs, whose stores lie 7 floats apart, a few sectors per warp.
+// Observations of this env's agents at step t (the state rows, the staged positions and the grid if
+// any must be current and visible to the whole block). Each warp takes groups of rows on its own
+// (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per agent) into
+// the warp's lists, then write the group's rows one by one, consecutive lanes writing consecutive
+// floats of the row.
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
-    int chunk = blockDim.x;
+    constexpr int group = 32;
 #else
-    int chunk = blockDim.x / SPLIT;
+    constexpr int group = 32 / SPLIT;  // rows per warp at a time
+    int* lists = sh.observed() + threadIdx.x / 32 * group * K;  // this warp's nearest-others lists
 #endif
     const bool* in_game = sh.in_game();
-    for (int first = 0; first < N; first += chunk) {
-        int rows = min(chunk, N - first);
+    int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int first = threadIdx.x / 32 * group; first < N; first += warps * group) {
+        int rows = min(group, N - first);
 #if !TC_FULL_OBSERVATION
-        int r = threadIdx.x / SPLIT;
+        int r = lane / SPLIT;
 #if GRID
-        if (r < rows) {
-            int a = agent_at(sh, first + r);
-            if (in_game[a]) nearest_others(sh, a, first + r, sh.x()[first + r], sh.y()[first + r], sh.observed() + r * K);
-        }
+        if (r < rows && in_game[id_at(sh, first + r)])
+            nearest_others(sh, first + r, sh.positions()[first + r], lists + r * K);
 #else
-        bool active = r < rows && in_game[first + r];
-        nearest_others(sh, first + r, threadIdx.x % SPLIT, active, sh.observed() + r * K);
+        nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
 #endif
-        __syncthreads();
+        __syncwarp();
 #endif
-        // Element k is feature c = k / pairs of pair p = k % pairs, tracked incrementally (no
-        // division by the run-time pair count).
-        int pairs = rows * SLOTS;
-        int c = threadIdx.x / pairs, p = threadIdx.x % pairs;
-#pragma unroll 1
-        while (c < FEATURES) {
-            int r = p / SLOTS, m = p - r * SLOTS;
-            int a = agent_at(sh, first + r);
-            obs[(long long)a * TC_OBS_DIM + m * FEATURES + c] = feature(s, sh, a, r, m, c);
-            p += blockDim.x;
-            while (p >= pairs) {
-                p -= pairs;
-                ++c;
+        for (int r = 0; r < rows; ++r) {
+            int a = id_at(sh, first + r);
+            float* out = obs + (long long)a * TC_OBS_DIM;
+#if TC_FULL_OBSERVATION
+            const int* observed = nullptr;
+#else
+            const int* observed = lists + r * K;
+#endif
+            bool playing = in_game[a];
+            // Up to ROW_UNROLL elements per lane, all computed before any is stored, so that their
+            // loads are in flight together (the stores might alias them, as far as the compiler knows).
+            constexpr int ROW_UNROLL = 4;
+            for (int w0 = lane; w0 < TC_OBS_DIM; w0 += 32 * ROW_UNROLL) {
+                float values[ROW_UNROLL];
+#pragma unroll
+                for (int u = 0; u < ROW_UNROLL; ++u) {
+                    int w = w0 + 32 * u;
+                    values[u] = playing && w < TC_OBS_DIM ? observation(s, sh, observed, a, first + r, w, time) : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < ROW_UNROLL; ++u) {
+                    if (w0 + 32 * u < TC_OBS_DIM) out[w0 + 32 * u] = values[u];
+                }
             }
         }
-        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-            int a = agent_at(sh, first + r);
-            obs[(long long)a * TC_OBS_DIM + TC_OBS_DIM - 1] = in_game[a] ? time : 0.0f;
-        }
-        __syncthreads();  // the next chunk overwrites the observed lists
+        __syncwarp();  // the warp's next group overwrites its lists
     }
 }
 
@@ -443,8 +504,7 @@ __device__ __forceinline__ float nearest_tagger(const EnvState& s, const TagShar
     float best = INFINITY;
     nearest = 0;
 #if TC_GRID_TAGS
-    const float* x = sh.x();
-    const float* y = sh.y();
+    const float2* positions = sh.positions();
     const int* ids = sh.ids();
     int i0 = cell_of(xa - TC_TAG_REACH), i1 = cell_of(xa + TC_TAG_REACH);
     int j0 = cell_of(ya - TC_TAG_REACH), j1 = cell_of(ya + TC_TAG_REACH);
@@ -453,7 +513,7 @@ __device__ __forceinline__ float nearest_tagger(const EnvState& s, const TagShar
             int b = 2 * (j * C + i);
             int end = sh.ends()[b];
             for (int q = bucket_begin(sh, b); q < end; ++q) {
-                float d2 = squared_distance(xa - x[q], ya - y[q]);
+                float d2 = squared_distance(xa - positions[q].x, ya - positions[q].y);
                 int id = ids[q];
                 if (before(d2, id, best, nearest)) {
                     best = d2;
@@ -466,7 +526,9 @@ __device__ __forceinline__ float nearest_tagger(const EnvState& s, const TagShar
     const bool* in_game = sh.in_game();
     for (int j = 0; j < G; ++j) {
         if (!in_game[j]) continue;
-        float d2 = squared_distance(xa - pos_x(s, sh, j), ya - pos_y(s, sh, j));
+        // By id: with a grid the state's (the staged positions are in the grid's order).
+        float2 p = GRID ? make_float2(s.x[j], s.y[j]) : sh.positions()[j];
+        float d2 = squared_distance(xa - p.x, ya - p.y);
         if (d2 < best) {
             best = d2;
             nearest = j;
@@ -489,17 +551,18 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         bool playing = s.in_game[a];
         float px = s.x[a], py = s.y[a];
+        float dir = s.direction[a], acc = s.acceleration[a], v = s.speed[a];
         float reward = 0.0f;
         if (playing) {
             const long long* action = actions.agent(a);
             int acc_index = (int)min(max(action[0], 0LL), (long long)TC_NUM_ACCELERATION_LEVELS);
             int turn_index = (int)min(max(action[1], 0LL), (long long)TC_NUM_TURN_LEVELS);
-            float dir = fmodf(s.direction[a] + tc_turn_levels[turn_index], TC_TWO_PI);
+            dir = fmodf(dir + tc_turn_levels[turn_index], TC_TWO_PI);
             if (dir < 0.0f) dir += TC_TWO_PI;
             if (dir == TC_TWO_PI) dir = 0.0f;
-            float acc = s.acceleration[a] + tc_acceleration_levels[acc_index];
+            acc = acc + tc_acceleration_levels[acc_index];
             float top = a < G ? TC_MAX_SPEED_TAGGER : TC_MAX_SPEED_RUNNER;
-            float v = fminf(fmaxf(s.speed[a] + acc, 0.0f), top);
+            v = fminf(fmaxf(v + acc, 0.0f), top);
             if (v == 0.0f || v == top) acc = 0.0f;
             px = __fadd_rn(px, __fmul_rn(v, cosf(dir)));
             py = __fadd_rn(py, __fmul_rn(v, sinf(dir)));
@@ -515,8 +578,10 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
             if (edge) reward = reward + TC_EDGE_HIT_PENALTY;
         }
 #if !GRID
-        sh.x()[a] = px;
-        sh.y()[a] = py;
+        sh.positions()[a] = make_float2(px, py);
+#if TC_STAGE_MOTION
+        stage_motion(sh, a, v, acc, dir);
+#endif
 #endif
         in_game[a] = playing;
         rewards[a] = reward;
@@ -530,15 +595,15 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
     // a grid the runners are visited in its order (their place is where a tagged one is struck out).
     int left = 0;
 #if GRID
-    for (int q = threadIdx.x; q < sh.ends()[OUT_BUCKET - 1]; q += blockDim.x) {
-        int a = sh.ids()[q];
+    for (int place = threadIdx.x; place < sh.ends()[OUT_BUCKET - 1]; place += blockDim.x) {
+        int a = sh.ids()[place];
         if (a < G) continue;
-        float xa = sh.x()[q], ya = sh.y()[q];
 #else
     for (int a = G + threadIdx.x; a < N; a += blockDim.x) {
         if (!in_game[a]) continue;
-        float xa = sh.x()[a], ya = sh.y()[a];
+        int place = a;
 #endif
+        float xa = sh.positions()[place].x, ya = sh.positions()[place].y;
         int nearest;
         float best = nearest_tagger(s, sh, xa, ya, nearest);
         if (sqrtf(best) < TC_TAGGING_RADIUS) {
@@ -549,8 +614,11 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
             in_game[a] = s.in_game[a] = false;
             s.speed[a] = 0.0f;
             s.acceleration[a] = 0.0f;
+#if TC_STAGE_MOTION
+            sh.motion()[3 * place] = sh.motion()[3 * place + 1] = 0.0f;
+#endif
 #if GRID
-            sh.x()[q] = NAN;  // out of the nearest-others search: no distance to it is ever kept
+            sh.positions()[place].x = NAN;  // out of the nearest-others search: no distance to it is ever kept
 #endif
 #endif
         }

@@ -24,7 +24,7 @@ FMA (the .cu's ``__fmul_rn``/``__fadd_rn``), and plain float32 operations in the
 import math
 
 import numpy as np
-from numba import boolean, float32, int32
+from numba import boolean, float32, int32, int64
 
 from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
@@ -73,7 +73,6 @@ def make_kernels(constants: dict):
     # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
     # shared_layout() sizes), one thread each here.
     CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // int(constants["SCAN_SPLIT"])
-    SLOTS = N - 1 if FULL_OBSERVATION else K
     # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
     # runners), then OUT_BUCKET (the agents out of the game).
     C = int(constants["GRID_CELLS"])
@@ -85,9 +84,14 @@ def make_kernels(constants: dict):
     CELL_SIZE = np.float32(constants["CELL_SIZE"])
     CELL_MARGIN = np.float32(constants["CELL_MARGIN"])
     TAG_REACH = np.float32(constants["TAG_REACH"])
-    EMPTY = N  # the id of an empty slot of a nearest-others list: after every real one
+    # A nearest-others entry's tie-breaker packs the id above the place (16 bits each, as in the .cu);
+    # an empty slot's comes after every real one.
+    EMPTY = 1 << 40
+    STAGED = bool(constants["STAGE_MOTION"])
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
-    X, Y = int(constants["SHARED_X"]) // 4, int(constants["SHARED_Y"]) // 4
+    POSITIONS = int(constants["SHARED_POSITIONS"]) // 4  # (x, y) pairs
+    MOTION = int(constants["SHARED_MOTION"]) // 4  # (speed, acceleration, direction) triples, where staged
+    NUM_MOTION = 3 * N if STAGED else 0
     IDS, ENDS = int(constants["SHARED_IDS"]) // 4, int(constants["SHARED_ENDS"]) // 4
     TAGS, OBSERVED = int(constants["SHARED_TAGS"]) // 4, int(constants["SHARED_OBSERVED"]) // 4
     IN_GAME = int(constants["SHARED_IN_GAME"])
@@ -112,9 +116,22 @@ def make_kernels(constants: dict):
         ints = cuda.shared.array(0, int32)
         flags = cuda.shared.array(0, boolean)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
-        return (floats[X:X + N], floats[Y:Y + N], ints[IDS:IDS + NUM_IDS], ints[ENDS:ENDS + NUM_ENDS],
-                ints[TAGS:TAGS + G], ints[OBSERVED:OBSERVED + NUM_OBSERVED], flags[IN_GAME:IN_GAME + N],
-                runners_left)
+        x = floats[POSITIONS:POSITIONS + 2 * N:2]  # the x of each (x, y) pair
+        y = floats[POSITIONS + 1:POSITIONS + 2 * N:2]
+        speeds = floats[MOTION:MOTION + NUM_MOTION:3]  # of each (speed, acceleration, direction)
+        accelerations = floats[MOTION + 1:MOTION + NUM_MOTION:3]
+        directions = floats[MOTION + 2:MOTION + NUM_MOTION:3]
+        return (x, y, ints[IDS:IDS + NUM_IDS], ints[ENDS:ENDS + NUM_ENDS], ints[TAGS:TAGS + G],
+                ints[OBSERVED:OBSERVED + NUM_OBSERVED], flags[IN_GAME:IN_GAME + N], runners_left,
+                speeds, accelerations, directions)
+
+    @cuda.jit(device=True)
+    def stage_motion(sh, place, v, acc, heading):
+        """An agent's speed, acceleration and direction at `place` of the staged arrays, where staged."""
+        if STAGED:
+            sh[8][place] = v
+            sh[9][place] = acc
+            sh[10][place] = heading
 
     @cuda.jit(device=True)
     def cell_of(v):
@@ -151,9 +168,10 @@ def make_kernels(constants: dict):
         return 2 * (cell_of(py) * C + cell_of(px)) + (1 if a >= G else 0)
 
     @cuda.jit(device=True)
-    def build_grid(e, x, y, sh):
+    def build_grid(e, state, sh):
         """The counting sort of the .cu's build_grid (the scan by thread segments here: the
         simulator has no warp shuffles; the observed lists serve as the segments' scratch)."""
+        x, y, direction, speed, acceleration, _, _ = state
         sh_x, sh_y, ids, ends, observed, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -186,6 +204,7 @@ def make_kernels(constants: dict):
             sh_x[place] = px
             sh_y[place] = py
             ids[place] = a
+            stage_motion(sh, place, speed[e, a], acceleration[e, a], direction[e, a])
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -203,6 +222,7 @@ def make_kernels(constants: dict):
             if not GRID:
                 sh_x[a] = px
                 sh_y[a] = py
+                stage_motion(sh, a, ZERO, ZERO, quarter * HALF_PI)
             direction[e, a] = quarter * HALF_PI
             speed[e, a] = ZERO
             acceleration[e, a] = ZERO
@@ -212,7 +232,7 @@ def make_kernels(constants: dict):
             t[e] = 0
         if GRID:
             cuda.syncthreads()
-            build_grid(e, x, y, sh)
+            build_grid(e, state, sh)
 
     @cuda.jit(device=True)
     def nearest_others(a, sh_x, sh_y, sh_in_game, observed, base):
@@ -252,7 +272,7 @@ def make_kernels(constants: dict):
         nearer one; ties to the lower id wherever found."""
         sh_x, sh_y, ids, ends, observed = sh[0], sh[1], sh[2], sh[3], sh[5]
         best_d2 = cuda.local.array(K, float32)
-        best_id = cuda.local.array(K, int32)
+        best_id = cuda.local.array(K, int64)  # the tie-breakers: id above place
         for m in range(K):
             best_d2[m] = INFINITY
             best_id[m] = EMPTY
@@ -294,7 +314,7 @@ def make_kernels(constants: dict):
                         # NaN (a runner tagged this step) and inf never enter; equal distances by id.
                         if not (d2 <= best_d2[K - 1]) or d2 == INFINITY:
                             continue
-                        other = ids[q]
+                        other = (np.int64(ids[q]) << 16) | q
                         if not before(d2, other, best_d2[K - 1], best_id[K - 1]):
                             continue
                         for m in range(K - 1, 0, -1):
@@ -306,36 +326,41 @@ def make_kernels(constants: dict):
                             best_d2[0] = d2
                             best_id[0] = other
         for m in range(K):
-            observed[base + m] = best_id[m] if best_id[m] < EMPTY else -1
+            observed[base + m] = (best_id[m] & 0xFFFF) if best_id[m] < EMPTY else -1
 
     @cuda.jit(device=True)
-    def agent_at(ids, row):
-        """The agent of row `row` of the observation chunks: the grid's order with a grid."""
-        return ids[row] if GRID else row
+    def id_at(ids, place):
+        """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
+        return ids[place] if GRID else place
 
     @cuda.jit(device=True)
-    def feature(e, a, r, m, c, x, y, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed):
-        """Feature c of the agent in slot m of agent a's observation (r: a's row within the chunk).
-        Positions by id: the staged ones without a grid, the state's with one (its staged copy is
-        in the grid's order)."""
-        if not sh_in_game[a]:
-            return ZERO
+    def observation(e, a, own, r, w, time, state, sh):
+        """Element w of the observation row of agent a (in the game, at `own` of the staged
+        arrays; r: its row within the chunk, whose lists hold places): the 7 features of the agent
+        in slot w // 7, then t / T, read from the staged arrays where staged, else the state's."""
+        _, _, direction, speed, acceleration, _, _ = state
+        sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
+        if w == OBS_DIM - 1:
+            return time
+        m = w // FEATURES
+        c = w - m * FEATURES
         if FULL_OBSERVATION:
-            j = m if m < a else m + 1  # every other agent in id order
+            q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
         else:
-            j = observed[r * K + m]
-            if j < 0:
+            q = observed[r * K + m]
+            if q < 0:
                 return ZERO
+        j = ids[q] if GRID else q
         if c == 0:
-            return ((x[e, j] - x[e, a]) if GRID else (sh_x[j] - sh_x[a])) / POSITION_SCALE
+            return (sh_x[q] - sh_x[own]) / POSITION_SCALE
         if c == 1:
-            return ((y[e, j] - y[e, a]) if GRID else (sh_y[j] - sh_y[a])) / POSITION_SCALE
+            return (sh_y[q] - sh_y[own]) / POSITION_SCALE
         if c == 2:
-            return (speed[e, j] - speed[e, a]) / SPEED_SCALE
+            return ((sh[8][q] - sh[8][own]) if STAGED else (speed[e, j] - speed[e, a])) / SPEED_SCALE
         if c == 3:
-            return (acceleration[e, j] - acceleration[e, a]) / SPEED_SCALE
+            return ((sh[9][q] - sh[9][own]) if STAGED else (acceleration[e, j] - acceleration[e, a])) / SPEED_SCALE
         if c == 4:
-            return (direction[e, j] - direction[e, a]) / TWO_PI
+            return ((sh[10][q] - sh[10][own]) if STAGED else (direction[e, j] - direction[e, a])) / TWO_PI
         if c == 5:
             return ONE if j < G else ZERO
         return ONE if sh_in_game[j] else ZERO
@@ -344,13 +369,13 @@ def make_kernels(constants: dict):
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
         grid if any must be current and visible to the whole block), a chunk of agents at a time:
-        each thread finds its agent's nearest others, then the block writes the chunk's rows
-        feature by feature, as tag_continuous.cu does. Every thread runs every chunk, so the
-        barriers are uniform. (The CUDA C kernel also splits one agent's scan over several lanes;
-        here one thread does it.) No action masks in this game."""
-        x, y, direction, speed, acceleration, _, t = state
+        each thread finds its agent's nearest others, then the block writes the chunk's rows,
+        consecutive threads writing consecutive floats of a row. Every thread runs every chunk, so
+        the barriers are uniform. (The CUDA C kernel also splits one agent's scan over several lanes
+        and lets each warp take its own rows without block barriers, which the simulator cannot
+        run: it has no warp shuffles or warp barriers.) No action masks in this game."""
         sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
-        time = np.float32(t[e]) / TIME_SCALE
+        time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         chunk = min(threads, CHUNK)  # observed holds CHUNK agents' lists
@@ -358,25 +383,21 @@ def make_kernels(constants: dict):
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION:
                 if tid < rows:
-                    a = agent_at(ids, first + tid)
+                    a = id_at(ids, first + tid)
                     if sh_in_game[a]:
                         if GRID:
                             nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
                         else:
                             nearest_others(a, sh_x, sh_y, sh_in_game, observed, tid * K)
                 cuda.syncthreads()
-            pairs = rows * SLOTS
-            for k in range(tid, FEATURES * pairs, threads):
-                c = k // pairs
-                p = k - c * pairs
-                r = p // SLOTS
-                m = p - r * SLOTS
-                a = agent_at(ids, first + r)
-                out[e, a * OBS_DIM + m * FEATURES + c] = feature(
-                    e, a, r, m, c, x, y, direction, speed, acceleration, sh_x, sh_y, sh_in_game, observed)
-            for r in range(tid, rows, threads):
-                a = agent_at(ids, first + r)
-                out[e, a * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[a] else ZERO
+            for k in range(tid, rows * OBS_DIM, threads):
+                r = k // OBS_DIM
+                w = k - r * OBS_DIM
+                a = id_at(ids, first + r)
+                value = ZERO
+                if sh_in_game[a]:
+                    value = observation(e, a, first + r, r, w, time, state, sh)
+                out[e, a * OBS_DIM + w] = value
             cuda.syncthreads()  # the next chunk overwrites observed
 
     @cuda.jit(device=True)
@@ -424,18 +445,21 @@ def make_kernels(constants: dict):
             playing = in_game[e, a]
             px = x[e, a]
             py = y[e, a]
+            heading = direction[e, a]
+            acc = acceleration[e, a]
+            v = speed[e, a]
             reward = ZERO
             if playing:
                 acc_index = min(max(actions[e, a, 0], 0), NUM_ACCELERATION_LEVELS)
                 turn_index = min(max(actions[e, a, 1], 0), NUM_TURN_LEVELS)
-                heading = np.float32(math.fmod(direction[e, a] + TURN_LEVELS[turn_index], TWO_PI))
+                heading = np.float32(math.fmod(heading + TURN_LEVELS[turn_index], TWO_PI))
                 if heading < ZERO:
                     heading = heading + TWO_PI
                 if heading == TWO_PI:
                     heading = ZERO
-                acc = acceleration[e, a] + ACCELERATION_LEVELS[acc_index]
+                acc = acc + ACCELERATION_LEVELS[acc_index]
                 top = MAX_SPEED_TAGGER if a < G else MAX_SPEED_RUNNER
-                v = min(max(speed[e, a] + acc, ZERO), top)
+                v = min(max(v + acc, ZERO), top)
                 if v == ZERO or v == top:
                     acc = ZERO
                 px = add_rn(px, mul_rn(v, np.float32(math.cos(heading))))
@@ -454,11 +478,12 @@ def make_kernels(constants: dict):
             if not GRID:
                 sh_x[a] = px
                 sh_y[a] = py
+                stage_motion(sh, a, v, acc, heading)
             sh_in_game[a] = playing
             rewards[e, a] = reward
         cuda.syncthreads()
         if GRID:
-            build_grid(e, x, y, sh)
+            build_grid(e, state, sh)
 
         # Step 4: each runner in the game against its nearest tagger in the game (ties: lowest id).
         # With a grid the runners are visited in its order (their place is where a tagged one is
@@ -482,6 +507,9 @@ def make_kernels(constants: dict):
                     in_game[e, a] = False
                     speed[e, a] = ZERO
                     acceleration[e, a] = ZERO
+                    if STAGED:
+                        sh[8][q] = ZERO
+                        sh[9][q] = ZERO
                     if GRID:
                         sh_x[q] = NAN  # out of the nearest-others search: no distance to it is kept
             if sh_in_game[a]:

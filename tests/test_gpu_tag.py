@@ -5,8 +5,10 @@ Each step, the reference env's state is copied into the first envs of the backen
 autoreset bookkeeping is left alone, so both reset the same envs), both step with the same
 actions, and the outputs of those envs are compared: rewards, episode returns, flags and in-game
 flags exactly, floats to a few ulps (CUDA's sinf/cosf and the compilers' fused multiply-adds differ
-from torch in the last bits). The reference runs on at most ``REFERENCE_ENVS`` envs: its full observation
-and nearest-neighbour search are O(N^2) tensors per env.
+from torch in the last bits). The observations are also compared bit for bit with the reference's
+``observe`` of the kernel's own state after each step: the nearest-others search (scan or grid) and
+every feature, exactly. The reference runs on at most ``REFERENCE_ENVS`` envs, fewer for large games:
+its full observation and nearest-neighbour search are O(N^2) tensors per env.
 """
 
 import dataclasses
@@ -24,17 +26,26 @@ from gpu_marl_envs.parallel_env import GpuParallelEnv
 pytestmark = pytest.mark.gpu
 
 REFERENCE_ENVS = 256
+REFERENCE_PAIRS = 2**29  # agent pairs (envs x N^2) the reference's search may hold at once
 NUM_STEPS = 25
 CONTINUOUS = TagContinuousParams(episode_length=10)
+LARGE = dataclasses.replace(CONTINUOUS, num_runners=990, grid_length=10.0, episode_length=6)
 GRIDWORLD = TagGridworldParams(episode_length=10, random_start=True, grid_length=6)
 CONFIGS = {
     # The issue's sizes (E, N); short episodes and small arenas so that tags and autoresets happen.
     "continuous-100x110": ("TagContinuous-v0", 100, CONTINUOUS),
     "continuous-1000x110-small-arena": ("TagContinuous-v0", 1000, dataclasses.replace(CONTINUOUS, grid_length=4.0)),
     "continuous-100x110-full": ("TagContinuous-v0", 100, dataclasses.replace(CONTINUOUS, use_full_observation=True)),
-    "continuous-2000x1000": ("TagContinuous-v0", 2000, dataclasses.replace(CONTINUOUS, num_runners=990,
-                                                                            grid_length=10.0, episode_length=6)),
+    "continuous-1000x110-grid": ("TagContinuous-v0", 1000, dataclasses.replace(CONTINUOUS, neighbour_search="grid")),
+    "continuous-2000x1000": ("TagContinuous-v0", 2000, LARGE),
+    "continuous-2000x1000-scan": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, neighbour_search="scan")),
+    "continuous-2000x1000-all-in-play": ("TagContinuous-v0", 2000,
+                                         dataclasses.replace(LARGE, runner_exits_game_after_tagged=False)),
+    # Agents pinned to the walls and corners of a small arena: many equal distances (ties by id).
+    "continuous-2000x1000-crowded": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, grid_length=2.0)),
     "continuous-4x4096": ("TagContinuous-v0", 4, dataclasses.replace(CONTINUOUS, num_runners=4086, grid_length=8.0)),
+    "continuous-100x10000": ("TagContinuous-v0", 100, dataclasses.replace(CONTINUOUS, num_runners=9990,
+                                                                           grid_length=30.0)),
     "gridworld-2000x5": ("TagGridworld-v0", 2000, GRIDWORLD),
     "gridworld-65536x5": ("TagGridworld-v0", 65536, GRIDWORLD),
     "gridworld-2000x5-partial": ("TagGridworld-v0", 2000, dataclasses.replace(GRIDWORLD, use_full_observation=False)),
@@ -53,7 +64,7 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
     device = torch.device("cuda")
     kernel_env = GpuParallelEnv(env_id, num_envs, device=device, backend=backend, params=params,
                                 autoreset_mode=mode, validate_actions=False, cuda_graph=cuda_graph)
-    k = min(num_envs, REFERENCE_ENVS)
+    k = min(num_envs, REFERENCE_ENVS, max(1, REFERENCE_PAIRS // params.num_agents**2))
     reference = GpuParallelEnv(env_id, k, device=device, backend="torch", params=params, autoreset_mode=mode,
                                validate_actions=False, cuda_graph=False)
     kernel_out, reference_out = kernel_env.reset_groups(seed=3), reference.reset_groups(seed=3)
@@ -87,6 +98,10 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
                         context)
         for name, value in reference.get_state().items():
             compare(f"state.{name}", value, kernel_env.get_state()[name][:k], context)
+        if env_id == "TagContinuous-v0":
+            own = kernel_env.definition.state_type(**{name: value[:k] for name, value in kernel_env.get_state().items()})
+            assert_close("observations of the kernel's own state", kernel_env.definition.flat_observations(params, own),
+                         kernel_env._buffers.observations[:k], context, rtol=0, atol=0)
         compare("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns[:k],
                 context)
         ended += int((reference._buffers.terminated | reference._buffers.truncated).sum())

@@ -359,6 +359,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "CELL_SIZE": _f32(cell_size),
         "CELL_MARGIN": _f32(_cell_margin(p)),
         "GRID_TAGS": grid_tags(p),
+        "STAGE_MOTION": stage_motion(p),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
         **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
@@ -434,8 +435,10 @@ def scan_split(p: TagContinuousParams) -> int:
 def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     """The kernels' per-game arrays in dynamic shared memory: ``{name: (byte offset, count, dtype)}``.
 
-    - ``x``, ``y``: positions after this step's moves; with a grid, in the grid's order (by cell,
-      each cell's taggers first), else by agent id;
+    - ``positions``: (x, y) pairs after this step's moves; with a grid, in the grid's order (by
+      cell, each cell's taggers first), else by agent id;
+    - ``motion``: (speed, acceleration, direction) triples by place, as ``positions``, where
+      :func:`stage_motion` (otherwise the observations read the state's rows);
     - ``ids``: with a grid, the agent at each place of that order;
     - ``ends``: with a grid, where each bucket of that order ends (a cell's taggers, its runners,
       ..., then the agents out of the game);
@@ -444,10 +447,14 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       thread group of :func:`scan_split` lanes);
     - ``in_game``: each agent's in-game flag, by id.
     """
+    return _layout(p, stage_motion(p))
+
+
+def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, str]]:
     cells = search_grid_cells(p)
     grid = cells > 1
     observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
-    arrays = [("x", p.num_agents, "float32"), ("y", p.num_agents, "float32"),
+    arrays = [("positions", 2 * p.num_agents, "float32"), ("motion", 3 * p.num_agents if staged else 0, "float32"),
               ("ids", p.num_agents if grid else 0, "int32"), ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
               ("tags", p.num_taggers, "int32"), ("observed", observed, "int32"), ("in_game", p.num_agents, "bool")]
     layout, offset = {}, 0
@@ -457,12 +464,29 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     return layout
 
 
+def _end(layout: dict[str, tuple[int, int, str]]) -> int:
+    offset, count, dtype = layout["in_game"]  # the last array
+    return offset + count * np.dtype(dtype).itemsize
+
+
 def dynamic_shared_bytes(p: TagContinuousParams) -> int:
     """Bytes of dynamic shared memory a block of the kernels uses (:func:`shared_layout`), which
-    bounds the agents per game: about 13 bytes per agent with a grid (9 without), up to what the
-    GPU lets one block opt in to (227 KiB on an H100 or H200: some 16,000 agents with k = 10)."""
-    offset, count, dtype = shared_layout(p)["in_game"]
-    return offset + count * np.dtype(dtype).itemsize
+    bounds the agents per game: 13 bytes per agent with a grid (9 without) and some 15 KiB more,
+    up to what the GPU lets one block opt in to (227 KiB on an H100 or H200: about 16,000 agents
+    with k = 10)."""
+    return _end(shared_layout(p))
+
+
+# A block of the kernels may stage the agents' motion in shared memory up to this size: four such
+# blocks fit an H100's or H200's 227 KiB per SM, as many as the kernels' registers let run at once.
+STAGING_BYTES = 56 * 1024
+
+
+def stage_motion(p: TagContinuousParams) -> bool:
+    """Whether the kernels copy each agent's speed, acceleration and direction into shared memory
+    (12 bytes per agent) for the observations, which otherwise read them from the state in global
+    memory (as random as the neighbours are): where the block stays within :data:`STAGING_BYTES`."""
+    return _end(_layout(p, True)) <= STAGING_BYTES
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
