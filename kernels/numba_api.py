@@ -8,7 +8,15 @@ from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "mul_rn"]
+__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "inline_device", "mul_rn"]
+
+def inline_device(function):
+    """A device function that NVVM always inlines, so that the local arrays its callers hand it
+    stay in registers (the simulator, which runs Python, has no such option)."""
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(device=True)(function)
+    return cuda.jit(device=True, forceinline=True)(function)
+
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
 # fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn).

@@ -253,12 +253,6 @@ struct NearestList {
     }
 };
 
-// The 3 x 3 block of cells around an agent's own, in the order its agents are searched: its own
-// cell, the side cells, then the corners, each pair nearer side first (so that near agents come
-// early and fewer enter the list only to be pushed out). Step s is (di, dj) = bits 4s.. of this code
-// (each offset + 1, two bits), to be mirrored towards the agent's nearer sides.
-constexpr unsigned long long BLOCK_ORDER = 0x082a14965ull;
-
 // The K nearest others in the game of the agent at place `place` of the grid's order (at `own`), by
 // (squared distance, id), into out: their places, -1 for empty slots. First the 3 x 3 block of cells around its
 // own, in one flat loop over their agents (the lanes of a warp stay together however the agents
@@ -289,7 +283,9 @@ __device__ void nearest_others(const TagShared& sh, int place, float2 own, int* 
             continue;
         }
         if (step == 9) break;
-        unsigned code = (unsigned)(BLOCK_ORDER >> (4 * step)) & 15u;
+        // The 3 x 3 block's search order (tag_continuous.BLOCK_ORDER): step s is (di, dj) = bits
+        // 4s.. (each offset + 1, two bits), mirrored towards the agent's nearer sides.
+        unsigned code = (unsigned)((unsigned long long)TC_BLOCK_ORDER >> (4 * step)) & 15u;
         ++step;
         int i = cx + sx * ((int)(code & 3u) - 1), j = cy + sy * ((int)(code >> 2) - 1);
         if (i < 0 || i >= C || j < 0 || j >= C || !list.may_hold(i, j, cx, cy, xa, ya)) continue;
@@ -643,7 +639,9 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
     if (threadIdx.x == 0) state.t[e] = now;
 }
 
-extern "C" __global__ void tag_continuous_step(
+// At most 65,536 / (TC_MIN_BLOCKS x TC_BLOCK_THREADS) registers per thread, so that that many blocks run
+// on an SM at once (see min_blocks_per_sm in the reference module).
+extern "C" __global__ void __launch_bounds__(TC_BLOCK_THREADS, TC_MIN_BLOCKS) tag_continuous_step(
     int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
     GmeActions actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
     bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,

@@ -134,7 +134,8 @@ def test_game_cuda_c_kernel_parameters(game_id, kind):
     params = definition.params_type()
     expected = step_arguments(definition, params) if kind == "step" else reset_arguments(definition, params)
     source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
-    match = re.search(rf"__global__\s+void\s+{definition.kernel_name}_{kind}\s*\((.*?)\)\s*\{{", source, re.S)
+    match = re.search(rf"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?{definition.kernel_name}_{kind}\s*"
+                      r"\((.*?)\)\s*\{", source, re.S)
     assert match, f"{definition.kernel_name}.cu declares no {definition.kernel_name}_{kind} kernel"
     assert _c_parameter_names(match.group(1)) == expected
 

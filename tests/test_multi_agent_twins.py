@@ -60,6 +60,8 @@ class Case(NamedTuple):
 
 GAMES = {
     "continuous-partial": Case("TagContinuous-v0", SMALL_CONTINUOUS),
+    # The neighbour grid at 7 agents (2 x 2 cells: ring searches across cells, edges, ties in corners).
+    "continuous-grid": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, neighbour_search="grid")),
     "continuous-full-stay": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True,
                                                                           runner_exits_game_after_tagged=False)),
     "gridworld-full": Case("TagGridworld-v0", SMALL_GRIDWORLD),

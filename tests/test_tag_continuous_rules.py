@@ -402,6 +402,8 @@ def test_params_defaults_and_derived():
     (dict(min_acceleration=0.2), "min_acceleration"),
     (dict(min_turn=3.0), "min_turn"),
     (dict(max_turn=math.nan), "max_turn"),
+    (dict(neighbour_search="kd-tree"), "neighbour_search"),
+    (dict(neighbour_search=1), "neighbour_search"),
 ])
 def test_params_reject_invalid_values(overrides, field):
     with pytest.raises(ValueError, match=rf"TagContinuousParams\.{field} must"):

@@ -329,6 +329,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "NUM_AGENTS": p.num_agents,
         "NUM_TAGGERS": p.num_taggers,
         "BLOCK_THREADS": block_threads(p),  # the launch's block size; sizes shared memory
+        "MIN_BLOCKS": min_blocks_per_sm(p),
         "SCAN_SPLIT": scan_split(p),
         "EPISODE_LENGTH": p.episode_length,
         "OBS_DIM": p.obs_dim,
@@ -360,6 +361,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "CELL_MARGIN": _f32(_cell_margin(p)),
         "GRID_TAGS": grid_tags(p),
         "STAGE_MOTION": stage_motion(p),
+        "BLOCK_ORDER": sum(((di + 1) | (dj + 1) << 2) << 4 * step for step, (di, dj) in enumerate(BLOCK_ORDER)),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
         **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
@@ -371,6 +373,12 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 # game the grid beats the scan, at about this many agents per cell.
 GRID_MIN_AGENTS = 256
 AGENTS_PER_CELL = 4.0
+
+
+# The kernels search the 3 x 3 block of cells around an agent's own first, in this order of (column,
+# row) offsets, each mirrored towards the agent's nearer sides: its own cell, the side cells, then
+# the corners, so that near agents come early and fewer enter the list only to be pushed out.
+BLOCK_ORDER = ((0, 0), (1, 0), (0, 1), (-1, 0), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
 
 
 def search_grid_cells(p: TagContinuousParams) -> int:
@@ -418,6 +426,13 @@ def block_threads(p: TagContinuousParams) -> int:
     (:func:`scan_split`). On an H200, 256 threads with a 2-way split beat 512 with a 4-way one by
     12% at 1000 envs x 110 agents and lose 11% at 100 envs (benchmarks/tag_throughput.py)."""
     return 256
+
+
+def min_blocks_per_sm(p: TagContinuousParams) -> int:
+    """Blocks of the step kernel that should fit an SM at once: 4 caps its registers at 64 per
+    thread (a few bytes spill), which on an H100 at 2000 games x 1000 agents took 1.10 ms per step
+    against 1.17 ms with 3 blocks (85 registers) and 1.36 ms with 5 (no change at 110 agents)."""
+    return 4
 
 
 def scan_split(p: TagContinuousParams) -> int:

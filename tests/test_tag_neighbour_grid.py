@@ -1,0 +1,111 @@
+"""TagContinuous's neighbour grid (``neighbour_search="grid"``) and the scan it replaces in large
+games, both against the torch reference and against each other, from crafted states of a few
+hundred agents: more agents than a block has threads, several cells per side, in the situations the
+grid's bounds must get right (sparse and crowded arenas, agents out of the game, on the arena's
+edges, exact ties, fewer agents in the game than the k observed, tags across cell boundaries).
+
+Agents stand still (speed 0, "no change" actions), so a step keeps every position bit for bit and
+the kernels' nearest-others search meets the reference's on the very positions crafted: the
+observations and rewards must be equal exactly. Here (no GPU) the Numba kernels run under the CUDA
+simulator; ``test_kernel_abi.py`` compiles the CUDA C kernels for the same paths and
+``test_gpu_tag.py`` runs both on a GPU at the issue's sizes. About 40 seconds.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import KERNEL_BACKENDS_HERE
+from harness import assert_close
+from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.parallel_env import GpuParallelEnv
+
+# 300 agents (256 threads a block here): 12 taggers, so that the tag phase uses the grid too.
+PARAMS = TagContinuousParams(num_taggers=12, num_runners=288, grid_length=20.0, episode_length=50,
+                             tagging_distance=0.05)
+
+
+def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams, dict]:
+    """Params and one env's state (speeds 0) for a situation the grid must handle."""
+    p, n = PARAMS, PARAMS.num_agents
+    x = torch.rand(n, generator=generator) * p.grid_length
+    y = torch.rand(n, generator=generator) * p.grid_length
+    in_game = torch.ones(n, dtype=torch.bool)
+    if kind == "crowded":
+        # A small arena, every agent on one of four points: distances tie everywhere (ties by id).
+        p = dataclasses.replace(p, grid_length=1.0)
+        points = torch.tensor([[0.25, 0.25], [0.25, 0.5], [0.75, 0.25], [1.0, 1.0]])
+        x, y = points[torch.randint(0, 4, (n,), generator=generator)].T.contiguous()
+    elif kind == "edges":
+        # Agents on the arena's four sides and corners: cells clamped at the grid's borders.
+        side = torch.randint(0, 4, (n,), generator=generator)
+        x = torch.where(side == 0, 0.0, torch.where(side == 1, p.grid_length, x))
+        y = torch.where(side == 2, 0.0, torch.where(side == 3, p.grid_length, y))
+    elif kind == "out_of_game":
+        in_game = torch.rand(n, generator=generator) < 0.5
+        in_game[:p.num_taggers] = True
+    elif kind == "fewer_than_k":
+        # Five runners left: every agent's list holds the others in the game, then empty slots.
+        in_game[p.num_taggers:] = False
+        in_game[p.num_taggers:p.num_taggers + 5] = True
+    elif kind == "tags_across_cells":
+        # Taggers 0-9 on cell corners, each with a runner across the boundary just inside (odd k)
+        # or just outside (even k) the tagging radius (0.05 * 20 = 1); taggers 10 and 11 0.5 either
+        # side of a runner (the lower id tags it).
+        cell = p.grid_length / tc.search_grid_cells(p)
+        for k in range(10):
+            x[k], y[k] = (k % 5 + 2) * cell, (k // 5 * 3 + 2) * cell
+            x[p.num_taggers + k], y[p.num_taggers + k] = x[k] - (0.9999 if k % 2 else 1.0001), y[k]
+        x[10], x[11], x[p.num_taggers + 10] = 15.0, 16.0, 15.5
+        y[10], y[11], y[p.num_taggers + 10] = 17.0, 17.0, 17.0
+    state = dict(x=x, y=y, direction=torch.zeros(n), speed=torch.zeros(n), acceleration=torch.zeros(n),
+                 in_game=in_game, t=torch.tensor(3, dtype=torch.int32))
+    return p, {name: value[None] for name, value in state.items()}
+
+
+def step_still(p: TagContinuousParams, state: dict, backend: str):
+    """One step of agents standing still from ``state``: (observations, rewards) by group, cloned."""
+    env = GpuParallelEnv("TagContinuous-v0", 1, device="cpu", backend=backend, params=p)
+    env.set_state(state)
+    still = {group: torch.zeros(1, len(agents), 2, dtype=torch.int64) for group, agents in env.groups.items()}
+    obs, rewards, *_ = env.step_groups(still)
+    return ({g: v.clone() for g, v in obs.items()}, {g: v.clone() for g, v in rewards.items()})
+
+
+KINDS = ["sparse", "crowded", "edges", "out_of_game", "fewer_than_k", "tags_across_cells"]
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
+@pytest.mark.parametrize("kind", KINDS)
+def test_grid_and_scan_match_the_reference_exactly(kind, backend):
+    p, state = crafted(kind, torch.Generator().manual_seed(KINDS.index(kind)))
+    assert tc.search_grid_cells(dataclasses.replace(p, neighbour_search="grid")) > 2 and tc.grid_tags(
+        dataclasses.replace(p, neighbour_search="grid")), "the grid and its tag phase must be in use"
+    expected = step_still(p, state, "torch")
+    for search in ("grid", "scan"):
+        actual = step_still(dataclasses.replace(p, neighbour_search=search), state, backend)
+        for name, e, a in zip(("observations", "rewards"), expected, actual):
+            for group in e:
+                assert_close(f"{name}[{group}]", e[group], a[group], f"{kind}, {backend} {search}", rtol=0, atol=0)
+    if kind == "tags_across_cells":
+        tagged = (expected[1]["runners"][0, :11] < 0).tolist()
+        assert tagged == [k % 2 == 1 for k in range(10)] + [True], f"the crafted tags did not happen: {tagged}"
+        # Tagger 11 tags no one here (this seed puts no other runner near it): tagger 10 took the tie.
+        assert expected[1]["taggers"][0, 11] == 0 < expected[1]["taggers"][0, 10], "the lower id tags"
+
+
+def test_auto_rule_picks_the_grid_for_large_games_only():
+    assert tc.search_grid_cells(TagContinuousParams()) == 1  # 110 agents: the scan
+    large = TagContinuousParams(num_runners=990)
+    assert tc.search_grid_cells(large) == round((1000 / tc.AGENTS_PER_CELL) ** 0.5)
+    assert tc.search_grid_cells(dataclasses.replace(large, neighbour_search="scan")) == 1
+    assert tc.search_grid_cells(dataclasses.replace(large, use_full_observation=True)) == 1
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
+def test_a_game_beyond_the_shared_memory_limit_is_refused_naming_it(backend):
+    # On the CPU the simulator takes the 48 KiB any GPU gives a block; 5000 agents need more.
+    with pytest.raises(ValueError, match=r"5000 agents per env need \d+ bytes of shared memory .* limit of 49152"):
+        GpuParallelEnv("TagContinuous-v0", 1, device="cpu", backend=backend, params=TagContinuousParams(num_runners=4990))
