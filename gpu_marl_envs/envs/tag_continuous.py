@@ -368,11 +368,12 @@ def kernel_constants(p: TagContinuousParams) -> dict:
     }
 
 
-# The rule that picks the kernels' neighbour search (neighbour_search="auto"), measured on an H200
-# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-h200.md): from this many agents per
-# game the grid beats the scan, at about this many agents per cell.
+# The rule that picks the kernels' neighbour search (neighbour_search="auto"), measured on an H100
+# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-search-rule-h100.md): from 256 agents per
+# game the grid is 1.31x faster than the scan at 2,000 games and 0.92x at 100 (from 400, faster at
+# both; at 110, 0.74x and 0.47x); cells of about 6 agents beat 2, 3, 4 and 8 at 1,000 and 10,000.
 GRID_MIN_AGENTS = 256
-AGENTS_PER_CELL = 4.0
+AGENTS_PER_CELL = 6.0
 
 
 # The kernels search the 3 x 3 block of cells around an agent's own first, in this order of (column,

@@ -1,0 +1,73 @@
+"""The measurements behind the rule that picks the Tag kernels' neighbour search
+(``tag_continuous.search_grid_cells``): TagContinuous env-steps/s through ``step_groups`` on the CUDA
+C backend
+
+- with ``neighbour_search="scan"`` and ``"grid"``, over agents per game (10 taggers, the published
+  rules otherwise), at 100 and 2,000 games: where the grid starts to win is ``GRID_MIN_AGENTS``;
+- with the grid at several sizes of its cells (``AGENTS_PER_CELL``, a module constant rather than a
+  param: set here before each kernel is built), every agent in play.
+
+    python benchmarks/tag_search_rule.py --out docs/benchmarks/tag-search-rule-h200.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
+from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from report import gpu_hardware
+from tag_throughput import measure
+
+AGENTS = [64, 110, 160, 200, 256, 400, 640, 1000]
+GAMES = [100, 2000]
+DENSITIES = [2.0, 3.0, 4.0, 6.0, 8.0]
+DENSITY_GAMES = {1000: 2000, 10000: 100}  # agents per game -> games
+
+
+def rate(num_envs: int, params: TagContinuousParams, args) -> float:
+    r = measure("TagContinuous-v0", num_envs, params, "pycuda", "step_groups", False, args.min_seconds, args.repeats)
+    return r["env_steps_per_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-seconds", type=float, default=0.2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    hardware = gpu_hardware()
+    lines = [f"Hardware: {hardware}. Command: `python benchmarks/tag_search_rule.py`. TagContinuous, CUDA C, "
+             "`step_groups`, M env-steps/s.", "", "| agents | games | scan | grid | grid / scan |", "|---:|---:|---:|---:|---:|"]
+    for n in AGENTS:
+        for num_envs in GAMES:
+            params = TagContinuousParams(num_runners=n - 10)
+            scan = rate(num_envs, dataclasses.replace(params, neighbour_search="scan"), args)
+            grid = rate(num_envs, dataclasses.replace(params, neighbour_search="grid"), args)
+            lines.append(f"| {n} | {num_envs} | {scan / 1e6:.3f} | {grid / 1e6:.3f} | {grid / scan:.2f} |")
+            print(lines[-1], flush=True)
+    lines += ["", "Grid cells sized for this many agents each (every agent in play):", "",
+              "| agents | games | " + " | ".join(f"{d:g}" for d in DENSITIES) + " |",
+              "|---:|---:|" + "---:|" * len(DENSITIES)]
+    chosen = tc.AGENTS_PER_CELL
+    for n, num_envs in DENSITY_GAMES.items():
+        rates = []
+        for density in DENSITIES:
+            tc.AGENTS_PER_CELL = density
+            pycuda_backend._module.cache_clear()  # the kernels are built per params; the constant is not one
+            rates.append(rate(num_envs, TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=False), args))
+        lines.append(f"| {n} | {num_envs} | " + " | ".join(f"{r / 1e6:.3f}" for r in rates) + " |")
+        print(lines[-1], flush=True)
+    tc.AGENTS_PER_CELL = chosen
+    pycuda_backend._module.cache_clear()
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
