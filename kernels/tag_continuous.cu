@@ -4,10 +4,12 @@
 // params arrive as #define TC_* constants (kernel_constants in the reference module, TC_BLOCK_THREADS
 // the launch's block size), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
 //
-// Race freedom: in each phase a thread writes only the agents it handles in that phase (runners are
-// spread over the threads on their own in the tag phase); what other threads read
-// (positions, in-game flags) is staged in shared memory before a barrier; tag counts and the count
-// of runners left are integer atomics, exact in any order.
+// Race freedom: in each phase a thread writes only the agents (or grid places) it handles in that
+// phase (runners are spread over the threads on their own in the tag phase); what other threads read
+// (positions, in-game flags, the grid) is staged in shared memory before a barrier; the grid's
+// counts and placements, tag counts and the count of runners left are integer atomics, exact in any
+// order (the order of agents within a grid cell is arbitrary, and nothing depends on it). A warp
+// writes its own nearest-others lists and reads them back after a __syncwarp.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
 #include <cfloat>
 

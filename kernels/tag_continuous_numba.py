@@ -9,10 +9,12 @@ Agent ``a`` is handled by threads strided over the block (``for a in range(tid, 
 any block size works; every phase boundary is a ``syncthreads`` of the one block, reached by all its
 threads.
 
-Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
-threads read (positions, in-game flags, a chunk's nearest-others lists) is staged in shared memory
-before a barrier; tag counts and the count of runners left are integer atomics, exact in any order.
-Observations are written a chunk of agents at a time, consecutive threads storing consecutive floats.
+Race freedom, as in the .cu: in each phase a thread writes only the agents (or grid places) it
+handles; what other threads read (positions, in-game flags, the grid, a chunk's nearest-others
+lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
+and the count of runners left are integer atomics, exact in any order. The shared arrays are one
+dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
+are written a chunk of agents at a time, one feature at a time.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums

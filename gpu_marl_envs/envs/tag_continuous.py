@@ -88,12 +88,15 @@ zeros, frozen, with no rewards.
 ## Kernels
 ``kernels/tag_continuous.cu`` (CUDA C) and ``kernels/tag_continuous_numba.py`` (Numba): a block
 per env, agents spread over its threads (``a = threadIdx.x + k * blockDim.x``), positions and
-in-game flags staged in shared memory, tag counts with integer atomics, the partial observation's
-``k`` nearest kept in a per-thread sorted list while scanning the staged positions (no ``N x N``
-scratch). See :func:`kernel_constants` for what they are compiled with.
+in-game flags staged in shared memory (:func:`shared_layout`), tag counts with integer atomics, the
+partial observation's ``k`` nearest kept in a per-thread sorted list (no ``N x N`` scratch), found
+by scanning every agent in small games and on a grid of cells in large ones
+(:func:`search_grid_cells`), with the same result. See :func:`kernel_constants` for what they are
+compiled with and ``docs/tag.md`` for the grid.
 
 ## Version history
-v0: the spec's rules; torch reference, Numba and CUDA C kernels.
+v0: the spec's rules; torch reference, Numba and CUDA C kernels; the kernels' neighbour grid
+(``neighbour_search``; observations unchanged).
 """
 
 from __future__ import annotations
