@@ -121,7 +121,7 @@ __device__ __forceinline__ int bucket_begin(const TagShared& sh, int b) { return
 
 // Sort the game's agents by bucket (a counting sort: counts, a scan, then each agent placed by an
 // atomic cursor, so the order within a bucket is arbitrary and nothing downstream depends on it)
-// into x, y, ids; ends[b] is where bucket b ends. Needs the state rows' positions and the staged
+// into positions and ids (and motion, where staged); ends[b] is where bucket b ends. Needs the state rows' positions and the staged
 // in-game flags visible to the block; ends with the block synchronised.
 __device__ void build_grid(const EnvState& s, TagShared& sh) {
     int* ends = sh.ends();
@@ -192,22 +192,6 @@ __device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, 
     __syncthreads();
     build_grid(s, sh);
 #endif
-}
-
-// The k nearest others are kept in a sorted list in registers (K is a compile-time constant, so after
-// unrolling every index is one): insert (d2, id), known to come before the list's last entry.
-__device__ __forceinline__ void insert(float (&best_d2)[K], unsigned (&best_id)[K], float d2, unsigned id) {
-#pragma unroll
-    for (int m = K - 1; m > 0; --m) {
-        bool shift = before(d2, id, best_d2[m - 1], best_id[m - 1]);
-        bool place = !shift && before(d2, id, best_d2[m], best_id[m]);
-        best_d2[m] = shift ? best_d2[m - 1] : (place ? d2 : best_d2[m]);
-        best_id[m] = shift ? best_id[m - 1] : (place ? id : best_id[m]);
-    }
-    if (before(d2, id, best_d2[0], best_id[0])) {
-        best_d2[0] = d2;
-        best_id[0] = id;
-    }
 }
 
 #if !TC_FULL_OBSERVATION
