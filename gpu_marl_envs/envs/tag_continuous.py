@@ -72,10 +72,10 @@ zeros, frozen, with no rewards.
   negative, and 0 if that rounds up to ``2 pi``: always in ``[0, 2 pi)``.
 - Squared distances are ``dx * dx + dy * dy`` with every operation rounded (no fused multiply-add;
   kernels use ``__fmul_rn``/``__fadd_rn`` or an equivalent). "Nearest" compares them; a tag needs
-  ``sqrtf(d2) < tagging_distance * L`` (correctly rounded ``sqrtf``).
-- Observation scalings are true IEEE divisions (not multiplications by a reciprocal; the torch
-  reference divides by a 0-dim device tensor, as torch on CUDA turns a division by a Python scalar
-  into a reciprocal multiply).
+  ``sqrtf(d2) < tagging_distance * L`` (correctly rounded ``sqrtf``; the reference's
+  :func:`gpu_marl_envs.float32.sqrt`, as torch's CPU float32 ``sqrt`` is not).
+- Observation scalings are true IEEE divisions (not multiplications by a reciprocal:
+  :func:`gpu_marl_envs.float32.divide`).
 
 ## Corrections to WarpDrive
 - A tagger is paid once per runner it tags in a step; WarpDrive's unsynchronised ``+=`` lost all but
@@ -108,7 +108,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from gpu_marl_envs import rng
+from gpu_marl_envs import float32, rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.multi_agent_buffers import whole_warps
 
@@ -596,7 +596,7 @@ def step(p: TagContinuousParams, state: TagContinuousState, actions: torch.Tenso
     d2 = torch.where(in_game[:, None, :g], _squared_distance(dx, dy), math.inf)
     nearest = d2.argmin(dim=2)
     nearest_d2 = d2.gather(2, nearest[:, :, None])[:, :, 0]
-    tagged = in_game[:, g:] & (torch.sqrt(nearest_d2) < _f32(p.tagging_radius))
+    tagged = in_game[:, g:] & (float32.sqrt(nearest_d2) < _f32(p.tagging_radius))
     # Several runners can name the same tagger: count them with an integer scatter-add (exact and
     # order-independent, as the kernels' integer atomics are) and pay the count as one product.
     tags = torch.zeros_like(in_game[:, :g], dtype=torch.int32).scatter_add_(1, nearest, tagged.to(torch.int32))
@@ -626,12 +626,6 @@ def step(p: TagContinuousParams, state: TagContinuousState, actions: torch.Tenso
     return next_state, rewards, terminated, truncated
 
 
-def _divide(numerator: torch.Tensor, value: float) -> torch.Tensor:
-    # A true float32 division on every device: torch on CUDA turns a division by a Python scalar into
-    # a multiplication by its reciprocal, but not a division by a 0-dim device tensor.
-    return numerator / torch.full((), _f32(value), dtype=torch.float32, device=numerator.device)
-
-
 def _features(p: TagContinuousParams, state: TagContinuousState, j: torch.Tensor) -> torch.Tensor:
     """float32 ``(E, N, M, 7)``: agent ``i``'s features of agents ``j[e, i, m]`` (int64 ``(E, N, M)``)."""
     e, n, m = j.shape
@@ -646,11 +640,11 @@ def _features(p: TagContinuousParams, state: TagContinuousState, j: torch.Tensor
     type_j = agent_type(p, j.device).to(torch.float32)[j]
     in_game_j = state.in_game.gather(1, flat).reshape(e, n, m).to(torch.float32)
     return torch.stack([
-        _divide(xj - xi, p.position_scale),
-        _divide(yj - yi, p.position_scale),
-        _divide(sj - si, p.speed_scale),
-        _divide(aj - ai, p.speed_scale),
-        _divide(dj - di, p.two_pi),
+        float32.divide(xj - xi, p.position_scale),
+        float32.divide(yj - yi, p.position_scale),
+        float32.divide(sj - si, p.speed_scale),
+        float32.divide(aj - ai, p.speed_scale),
+        float32.divide(dj - di, p.two_pi),
         type_j,
         in_game_j,
     ], dim=-1)
@@ -690,7 +684,7 @@ def observe(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
     else:
         j, found = _nearest_others(p, state)
         features = torch.where(found[..., None], _features(p, state, j), 0.0)
-    time = _divide(state.t.to(torch.float32), p.episode_length)
+    time = float32.divide(state.t.to(torch.float32), p.episode_length)
     obs = torch.cat([features.reshape(e, n, -1), time[:, None, None].expand(e, n, 1)], dim=2)
     return torch.where(state.in_game[..., None], obs, 0.0)
 

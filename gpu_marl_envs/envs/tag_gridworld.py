@@ -99,7 +99,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from gpu_marl_envs import rng
+from gpu_marl_envs import float32, rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.multi_agent_buffers import whole_warps
 
@@ -273,20 +273,12 @@ def step(p: TagGridworldParams, state: TagGridworldState, actions: torch.Tensor)
     return TagGridworldState(x=x, y=y, t=t), rewards, terminated, truncated
 
 
-def _divide(cells: torch.Tensor, denominator: int) -> torch.Tensor:
-    """``float32(cells) / float32(denominator)``, correctly rounded on every device. The divisor is a
-    tensor on the cells' device: CUDA torch turns division by a Python scalar into multiplication by
-    its rounded reciprocal, which differs in the last bit (e.g. ``3 / 100``) from CPU and kernels."""
-    divisor = torch.full((), float(denominator), dtype=torch.float32, device=cells.device)
-    return cells.to(torch.float32) / divisor
-
-
 def observe(p: TagGridworldParams, state: TagGridworldState) -> torch.Tensor:
     """``(num_envs, N, obs_dim)`` float32 observations, one row per agent (layout in the module docstring)."""
     n, r = p.num_agents, p.runner_id
-    x = _divide(state.x, p.grid_length)
-    y = _divide(state.y, p.grid_length)
-    time = _divide(state.t, p.episode_length)[:, None, None].expand(-1, n, 1)
+    x = float32.divide(state.x, p.grid_length)
+    y = float32.divide(state.y, p.grid_length)
+    time = float32.divide(state.t, p.episode_length)[:, None, None].expand(-1, n, 1)
     types = agent_type(n, state.x.device).to(torch.float32)
     num_envs = x.shape[0]
 
