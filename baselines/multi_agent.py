@@ -63,7 +63,8 @@ from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
                                               old_policy_outputs)
-from gpu_marl_envs.parallel_env import GpuParallelEnv, games, get_game
+from gpu_marl_envs.parallel_env import GpuParallelEnv, get_game
+from gpu_marl_envs.registration import is_game
 
 ALGORITHMS = ("ppo", "a2c")
 PPO_ONLY = ("clip_coef", "update_epochs", "num_minibatches")
@@ -246,11 +247,6 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
                 "policies": {name: {key: value for key, value in asdict(settings).items()
                                     if settings.algorithm == "ppo" or key not in PPO_ONLY}
                              for name, settings in self.policies.items()}}
-
-
-def is_game(env_id) -> bool:
-    """Whether ``env_id`` names a multi-agent game (trained here) rather than a single-agent env."""
-    return isinstance(env_id, str) and env_id.split("/", 1)[-1] in games()
 
 
 def game_params(env_id: str, config: MultiAgentConfig):

@@ -50,6 +50,7 @@ from gpu_marl_envs.baselines.distributed import SINGLE, Context, setup, teardown
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 from gpu_marl_envs.parallel_env import get_game
+from gpu_marl_envs.registration import GAMES
 from gpu_marl_envs.rendering import game_renderer, save_animation
 
 if sys.version_info >= (3, 11):
@@ -112,7 +113,7 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
         return build_multi_agent_config(raw, overrides, seed)
     tables = sorted(set(MULTI_AGENT_TABLES) & set(raw))
     if tables:
-        raise ConfigError(f"{tables} apply to multi-agent games only ({', '.join(sorted(multi_agent.games()))}), "
+        raise ConfigError(f"{tables} apply to multi-agent games only ({', '.join(GAMES)}), "
                           f"not {raw.get('env')!r}")
     algorithm = raw.get("algorithm")
     if algorithm not in ALGORITHMS:

@@ -30,7 +30,7 @@ from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullForma
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuParallelEnv, GpuVectorEnv
-from gpu_marl_envs.parallel_env import games
+from gpu_marl_envs.registration import is_game
 
 ACTION_POOL = 8
 
@@ -52,7 +52,7 @@ def sample(space: spaces.Space, shape: tuple, device, generator) -> torch.Tensor
 def make(env_id: str, num_envs: int, backend: str, device: str):
     """The env and a pool of action batches for its batched step."""
     generator = torch.Generator(device=device).manual_seed(0)
-    if env_id in gpu_marl_envs.ENVS:
+    if not is_game(env_id):
         env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=False)
         env.reset(seed=0)
         return env, env.step, [sample(env.single_action_space, (num_envs,), device, generator)
@@ -160,7 +160,8 @@ def plot(env_id: str, curves: dict[str, list[dict]], hardware: str, path: Path) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=sorted(gpu_marl_envs.ENVS) + sorted(games()))
+    parser.add_argument("--envs", nargs="+", default=sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values())
+                        + sorted(spec.definition.id for spec in gpu_marl_envs.GAMES.values()))
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the device")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--min-envs", type=int, default=64)
@@ -180,7 +181,7 @@ def main() -> None:
     results = {}
     for env_id in args.envs:
         # A game's env holds many agents: its sizes stop sooner.
-        max_envs = args.max_envs if env_id in gpu_marl_envs.ENVS else max(args.min_envs, args.max_envs // 64)
+        max_envs = max(args.min_envs, args.max_envs // 64) if is_game(env_id) else args.max_envs
         curves = {backend: sweep(env_id, backend, args.device, args.min_envs, max_envs, budget, args.min_seconds,
                                  args.repeats) for backend in backends}
         results[env_id] = curves

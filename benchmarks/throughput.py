@@ -125,7 +125,7 @@ def markdown(results: list[dict], header: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=sorted(gpu_marl_envs.ENVS))
+    parser.add_argument("--envs", nargs="+", default=sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values()))
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the device")
     parser.add_argument("--num-envs", nargs="+", type=int, default=[4096, 65536, 1048576])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -9,19 +9,22 @@ and the multi-agent games with PettingZoo; it provides them batched and as one P
     games = gpu_marl_envs.make_parallel("gpu_marl_envs/TagContinuous-v0", num_envs=1000, device="cuda")
     game = pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0")  # a PettingZooParallelEnv
     game = gpu_marl_envs.TagParallelEnv("continuous")
+
+Other packages add their own envs and games with :func:`register_env` and :func:`register_game`
+(``docs/custom_env.md``) and test their kernels with :func:`check_env`.
 """
 
 from gpu_marl_envs.backends import BackendUnavailableError, available_backends
-from gpu_marl_envs.envs import ENVS
+from gpu_marl_envs.checker import check_env
+from gpu_marl_envs.envs import bundled  # noqa: F401  (registers the package's own envs and games)
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
-from gpu_marl_envs.registration import make_parallel, register_envs
+from gpu_marl_envs.registration import ENVS, GAMES, make_parallel, register_env, register_game
 from gpu_marl_envs.single_env import GpuEnv
 from gpu_marl_envs.tag_parallel_env import TagParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 __version__ = "0.1.0"
-__all__ = ["ENVS", "BackendUnavailableError", "GpuEnv", "GpuParallelEnv", "GpuVectorEnv", "PettingZooParallelEnv",
-           "TagParallelEnv", "available_backends", "make_parallel", "register_envs"]
-
-register_envs()
+__all__ = ["ENVS", "GAMES", "BackendUnavailableError", "GpuEnv", "GpuParallelEnv", "GpuVectorEnv",
+           "PettingZooParallelEnv", "TagParallelEnv", "available_backends", "check_env", "make_parallel",
+           "register_env", "register_game"]

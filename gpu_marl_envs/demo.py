@@ -84,7 +84,7 @@ def main() -> None:
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU (no GPU found: torch backend)"
     print(f"gpu_marl_envs {gpu_marl_envs.__version__} on {where}: {args.num_envs:,} envs x {args.steps} steps, random actions")
     print(f"{'env':26s} {'backend':8s} {'env-steps/s':>14s} {'episodes':>10s} {'mean return':>12s}")
-    for env_id in sorted(gpu_marl_envs.ENVS):
+    for env_id in sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values()):
         r = run(env_id, args.num_envs, args.steps, args.device)
         print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {r['mean_return']:12.1f}")
     print(f"\nTag, {args.num_games:,} games x {args.steps} steps, random actions")

@@ -1,26 +1,26 @@
 """The device store of a batch of multi-agent games: the game's state plus every tensor a step
 writes, allocated once and updated in place by the backends.
 
-The kernels' parameter lists are ``step_arguments(definition, params)`` and
-``reset_arguments(definition, params)``: the game's state fields (in its state dataclass's order)
-sit between the runtime's own buffers; ``action_masks`` follows ``observations`` only in games with
-masks, ``episode_totals`` follows ``episode_returns`` only in games with episode metrics.
-``num_envs``, ``actions`` and ``autoreset_mode`` are supplied by the backends; every other name is
-an attribute of :class:`MultiAgentBuffers` (state fields: of ``buffers.state``).
-``tests/test_kernel_abi.py`` checks that the kernels declare exactly these parameters.
+The kernels' parameter lists are ``STEP_ARGUMENTS`` and ``RESET_ARGUMENTS``, the same for every
+game: ``state`` is the game's state arrays in its state dataclass's order (a struct of pointers in
+CUDA C, a tuple of arrays in Numba); ``action_masks`` and ``episode_totals`` are passed to games
+without them too (a null pointer, a one-element array), never read. ``num_envs``, ``actions`` and
+``autoreset_mode`` are supplied by the backends; every other name is an attribute of
+:class:`MultiAgentBuffers`. The framework declares the kernels (``kernels/multi_agent.cuh``,
+``kernels/multi_agent_numba.py``); ``tests/test_kernel_abi.py`` checks both against these lists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
-# Static shared memory per block (MultiAgentDefinition.shared_bytes), and the shared memory of any
-# kind a block gets without opting in to more, on every CUDA GPU.
+# Static shared memory per block at most, and the shared memory of any kind a block gets without
+# opting in to more, on every CUDA GPU.
 MAX_SHARED_BYTES = 48 * 1024
 
 
@@ -33,39 +33,26 @@ def shared_memory_limit(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
-def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.device, backend: str) -> None:
+def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.device, backend: str,
+                        static_bytes: int = 0) -> None:
     """Refuse a game whose kernels need more shared memory per block than ``device`` gives one
-    (which is what bounds the agents per game), naming the limit."""
-    static, dynamic = definition.shared_bytes(params), definition.dynamic_shared_bytes(params)
+    (which is what bounds the agents per game), naming the limit: the game's dynamic shared memory,
+    and the kernels' static shared memory (``static_bytes``) once they are compiled."""
+    dynamic = definition.dynamic_shared_bytes(params)
     limit = shared_memory_limit(device)
-    if static > MAX_SHARED_BYTES or static + dynamic > limit:
+    if static_bytes > MAX_SHARED_BYTES or static_bytes + dynamic > limit:
         where = "this GPU's" if device.type == "cuda" else "the CPU simulator's (any GPU's default)"
-        raise ValueError(f"{params.num_agents} agents per env need {static + dynamic} bytes of shared memory per "
-                         f"block in the {backend} kernels of {definition.id}, more than {where} limit of {limit} "
-                         "bytes; use fewer agents or backend='torch'")
+        raise ValueError(f"{params.num_agents} agents per env need {static_bytes + dynamic} bytes of shared memory "
+                         f"per block in the {backend} kernels of {definition.id}, more than {where} limit of "
+                         f"{limit if static_bytes + dynamic > limit else MAX_SHARED_BYTES} bytes; use fewer agents "
+                         "or backend='torch'")
 
 
-def whole_warps(num_agents: int, most: int) -> int:
-    """Threads of a block per env: a thread per agent in whole warps, at most ``most`` (envs with
-    more agents spread them over the block's threads)."""
-    return min(most, 32 * ((num_agents + 31) // 32))
-
-
-def _masks(definition: MultiAgentDefinition) -> tuple[str, ...]:
-    return ("action_masks",) if definition.has_action_masks else ()
-
-
-def step_arguments(definition: MultiAgentDefinition, params) -> tuple[str, ...]:
-    totals = ("episode_totals",) if definition.episode_metrics(params) else ()
-    return ("num_envs", *definition.state_fields, "actions", "observations", *_masks(definition), "rewards",
-            "agent_terminated", "agent_truncated", "terminated", "truncated", "running_returns", "episode_returns",
-            *totals, "final_observations", "final_observation_mask", "needs_reset", "episodes", "seeds",
-            "autoreset_mode")
-
-
-def reset_arguments(definition: MultiAgentDefinition, params) -> tuple[str, ...]:
-    return ("num_envs", *definition.state_fields, "observations", *_masks(definition), "running_returns",
-            "reset_mask", "needs_reset", "episodes", "seeds")
+STEP_ARGUMENTS = ("num_envs", "state", "actions", "observations", "action_masks", "rewards", "agent_terminated",
+                  "agent_truncated", "terminated", "truncated", "running_returns", "episode_returns", "episode_totals",
+                  "final_observations", "final_observation_mask", "needs_reset", "episodes", "seeds", "autoreset_mode")
+RESET_ARGUMENTS = ("num_envs", "state", "observations", "action_masks", "running_returns", "reset_mask", "needs_reset",
+                   "episodes", "seeds")
 
 
 @dataclass
@@ -122,7 +109,12 @@ class MultiAgentBuffers:
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every buffer by its kernel-argument name (state fields included; absent ones left out)."""
+        """Every buffer by its kernel-argument name and every state field by its name (absent buffers
+        left out)."""
         named = {name: value for name, value in vars(self).items() if name != "state" and value is not None}
         named.update(vars(self.state))
         return named
+
+    def state_arrays(self) -> tuple[torch.Tensor, ...]:
+        """The state's fields in order: the kernels' ``state`` argument."""
+        return tuple(getattr(self.state, f.name) for f in fields(self.state))

@@ -17,25 +17,14 @@ from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, check_shared_memory
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
+from gpu_marl_envs.registration import game_spec, snake_case
 from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
 
-def games() -> dict[str, MultiAgentDefinition]:
-    """The multi-agent games by id (without the ``gpu_marl_envs/`` namespace)."""
-    from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY
-    from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
-    from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
-
-    return {d.id: d for d in (TAG_CONTINUOUS, TAG_GRIDWORLD, COVID_ECONOMY)}
-
-
 def get_game(env_id: str) -> MultiAgentDefinition:
-    known = games()
-    name = env_id.split("/", 1)[-1]
-    if name not in known:
-        raise ValueError(f"unknown multi-agent env {env_id!r}; available: {', '.join(sorted(known))}")
-    return known[name]
+    """The definition of the registered game ``env_id`` (:func:`registration.game_spec`)."""
+    return game_spec(env_id).definition
 
 
 class GpuParallelEnv:
@@ -48,8 +37,8 @@ class GpuParallelEnv:
     Agents of one group share their spaces; groups may differ (their actions have one shape).
 
     Args:
-        env_id: ``"TagContinuous-v0"``, ``"TagGridworld-v0"`` or ``"CovidEconomy-v0"`` (``gpu_marl_envs/``
-            prefix optional).
+        env_id: a registered game's id, e.g. ``"gpu_marl_envs/TagContinuous-v0"`` (a name registered
+            in one namespace only, as ``"CovidEconomy-v0"``, may leave it out).
         num_envs: number of games (>= 1).
         device, backend, autoreset_mode, validate_actions, cuda_graph: as for
             :class:`gpu_marl_envs.GpuVectorEnv`. With autoreset, a game's episode ends for all of its
@@ -98,7 +87,8 @@ class GpuParallelEnv:
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
                  cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0,
                  observation_buffers: int = 1):
-        self.definition = d = get_game(env_id)
+        spec = game_spec(env_id)
+        self.definition = d = spec.definition
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
@@ -116,7 +106,7 @@ class GpuParallelEnv:
         self.render_mode = render_mode
         self.render_env_index = render_env_index
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
-                         "name": d.kernel_name + "_v0", "render_modes": render_modes}
+                         "name": snake_case(d.id), "render_modes": render_modes}
 
         self.possible_agents = d.agent_names(self.params)
         self.agents = list(self.possible_agents)
@@ -128,9 +118,9 @@ class GpuParallelEnv:
         self._action_spaces = d.action_spaces(self.params)
         self._action_shape = d.action_shape(self.params)
 
-        backend_type = resolve_backend(backend, self.device, kind="multi_agent")
+        backend_type = resolve_backend(backend, self.device, spec)
         if backend_type.name != "torch":
-            check_shared_memory(d, self.params, self.device, backend_type.name)
+            check_shared_memory(d, self.params, self.device, backend_type.name)  # static too, once compiled
         b = MultiAgentBuffers.allocate(d, self.params, self.num_envs, self.device)
         if cuda_graph is None:
             cuda_graph = self.device.type == "cuda" and backend_type.graph_by_default
@@ -142,7 +132,7 @@ class GpuParallelEnv:
         self._actions = None
 
         def build(side_buffers):
-            backend = backend_type(d, self.params, side_buffers, self.autoreset_mode)
+            backend = backend_type(spec, self.params, side_buffers, self.autoreset_mode)
             if self._actions is None:
                 self._actions = getattr(backend, "actions_buffer", None)
                 if self._actions is None:

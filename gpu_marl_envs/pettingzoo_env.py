@@ -83,7 +83,7 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")
             params = dataclasses.replace(params, episode_length=int(max_cycles))
         # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
-        self._env = GpuParallelEnv(definition.id, 1, device=device, backend=backend, params=params,
+        self._env = GpuParallelEnv(env_id, 1, device=device, backend=backend, params=params,
                                    render_mode=render_mode, autoreset_mode=AutoresetMode.DISABLED)
         self.params = self._env.params
         self.render_mode = render_mode

@@ -1,54 +1,222 @@
-"""Registers the envs under the namespace ``gpu_marl_envs`` (``import gpu_marl_envs`` does it):
+"""The registry of envs and games, each with its kernel sources, and their registration with
+Gymnasium and PettingZoo.
 
-- every single-agent env with Gymnasium as ``gpu_marl_envs/<id>``: ``gymnasium.make`` gives a numpy
-  :class:`~gpu_marl_envs.single_env.GpuEnv`, ``gymnasium.make_vec`` a torch
+A package registers its envs and games as this one does its own (``gpu_marl_envs/envs/bundled.py``)::
+
+    gpu_marl_envs.register_game(COVER, namespace="cover", cuda=Path(__file__).with_name("cover.cu"),
+                                numba="cover.cover_numba")
+
+Then, by the id ``"<namespace>/<definition.id>"`` (``"cover/Cover-v0"``):
+
+- a single-agent env (:func:`register_env`) is in Gymnasium's registry: ``gymnasium.make`` gives a
+  numpy :class:`~gpu_marl_envs.single_env.GpuEnv`, ``gymnasium.make_vec`` a torch
   :class:`~gpu_marl_envs.vector_env.GpuVectorEnv`;
-- every multi-agent game in PettingZoo's registry of parallel envs, ``gpu_marl_envs/<id>``:
-  ``pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0")`` gives one game as a numpy
-  :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv` (its keyword arguments; PettingZoo's
-  ``max_cycles=`` sets the episode length); PettingZoo does not import packages by itself, so
-  ``import gpu_marl_envs`` comes first;
-- the batched games by the same ids through :func:`make_parallel` (a torch
-  :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games).
+- a multi-agent game (:func:`register_game`) is in PettingZoo's registry of parallel envs:
+  ``pettingzoo.make("parallel", id)`` gives one game as a numpy
+  :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv` (PettingZoo's ``max_cycles=`` sets the
+  episode length); :func:`make_parallel` gives a torch
+  :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games;
+- the adapters (``gpu_marl_envs.adapters``) and ``gpu-marl-train`` take the id.
+
+Neither Gymnasium nor PettingZoo imports packages by itself: the registering package is imported
+first. The lookups here do it for an id whose namespace is not registered yet, importing the module
+of that name (the namespace is the registering package's name by convention), so that a training
+config's ``env = "cover/Cover-v0"`` needs no import. A bare name (``"CartPole-v1"``) finds the one
+registered id of that name.
 """
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+from dataclasses import dataclass
+import os
+from pathlib import Path
+from typing import Any
 
 import gymnasium
 import pettingzoo
+from gymnasium.envs.registration import parse_env_id
 
-from gpu_marl_envs.envs import ENVS
+from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 
 NAMESPACE = "gpu_marl_envs"
 
 
-def register_envs() -> None:
-    """Register the single-agent envs with Gymnasium and the games with PettingZoo (idempotent)."""
-    from gpu_marl_envs.parallel_env import games
+@dataclass(frozen=True)
+class KernelSources:
+    """Where an env's kernels are: ``None`` where it has none (that backend is then unavailable)."""
 
-    for env_id, definition in ENVS.items():
-        full_id = f"{NAMESPACE}/{env_id}"
-        if full_id in gymnasium.registry:
-            continue
+    cuda: Any
+    """The CUDA C file (pycuda backend), a ``pathlib.Path`` or an ``importlib.resources`` file; it may
+    ``#include`` the framework's headers (``multi_agent.cuh``, ``classic.cuh``) and files of its own folder."""
+    numba: str | None
+    """The Numba module's dotted name (numba backend), imported when that backend is first used."""
+
+
+@dataclass(frozen=True)
+class RegisteredEnv:
+    """An entry of :data:`ENVS` or :data:`GAMES`."""
+
+    id: str
+    """``"<namespace>/<definition.id>"``."""
+    definition: EnvDefinition | MultiAgentDefinition
+    kernels: KernelSources
+
+    @property
+    def is_game(self) -> bool:
+        return isinstance(self.definition, MultiAgentDefinition)
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernels' base name, from the id's name: ``cover`` for ``Cover-v0``, ``tag_continuous`` for
+        ``TagContinuous-v0``; the kernels are ``<kernel_name>_step`` and ``<kernel_name>_reset``."""
+        return snake_case(parse_env_id(self.id)[1])
+
+
+ENVS: dict[str, RegisteredEnv] = {}
+"""The single-agent envs, by id."""
+GAMES: dict[str, RegisteredEnv] = {}
+"""The multi-agent games, by id."""
+
+
+def snake_case(name: str) -> str:
+    """``"TagContinuous"`` -> ``"tag_continuous"`` (also ``"CartPole"`` -> ``"cart_pole"``)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).replace("-", "_").lower()
+
+
+def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba: str | None = None) -> RegisteredEnv:
+    """Register a single-agent env as ``"<namespace>/<definition.id>"`` here and with Gymnasium.
+
+    Args:
+        definition: the env (params, spaces, torch reference; ``docs/custom_env.md``).
+        namespace: by convention the registering package's name.
+        cuda: the path of its CUDA C file (a ``pathlib.Path`` or ``importlib.resources`` file), or
+            ``None`` for no pycuda backend.
+        numba: the dotted name of its Numba module, or ``None`` for no numba backend.
+
+    Registering an id again replaces the entry, with a warning (as Gymnasium does).
+    """
+    if not isinstance(definition, EnvDefinition):
+        hint = "; a MultiAgentDefinition registers with register_game" if isinstance(
+            definition, MultiAgentDefinition) else ""
+        raise TypeError(f"register_env takes an EnvDefinition, got {type(definition).__name__}{hint}")
+    entry = _entry(definition, namespace, cuda, numba, ENVS, GAMES)
+    if entry.id not in gymnasium.registry:
         gymnasium.register(
-            id=full_id,
+            id=entry.id,
             entry_point="gpu_marl_envs.single_env:GpuEnv",
             vector_entry_point="gpu_marl_envs.vector_env:GpuVectorEnv",
             # The envs truncate by themselves at params.max_episode_steps (make_vec's
             # max_episode_steps= overrides it): a TimeLimit wrapper or an injected default
             # would override a user's params.
             max_episode_steps=None,
-            kwargs={"env_id": env_id},
+            kwargs={"env_id": entry.id},
         )
-    for env_id in games():
-        full_id = f"{NAMESPACE}/{env_id}"
-        if full_id not in pettingzoo.parallel_registry:  # registering twice would warn
-            pettingzoo.register("parallel", full_id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
-                                kwargs={"env_id": env_id})
+    return entry
+
+
+def register_game(definition: MultiAgentDefinition, *, namespace: str, cuda=None,
+                  numba: str | None = None) -> RegisteredEnv:
+    """Register a multi-agent game as ``"<namespace>/<definition.id>"`` here and with PettingZoo.
+    The arguments are :func:`register_env`'s, with a :class:`MultiAgentDefinition`."""
+    if not isinstance(definition, MultiAgentDefinition):
+        hint = "; an EnvDefinition registers with register_env" if isinstance(definition, EnvDefinition) else ""
+        raise TypeError(f"register_game takes a MultiAgentDefinition, got {type(definition).__name__}{hint}")
+    entry = _entry(definition, namespace, cuda, numba, GAMES, ENVS)
+    if entry.id not in pettingzoo.parallel_registry:  # registering twice would warn
+        pettingzoo.register("parallel", entry.id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
+                            kwargs={"env_id": entry.id})
+    return entry
+
+
+def _entry(definition, namespace, cuda, numba, registry: dict, other: dict) -> RegisteredEnv:
+    if not isinstance(namespace, str) or not re.fullmatch(r"[\w.-]+", namespace):
+        raise ValueError(f"namespace must be a name of letters, digits, '_', '.' or '-' (your package's name), "
+                         f"got {namespace!r}")
+    env_id = f"{namespace}/{definition.id}"
+    try:
+        parsed = parse_env_id(env_id)
+    except gymnasium.error.Error:
+        parsed = None
+    if parsed is None or parsed[0] != namespace or parsed[2] is None:
+        raise ValueError(f"{type(definition).__name__}.id must be a name and a version, as 'Cover-v0', "
+                         f"got {definition.id!r}")
+    if isinstance(cuda, (str, os.PathLike)):
+        cuda = Path(cuda)
+    if cuda is not None:
+        if not all(hasattr(cuda, name) for name in ("is_file", "read_text", "name")):
+            raise TypeError(f"cuda must be the path of a .cu file (a pathlib.Path or an importlib.resources file), "
+                            f"got {type(cuda).__name__}")
+        if not cuda.is_file() or not cuda.name.endswith(".cu"):
+            raise ValueError(f"cuda must be the path of a .cu file; {cuda} is not one")
+    if numba is not None and not isinstance(numba, str):
+        raise TypeError(f"numba must be the dotted name of the Numba module (e.g. 'cover.cover_numba'), imported "
+                        f"only when the numba backend is used; got {type(numba).__name__}")
+    if env_id in other:
+        raise ValueError(f"{env_id} is already registered as a {'game' if other is GAMES else 'single-agent env'}")
+    entry = RegisteredEnv(env_id, definition, KernelSources(cuda, numba))
+    if registry.get(env_id, entry) != entry:
+        warnings.warn(f"replacing the registered {env_id}", stacklevel=3)
+    registry[env_id] = entry
+    return entry
+
+
+def env_spec(env_id: str) -> RegisteredEnv:
+    """The registered single-agent env ``env_id`` (see the module's docstring for the id forms)."""
+    return _lookup(env_id, ENVS, "env", GAMES, "a multi-agent game: use make_parallel or GpuParallelEnv")
+
+
+def game_spec(env_id: str) -> RegisteredEnv:
+    """The registered multi-agent game ``env_id`` (see the module's docstring for the id forms)."""
+    return _lookup(env_id, GAMES, "multi-agent env", ENVS, "a single-agent env: use gymnasium.make_vec or GpuVectorEnv")
+
+
+def is_game(env_id) -> bool:
+    """Whether ``env_id`` names a registered multi-agent game (rather than a single-agent env)."""
+    if not isinstance(env_id, str):
+        return False
+    _import_namespace(env_id)
+    return _find(env_id, GAMES) is not None
+
+
+def _import_namespace(env_id: str) -> None:
+    namespace = env_id.rpartition("/")[0]
+    if namespace and not any(key.startswith(namespace + "/") for key in (*ENVS, *GAMES)):
+        try:
+            importlib.import_module(namespace)
+        except ModuleNotFoundError as error:
+            if error.name != namespace:
+                raise  # the package exists and failed to import: its error is the one to read
+
+
+def _find(env_id: str, registry: dict) -> str | None:
+    if env_id in registry:
+        return env_id
+    if "/" not in env_id:
+        named = [key for key in registry if key.rpartition("/")[2] == env_id]
+        if len(named) > 1:
+            raise ValueError(f"{env_id!r} is registered in several namespaces: {named}; give the whole id")
+        return named[0] if named else None
+    return None
+
+
+def _lookup(env_id, registry: dict, kind: str, other: dict, other_hint: str) -> RegisteredEnv:
+    if not isinstance(env_id, str):
+        raise TypeError(f"the id of a {kind} must be a str, got {type(env_id).__name__}")
+    _import_namespace(env_id)
+    key = _find(env_id, registry)
+    if key is None:
+        hint = f"; {env_id} is {other_hint}" if _find(env_id, other) is not None else ""
+        raise ValueError(f"unknown {kind} {env_id!r}{hint}; available: {', '.join(sorted(registry))}")
+    return registry[key]
 
 
 def parallel_env_ids() -> list[str]:
-    from gpu_marl_envs.parallel_env import games
-
-    return [f"{NAMESPACE}/{env_id}" for env_id in games()]
+    """The ids of the registered multi-agent games, in registration order."""
+    return list(GAMES)
 
 
 def make_parallel(env_id: str, num_envs: int = 1, **kwargs):
@@ -56,7 +224,4 @@ def make_parallel(env_id: str, num_envs: int = 1, **kwargs):
     device="cuda")``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword arguments)."""
     from gpu_marl_envs.parallel_env import GpuParallelEnv
 
-    namespace, _, name = env_id.rpartition("/")
-    if namespace not in ("", NAMESPACE):
-        raise ValueError(f"unknown namespace {namespace!r} in {env_id!r}; the ids are {parallel_env_ids()}")
-    return GpuParallelEnv(name, num_envs, **kwargs)
+    return GpuParallelEnv(env_id, num_envs, **kwargs)

@@ -246,7 +246,7 @@ _DRAWN_FROM = {
 
 
 class ClassicRenderer:
-    """Frames of a classic-control env drawn by Gymnasium's own env of the same id (pygame).
+    """Frames of a classic-control env drawn by Gymnasium's own env (``definition.gymnasium_original``, pygame).
 
     ``render(state, last_action)`` gives Gymnasium's env the float64 state row (fields in the env's
     ``state_fields`` order, which is Gymnasium's) plus what its drawing reads from params or the last
@@ -259,12 +259,12 @@ class ClassicRenderer:
         try:
             import pygame  # noqa: F401  (Gymnasium's renderer imports it; fail here with our extra's name)
         except ImportError as error:
-            raise RuntimeError(f"rendering {definition.id} needs pygame: pip install gpu_marl_envs[render] "
-                               f"({error})") from error
+            raise RuntimeError(f"rendering {definition.gymnasium_original} needs pygame: "
+                               f"pip install gpu_marl_envs[render] ({error})") from error
         import gymnasium
 
-        self._env = gymnasium.make(definition.id, render_mode="rgb_array").unwrapped
-        self._configure = _DRAWN_FROM[definition.id]
+        self._env = gymnasium.make(definition.gymnasium_original, render_mode="rgb_array").unwrapped
+        self._configure = _DRAWN_FROM[definition.gymnasium_original]
         self._params = params
 
     def render(self, state: np.ndarray, last_action: np.ndarray | None = None) -> np.ndarray:

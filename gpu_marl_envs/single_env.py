@@ -33,7 +33,9 @@ class GpuEnv(gym.Env):
                                    max_episode_steps=max_episode_steps, autoreset_mode=AutoresetMode.DISABLED,
                                    render_mode=render_mode)
         self.render_mode = render_mode
-        self.metadata = {**type(self).metadata, "render_fps": self._batch.metadata["render_fps"]}
+        # The batch's render modes and frame rate (none for an env without frames).
+        self.metadata = {**type(self).metadata, **{key: value for key, value in self._batch.metadata.items()
+                                                   if key in ("render_modes", "render_fps")}}
         self.observation_space = self._batch.single_observation_space
         self.action_space = self._batch.single_action_space
         self._discrete = isinstance(self.action_space, spaces.Discrete)

@@ -16,9 +16,9 @@ from gpu_marl_envs import rng
 from gpu_marl_envs.autoreset import parse_autoreset_mode, select_resets
 from gpu_marl_envs.backends import resolve_backend
 from gpu_marl_envs.buffers import ClassicBuffers
-from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
+from gpu_marl_envs.registration import env_spec
 from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
@@ -57,7 +57,8 @@ class GpuVectorEnv(VectorEnv):
     """A batch of ``num_envs`` copies of one env, whose whole step runs on ``device``.
 
     Args:
-        env_id: the env's id, e.g. ``"CartPole-v1"`` (``gpu_marl_envs/`` prefix optional).
+        env_id: a registered env's id, e.g. ``"gpu_marl_envs/CartPole-v1"`` (a name registered in one
+            namespace only, as ``"CartPole-v1"``, may leave it out).
         num_envs: number of sub-envs (>= 1).
         device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``; default: the GPU if torch sees one.
         backend: ``"pycuda"`` (CUDA C), ``"numba"`` (Numba CUDA) or ``"torch"``; default: the fastest
@@ -75,7 +76,8 @@ class GpuVectorEnv(VectorEnv):
             backends on CUDA, off for pycuda (whose own launch is cheaper).
         render_mode: ``None`` or ``"rgb_array"``: :meth:`render` returns a tuple of frames, one per
             sub-env of ``render_env_indices``, drawn by Gymnasium's own renderer (needs pygame:
-            ``pip install gpu_marl_envs[render]``), so they look exactly like Gymnasium's.
+            ``pip install gpu_marl_envs[render]``), so they look exactly like Gymnasium's. Only envs
+            that reproduce a Gymnasium env (``EnvDefinition.gymnasium_original``) have frames.
         render_env_indices: the sub-envs :meth:`render` draws: an index or a sequence of them
             (default 0). Only those sub-envs' state rows leave the device, at render time.
         observation_buffers: how many observation buffers the steps write into in turn (default
@@ -101,27 +103,32 @@ class GpuVectorEnv(VectorEnv):
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
                  validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
                  render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1):
-        self.definition = get_definition(env_id)
+        spec = env_spec(env_id)
+        self.definition = spec.definition
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"{self.definition.id} draws only 'rgb_array' frames (no window), got "
-                             f"render_mode={render_mode!r}; use render_mode=None or 'rgb_array'")
+        original = self.definition.gymnasium_original
+        render_modes = [] if original is None else ["rgb_array"]
+        if render_mode is not None and render_mode not in render_modes:
+            raise ValueError(f"{spec.id} draws {'only rgb_array frames (no window)' if render_modes else 'no frames'}, "
+                             f"got render_mode={render_mode!r}; use render_mode=None"
+                             f"{' or rgb_array' if render_modes else ''}")
         self.render_mode = render_mode
         self.render_env_indices = check_render_env_indices(render_env_indices, self.num_envs)
         overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         self.params = self.definition.make_params(params, **overrides)
         self.validate_actions = bool(validate_actions)
-        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
-                         "render_fps": gymnasium_render_fps(self.definition.id)}
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode, "render_modes": render_modes}
+        if original is not None:
+            self.metadata["render_fps"] = gymnasium_render_fps(original)
 
         self.single_observation_space = self.definition.observation_space(self.params)
         self.single_action_space = self.definition.action_space(self.params)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
-        backend_type = resolve_backend(backend, self.device)
+        backend_type = resolve_backend(backend, self.device, spec)
         buffers = ClassicBuffers.allocate(
             self.num_envs, len(self.definition.state_fields), self.single_observation_space.shape[0], self.device
         )
@@ -134,8 +141,7 @@ class GpuVectorEnv(VectorEnv):
         actions_like = zero_actions(self.single_action_space, self.num_envs, self.device) if cuda_graph else None
 
         def build(side_buffers):
-            backend = backend_type(self.definition, self.params, side_buffers, self.autoreset_mode,
-                                   self.single_action_space)
+            backend = backend_type(spec, self.params, side_buffers, self.autoreset_mode, self.single_action_space)
             return backend, GraphedStep(backend, side_buffers, actions_like) if cuda_graph else backend
 
         self.observation_buffers = check_observation_buffers(observation_buffers)

@@ -3,31 +3,7 @@
 // correspondences).
 #include "classic.cuh"
 
-// Field order = ACROBOT.kernel_params (checked by tests/test_kernel_abi.py).
-struct AcrobotParams {
-    float dt;
-    float half_dt;
-    float sixth_dt;
-    float d1_const;
-    float d2_const;
-    float m2_l1_lc2;
-    float phi1_coef;
-    float phi2_coef;
-    float torque_mag;
-    float pi;
-    float max_vel_1;
-    float max_vel_2;
-    float target_height;
-    float reset_bound;
-    int wrap_iterations;
-    int max_episode_steps;
-};
-
-struct Acrobot {
-    typedef AcrobotParams Params;
-    typedef long long Action;
-    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
-
+struct Acrobot : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {
         for (int k = 0; k < 4; ++k) s[k * n + i] = gme_uniform(seed, episode, k, -p.reset_bound, p.reset_bound);
@@ -117,4 +93,4 @@ struct Acrobot {
     }
 };
 
-GME_CLASSIC_KERNELS(acrobot, Acrobot)
+GME_CLASSIC_KERNELS(Acrobot)

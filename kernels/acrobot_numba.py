@@ -10,9 +10,7 @@ import math
 
 import numpy as np
 
-from gpu_marl_envs.envs.acrobot import ACROBOT
 from gpu_marl_envs.kernels import rng_numba
-from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _TWO = np.float32(2.0)
@@ -119,6 +117,3 @@ def observe(state, n, i, obs, p):
     obs[3] = math.sin(t2)
     obs[4] = state[2 * n + i]
     obs[5] = state[3 * n + i]
-
-
-acrobot_step, acrobot_reset = make_classic_kernels(reset, step, observe, ACROBOT.obs_dim)

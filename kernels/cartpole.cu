@@ -1,26 +1,7 @@
 // CartPole-v1 for the pycuda backend; the torch reference is gpu_marl_envs/envs/cartpole.py.
 #include "classic.cuh"
 
-// Field order = CARTPOLE.kernel_params (checked by tests/test_kernel_abi.py).
-struct CartPoleParams {
-    float gravity;
-    float masspole;
-    float total_mass;
-    float length;
-    float polemass_length;
-    float force_mag;
-    float tau;
-    float theta_threshold_radians;
-    float x_threshold;
-    float reset_bound;
-    int max_episode_steps;
-};
-
-struct CartPole {
-    typedef CartPoleParams Params;
-    typedef long long Action;
-    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
-
+struct CartPole : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {
         for (int k = 0; k < 4; ++k) s[k * n + i] = gme_uniform(seed, episode, k, -p.reset_bound, p.reset_bound);
@@ -54,4 +35,4 @@ struct CartPole {
     }
 };
 
-GME_CLASSIC_KERNELS(cartpole, CartPole)
+GME_CLASSIC_KERNELS(CartPole)

@@ -4,9 +4,7 @@ import math
 
 import numpy as np
 
-from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.kernels import rng_numba
-from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _FOUR_THIRDS = np.float32(4.0) / np.float32(3.0)
@@ -50,6 +48,3 @@ def step(state, n, i, actions, p):
 def observe(state, n, i, obs, p):
     for k in range(4):
         obs[k] = state[k * n + i]
-
-
-cartpole_step, cartpole_reset = make_classic_kernels(reset, step, observe, CARTPOLE.obs_dim)

@@ -1,14 +1,23 @@
 // The fused step + autoreset shared by the single-agent (classic-control) kernels: one thread per
-// env, state stored as rows (state[field * num_envs + env]). An env supplies a struct with
-//   typedef ... Params; typedef ... Action; static const int obs_dim;
+// env, state stored as rows (state[field * num_envs + env]). An env supplies a struct deriving from
+// GmeEnv with
 //   __device__ static void reset(float* state, int n, int i, unsigned long long seed, unsigned int episode, const Params&);
 //   __device__ static void step(float* state, int n, int i, const Action* actions, const Params&, float* reward, bool* terminated);
 //   __device__ static void observe(const float* state, int n, int i, float* obs, const Params&);
-// and declares its two extern "C" kernels with GME_CLASSIC_KERNELS(name, Env).
-// Autoreset codes (GME_AUTORESET_*), RNG constants and the block size (GME_THREADS_PER_BLOCK, which
-// every launch uses) arrive as -D definitions built in Python.
+// and declares its two extern "C" kernels with GME_CLASSIC_KERNELS(Env). Python defines, before this file
+// is included (pycuda_backend.kernel_source): Params (GmeParams: EnvDefinition.kernel_params in order,
+// each float or int), Action (GmeAction: long long for a Discrete space, float for a Box, whose rows of
+// env i start at actions + i * shape), obs_dim (GME_OBS_DIM), the autoreset codes (GME_AUTORESET_*), RNG
+// constants, the block size every launch uses (GME_THREADS_PER_BLOCK) and the kernels' name (GME_KERNEL_NAME).
 #pragma once
 #include "rng.cuh"
+
+// What an env inherits: the types and sizes Python defines.
+struct GmeEnv {
+    typedef GmeParams Params;
+    typedef GmeAction Action;
+    static const int obs_dim = GME_OBS_DIM;
+};
 
 template <class Env>
 __device__ __forceinline__ void gme_reset_env(float* state, int n, int i, float* obs, int* elapsed_steps,
@@ -86,7 +95,11 @@ __device__ __forceinline__ void gme_classic_reset(int num_envs, float* state, fl
                        episodes, seeds, p);
 }
 
-#define GME_CLASSIC_KERNELS(name, Env)                                                                         \
+// The env's two kernels, <GME_KERNEL_NAME>_step and <GME_KERNEL_NAME>_reset, with the runtime's parameter
+// lists (buffers.STEP_ARGUMENTS, RESET_ARGUMENTS).
+#define GME_CLASSIC_KERNELS(Env) GME_CLASSIC_KERNELS_NAMED(GME_KERNEL_NAME, Env)
+#define GME_CLASSIC_KERNELS_NAMED(name, Env) GME_CLASSIC_KERNELS_(name, Env)  // name expanded first
+#define GME_CLASSIC_KERNELS_(name, Env)                                                                        \
     extern "C" __global__ void name##_step(                                                                    \
         int num_envs, float* state, const Env::Action* actions, float* observations, float* rewards,           \
         bool* terminated, bool* truncated, float* final_observations, bool* final_observation_mask,            \

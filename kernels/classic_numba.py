@@ -1,10 +1,13 @@
 """The fused step + autoreset shared by the Numba classic-control kernels (twin of classic.cuh).
 
-``make_classic_kernels(reset, step, observe, obs_dim)`` closes over an env's three device functions:
+An env's Numba module defines three device functions (``@cuda.jit(device=True)``):
   reset(state, n, i, seed, episode, p)                 writes the state rows of env i
   step(state, n, i, actions, p) -> (reward, terminated) advances env i in place
   observe(state, n, i, obs_row, p)                     writes env i's observation
-and returns ``(<env>_step, <env>_reset)`` kernels whose parameters are the runtime's argument list.
+where ``state`` is the flat array of state rows (field ``f`` of env ``i`` at ``state[f * n + i]``),
+``actions`` the batch's actions and ``p`` the params record (``EnvDefinition.kernel_params`` as fields).
+The backend hands them to ``make_classic_kernels``, which returns the ``(<name>_step, <name>_reset)``
+kernels whose parameters are the runtime's argument lists (``buffers.STEP_ARGUMENTS``, ``RESET_ARGUMENTS``).
 """
 
 import numpy as np
@@ -12,14 +15,14 @@ from numba import float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import THREADS_PER_BLOCK
-from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
 from gymnasium.vector import AutoresetMode
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 
 
-def make_classic_kernels(env_reset, env_step, env_observe, obs_dim):
+def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: str):
     staged_size = THREADS_PER_BLOCK * obs_dim
 
     @cuda.jit(device=True)
@@ -31,7 +34,6 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim):
         elapsed_steps[i] = 0
         needs_reset[i] = False
 
-    @cuda.jit
     def step(num_envs, state, actions, observations, rewards, terminated, truncated, final_observations,
              final_observation_mask, elapsed_steps, needs_reset, episodes, seeds, autoreset_mode, params):
         # Observations are staged in shared memory and written back by the whole block, so that
@@ -74,11 +76,10 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim):
         for k in range(tid, count, cuda.blockDim.x):
             flat[first_env * obs_dim + k] = staged[k]
 
-    @cuda.jit
     def reset(num_envs, state, observations, reset_mask, elapsed_steps, needs_reset, episodes, seeds, params):
         i = cuda.grid(1)
         if i >= num_envs or not reset_mask[i]:
             return
         reset_env(state, num_envs, i, observations[i], elapsed_steps, needs_reset, episodes, seeds, params[0])
 
-    return step, reset
+    return named_kernel(step, f"{name}_step"), named_kernel(reset, f"{name}_reset")

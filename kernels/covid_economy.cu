@@ -84,35 +84,17 @@ struct CovidShared {
     float planner[PLANNER_DIM];             // the planner's row
 };
 
-// The game, as multi_agent.cuh calls it.
-struct CovidEconomy {
-    struct State {  // the state dataclass's fields, in its order
-        float* susceptible;
-        float* infected;
-        float* recovered;
-        float* vaccinated;
-        float* deaths;
-        float* unemployed;
-        float* productivity;
-        signed char* stringency;          // (E, BETA_DELAY, S) ring of levels
-        signed char* stringency_changes;  // (E, FILTER_LENGTH, S) ring of level changes
-        float* filter_sums;               // (E, K, S)
-        int* cooldown;
-        int* subsidy_level;
-        float* total_deaths;
-        float* total_unemployed;
-        float* total_subsidy;
-        float* total_productivity;
-        int* t;
-    };
+static_assert(GME_OBS_SIZE == S * GOVERNOR_DIM + PLANNER_DIM && GME_MASK_SIZE == S * (L + 1) + Q + 1 &&
+                  GME_ACTION_SIZE == 1 && GME_NUM_METRICS == 4,
+              "the reference module's layout");
+
+// The game, as multi_agent.cuh calls it: every agent plays the whole episode (GmeGame's in_game).
+struct CovidEconomy : GmeGame {
     typedef CovidShared Shared;
-    static constexpr int num_agents = N, obs_size = S * GOVERNOR_DIM + PLANNER_DIM,
-                         mask_size = S * (L + 1) + Q + 1, action_size = 1, num_metrics = 4;
 
     __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed, unsigned int episode);
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc);
-    __device__ static bool in_game(const State&, const Shared&, int, int) { return true; }  // the whole episode
     __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool* masks);
     __device__ static void totals_env(const State& s, Shared& sh, int e, float* totals);
 };
@@ -363,36 +345,4 @@ __device__ void CovidEconomy::totals_env(const State& s, Shared&, int e, float* 
     totals[3] = s.total_productivity[e];
 }
 
-extern "C" __global__ void covid_economy_step(
-    int num_envs, float* susceptible, float* infected, float* recovered, float* vaccinated, float* deaths,
-    float* unemployed, float* productivity, signed char* stringency, signed char* stringency_changes,
-    float* filter_sums, int* cooldown, int* subsidy_level, float* total_deaths, float* total_unemployed,
-    float* total_subsidy, float* total_productivity, int* t, GmeActions actions, float* observations,
-    bool* action_masks, float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated,
-    bool* truncated, float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
-    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
-    int autoreset_mode) {
-    gme_multi_agent_step<CovidEconomy>(
-        num_envs,
-        {susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
-         total_productivity, t},
-        actions, observations, action_masks, rewards, agent_terminated, agent_truncated, terminated, truncated,
-        running_returns, episode_returns, episode_totals, final_observations, final_observation_mask, needs_reset,
-        episodes, seeds, autoreset_mode);
-}
-
-extern "C" __global__ void covid_economy_reset(
-    int num_envs, float* susceptible, float* infected, float* recovered, float* vaccinated, float* deaths,
-    float* unemployed, float* productivity, signed char* stringency, signed char* stringency_changes,
-    float* filter_sums, int* cooldown, int* subsidy_level, float* total_deaths, float* total_unemployed,
-    float* total_subsidy, float* total_productivity, int* t, float* observations, bool* action_masks,
-    float* running_returns, const bool* reset_mask, bool* needs_reset, unsigned int* episodes,
-    const unsigned long long* seeds) {
-    gme_multi_agent_reset<CovidEconomy>(
-        num_envs,
-        {susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
-         total_productivity, t},
-        observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds);
-}
+GME_MULTI_AGENT_KERNELS(CovidEconomy)

@@ -2,10 +2,9 @@
 reference is gpu_marl_envs/envs/covid_economy.py (its docstring documents the rules, the state
 layout and the float32 conventions followed here operation by operation).
 
-``make_kernels(constants)`` takes ``covid_economy.kernel_constants(params)`` and returns the
-``(covid_economy_step, covid_economy_reset)`` kernels for them: the multi-agent template's
-(``multi_agent_numba.py``: a block per env, autoreset, returns, episode totals) with this game's
-device functions. State ``i`` is stepped by thread ``i % blockDim.x``, the planner by thread
+``game_functions(c)`` takes ``covid_economy.kernel_constants(params)`` (typed) and returns this
+game's device functions for the multi-agent template's kernels (``multi_agent_numba.py``: a block
+per env, autoreset, returns, episode totals). State ``i`` is stepped by thread ``i % blockDim.x``, the planner by thread
 ``S % blockDim.x``; the planner's sums over states are the reference's tree reduction in shared
 memory. Arrays have their natural shapes: per-state fields ``(E, S)``, the rings ``(E, depth, S)``
 int8, ``filter_sums`` ``(E, K, S)``, observations ``(E, obs_size)``, masks ``(E, mask_size)``.
@@ -21,33 +20,32 @@ import math
 import numpy as np
 from numba import float32
 
-from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
 
 NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
 NUM_SUMS = 4  # per state, summed for the planner: new deaths, production, subsidy, unemployed
 
 
-def make_kernels(constants: dict):
-    """-> (covid_economy_step, covid_economy_reset) CUDA kernels compiled for these constants."""
-    c = constants
-    S = int(c["NUM_STATES"])
-    N = int(c["NUM_AGENTS"])
+def game_functions(c) -> GameFunctions:
+    """This game's device functions for the constants ``c`` (``kernel_constants``, typed)."""
+    S = c.NUM_STATES
+    N = c.NUM_AGENTS
     PLANNER = S
-    K = int(c["NUM_FILTERS"])
-    L = int(c["NUM_STRINGENCY_LEVELS"])
-    Q = int(c["NUM_SUBSIDY_LEVELS"])
-    W = int(c["REDUCTION_WIDTH"])
-    BETA_DELAY = int(c["BETA_DELAY"])
-    FILTER_LENGTH = int(c["FILTER_LENGTH"])
-    EPISODE_LENGTH = int(c["EPISODE_LENGTH"])
-    ACTION_COOLDOWN = int(c["ACTION_COOLDOWN"])
-    SUBSIDY_INTERVAL = int(c["SUBSIDY_INTERVAL"])
-    VACCINE_START_DAY = int(c["VACCINE_START_DAY"])
-    VACCINE_DELIVERY_INTERVAL = int(c["VACCINE_DELIVERY_INTERVAL"])
-    GOVERNOR_DIM = int(c["GOVERNOR_OBS_DIM"])
-    PLANNER_DIM = int(c["PLANNER_OBS_DIM"])
-    CRRA_RECIPROCAL = bool(c["CRRA_RECIPROCAL"])
+    K = c.NUM_FILTERS
+    L = c.NUM_STRINGENCY_LEVELS
+    Q = c.NUM_SUBSIDY_LEVELS
+    W = c.REDUCTION_WIDTH
+    BETA_DELAY = c.BETA_DELAY
+    FILTER_LENGTH = c.FILTER_LENGTH
+    EPISODE_LENGTH = c.EPISODE_LENGTH
+    ACTION_COOLDOWN = c.ACTION_COOLDOWN
+    SUBSIDY_INTERVAL = c.SUBSIDY_INTERVAL
+    VACCINE_START_DAY = c.VACCINE_START_DAY
+    VACCINE_DELIVERY_INTERVAL = c.VACCINE_DELIVERY_INTERVAL
+    GOVERNOR_DIM = c.GOVERNOR_OBS_DIM
+    PLANNER_DIM = c.PLANNER_OBS_DIM
+    CRRA_RECIPROCAL = c.CRRA_RECIPROCAL
     if S > W or W & (W - 1):
         raise ValueError(f"the reduction needs a power-of-two width of at least {S} slots, got {W}")
     if GOVERNOR_DIM != S + 13 + L + 1 or PLANNER_DIM != NUM_FEATURES * S + 4 + Q + 1:
@@ -58,7 +56,7 @@ def make_kernels(constants: dict):
     PLANNER_MASK = PLANNER_DIM - (Q + 1)  # the planner row's first mask column
 
     def table(name, dtype=np.float32, shape=None):
-        values = np.array(c[name], dtype=dtype)
+        values = np.asarray(getattr(c, name), dtype=dtype)
         return values if shape is None else values.reshape(shape)
 
     POPULATION = table("POPULATION")
@@ -93,18 +91,18 @@ def make_kernels(constants: dict):
     INITIAL_FILTER_SUMS = table("INITIAL_FILTER_SUMS", shape=(K, S))
     INITIAL_COOLDOWN = table("INITIAL_COOLDOWN", np.int32)
 
-    MORTALITY = np.float32(c["MORTALITY"])
-    RECOVERY_RATE = np.float32(c["RECOVERY_RATE"])
-    EPSILON = np.float32(c["EPSILON"])
-    TOO_SICK_TO_WORK_RATE = np.float32(c["TOO_SICK_TO_WORK_RATE"])
-    WORKING_AGE_SHARE = np.float32(c["WORKING_AGE_SHARE"])
-    PRODUCTION_PER_WORKER = np.float32(c["PRODUCTION_PER_WORKER"])
-    SUBSIDY_COST = np.float32(c["SUBSIDY_COST"])
-    CRRA_EXPONENT = np.float32(c["CRRA_EXPONENT"])
-    SOFTPLUS_THRESHOLD = np.float32(c["SOFTPLUS_THRESHOLD"])
-    DAYS_PER_YEAR = np.float32(c["DAYS_PER_YEAR"])
-    CRRA_CLIP_LOW = np.float32(c["CRRA_CLIP_LOW"])
-    CRRA_CLIP_HIGH = np.float32(c["CRRA_CLIP_HIGH"])
+    MORTALITY = c.MORTALITY
+    RECOVERY_RATE = c.RECOVERY_RATE
+    EPSILON = c.EPSILON
+    TOO_SICK_TO_WORK_RATE = c.TOO_SICK_TO_WORK_RATE
+    WORKING_AGE_SHARE = c.WORKING_AGE_SHARE
+    PRODUCTION_PER_WORKER = c.PRODUCTION_PER_WORKER
+    SUBSIDY_COST = c.SUBSIDY_COST
+    CRRA_EXPONENT = c.CRRA_EXPONENT
+    SOFTPLUS_THRESHOLD = c.SOFTPLUS_THRESHOLD
+    DAYS_PER_YEAR = c.DAYS_PER_YEAR
+    CRRA_CLIP_LOW = c.CRRA_CLIP_LOW
+    CRRA_CLIP_HIGH = c.CRRA_CLIP_HIGH
     LEVELS = np.float32(L)
     SUBSIDY_LEVELS = np.float32(Q)
     DAYS = np.float32(EPISODE_LENGTH)
@@ -296,10 +294,6 @@ def make_kernels(constants: dict):
         return False, now >= EPISODE_LENGTH
 
     @cuda.jit(device=True)
-    def agent_in_game(state, sh, e, a):
-        return True  # every agent plays the whole episode
-
-    @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
          stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
@@ -389,32 +383,4 @@ def make_kernels(constants: dict):
             totals[e, 2] = total_subsidy[e]
             totals[e, 3] = total_productivity[e]
 
-    step_block, reset_block = make_multi_agent_blocks(N, shared, reset_env, step_env, agent_in_game, observe_env,
-                                                      totals_env)
-
-    @cuda.jit
-    def covid_economy_step(num_envs, susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity,
-                           stringency, stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths,
-                           total_unemployed, total_subsidy, total_productivity, t, actions, observations,
-                           action_masks, rewards, agent_terminated, agent_truncated, terminated, truncated,
-                           running_returns, episode_returns, episode_totals, final_observations,
-                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
-        state = (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-                 stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed,
-                 total_subsidy, total_productivity, t)
-        step_block(num_envs, state, actions, observations, action_masks, rewards, agent_terminated, agent_truncated,
-                   terminated, truncated, running_returns, episode_returns, episode_totals, final_observations,
-                   final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
-
-    @cuda.jit
-    def covid_economy_reset(num_envs, susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity,
-                            stringency, stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths,
-                            total_unemployed, total_subsidy, total_productivity, t, observations, action_masks,
-                            running_returns, reset_mask, needs_reset, episodes, seeds):
-        state = (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-                 stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed,
-                 total_subsidy, total_productivity, t)
-        reset_block(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes,
-                    seeds)
-
-    return covid_economy_step, covid_economy_reset
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, totals_env=totals_env)

@@ -1,27 +1,7 @@
 // MountainCar-v0 for the pycuda backend; the torch reference is gpu_marl_envs/envs/mountain_car.py.
 #include "mountain_car.cuh"
 
-// Field order = MOUNTAIN_CAR.kernel_params (checked by tests/test_kernel_abi.py).
-struct MountainCarParams {
-    float min_position;
-    float max_position;
-    float max_speed;
-    float goal_position;
-    float goal_velocity;
-    float force;
-    float gravity;
-    float hill_frequency;
-    float reward_per_step;
-    float reset_low;
-    float reset_high;
-    int max_episode_steps;
-};
-
-struct MountainCar {
-    typedef MountainCarParams Params;
-    typedef long long Action;
-    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
-
+struct MountainCar : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {
         gme_mountain_car_reset(s, n, i, seed, episode, p);
@@ -43,4 +23,4 @@ struct MountainCar {
     }
 };
 
-GME_CLASSIC_KERNELS(mountain_car, MountainCar)
+GME_CLASSIC_KERNELS(MountainCar)

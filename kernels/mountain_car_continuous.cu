@@ -2,29 +2,7 @@
 // gpu_marl_envs/envs/mountain_car_continuous.py.
 #include "mountain_car.cuh"
 
-// Field order = MOUNTAIN_CAR_CONTINUOUS.kernel_params (checked by tests/test_kernel_abi.py).
-struct MountainCarContinuousParams {
-    float min_action;
-    float max_action;
-    float min_position;
-    float max_position;
-    float max_speed;
-    float goal_position;
-    float goal_velocity;
-    float power;
-    float gravity;
-    float hill_frequency;
-    float goal_reward;
-    float action_cost;
-    float reset_low;
-    float reset_high;
-    int max_episode_steps;
-};
-
-struct MountainCarContinuous {
-    typedef MountainCarContinuousParams Params;
-    typedef float Action;
-    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
+struct MountainCarContinuous : GmeEnv {
     static const int action_dim = 1;  // actions arrive as rows of shape (1,)
 
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
@@ -51,4 +29,4 @@ struct MountainCarContinuous {
     }
 };
 
-GME_CLASSIC_KERNELS(mountain_car_continuous, MountainCarContinuous)
+GME_CLASSIC_KERNELS(MountainCarContinuous)

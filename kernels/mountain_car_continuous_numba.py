@@ -4,8 +4,6 @@ gpu_marl_envs/envs/mountain_car_continuous.py. Reset, physics and observation ar
 
 import numpy as np
 
-from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
-from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset
 from gpu_marl_envs.kernels.numba_api import cuda
 
@@ -24,6 +22,3 @@ def step(state, n, i, actions, p):
     # the unclipped action.
     base = p.goal_reward if terminated else _ZERO
     return base - action * action * p.action_cost, terminated
-
-
-mountain_car_continuous_step, mountain_car_continuous_reset = make_classic_kernels(reset, step, observe, MOUNTAIN_CAR_CONTINUOUS.obs_dim)

@@ -9,9 +9,7 @@ import math
 
 import numpy as np
 
-from gpu_marl_envs.envs.mountain_car import MOUNTAIN_CAR
 from gpu_marl_envs.kernels import rng_numba
-from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)
@@ -62,6 +60,3 @@ def step(state, n, i, actions, p):
 def observe(state, n, i, obs, p):
     obs[0] = state[i]
     obs[1] = state[n + i]
-
-
-mountain_car_step, mountain_car_reset = make_classic_kernels(reset, step, observe, MOUNTAIN_CAR.obs_dim)

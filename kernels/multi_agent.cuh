@@ -3,14 +3,12 @@
 // env's agents are spread over the block's threads (agent a: threads a % blockDim.x), and every phase
 // boundary is a __syncthreads of the one block, so nothing waits across blocks.
 //
-// What this file owns: the NEXT_STEP reset branch, the flags, per-agent returns, the episode totals'
-// write, SAME_STEP's final observations and reset, the reset kernel's body, and how the step kernel
-// reads the agents' actions (GmeActions: one pointer per agent group, no gather beforehand). A game supplies a
-// struct Game with
-//   struct State;   // its state arrays, as the kernels receive them (the state dataclass's fields)
+// What this file owns: the two kernels (GME_MULTI_AGENT_KERNELS), the NEXT_STEP reset branch, the
+// flags, per-agent returns, the episode totals' write, SAME_STEP's final observations and reset, the
+// reset kernel's body, and how the step kernel reads the agents' actions (GmeActions: one pointer per
+// agent group, no gather beforehand). A game supplies a struct deriving from GmeGame, whose defaults
+// (below) it overrides where it differs:
 //   struct Shared;  // what the threads of a block share (static shared memory, one per block)
-//   static constexpr int num_agents, obs_size (floats per env), mask_size (bools per env, 0 without
-//       masks), action_size (int64 per agent), num_metrics (episode totals per env, 0 without);
 //   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
 //       a fresh state of env e (and whatever it stages in Shared), t included;
 //   __device__ static void step_env(const State&, Shared&, int e, const GmeActionRow& actions, float* rewards,
@@ -23,15 +21,33 @@
 //       env e's observations (obs_size floats) and, unless masks is null, action masks (mask_size);
 //   __device__ static void totals_env(const State&, Shared&, int e, float* totals);
 //       the episode totals of the state right after a step (only games with num_metrics > 0 need it).
-// Every thread of the block calls each of them, with the block synchronised (whatever an earlier
-// phase wrote is visible); they may use __syncthreads inside, and must not write in one phase what
-// another thread reads in it. The argument lists are the game's: its two extern "C" kernels (their
-// parameters are checked against multi_agent_buffers.step_arguments / reset_arguments) call
-// gme_multi_agent_step and gme_multi_agent_reset.
-// The autoreset codes (GME_AUTORESET_*), RNG constants and the agent groups (GME_NUM_GROUPS,
-// GME_GROUP_BEGINS, GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE) arrive as #defines built in Python.
+// State is GmeState: a pointer per field of the game's state dataclass, named and ordered as its fields,
+// typed as its tensors are (float*, int*, bool*, signed char*, ...), each array batch first (env e's row
+// of an (E, N) field starts at e * N). Every thread of the block calls each function, with the block
+// synchronised (whatever an earlier phase wrote is visible); they may use __syncthreads inside, and
+// must not write in one phase what another thread reads in it.
+// Python defines, before this file is included (multi_agent_pycuda.kernel_source): GmeState (and
+// GME_STATE_PARAMETERS, GME_STATE_ARGUMENTS for the kernels' parameter lists), the
+// autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
+// GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
+// GME_NUM_METRICS), the launch's block (GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the
+// game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "rng.cuh"
+
+// What a game inherits: the state as the runtime passes it, the runtime's sizes, nothing shared, every
+// agent in the game for the whole episode, no episode totals.
+struct GmeGame {
+    typedef GmeState State;
+    struct Shared {};
+    static constexpr int num_agents = GME_NUM_AGENTS, obs_size = GME_OBS_SIZE, mask_size = GME_MASK_SIZE,
+                         action_size = GME_ACTION_SIZE, num_metrics = GME_NUM_METRICS;
+
+    template <class S, class Sh>
+    __device__ static bool in_game(const S&, const Sh&, int, int) { return true; }
+    template <class S, class Sh>
+    __device__ static void totals_env(const S&, Sh&, int, float*) {}
+};
 
 // The step kernel's actions, one pointer per agent group (consecutive agents, in order): group g's
 // actions of env e start at group[g] + e * env_stride[g] (int64 elements), its agents' action_size
@@ -105,8 +121,10 @@ __device__ __forceinline__ void gme_multi_agent_step(
     }
 
     bool term, trunc;
-    static_assert(Game::num_agents == GME_NUM_AGENTS && Game::action_size == GME_ACTION_SIZE,
-                  "the GME_* group constants are another game's");
+    static_assert(Game::num_agents == GME_NUM_AGENTS && Game::action_size == GME_ACTION_SIZE &&
+                      Game::obs_size == GME_OBS_SIZE && Game::mask_size == GME_MASK_SIZE &&
+                      Game::num_metrics == GME_NUM_METRICS,
+                  "a game's sizes are the runtime's (GmeGame's): declare none");
     Game::step_env(s, sh, e, GmeActionRow(actions, e), rewards + row, term, trunc);
     bool done = term || trunc;
     __syncthreads();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
@@ -154,3 +172,33 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
     Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
                       Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
 }
+
+// The game's two kernels, <GME_KERNEL_NAME>_step and <GME_KERNEL_NAME>_reset, with the runtime's parameter
+// lists (multi_agent_buffers.STEP_ARGUMENTS, RESET_ARGUMENTS): the state as a pointer per field
+// (GME_STATE_PARAMETERS), gathered into a GmeState (GME_STATE_ARGUMENTS, a brace list of them). A game
+// without action masks or episode totals receives null pointers for them. GME_MULTI_AGENT_KERNELS_BOUNDED adds
+// __launch_bounds__(GME_BLOCK_THREADS, min_blocks) to the step kernel: min_blocks blocks per SM caps
+// its registers.
+#define GME_MULTI_AGENT_KERNELS(Game) GME_MULTI_AGENT_KERNELS_NAMED(GME_KERNEL_NAME, Game, )
+#define GME_MULTI_AGENT_KERNELS_BOUNDED(Game, min_blocks) \
+    GME_MULTI_AGENT_KERNELS_NAMED(GME_KERNEL_NAME, Game, __launch_bounds__(GME_BLOCK_THREADS, min_blocks))
+#define GME_MULTI_AGENT_KERNELS_NAMED(name, Game, bounds) GME_MULTI_AGENT_KERNELS_(name, Game, bounds)  // name expanded
+#define GME_MULTI_AGENT_KERNELS_(name, Game, bounds)                                                            \
+    extern "C" __global__ void bounds name##_step(                                                              \
+        int num_envs, GME_STATE_PARAMETERS, GmeActions actions, float* observations, bool* action_masks,         \
+        float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated,        \
+        float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,        \
+        bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds, \
+        int autoreset_mode) {                                                                                   \
+        gme_multi_agent_step<Game>(num_envs, GME_STATE_ARGUMENTS, actions, observations, action_masks, rewards,  \
+                                   agent_terminated, agent_truncated, terminated, truncated, running_returns,   \
+                                   episode_returns, episode_totals, final_observations, final_observation_mask, \
+                                   needs_reset, episodes, seeds, autoreset_mode);                               \
+    }                                                                                                           \
+    extern "C" __global__ void name##_reset(int num_envs, GME_STATE_PARAMETERS, float* observations,           \
+                                            bool* action_masks, float* running_returns, const bool* reset_mask, \
+                                            bool* needs_reset, unsigned int* episodes,                          \
+                                            const unsigned long long* seeds) {                                  \
+        gme_multi_agent_reset<Game>(num_envs, GME_STATE_ARGUMENTS, observations, action_masks, running_returns,  \
+                                    reset_mask, needs_reset, episodes, seeds);                                  \
+    }

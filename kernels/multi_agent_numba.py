@@ -1,29 +1,34 @@
 """The fused step + autoreset shared by the multi-agent Numba kernels (twin of multi_agent.cuh, whose
 header says what it owns and what a game supplies).
 
-``make_multi_agent_blocks(...)`` closes over a game's device functions and returns ``(step_block,
-reset_block)``: device functions that run a whole step (or reset) of env ``blockIdx.x`` with every
-thread of the block. A game's two kernels are shells with its own parameter list (checked against
-``multi_agent_buffers.step_arguments`` / ``reset_arguments``) that call them with the game's state
-arrays as a tuple, ``None`` for the buffers the game does not have (action masks, episode totals).
+A game's Numba module defines ``game_functions(c)``: ``c`` is the game's ``kernel_constants(params)``
+as a named tuple of typed values (:func:`typed_constants`: ``c.NUM_AGENTS`` an int, floats
+``np.float32``, tuples ``np.float32`` or ``np.int32`` arrays), which its device functions close over
+(a kernel is built per params); it returns a :class:`GameFunctions`. The framework builds the kernels
+from them (:func:`make_multi_agent_kernels`), with the runtime's parameter lists
+(``multi_agent_buffers.STEP_ARGUMENTS``, ``RESET_ARGUMENTS``).
 
 The game's device functions, each called by every thread of the block with the block synchronised
-(they may call ``cuda.syncthreads()`` inside; arrays have their natural shapes, indexed by ``e``):
+(they may call ``cuda.syncthreads()`` inside; arrays have their natural shapes, indexed by ``e``;
+``state`` is the tuple of the state's arrays in the state dataclass's order):
   shared()                                       -> a tuple of the block's shared arrays
   reset_env(state, sh, e, seed, episode)         a fresh state of env e, t included
   step_env(state, sh, e, actions, rewards)       -> (terminated, truncated), the same in every thread;
                                                   writes rewards[e, :], advances t, clamps actions
   in_game(state, sh, e, a)                       -> whether agent a is still playing
   observe_env(state, sh, e, observations, masks) writes observations[e, :] and, unless masks is
-                                                  None, masks[e, :] (bool)
-  totals_env(state, sh, e, totals)               writes totals[e, :] (optional: games with metrics)
+                                                  None, masks[e, :] (bool; games with action masks)
+  totals_env(state, sh, e, totals)               writes totals[e, :] (games with episode metrics)
 """
+
+from collections import namedtuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
@@ -31,14 +36,61 @@ ZERO = np.float32(0.0)
 
 
 @cuda.jit(device=True)
-def _no_totals(state, sh, e, totals):
+def no_shared():
+    """The shared memory of a game that shares nothing."""
+    return ()
+
+
+@cuda.jit(device=True)
+def everyone_in_game(state, sh, e, a):
+    """Every agent plays the whole episode."""
+    return True
+
+
+@cuda.jit(device=True)
+def no_totals(state, sh, e, totals):
     """The totals of a game without episode metrics: none to write."""
 
 
-def make_multi_agent_blocks(num_agents, shared, reset_env, step_env, in_game, observe_env, totals_env=None):
-    """-> ``(step_block, reset_block)`` device functions for a game of ``num_agents`` agents."""
+class GameFunctions(NamedTuple):
+    """A game's device functions (the module docstring says what each does); the defaults are a
+    game's that shares nothing, keeps every agent in the game and has no episode totals."""
+
+    reset_env: Any
+    step_env: Any
+    observe_env: Any
+    shared: Any = no_shared
+    in_game: Any = everyone_in_game
+    totals_env: Any = no_totals
+
+
+def typed_constants(constants: dict[str, Any]):
+    """``kernel_constants(params)`` as a named tuple of the types the kernels compute with: bools,
+    ints, ``np.float32`` (each float rounded once, as CUDA C gets it), and tuples as ``np.float32``
+    arrays or, all ints, ``np.int32`` arrays."""
+    values = {}
+    for name, value in constants.items():
+        if isinstance(value, (bool, np.bool_)):
+            values[name] = bool(value)
+        elif isinstance(value, (int, np.integer)):
+            values[name] = int(value)
+        elif isinstance(value, (float, np.floating)):
+            values[name] = np.float32(value)
+        elif isinstance(value, (tuple, list)):
+            integral = all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value)
+            values[name] = np.array(value, dtype=np.int32 if integral and value else np.float32)
+        else:
+            raise TypeError(f"kernel constant {name} is a {type(value).__name__}; a constant is a bool, an int, "
+                            "a float or a tuple of numbers")
+    return namedtuple("Constants", values)(**values)
+
+
+def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: str):
+    """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents."""
     n = num_agents
-    write_totals = _no_totals if totals_env is None else totals_env
+    shared, reset_env, step_env, in_game, observe_env, totals_env = (
+        functions.shared, functions.reset_env, functions.step_env, functions.in_game, functions.observe_env,
+        functions.totals_env)
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -52,10 +104,9 @@ def make_multi_agent_blocks(num_agents, shared, reset_env, step_env, in_game, ob
         if cuda.threadIdx.x == 0:
             episodes[e] = episode + np.int32(1)
 
-    @cuda.jit(device=True)
-    def step_block(num_envs, state, actions, observations, action_masks, rewards, agent_terminated, agent_truncated,
-                   terminated, truncated, running_returns, episode_returns, episode_totals, final_observations,
-                   final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+    def step(num_envs, state, actions, observations, action_masks, rewards, agent_terminated, agent_truncated,
+             terminated, truncated, running_returns, episode_returns, episode_totals, final_observations,
+             final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
         sh = shared()
         e = cuda.blockIdx.x
         if e >= num_envs:
@@ -90,7 +141,7 @@ def make_multi_agent_blocks(num_agents, shared, reset_env, step_env, in_game, ob
             agent_terminated[e, a] = term or not playing
             agent_truncated[e, a] = trunc and playing
         if done:
-            write_totals(state, sh, e, episode_totals)
+            totals_env(state, sh, e, episode_totals)
         if tid == 0:
             terminated[e] = term
             truncated[e] = trunc
@@ -105,9 +156,7 @@ def make_multi_agent_blocks(num_agents, shared, reset_env, step_env, in_game, ob
             reset_episode(state, sh, e, running_returns, episodes, seeds)
         observe_env(state, sh, e, observations, action_masks)
 
-    @cuda.jit(device=True)
-    def reset_block(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes,
-                    seeds):
+    def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sh = shared()
         e = cuda.blockIdx.x
         if e >= num_envs or not reset_mask[e]:
@@ -117,4 +166,4 @@ def make_multi_agent_blocks(num_agents, shared, reset_env, step_env, in_game, ob
             needs_reset[e] = False
         observe_env(state, sh, e, observations, action_masks)
 
-    return step_block, reset_block
+    return named_kernel(step, f"{name}_step"), named_kernel(reset, f"{name}_reset")

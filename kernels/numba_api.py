@@ -8,7 +8,15 @@ from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "inline_device", "mul_rn"]
+__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "inline_device", "mul_rn",
+           "named_kernel", "static_shared_bytes"]
+
+
+def named_kernel(function, name: str):
+    """``function`` as a CUDA kernel called ``name`` (profilers show the name it is compiled under)."""
+    function.__name__ = function.__qualname__ = name
+    return cuda.jit(function)
+
 
 def inline_device(function):
     """A device function that NVVM always inlines, so that the local arrays its callers hand it
@@ -41,13 +49,21 @@ else:
         return libdevice.fadd_rn(a, b)
 
 
+def _compiled(kernel, args):
+    return kernel.compile(tuple(kernel.typeof_pyval(arg) for arg in args))
+
+
+def static_shared_bytes(kernel, args) -> int:
+    """The static shared memory of ``kernel`` compiled for ``args`` (compiling it if needed)."""
+    return _compiled(kernel, args).shared_mem_per_block
+
+
 def allow_dynamic_shared_memory(kernel, args, nbytes: int) -> None:
     """Let ``kernel``, compiled for ``args``, launch with ``nbytes`` of dynamic shared memory: beyond
     48 KiB a CUDA kernel must opt in. numba-cuda 0.30 sets no such attribute itself (only the
     carveout, through the same driver call), hence the compiled kernel's function handle."""
     from numba.cuda.cudadrv.driver import binding, driver
 
-    compiled = kernel.compile(tuple(kernel.typeof_pyval(arg) for arg in args))
-    function = compiled._codelibrary.get_cufunc()
+    function = _compiled(kernel, args)._codelibrary.get_cufunc()
     attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attribute, nbytes, function.handle, function.device.id)

@@ -1,27 +1,7 @@
 // Pendulum-v1 for the pycuda backend; the torch reference is gpu_marl_envs/envs/pendulum.py.
 #include "classic.cuh"
 
-// Field order = PENDULUM.kernel_params (checked by tests/test_kernel_abi.py).
-struct PendulumParams {
-    float max_speed;
-    float max_torque;
-    float dt;
-    float gravity_coef;  // 3 g / (2 l)
-    float torque_coef;   // 3 / (m l^2)
-    float thdot_cost;
-    float torque_cost;
-    float pi;      // float32(pi), shared by angle_normalize and every backend
-    float two_pi;  // exactly 2 * pi
-    float reset_theta_bound;
-    float reset_thdot_bound;
-    int max_episode_steps;
-};
-
-struct Pendulum {
-    typedef PendulumParams Params;
-    typedef float Action;  // one torque per env: the (num_envs, 1) rows are contiguous
-    static const int obs_dim = GME_OBS_DIM;  // from the EnvDefinition, as a -D definition
-
+struct Pendulum : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
                                  const Params& p) {
         // Gymnasium draws theta, then theta_dot.
@@ -63,4 +43,4 @@ struct Pendulum {
     }
 };
 
-GME_CLASSIC_KERNELS(pendulum, Pendulum)
+GME_CLASSIC_KERNELS(Pendulum)

@@ -4,9 +4,7 @@ import math
 
 import numpy as np
 
-from gpu_marl_envs.envs.pendulum import PENDULUM
 from gpu_marl_envs.kernels import rng_numba
-from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)
@@ -55,6 +53,3 @@ def observe(state, n, i, obs, p):
     obs[0] = math.cos(th)
     obs[1] = math.sin(th)
     obs[2] = state[n + i]
-
-
-pendulum_step, pendulum_reset = make_classic_kernels(reset, step, observe, PENDULUM.obs_dim)

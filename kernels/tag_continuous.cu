@@ -52,19 +52,12 @@ struct EnvState {  // one env's rows of the state arrays
     bool* in_game;
 };
 
+static_assert(GME_OBS_SIZE == N * TC_OBS_DIM && GME_ACTION_SIZE == 2 && GME_BLOCK_THREADS == TC_BLOCK_THREADS,
+              "the reference module's layout and block");
+
 // The game, as multi_agent.cuh calls it.
-struct TagContinuous {
-    struct State {
-        float* x;
-        float* y;
-        float* direction;
-        float* speed;
-        float* acceleration;
-        bool* in_game;
-        int* t;
-    };
+struct TagContinuous : GmeGame {
     typedef TagShared Shared;
-    static constexpr int num_agents = N, obs_size = N * TC_OBS_DIM, mask_size = 0, action_size = 2, num_metrics = 0;
 
     __device__ static void reset_env(const State& state, Shared& sh, int e, unsigned long long seed,
                                      unsigned int episode);
@@ -625,24 +618,6 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
     if (threadIdx.x == 0) state.t[e] = now;
 }
 
-// At most 65,536 / (TC_MIN_BLOCKS x TC_BLOCK_THREADS) registers per thread, so that that many blocks run
-// on an SM at once (see min_blocks_per_sm in the reference module).
-extern "C" __global__ void __launch_bounds__(TC_BLOCK_THREADS, TC_MIN_BLOCKS) tag_continuous_step(
-    int num_envs, float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t,
-    GmeActions actions, float* observations, float* rewards, bool* agent_terminated, bool* agent_truncated,
-    bool* terminated, bool* truncated, float* running_returns, float* episode_returns, float* final_observations,
-    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
-    int autoreset_mode) {
-    gme_multi_agent_step<TagContinuous>(num_envs, {x, y, direction, speed, acceleration, in_game, t}, actions,
-                                        observations, nullptr, rewards, agent_terminated, agent_truncated, terminated,
-                                        truncated, running_returns, episode_returns, nullptr, final_observations,
-                                        final_observation_mask, needs_reset, episodes, seeds, autoreset_mode);
-}
-
-extern "C" __global__ void tag_continuous_reset(int num_envs, float* x, float* y, float* direction, float* speed,
-                                                float* acceleration, bool* in_game, int* t, float* observations,
-                                                float* running_returns, const bool* reset_mask, bool* needs_reset,
-                                                unsigned int* episodes, const unsigned long long* seeds) {
-    gme_multi_agent_reset<TagContinuous>(num_envs, {x, y, direction, speed, acceleration, in_game, t}, observations,
-                                         nullptr, running_returns, reset_mask, needs_reset, episodes, seeds);
-}
+// At most 65,536 / (TC_MIN_BLOCKS x TC_BLOCK_THREADS) registers per thread in the step kernel, so that that
+// many blocks run on an SM at once (see min_blocks_per_sm in the reference module).
+GME_MULTI_AGENT_KERNELS_BOUNDED(TagContinuous, TC_MIN_BLOCKS)

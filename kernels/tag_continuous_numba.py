@@ -1,10 +1,10 @@
 """TagContinuous Numba kernels, the twin of tag_continuous.cu; the torch reference is
 gpu_marl_envs/envs/tag_continuous.py (its docstring documents the rules and float32 conventions).
 
-``make_kernels(constants)`` builds ``(tag_continuous_step, tag_continuous_reset)`` for one set of
-params (``kernel_constants``): the kernels close over them, so the shared arrays are sized by the
-number of agents and the action tables are constant arrays. They are the multi-agent template's
-(``multi_agent_numba.py``: a block per env, autoreset, returns) with this game's device functions.
+``game_functions(c)`` builds this game's device functions for one set of params (``kernel_constants``,
+typed): they close over them, so the shared arrays are sized by the number of agents and the action
+tables are constant arrays. The multi-agent template's kernels (``multi_agent_numba.py``: a block per
+env, autoreset, returns) run them.
 Agent ``a`` is handled by threads strided over the block (``for a in range(tid, N, blockDim)``), so
 any block size works; every phase boundary is a ``syncthreads`` of the one block, reached by all its
 threads.
@@ -28,44 +28,44 @@ import math
 import numpy as np
 from numba import boolean, float32, int32, int64
 
-from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 
 FEATURES = 7
 
 
-def make_kernels(constants: dict):
-    """-> (tag_continuous_step, tag_continuous_reset) CUDA kernels compiled for these constants."""
-    N = int(constants["NUM_AGENTS"])
-    G = int(constants["NUM_TAGGERS"])
-    BLOCK_THREADS = int(constants["BLOCK_THREADS"])  # the launch's block size; sizes shared memory
-    K = int(constants["NUM_OBSERVED"])
-    OBS_DIM = int(constants["OBS_DIM"])
-    EPISODE_LENGTH = int(constants["EPISODE_LENGTH"])
-    FULL_OBSERVATION = bool(constants["FULL_OBSERVATION"])
-    RUNNER_EXITS = bool(constants["RUNNER_EXITS"])
-    NUM_ACCELERATION_LEVELS = int(constants["NUM_ACCELERATION_LEVELS"])
-    NUM_TURN_LEVELS = int(constants["NUM_TURN_LEVELS"])
-    ACCELERATION_LEVELS = np.array(constants["ACCELERATION_LEVELS"], dtype=np.float32)
-    TURN_LEVELS = np.array(constants["TURN_LEVELS"], dtype=np.float32)
+def game_functions(c) -> GameFunctions:
+    """This game's device functions for the constants ``c`` (``kernel_constants``, typed)."""
+    N = c.NUM_AGENTS
+    G = c.NUM_TAGGERS
+    BLOCK_THREADS = c.BLOCK_THREADS  # the launch's block size; sizes shared memory
+    K = c.NUM_OBSERVED
+    OBS_DIM = c.OBS_DIM
+    EPISODE_LENGTH = c.EPISODE_LENGTH
+    FULL_OBSERVATION = c.FULL_OBSERVATION
+    RUNNER_EXITS = c.RUNNER_EXITS
+    NUM_ACCELERATION_LEVELS = c.NUM_ACCELERATION_LEVELS
+    NUM_TURN_LEVELS = c.NUM_TURN_LEVELS
+    ACCELERATION_LEVELS = c.ACCELERATION_LEVELS
+    TURN_LEVELS = c.TURN_LEVELS
     if ACCELERATION_LEVELS.shape != (NUM_ACCELERATION_LEVELS + 1,) or TURN_LEVELS.shape != (NUM_TURN_LEVELS + 1,):
         raise ValueError("the level tables must have NUM_*_LEVELS + 1 entries (index 0 = no change)")
 
-    GRID_LENGTH = np.float32(constants["GRID_LENGTH"])
-    TWO_PI = np.float32(constants["TWO_PI"])
-    HALF_PI = np.float32(constants["HALF_PI"])
-    MAX_SPEED_TAGGER = np.float32(constants["MAX_SPEED_TAGGER"])
-    MAX_SPEED_RUNNER = np.float32(constants["MAX_SPEED_RUNNER"])
-    TAGGING_RADIUS = np.float32(constants["TAGGING_RADIUS"])
-    POSITION_SCALE = np.float32(constants["POSITION_SCALE"])
-    SPEED_SCALE = np.float32(constants["SPEED_SCALE"])
-    TAG_REWARD_FOR_TAGGER = np.float32(constants["TAG_REWARD_FOR_TAGGER"])
-    TAG_PENALTY_FOR_RUNNER = np.float32(constants["TAG_PENALTY_FOR_RUNNER"])
-    STEP_PENALTY_FOR_TAGGER = np.float32(constants["STEP_PENALTY_FOR_TAGGER"])
-    STEP_REWARD_FOR_RUNNER = np.float32(constants["STEP_REWARD_FOR_RUNNER"])
-    EDGE_HIT_PENALTY = np.float32(constants["EDGE_HIT_PENALTY"])
-    END_OF_GAME_REWARD_FOR_RUNNER = np.float32(constants["END_OF_GAME_REWARD_FOR_RUNNER"])
+    GRID_LENGTH = c.GRID_LENGTH
+    TWO_PI = c.TWO_PI
+    HALF_PI = c.HALF_PI
+    MAX_SPEED_TAGGER = c.MAX_SPEED_TAGGER
+    MAX_SPEED_RUNNER = c.MAX_SPEED_RUNNER
+    TAGGING_RADIUS = c.TAGGING_RADIUS
+    POSITION_SCALE = c.POSITION_SCALE
+    SPEED_SCALE = c.SPEED_SCALE
+    TAG_REWARD_FOR_TAGGER = c.TAG_REWARD_FOR_TAGGER
+    TAG_PENALTY_FOR_RUNNER = c.TAG_PENALTY_FOR_RUNNER
+    STEP_PENALTY_FOR_TAGGER = c.STEP_PENALTY_FOR_TAGGER
+    STEP_REWARD_FOR_RUNNER = c.STEP_REWARD_FOR_RUNNER
+    EDGE_HIT_PENALTY = c.EDGE_HIT_PENALTY
+    END_OF_GAME_REWARD_FOR_RUNNER = c.END_OF_GAME_REWARD_FOR_RUNNER
     TIME_SCALE = np.float32(EPISODE_LENGTH)
     ZERO = np.float32(0.0)
     ONE = np.float32(1.0)
@@ -74,31 +74,31 @@ def make_kernels(constants: dict):
     NAN = np.float32(np.nan)
     # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
     # shared_layout() sizes), one thread each here.
-    CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // int(constants["SCAN_SPLIT"])
+    CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // c.SCAN_SPLIT
     SLOTS = N - 1 if FULL_OBSERVATION else K
     # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
     # runners), then OUT_BUCKET (the agents out of the game).
-    C = int(constants["GRID_CELLS"])
+    C = c.GRID_CELLS
     GRID = C > 1
-    GRID_TAGS = bool(constants["GRID_TAGS"])
+    GRID_TAGS = c.GRID_TAGS
     OUT_BUCKET = 2 * C * C
     LAST_CELL = np.float32(C - 1)
-    INV_CELL_SIZE = np.float32(constants["INV_CELL_SIZE"])
-    CELL_SIZE = np.float32(constants["CELL_SIZE"])
-    CELL_MARGIN = np.float32(constants["CELL_MARGIN"])
-    TAG_REACH = np.float32(constants["TAG_REACH"])
+    INV_CELL_SIZE = c.INV_CELL_SIZE
+    CELL_SIZE = c.CELL_SIZE
+    CELL_MARGIN = c.CELL_MARGIN
+    TAG_REACH = c.TAG_REACH
     # A nearest-others entry's tie-breaker packs the id above the place (16 bits each, as in the .cu);
     # an empty slot's comes after every real one.
     EMPTY = 1 << 40
     HALF = np.float32(0.5)
     # The 3 x 3 block's search order (tag_continuous.BLOCK_ORDER): step s is (di, dj) = bits 4s..
     # (each offset + 1, two bits), mirrored towards the agent's nearer sides.
-    BLOCK_ORDER = int(constants["BLOCK_ORDER"])
+    BLOCK_ORDER = c.BLOCK_ORDER
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
-    POSITIONS = int(constants["SHARED_POSITIONS"]) // 4  # (x, y) pairs
-    IDS, ENDS = int(constants["SHARED_IDS"]) // 4, int(constants["SHARED_ENDS"]) // 4
-    TAGS, OBSERVED = int(constants["SHARED_TAGS"]) // 4, int(constants["SHARED_OBSERVED"]) // 4
-    IN_GAME = int(constants["SHARED_IN_GAME"])
+    POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
+    IDS, ENDS = c.SHARED_IDS // 4, c.SHARED_ENDS // 4
+    TAGS, OBSERVED = c.SHARED_TAGS // 4, c.SHARED_OBSERVED // 4
+    IN_GAME = c.SHARED_IN_GAME
     NUM_IDS = N if GRID else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
     NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
@@ -561,21 +561,4 @@ def make_kernels(constants: dict):
     def agent_in_game(state, sh, e, a):
         return sh[6][a]  # sh_in_game, current after a step
 
-    step_block, reset_block = make_multi_agent_blocks(N, shared, reset_env, step_env, agent_in_game, observe_env)
-
-    @cuda.jit
-    def tag_continuous_step(num_envs, x, y, direction, speed, acceleration, in_game, t, actions, observations,
-                            rewards, agent_terminated, agent_truncated, terminated, truncated, running_returns,
-                            episode_returns, final_observations, final_observation_mask, needs_reset, episodes, seeds,
-                            autoreset_mode):
-        step_block(num_envs, (x, y, direction, speed, acceleration, in_game, t), actions, observations, None, rewards,
-                   agent_terminated, agent_truncated, terminated, truncated, running_returns, episode_returns, None,
-                   final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
-
-    @cuda.jit
-    def tag_continuous_reset(num_envs, x, y, direction, speed, acceleration, in_game, t, observations,
-                             running_returns, reset_mask, needs_reset, episodes, seeds):
-        reset_block(num_envs, (x, y, direction, speed, acceleration, in_game, t), observations, None, running_returns,
-                    reset_mask, needs_reset, episodes, seeds)
-
-    return tag_continuous_step, tag_continuous_reset
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, in_game=agent_in_game)

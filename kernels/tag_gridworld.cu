@@ -37,20 +37,15 @@ struct TagShared {
     long long nearest;  // least nearest-tagger key (partial observation only)
 };
 
-// The game, as multi_agent.cuh calls it.
-struct TagGridworld {
-    struct State {
-        int* x;
-        int* y;
-        int* t;
-    };
+static_assert(GME_OBS_SIZE == N * TG_OBS_DIM && GME_ACTION_SIZE == 1, "the reference module's layout");
+
+// The game, as multi_agent.cuh calls it: every agent plays until the episode ends (GmeGame's in_game).
+struct TagGridworld : GmeGame {
     typedef TagShared Shared;
-    static constexpr int num_agents = N, obs_size = N * TG_OBS_DIM, mask_size = 0, action_size = 1, num_metrics = 0;
 
     __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed, unsigned int episode);
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc);
-    __device__ static bool in_game(const State&, const Shared&, int, int) { return true; }  // until the episode ends
     __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool*);
 };
 
@@ -165,20 +160,4 @@ __device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const 
     if (threadIdx.x == 0) s.t[e] = now;
 }
 
-extern "C" __global__ void tag_gridworld_step(
-    int num_envs, int* x, int* y, int* t, GmeActions actions, float* observations, float* rewards,
-    bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated, float* running_returns,
-    float* episode_returns, float* final_observations, bool* final_observation_mask, bool* needs_reset,
-    unsigned int* episodes, const unsigned long long* seeds, int autoreset_mode) {
-    gme_multi_agent_step<TagGridworld>(num_envs, {x, y, t}, actions, observations, nullptr, rewards, agent_terminated,
-                                       agent_truncated, terminated, truncated, running_returns, episode_returns,
-                                       nullptr, final_observations, final_observation_mask, needs_reset, episodes,
-                                       seeds, autoreset_mode);
-}
-
-extern "C" __global__ void tag_gridworld_reset(int num_envs, int* x, int* y, int* t, float* observations,
-                                               float* running_returns, const bool* reset_mask, bool* needs_reset,
-                                               unsigned int* episodes, const unsigned long long* seeds) {
-    gme_multi_agent_reset<TagGridworld>(num_envs, {x, y, t}, observations, nullptr, running_returns, reset_mask,
-                                        needs_reset, episodes, seeds);
-}
+GME_MULTI_AGENT_KERNELS(TagGridworld)

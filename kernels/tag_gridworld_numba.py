@@ -1,11 +1,10 @@
 """TagGridworld Numba kernels, the twin of tag_gridworld.cu (read it for the design); the torch
 reference is gpu_marl_envs/envs/tag_gridworld.py.
 
-``make_kernels(constants)`` takes ``tag_gridworld.kernel_constants(params)`` and returns the
-``(tag_gridworld_step, tag_gridworld_reset)`` kernels for them: the multi-agent template's
-(``multi_agent_numba.py``: a block per env, autoreset, returns) with this game's device functions,
-agent ``a`` handled by thread ``a % blockDim.x``, the cells staged in shared memory. Arrays have
-their natural shapes: x, y (E, N) int32, observations (E, N * obs_dim) float32.
+``game_functions(c)`` takes ``tag_gridworld.kernel_constants(params)`` (typed) and returns this
+game's device functions for the multi-agent template's kernels (``multi_agent_numba.py``: a block
+per env, autoreset, returns), agent ``a`` handled by thread ``a % blockDim.x``, the cells staged in
+shared memory. Arrays have their natural shapes: x, y (E, N) int32, observations (E, N * obs_dim) float32.
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents it handles; what other
 threads read (the cells after the moves) is staged in shared memory before a barrier; the tag is a
@@ -20,7 +19,7 @@ import numpy as np
 from numba import int32, int64
 
 from gpu_marl_envs.kernels import rng_numba
-from gpu_marl_envs.kernels.multi_agent_numba import make_multi_agent_blocks
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import cuda
 
 # Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
@@ -33,20 +32,20 @@ ID_MASK = (1 << ID_BITS) - 1
 NO_KEY = np.iinfo(np.int64).max
 
 
-def make_kernels(constants: dict):
-    """-> (tag_gridworld_step, tag_gridworld_reset) CUDA kernels compiled for these constants."""
-    n = int(constants["NUM_AGENTS"])
-    g_count = int(constants["NUM_TAGGERS"])
+def game_functions(c) -> GameFunctions:
+    """This game's device functions for the constants ``c`` (``kernel_constants``, typed)."""
+    n = c.NUM_AGENTS
+    g_count = c.NUM_TAGGERS
     runner = n - 1
-    grid_length = int(constants["GRID_LENGTH"])
-    episode_length = int(constants["EPISODE_LENGTH"])
-    obs_dim = int(constants["OBS_DIM"])
-    full_observation = bool(constants["FULL_OBSERVATION"])
-    random_start = bool(constants["RANDOM_START"])
-    wall_hit_penalty = np.float32(constants["WALL_HIT_PENALTY"])
-    tag_reward = np.float32(constants["TAG_REWARD_FOR_TAGGER"])
-    tag_penalty = np.float32(constants["TAG_PENALTY_FOR_RUNNER"])
-    step_cost = np.float32(constants["STEP_COST_FOR_TAGGER"])
+    grid_length = c.GRID_LENGTH
+    episode_length = c.EPISODE_LENGTH
+    obs_dim = c.OBS_DIM
+    full_observation = c.FULL_OBSERVATION
+    random_start = c.RANDOM_START
+    wall_hit_penalty = c.WALL_HIT_PENALTY
+    tag_reward = c.TAG_REWARD_FOR_TAGGER
+    tag_penalty = c.TAG_PENALTY_FOR_RUNNER
+    step_cost = c.STEP_COST_FOR_TAGGER
     if n > 1 << ID_BITS:
         raise ValueError(f"TagGridworld kernels support at most {1 << ID_BITS} agents, got {n}")
     obs_size = n * obs_dim
@@ -184,22 +183,4 @@ def make_kernels(constants: dict):
             t[e] = now
         return term, trunc
 
-    @cuda.jit(device=True)
-    def agent_in_game(state, sh, e, a):
-        return True  # every agent plays until the episode ends
-
-    step_block, reset_block = make_multi_agent_blocks(n, shared, reset_env, step_env, agent_in_game, observe_env)
-
-    @cuda.jit
-    def tag_gridworld_step(num_envs, x, y, t, actions, observations, rewards, agent_terminated, agent_truncated,
-                           terminated, truncated, running_returns, episode_returns, final_observations,
-                           final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
-        step_block(num_envs, (x, y, t), actions, observations, None, rewards, agent_terminated, agent_truncated,
-                   terminated, truncated, running_returns, episode_returns, None, final_observations,
-                   final_observation_mask, needs_reset, episodes, seeds, autoreset_mode)
-
-    @cuda.jit
-    def tag_gridworld_reset(num_envs, x, y, t, observations, running_returns, reset_mask, needs_reset, episodes, seeds):
-        reset_block(num_envs, (x, y, t), observations, None, running_returns, reset_mask, needs_reset, episodes, seeds)
-
-    return tag_gridworld_step, tag_gridworld_reset
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared)

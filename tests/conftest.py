@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 
 import gpu_marl_envs  # noqa: E402
 
-ENV_IDS = sorted(gpu_marl_envs.ENVS)
+ENV_IDS = sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values())  # the registry's, by name
 HAS_GPU = torch.cuda.is_available()
 CPU_BACKENDS = gpu_marl_envs.available_backends("cpu")  # torch, and numba under the simulator
 KERNEL_BACKENDS_HERE = [b for b in CPU_BACKENDS if b != "torch"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from gymnasium import spaces
+
+from gpu_marl_envs.checker import random_actions, random_group_actions  # noqa: F401  (the tests' too)
 
 # Twins run the same float32 operations in the same order; they differ only where a compiler
 # fuses a multiply-add or a math library rounds sin/cos differently: a few ulps per step. The
@@ -13,28 +14,6 @@ from gymnasium import spaces
 # angle is never wrapped and grows past 60 rad in long episodes, where one ulp is 4e-6 and
 # cos(theta) moves by as much.
 TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-5
-
-
-def random_actions(space: spaces.Space, num_envs: int, generator: torch.Generator, device="cpu") -> torch.Tensor:
-    """Valid discrete actions; continuous ones spread 50% past the bounds, to exercise clipping."""
-    if isinstance(space, spaces.Discrete):
-        return torch.randint(0, int(space.n), (num_envs,), generator=generator).to(device)
-    low = torch.as_tensor(space.low) * 1.5
-    high = torch.as_tensor(space.high) * 1.5
-    return (low + (high - low) * torch.rand((num_envs, *space.shape), generator=generator)).to(device)
-
-
-def random_group_actions(env, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Valid random actions of a batched multi-agent env (``GpuParallelEnv``) keyed by group,
-    ``(num_envs, group_size, *action_shape)`` int64, contiguous, on the env's device."""
-    actions = {}
-    for group, agents in env.groups.items():
-        space = env.action_space(agents[0])
-        highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
-        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
-                   for h in highs]
-        actions[group] = columns[0] if space.shape == () else torch.stack(columns, dim=-1)
-    return actions
 
 
 def assert_close(name: str, expected: torch.Tensor, actual: torch.Tensor, context: str, rtol=TWIN_RTOL, atol=TWIN_ATOL):

@@ -20,7 +20,7 @@ from gymnasium.vector import AutoresetMode
 
 from conftest import KERNEL_BACKENDS_HERE
 from gpu_marl_envs import BackendUnavailableError, GpuVectorEnv
-from gpu_marl_envs.envs import ENVS
+from gpu_marl_envs.registration import env_spec
 from gpu_marl_envs.envs.cartpole import CartPoleParams
 from harness import assert_close, random_actions, snapshot
 
@@ -252,7 +252,7 @@ def test_autoreset_mode_by_value_is_accepted(env_id):
 
 
 def test_bad_params_object(env_id):
-    params_type = ENVS[env_id].params_type.__name__
+    params_type = env_spec(env_id).definition.params_type.__name__
     with pytest.raises(TypeError, match=f"params must be a {params_type}, got object"):
         make(env_id, params=object())
 

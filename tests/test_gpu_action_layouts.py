@@ -8,7 +8,8 @@ import torch
 
 from conftest import GPU_BACKENDS
 from harness import random_group_actions
-from gpu_marl_envs.parallel_env import GpuParallelEnv, games
+from gpu_marl_envs.parallel_env import GpuParallelEnv
+from gpu_marl_envs.registration import GAMES
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +27,7 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-@pytest.mark.parametrize("game_id", sorted(games()))
+@pytest.mark.parametrize("game_id", list(GAMES))
 def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
     envs = {name: GpuParallelEnv(game_id, NUM_ENVS, device=cuda_device, backend=backend,
                                  validate_actions=name == "validated")

@@ -1,21 +1,24 @@
-"""The kernels' parameter lists and params structs match the runtime's single sources of truth,
-and every CUDA C file compiles (``nvcc -ptx``; pycuda compiles the same way on the GPU)."""
+"""The kernels' parameter lists match the runtime's single sources of truth (``buffers.STEP_ARGUMENTS``,
+``multi_agent_buffers.STEP_ARGUMENTS`` and the reset lists), and every CUDA C file compiles
+(``nvcc -ptx``; pycuda compiles the same way on the GPU) for params that switch each compile-time
+branch. The framework declares the kernels of every env and game: its shells in both languages."""
 
 import dataclasses
-import importlib
 import inspect
 import re
 import shutil
-import subprocess
-from importlib import resources
 
 import pytest
 
 import gpu_marl_envs
-from gpu_marl_envs.backends.pycuda_backend import compile_definitions, kernel_dir
-from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS
+from gpu_marl_envs import buffers, multi_agent_buffers
+from gpu_marl_envs.backends import multi_agent_numba, numba_backend
+from gpu_marl_envs.checker import compile_cuda
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.registration import GAMES, env_spec
 
-KERNELS = resources.files("gpu_marl_envs.kernels")
+KERNELS = gpu_marl_envs.envs.bundled.KERNELS
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 
 
 def _python_function(kernel):
@@ -23,69 +26,37 @@ def _python_function(kernel):
     return getattr(kernel, "py_func", None) or kernel.fn
 
 
-def _c_parameter_names(signature: str) -> tuple[str, ...]:
-    return tuple(re.findall(r"(\w+)\s*(?:,|$)", " ".join(signature.replace("\\", " ").split())))
-
-
-def _macro_kernel_parameters(kernel_suffix: str) -> tuple[str, ...]:
-    text = (KERNELS / "classic.cuh").read_text()
+def _macro_kernel_parameters(header: str, kernel_suffix: str) -> tuple[str, ...]:
+    """The parameter names of a kernel of ``header``'s shells macro; a game's state (a parameter
+    per field, ``GME_STATE_PARAMETERS``) as ``state``."""
+    text = (KERNELS / header).read_text()
     match = re.search(r"name##_" + kernel_suffix + r"\s*\((.*?)\)\s*\{", text, re.S)
-    assert match, f"classic.cuh declares no name##_{kernel_suffix} kernel"
-    return _c_parameter_names(match.group(1))
+    assert match, f"{header} declares no name##_{kernel_suffix} kernel"
+    signature = " ".join(match.group(1).replace("\\", " ").split()).replace("GME_STATE_PARAMETERS", "state")
+    return tuple(re.findall(r"(\w+)\s*(?:,|$)", signature))
 
 
-def _params_struct(source: str) -> list[tuple[str, str]]:
-    env_struct = re.search(r"typedef\s+(\w+)\s+Params;", source)
-    assert env_struct, "the Env struct must declare `typedef <ParamsStruct> Params;`"
-    body = re.search(r"struct\s+" + env_struct.group(1) + r"\s*\{(.*?)\};", source, re.S)
-    assert body, f"struct {env_struct.group(1)} not found"
-    return re.findall(r"\b(float|int)\s+(\w+)\s*;", body.group(1))
+@pytest.mark.parametrize("kind, expected", [("step", buffers.STEP_ARGUMENTS), ("reset", buffers.RESET_ARGUMENTS)])
+def test_classic_cuda_c_kernel_parameters(kind, expected):
+    assert _macro_kernel_parameters("classic.cuh", kind) == expected
 
 
-@pytest.mark.parametrize("kind, expected", [("step", STEP_ARGUMENTS), ("reset", RESET_ARGUMENTS)])
-def test_cuda_c_kernel_parameters(kind, expected):
-    assert _macro_kernel_parameters(kind) == expected
-
-
-@pytest.mark.parametrize("kind, expected", [("step", STEP_ARGUMENTS), ("reset", RESET_ARGUMENTS)])
-def test_numba_kernel_parameters(env_id, kind, expected):
-    name = gpu_marl_envs.ENVS[env_id].kernel_name
-    module = importlib.import_module(f"gpu_marl_envs.kernels.{name}_numba")
-    function = _python_function(getattr(module, f"{name}_{kind}"))
-    assert tuple(inspect.signature(function).parameters) == expected
-
-
-def test_params_struct_matches_definition(env_id):
-    definition = gpu_marl_envs.ENVS[env_id]
-    source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
-    values = definition.kernel_values(definition.params_type())
-    expected = [("int" if v.dtype.kind == "i" else "float", name) for name, v in values.items()]
-    assert _params_struct(source) == expected
+@pytest.mark.parametrize("kind, expected", [("step", buffers.STEP_ARGUMENTS), ("reset", buffers.RESET_ARGUMENTS)])
+def test_classic_numba_kernel_parameters(env_id, kind, expected):
+    step, reset = numba_backend._kernels(env_spec(env_id))
+    assert tuple(inspect.signature(_python_function(step if kind == "step" else reset)).parameters) == expected
 
 
 def test_params_record_layout_has_no_padding(env_id):
     # The CUDA C struct is passed by value as these bytes: 4-byte fields, no padding either side.
-    definition = gpu_marl_envs.ENVS[env_id]
+    definition = env_spec(env_id).definition
     record = definition.params_record(definition.params_type())
     assert record.dtype.itemsize == 4 * len(definition.kernel_params)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
-def test_cuda_c_compiles(env_id, tmp_path):
-    definition = gpu_marl_envs.ENVS[env_id]
-    name = definition.kernel_name
-    command = ["nvcc", "-ptx", "-arch=sm_90", *compile_definitions(definition), f"-I{kernel_dir()}",
-               str(KERNELS / f"{name}.cu"), "-o", str(tmp_path / f"{name}.ptx")]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert "warning" not in result.stderr.lower(), result.stderr
-    ptx = (tmp_path / f"{name}.ptx").read_text()
-    assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
-
-
 def test_kernel_values_follow_declared_types(env_id):
     # An int given for a float field (masscart=1) must still reach the kernels as float32.
-    definition = gpu_marl_envs.ENVS[env_id]
+    definition = env_spec(env_id).definition
     defaults = definition.params_type()
     integral = {f.name: int(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)
                 if isinstance(getattr(defaults, f.name), float) and getattr(defaults, f.name).is_integer()}
@@ -96,19 +67,19 @@ def test_kernel_values_follow_declared_types(env_id):
         assert type(got[name]) is type(value) and got[name] == value, f"{name}: {got[name]!r} vs {value!r}"
 
 
+@needs_nvcc
+def test_classic_cuda_c_compiles(env_id):
+    assert compile_cuda(env_spec(env_id)) is not None
+
+
 # -- multi-agent games -------------------------------------------------------------------------
 
-from gpu_marl_envs.backends.multi_agent_pycuda import kernel_source  # noqa: E402
-from gpu_marl_envs.multi_agent_buffers import reset_arguments, step_arguments  # noqa: E402
-from gpu_marl_envs.parallel_env import games  # noqa: E402
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
-
-GAME_IDS = sorted(games())
+GAME_IDS = list(GAMES)
 
 
 def _game_params(game_id):
     """Params that switch every compile-time branch of a game's kernels, and a large game."""
-    params_type = games()[game_id].params_type
+    params_type = GAMES[game_id].definition.params_type
     default = params_type()
     flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(default, f.name), bool)]
     variants = [default] + [dataclasses.replace(default, **{flag: not getattr(default, flag)}) for flag in flags]
@@ -127,64 +98,36 @@ def _game_params(game_id):
     return variants
 
 
-@pytest.mark.parametrize("game_id", GAME_IDS)
-@pytest.mark.parametrize("kind", ["step", "reset"])
-def test_game_cuda_c_kernel_parameters(game_id, kind):
-    definition = games()[game_id]
-    params = definition.params_type()
-    expected = step_arguments(definition, params) if kind == "step" else reset_arguments(definition, params)
-    source = (KERNELS / f"{definition.kernel_name}.cu").read_text()
-    match = re.search(rf"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?{definition.kernel_name}_{kind}\s*"
-                      r"\((.*?)\)\s*\{", source, re.S)
-    assert match, f"{definition.kernel_name}.cu declares no {definition.kernel_name}_{kind} kernel"
-    assert _c_parameter_names(match.group(1)) == expected
+@pytest.mark.parametrize("kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS),
+                                            ("reset", multi_agent_buffers.RESET_ARGUMENTS)])
+def test_game_cuda_c_kernel_parameters(kind, expected):
+    assert _macro_kernel_parameters("multi_agent.cuh", kind) == expected
 
 
 @pytest.mark.parametrize("game_id", GAME_IDS)
-@pytest.mark.parametrize("kind", ["step", "reset"])
-def test_game_numba_kernel_parameters(game_id, kind):
-    definition = games()[game_id]
-    params = definition.params_type()
-    expected = step_arguments(definition, params) if kind == "step" else reset_arguments(definition, params)
-    module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
-    step, reset = module.make_kernels(definition.kernel_constants(params))
-    function = _python_function(step if kind == "step" else reset)
-    assert tuple(inspect.signature(function).parameters) == expected
+@pytest.mark.parametrize("kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS),
+                                            ("reset", multi_agent_buffers.RESET_ARGUMENTS)])
+def test_game_numba_kernel_parameters(game_id, kind, expected):
+    spec = GAMES[game_id]
+    step, reset = multi_agent_numba._kernels(spec, spec.definition.params_type())
+    assert tuple(inspect.signature(_python_function(step if kind == "step" else reset)).parameters) == expected
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@needs_nvcc
 @pytest.mark.parametrize("game_id", GAME_IDS)
-def test_game_cuda_c_compiles(game_id, tmp_path):
-    definition = games()[game_id]
-    name = definition.kernel_name
-    for k, params in enumerate(_game_params(game_id)):
-        source = tmp_path / f"{name}_{k}.cu"
-        source.write_text(kernel_source(definition, params))
-        command = ["nvcc", "-ptx", "-arch=sm_90", f"-I{kernel_dir()}", str(source), "-o", str(tmp_path / "out.ptx")]
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, f"{params}: {result.stderr}"
-        assert "warning" not in result.stderr.lower(), f"{params}: {result.stderr}"
-        ptx = (tmp_path / "out.ptx").read_text()
-        assert f".entry {name}_step(" in ptx and f".entry {name}_reset(" in ptx
+def test_game_cuda_c_compiles(game_id):
+    for params in _game_params(game_id):
+        assert compile_cuda(GAMES[game_id], params) is not None
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
-@pytest.mark.parametrize("env_id, params", [
-    ("CovidEconomy-v0", None),
-    ("TagGridworld-v0", None),
-    ("TagContinuous-v0", None),
-    ("TagContinuous-v0", TagContinuousParams(num_runners=990)),  # with the neighbour grid
-])
-def test_shared_bytes_are_what_the_kernels_declare(tmp_path, env_id, params):
-    """``shared_bytes`` (checked against the 48 KiB limit) is the static shared memory the CUDA C
-    kernels declare (a kernel that needs none of it declares none); the Numba twins declare the
-    same arrays. Dynamic shared memory is laid out by the game's Python code for both kernels."""
-    definition = games()[env_id]
-    params = params or definition.params_type()
-    source = tmp_path / "covid_economy.cu"
-    source.write_text(kernel_source(definition, params))
-    command = ["nvcc", "-ptx", "-arch=sm_90", f"-I{kernel_dir()}", str(source), "-o", str(tmp_path / "out.ptx")]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    declared = re.findall(r"^\s*\.shared\s.*\[(\d+)\];", (tmp_path / "out.ptx").read_text(), re.M)
-    assert 1 <= len(declared) <= 2 and {int(size) for size in declared} == {definition.shared_bytes(params)}, declared
+def test_state_struct_follows_the_state_dataclass():
+    """CUDA C's GmeState and the kernels' state parameters: a pointer per field, in order, typed
+    as the reference's tensors."""
+    from gpu_marl_envs.backends.multi_agent_pycuda import kernel_source
+
+    spec = GAMES["gpu_marl_envs/TagContinuous-v0"]
+    source = kernel_source(spec, TagContinuousParams())
+    pointers = "float* x, float* y, float* direction, float* speed, float* acceleration, bool* in_game, int* t"
+    assert f"#define GME_STATE_PARAMETERS {pointers}\n" in source
+    assert "#define GME_STATE_ARGUMENTS {x, y, direction, speed, acceleration, in_game, t}\n" in source
+    assert f"struct GmeState {{ {pointers.replace(',', ';')}; }};" in source

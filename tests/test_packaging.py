@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from gpu_marl_envs.envs import ENVS
+from gpu_marl_envs.registration import ENVS, GAMES
 
 try:
     import tomllib
@@ -42,14 +42,21 @@ def test_subpackage_resolves_to_the_repository_folder(module, folder):
         f"importlib.resources.files({module!r}) is {resources.files(module)}, expected {REPO / folder}"
 
 
+# The package's own envs and games (the registry may hold others').
+OURS = {env_id: spec for env_id, spec in {**ENVS, **GAMES}.items() if env_id.startswith("gpu_marl_envs/")}
+
+
+@pytest.mark.parametrize("env_id", OURS)
 def test_every_kernel_is_shipped_as_a_resource(env_id):
-    name = ENVS[env_id].kernel_name
+    spec = OURS[env_id]
     kernels = resources.files("gpu_marl_envs.kernels")
-    for filename in (f"{name}.cu", f"{name}_numba.py"):
-        assert (kernels / filename).is_file(), f"{env_id}: {filename} is not under gpu_marl_envs.kernels ({kernels})"
-    module = importlib.import_module(f"gpu_marl_envs.kernels.{name}_numba")
-    for kernel in (f"{name}_step", f"{name}_reset"):
-        assert hasattr(module, kernel), f"{env_id}: gpu_marl_envs.kernels.{name}_numba defines no {kernel}"
+    assert spec.kernels.cuda.is_file() and (kernels / spec.kernels.cuda.name).is_file(), \
+        f"{env_id}: {spec.kernels.cuda} is not under gpu_marl_envs.kernels ({kernels})"
+    module = importlib.import_module(spec.kernels.numba)
+    assert module.__name__.startswith("gpu_marl_envs.kernels."), module.__name__
+    functions = ("game_functions",) if spec.is_game else ("reset", "step", "observe")
+    for name in functions:
+        assert hasattr(module, name), f"{env_id}: {spec.kernels.numba} defines no {name}"
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +91,9 @@ def test_wheel_contains_kernels_adapters_and_baselines(wheel):
     # Every CUDA C source and header and every Python module of kernels/ (the Numba kernels and their helpers).
     for pattern in ("*.cu", "*.cuh", "*.py"):
         expected |= {f"gpu_marl_envs/kernels/{path.name}" for path in (REPO / "kernels").glob(pattern)}
-    for definition in ENVS.values():
-        expected |= {f"gpu_marl_envs/kernels/{definition.kernel_name}.cu",
-                     f"gpu_marl_envs/kernels/{definition.kernel_name}_numba.py"}
+    for spec in OURS.values():
+        expected |= {f"gpu_marl_envs/kernels/{spec.kernels.cuda.name}",
+                     spec.kernels.numba.replace(".", "/") + ".py"}
     # And every module of the package itself.
     expected |= {f"gpu_marl_envs/{path.relative_to(REPO / 'gpu_marl_envs').as_posix()}"
                  for path in (REPO / "gpu_marl_envs").rglob("*.py") if "__pycache__" not in path.parts}
@@ -102,15 +109,16 @@ def test_wheel_finds_its_kernel_sources_when_installed_alone(wheel, tmp_path):
     package reads its .cu files through importlib.resources, as the pycuda backend does."""
     zipfile.ZipFile(wheel).extractall(tmp_path)
     site_packages = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    kernel_names = sorted({d.kernel_name for d in ENVS.values()})
+    cuda_files = sorted(spec.kernels.cuda.name for spec in OURS.values())
     script = (
         "import sys; sys.path[:0] = sys.argv[1:]\n"
         "from importlib import resources\n"
         "import gpu_marl_envs, gpu_marl_envs.adapters, gpu_marl_envs.baselines\n"
         "print(gpu_marl_envs.__file__)\n"
         "kernels = resources.files('gpu_marl_envs.kernels')\n"
-        f"for name in {kernel_names!r}:\n"
-        "    assert (kernels / (name + '.cu')).read_text().strip(), name\n"
+        f"for name in {cuda_files!r}:\n"
+        "    assert (kernels / name).read_text().strip(), name\n"
+        "assert all(spec.kernels.cuda.read_text() for spec in gpu_marl_envs.GAMES.values())\n"
         "print(sorted(gpu_marl_envs.ENVS))\n"
     )
     result = subprocess.run([sys.executable, "-S", "-c", script, str(tmp_path), *site_packages],

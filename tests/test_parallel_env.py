@@ -12,7 +12,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from conftest import KERNEL_BACKENDS_HERE
-from gpu_marl_envs import parallel_env
+from gpu_marl_envs import registration
 from gpu_marl_envs.envs import tag_continuous, tag_gridworld
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -246,12 +246,12 @@ def test_kernels_refuse_games_beyond_shared_memory(backend):
 def test_make_parallel_by_gymnasium_style_id():
     import gpu_marl_envs
 
-    assert gpu_marl_envs.registration.parallel_env_ids() == ["gpu_marl_envs/TagContinuous-v0",
+    assert gpu_marl_envs.registration.parallel_env_ids()[:3] == ["gpu_marl_envs/TagContinuous-v0",
                                                              "gpu_marl_envs/TagGridworld-v0",
                                                              "gpu_marl_envs/CovidEconomy-v0"]
     env = gpu_marl_envs.make_parallel("gpu_marl_envs/TagGridworld-v0", 3, device="cpu")
     assert isinstance(env, GpuParallelEnv) and env.num_envs == 3 and env.definition.id == "TagGridworld-v0"
-    with pytest.raises(ValueError, match="unknown namespace"):
+    with pytest.raises(ValueError, match="unknown multi-agent env 'other/TagGridworld-v0'"):
         gpu_marl_envs.make_parallel("other/TagGridworld-v0")
 
 
@@ -350,16 +350,15 @@ TOY = MultiAgentDefinition(
     action_spaces=lambda p: {"movers": spaces.Discrete(3), "judges": spaces.Discrete(5)},
     reset=lambda p, key, n: ToyState(level=torch.zeros(n, p.num_agents, dtype=torch.int32), total=torch.zeros(n),
                                      t=torch.zeros(n, dtype=torch.int32)),
-    step=_toy_step, observe=_toy_observe, in_game=lambda p, s: torch.ones_like(s.level, dtype=torch.bool),
-    kernel_name="toy", kernel_constants=lambda p: {}, constant_prefix="TOY", shared_bytes=lambda p: 0,
-    block_threads=lambda p: 32, action_masks=_toy_masks, episode_metrics=lambda p: ("total",),
+    step=_toy_step, observe=_toy_observe, action_masks=_toy_masks, episode_metrics=lambda p: ("total",),
     episode_totals=lambda p, s: s.total[:, None])
 
 
 @pytest.fixture
 def toy(monkeypatch):
-    known = parallel_env.games()
-    monkeypatch.setattr(parallel_env, "games", lambda: {**known, TOY.id: TOY})
+    """Toy-v0 in the registry for one test (a reference only: no kernels)."""
+    monkeypatch.setitem(registration.GAMES, "tests/Toy-v0",
+                        registration.RegisteredEnv("tests/Toy-v0", TOY, registration.KernelSources(None, None)))
     return TOY
 
 

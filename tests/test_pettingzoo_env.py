@@ -17,7 +17,7 @@ from gpu_marl_envs.envs import covid_economy as ce
 from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs import tag_gridworld as tg
 from gpu_marl_envs.parallel_env import get_game
-from gpu_marl_envs.registration import parallel_env_ids, register_envs
+from gpu_marl_envs.registration import parallel_env_ids, register_game
 
 COVID = "gpu_marl_envs/CovidEconomy-v0"
 # Short cooldown and subsidy interval: both masks open and close within a short episode.
@@ -31,30 +31,32 @@ SMALL_PARAMS = {
 
 
 def test_every_game_is_registered_with_pettingzoo():
-    assert sorted(parallel_env_ids()) == sorted(SMALL_PARAMS)
     for env_id in parallel_env_ids():
         assert env_id in pettingzoo.parallel_registry, env_id
         env = pettingzoo.make("parallel", env_id)
         assert isinstance(env, gpu_marl_envs.PettingZooParallelEnv)
         assert env.params == get_game(env_id).params_type()  # the published defaults
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # registering again must not override (PettingZoo warns)
-        register_envs()
+        warnings.simplefilter("error")  # registering the same again changes nothing (PettingZoo would warn)
+        for spec in gpu_marl_envs.GAMES.values():
+            namespace = spec.id.rpartition("/")[0]
+            register_game(spec.definition, namespace=namespace, cuda=spec.kernels.cuda, numba=spec.kernels.numba)
     # PettingZoo's id forms: its "_v0" spelling, and no version (the highest).
     for env_id in ("gpu_marl_envs/CovidEconomy_v0", "gpu_marl_envs/CovidEconomy"):
         assert pettingzoo.make("parallel", env_id).metadata["name"] == "covid_economy_v0"
 
 
-@pytest.mark.parametrize("env_id", sorted(SMALL_PARAMS))
+@pytest.mark.parametrize("env_id", parallel_env_ids())
 def test_pettingzoo_api_and_seed_tests_through_the_registry(env_id):
-    env = pettingzoo.make("parallel", env_id, params=SMALL_PARAMS[env_id])
+    params = SMALL_PARAMS.get(env_id)  # small where given, else the game's defaults
+    env = pettingzoo.make("parallel", env_id, params=params)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         parallel_api_test(env, num_cycles=100)
     # The only warning is ours, about the probe option the API test passes to reset.
     messages = [str(w.message) for w in caught]
     assert messages == ["PettingZooParallelEnv.reset supports no options; ignored ['options']"], messages
-    parallel_seed_test(lambda: pettingzoo.make("parallel", env_id, params=SMALL_PARAMS[env_id]), num_cycles=30)
+    parallel_seed_test(lambda: pettingzoo.make("parallel", env_id, params=params), num_cycles=30)
 
 
 def test_max_cycles_sets_the_episode_length():

@@ -1,17 +1,20 @@
-"""Every kernel backend against the torch reference, step for step from identical states, in
-every autoreset mode. Here (no GPU): Numba kernels under the CUDA simulator at tiny sizes; the
-GPU machine runs all backends at larger sizes (tests/test_gpu.py)."""
+"""Every kernel backend against the torch reference through ``gpu_marl_envs.check_env``: step for
+step from identical states, in every autoreset mode, identical resets, bad input, Gymnasium's
+checker. Here (no GPU): Numba kernels under the CUDA simulator at tiny sizes; the GPU machine runs
+all backends at larger sizes (tests/test_gpu.py)."""
 
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
 
 from conftest import KERNEL_BACKENDS_HERE
-from gpu_marl_envs import GpuVectorEnv
-from harness import assert_close, compare_step, random_actions, snapshot
+from gpu_marl_envs import GpuVectorEnv, check_env
+from gpu_marl_envs.registration import env_spec
+from harness import TWIN_ATOL, TWIN_RTOL, assert_close, compare_step, random_actions, snapshot
 
 
 def run_twins(env_id, backend, device, num_envs, steps, mode, max_episode_steps, seed=7, cuda_graph=None):
+    """Step for step on ``device`` from identical states; the GPU tests' (test_gpu.py), with CUDA
+    graphs and streams that ``check_env`` leaves alone."""
     kwargs = dict(device=device, autoreset_mode=mode, max_episode_steps=max_episode_steps)
     reference = GpuVectorEnv(env_id, num_envs, backend="torch", cuda_graph=False, **kwargs)
     twin = GpuVectorEnv(env_id, num_envs, backend=backend, cuda_graph=cuda_graph, **kwargs)
@@ -32,23 +35,12 @@ def run_twins(env_id, backend, device, num_envs, steps, mode, max_episode_steps,
         twin._buffers.state.copy_(reference._buffers.state)
 
 
-@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
-def test_kernel_matches_torch_reference(env_id, backend, mode):
-    # Short episodes so that truncation and autoreset happen within the few simulated steps.
-    run_twins(env_id, backend, "cpu", num_envs=4, steps=30, mode=mode, max_episode_steps=9)
-
-
-def test_reset_mask_matches_torch_reference(env_id):
-    for backend in KERNEL_BACKENDS_HERE:
-        envs = [GpuVectorEnv(env_id, 4, device="cpu", backend=b, autoreset_mode=AutoresetMode.DISABLED)
-                for b in ("torch", backend)]
-        mask = torch.tensor([True, False, True, False])
-        for env in envs:
-            env.reset(seed=11)
-            env.reset(options={"reset_mask": mask})
-        for name in envs[0].state_fields:
-            assert torch.equal(envs[0].get_state()[name], envs[1].get_state()[name]), f"{backend}: {name}"
+def test_kernels_pass_the_checker(env_id):
+    # Short episodes, so that truncation and autoreset happen within the few simulated steps. The
+    # tolerance: the simulator's numpy sin/cos (CartPole, Acrobot, Pendulum, the mountain cars'
+    # cos) may round differently from torch's (harness.TWIN_RTOL says more).
+    params = env_spec(env_id).definition.make_params(max_episode_steps=9)
+    check_env(env_id, params, num_envs=4, num_steps=30, backends=KERNEL_BACKENDS_HERE, rtol=TWIN_RTOL, atol=TWIN_ATOL)
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)

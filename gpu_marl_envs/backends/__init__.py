@@ -34,9 +34,19 @@ class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run here; the message says what to install or change."""
 
 
-def _availability(name: str, device: torch.device) -> str | None:
+# Which registered kernel source each kernel backend compiles (``registration.KernelSources``).
+SOURCES = {"pycuda": ("cuda", "CUDA C"), "numba": ("numba", "Numba")}
+
+
+def _availability(name: str, device: torch.device, spec=None) -> str | None:
     if name == "torch":
         return None
+    if spec is not None:
+        field, language = SOURCES[name]
+        if getattr(spec.kernels, field) is None:
+            kind = "game" if spec.is_game else "env"
+            return (f"{spec.id} was registered without {language} kernels "
+                    f"(register_{kind}(..., {field}=...))")
     return importlib.import_module(BACKENDS[name]).availability(device)
 
 
@@ -45,17 +55,18 @@ def available_backends(device: torch.device | str) -> list[str]:
     return [name for name in BACKENDS if _availability(name, device) is None]
 
 
-def resolve_backend(name: str | None, device: torch.device, kind: str = "single_agent"):
-    """The backend class for ``name`` on ``device`` (``None``: the fastest available there), for
-    single-agent envs or multi-agent games (``kind``)."""
+def resolve_backend(name: str | None, device: torch.device, spec):
+    """The backend class for ``name`` on ``device`` (``None``: the fastest available there) for the
+    registered env or game ``spec`` (a ``registration.RegisteredEnv``)."""
     if name is None:
         # Kernel backends on the CPU would be the simulator: never a sensible default.
         candidates = list(BACKENDS) if device.type == "cuda" else ["torch"]
-        name = next(n for n in candidates if _availability(n, device) is None)
+        name = next(n for n in candidates if _availability(n, device, spec) is None)
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(map(repr, BACKENDS))} or None")
-    problem = _availability(name, device)
+    problem = _availability(name, device, spec)
     if problem is not None:
         raise BackendUnavailableError(f"backend {name!r} is not available on {device}: {problem}")
+    kind = "multi_agent" if spec.is_game else "single_agent"
     module_name, class_name = BACKEND_CLASSES[kind][name].split(":")
     return getattr(importlib.import_module(module_name), class_name)

@@ -1,5 +1,6 @@
-"""Numba CUDA backend for multi-agent games: ``kernels/<game>_numba.py`` kernels built per params
-(``make_kernels(constants)``), one block per env, launched on torch's current stream.
+"""Numba CUDA backend for multi-agent games: a game's Numba module's device functions
+(``game_functions(c)``) in the framework's kernels, built per params, one block per env, launched on
+torch's current stream.
 
 On a CPU device it runs only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
 """
@@ -15,47 +16,67 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher
-from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers, reset_arguments, step_arguments
+from gpu_marl_envs.multi_agent_buffers import (MAX_SHARED_BYTES, RESET_ARGUMENTS, STEP_ARGUMENTS, MultiAgentBuffers,
+                                               check_shared_memory)
+from gpu_marl_envs.registration import RegisteredEnv
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(definition: MultiAgentDefinition, params):
+def _kernels(spec: RegisteredEnv, params):
     """The (step, reset) kernels of a game for these params, built once per process."""
-    module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
-    return module.make_kernels(definition.kernel_constants(params))
+    from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants
+
+    module = importlib.import_module(spec.kernels.numba)
+    if not hasattr(module, "game_functions"):
+        raise AttributeError(f"{module.__name__} (the Numba module of {spec.id}) defines no game_functions(c): "
+                             "it returns the game's GameFunctions (docs/custom_env.md)")
+    functions = module.game_functions(typed_constants(spec.definition.kernel_constants(params)))
+    if not isinstance(functions, GameFunctions):
+        raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
+    return make_multi_agent_kernels(functions, params.num_agents, spec.kernel_name)
 
 
 class MultiAgentNumbaBackend:
     name = "numba"
     graph_by_default = True  # see NumbaBackend
 
-    def __init__(self, definition: MultiAgentDefinition, params, buffers: MultiAgentBuffers,
-                 autoreset_mode: AutoresetMode):
-        self._step_kernel, self._reset_kernel = _kernels(definition, params)
+    def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
+        definition = spec.definition
+        self._step_kernel, self._reset_kernel = _kernels(spec, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
         threads = definition.block_threads(params)
         if device.type != "cuda":
-            # The simulator runs a Python thread per CUDA thread: no more than there are agents.
-            threads = min(threads, params.num_agents)
+            # The simulator runs a Python thread per CUDA thread. Half as many as the game has agents
+            # make every thread handle two agents or more: the path a GPU takes only for games
+            # larger than their block, which the tests thus cover on the CPU.
+            threads = min(threads, (params.num_agents + 1) // 2)
         shared_bytes = definition.dynamic_shared_bytes(params)
         self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
         # Actions go into a buffer of our own (the CUDA graph's input; see NumbaBackend).
         self.actions_buffer = torch.zeros((num_envs, params.num_agents, *definition.action_shape(params)),
                                           dtype=torch.int64, device=device)
         views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
+        views["state"] = tuple(self._launcher.view(tensor) for tensor in buffers.state_arrays())
+        # Games without action masks or episode totals get a one-element array they never read.
+        for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32)):
+            if name not in views:
+                views[name] = self._launcher.view(torch.zeros((1, 1), dtype=dtype, device=device))
         views["actions"] = self._launcher.view(self.actions_buffer)
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
-        self._step_args = tuple(views[name] for name in step_arguments(definition, params))
-        self._reset_args = tuple(views[name] for name in reset_arguments(definition, params))
-        if device.type == "cuda" and shared_bytes + definition.shared_bytes(params) > MAX_SHARED_BYTES:
-            # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked by the env).
-            from gpu_marl_envs.kernels.numba_api import allow_dynamic_shared_memory
+        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
+        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
+        if device.type == "cuda":
+            from gpu_marl_envs.kernels.numba_api import allow_dynamic_shared_memory, static_shared_bytes
 
-            for kernel, args in ((self._step_kernel, self._step_args), (self._reset_kernel, self._reset_args)):
-                allow_dynamic_shared_memory(kernel, args, shared_bytes)
+            kernels = ((self._step_kernel, self._step_args), (self._reset_kernel, self._reset_args))
+            static = max(static_shared_bytes(kernel, args) for kernel, args in kernels)
+            check_shared_memory(definition, params, device, self.name, static)
+            if shared_bytes + static > MAX_SHARED_BYTES:
+                # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
+                for kernel, args in kernels:
+                    allow_dynamic_shared_memory(kernel, args, shared_bytes)
 
     def step(self, actions: torch.Tensor) -> None:
         if actions is not self.actions_buffer:

@@ -1,4 +1,4 @@
-"""CUDA C backend for multi-agent games: ``kernels/<game>.cu`` compiled per params (the params are
+"""CUDA C backend for multi-agent games: a game's .cu file compiled per params (the params are
 compile-time constants) by pycuda on the primary context, launched on torch's current stream with
 one block per env."""
 
@@ -7,68 +7,79 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from importlib import resources
 
+import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends.pycuda_backend import StreamLauncher, _pack, kernel_dir, runtime_definitions
-from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
-from gpu_marl_envs.multi_agent_buffers import MAX_SHARED_BYTES, MultiAgentBuffers, reset_arguments, step_arguments
+from gpu_marl_envs.backends.pycuda_backend import (StreamLauncher, _pack, c_type, compile_module, runtime_definitions,
+                                                   with_header)
+from gpu_marl_envs.multi_agent_buffers import (MAX_SHARED_BYTES, RESET_ARGUMENTS, STEP_ARGUMENTS, MultiAgentBuffers,
+                                               check_shared_memory)
+from gpu_marl_envs.registration import RegisteredEnv
 
 
 def _literal(value) -> str:
-    """A C literal that is exactly ``value`` (floats as hexadecimal float32 literals)."""
-    if isinstance(value, bool):
+    """A C literal that is exactly ``value``, floats rounded once to float32 (hexadecimal literals)."""
+    if isinstance(value, (bool, np.bool_)):
         return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"({value.hex()}f)"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"({float(np.float32(value)).hex()}f)"
     return "{" + ", ".join(_literal(v) for v in value) + "}"
 
 
-def kernel_source(definition: MultiAgentDefinition, params) -> str:
-    """A game's .cu source preceded by ``#define`` lines of the runtime's constants and the params'
-    (not -D options: nvcc splits those at commas, and the tables are brace lists)."""
+def kernel_source(spec: RegisteredEnv, params) -> str:
+    """A game's .cu source preceded by what Python knows: ``#define`` lines of the runtime's constants
+    and the game's (not -D options: nvcc splits those at commas, and the tables are brace lists), and
+    the state struct ``GmeState`` (a pointer per state field, typed as the reference's tensors) with
+    the kernels' state parameters."""
+    definition = spec.definition
     constants = runtime_definitions()
     groups = list(definition.agent_groups(params).values())  # consecutive agents, in order
-    constants.update(GME_NUM_GROUPS=str(len(groups)), GME_NUM_AGENTS=str(params.num_agents),
+    constants.update(GME_KERNEL_NAME=spec.kernel_name, GME_BLOCK_THREADS=str(definition.block_threads(params)),
+                     GME_NUM_GROUPS=str(len(groups)), GME_NUM_AGENTS=str(params.num_agents),
                      GME_ACTION_SIZE=str(math.prod(definition.action_shape(params))),
                      GME_GROUP_BEGINS=_literal([ids.start for ids in groups]),
-                     GME_GROUP_SIZES=_literal([len(ids) for ids in groups]))
+                     GME_GROUP_SIZES=_literal([len(ids) for ids in groups]),
+                     GME_OBS_SIZE=str(definition.obs_size(params)), GME_MASK_SIZE=str(definition.mask_size(params)),
+                     GME_NUM_METRICS=str(len(definition.episode_metrics(params))))
     for name, value in definition.kernel_constants(params).items():
         constants[f"{definition.constant_prefix}_{name}"] = _literal(value)
-    header = "".join(f"#define {name} {value}\n" for name, value in constants.items())
-    return header + (resources.files("gpu_marl_envs.kernels") / f"{definition.kernel_name}.cu").read_text()
+    pointers = [f"{c_type(dtype, f'{definition.id} state field {name!r}')}* {name}"
+                for name, dtype in definition.state_dtypes(params).items()]
+    constants.update(GME_STATE_PARAMETERS=", ".join(pointers),
+                     GME_STATE_ARGUMENTS="{" + ", ".join(definition.state_fields) + "}")
+    return with_header(spec.kernels.cuda, constants, f"struct GmeState {{ {'; '.join(pointers)}; }};\n")
 
 
 @functools.lru_cache(maxsize=None)
-def _module(definition: MultiAgentDefinition, params, device_index: int):
+def _module(spec: RegisteredEnv, params, device_index: int):
     """One compiled module per game, params and device (pycuda also caches the binary on disk)."""
-    import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
-    from pycuda.compiler import SourceModule
-
-    return SourceModule(kernel_source(definition, params), include_dirs=[kernel_dir()], no_extern_c=True)
+    return compile_module(kernel_source(spec, params), spec.kernels.cuda)
 
 
 class MultiAgentPycudaBackend:
     name = "pycuda"
     graph_by_default = False  # see PycudaBackend
 
-    def __init__(self, definition: MultiAgentDefinition, params, buffers: MultiAgentBuffers,
-                 autoreset_mode: AutoresetMode):
+    def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
+        import pycuda.driver as drv
+
+        definition = spec.definition
         device = buffers.observations.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it
-        module = _module(definition, params, device.index)
-        self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
-        self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
+        module = _module(spec, params, device.index)
+        self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
+        self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
         self._shared_bytes = definition.dynamic_shared_bytes(params)
-        if self._shared_bytes + definition.shared_bytes(params) > MAX_SHARED_BYTES:
-            # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked by the env).
-            import pycuda.driver as drv
-
+        static = max(kernel.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
+                     for kernel in (self._step_kernel, self._reset_kernel))
+        check_shared_memory(definition, params, device, self.name, static)
+        if self._shared_bytes + static > MAX_SHARED_BYTES:
+            # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
             for kernel in (self._step_kernel, self._reset_kernel):
                 kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_bytes)
         num_envs = buffers.observations.shape[0]
@@ -76,15 +87,15 @@ class MultiAgentPycudaBackend:
         self._block = (definition.block_threads(params), 1, 1)
 
         values = buffers.tensors()
+        values["state"] = buffers.state_arrays()  # a struct of pointers: the same bytes as one pointer each
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
         groups = list(definition.agent_groups(params).values())
         # The kernel's GmeActions (kernels/multi_agent.cuh): a pointer, then an env stride, per group;
         # struct's native mode aligns them as C does.
         self._actions_layout = struct.Struct(f"{len(groups)}P{len(groups)}q")
-        self._step_buffer, self._actions_offset = _pack(step_arguments(definition, params), values,
-                                                        self._actions_layout)
-        self._reset_buffer, _ = _pack(reset_arguments(definition, params), values)
+        self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values, self._actions_layout)
+        self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
         self._launcher = StreamLauncher(device)
         action_size = math.prod(definition.action_shape(params))
         row = params.num_agents * action_size

@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs import rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers
+from gpu_marl_envs.registration import RegisteredEnv
 
 
 def _select(definition: MultiAgentDefinition, mask: torch.Tensor, new, old):
@@ -31,9 +32,8 @@ class MultiAgentTorchBackend:
     name = "torch"
     graph_by_default = True
 
-    def __init__(self, definition: MultiAgentDefinition, params, buffers: MultiAgentBuffers,
-                 autoreset_mode: AutoresetMode):
-        self.definition = definition
+    def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
+        self.definition = definition = spec.definition
         self.params = params
         self.buffers = buffers
         self.autoreset_mode = autoreset_mode

@@ -6,6 +6,7 @@ tests use to check the kernels without a GPU.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import warnings
@@ -16,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
-from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.registration import RegisteredEnv
 from gpu_marl_envs.validation import zero_actions
 
 
@@ -77,18 +78,31 @@ class NumbaLauncher:
             kernel[self._blocks, self._threads, self._stream(), self._shared_bytes](*args)
 
 
+@functools.lru_cache(maxsize=None)
+def _kernels(spec: RegisteredEnv):
+    """The (step, reset) kernels of an env: the template's shells around the device functions
+    ``reset``, ``step`` and ``observe`` of its Numba module, built once per process."""
+    from gpu_marl_envs.kernels.classic_numba import make_classic_kernels
+
+    module = importlib.import_module(spec.kernels.numba)
+    missing = [name for name in ("reset", "step", "observe") if not hasattr(module, name)]
+    if missing:
+        raise AttributeError(f"{module.__name__} (the Numba module of {spec.id}) defines no {', '.join(missing)}: "
+                             "it needs the device functions reset, step and observe (docs/custom_env.md)")
+    return make_classic_kernels(module.reset, module.step, module.observe, spec.definition.obs_dim, spec.kernel_name)
+
+
 class NumbaBackend:
     name = "numba"
     # A CUDA graph by default: Numba's dispatcher costs ~200 µs per launch, a graph replay ~10.
     graph_by_default = True
 
-    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
                  action_space):
         from gpu_marl_envs.kernels.numba_api import cuda
 
-        module = importlib.import_module(f"gpu_marl_envs.kernels.{definition.kernel_name}_numba")
-        self._step_kernel = getattr(module, f"{definition.kernel_name}_step")
-        self._reset_kernel = getattr(module, f"{definition.kernel_name}_reset")
+        definition = spec.definition
+        self._step_kernel, self._reset_kernel = _kernels(spec)
         on_gpu = buffers.state.is_cuda
         num_envs = buffers.state.shape[1]
         # The simulator runs a Python thread per CUDA thread: no idle ones there. The kernels work

@@ -1,4 +1,4 @@
-"""CUDA C backend: ``kernels/<env>.cu`` compiled by pycuda on the primary context (the one torch
+"""CUDA C backend: an env's .cu file compiled by pycuda on the primary context (the one torch
 uses) and launched on torch's current stream.
 
 The launch path is the cheapest pycuda offers: the argument buffer is packed once at construction
@@ -12,12 +12,13 @@ import struct
 from importlib import resources
 
 import torch
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
-from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.registration import RegisteredEnv
 
 
 def _raw_current_stream(device_index: int) -> int:
@@ -47,29 +48,61 @@ def runtime_definitions() -> dict[str, str]:
     }
 
 
-def compile_definitions(definition: EnvDefinition) -> list[str]:
-    """-D options an env's .cu file is compiled with: the constants whose source of truth is Python."""
-    constants = {
-        **runtime_definitions(),
-        "GME_OBS_DIM": str(definition.obs_dim),
-        "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK),
-    }
-    return [f"-D{name}={value}" for name, value in constants.items()]
+# The C type of a kernel array of each torch dtype.
+C_TYPES = {torch.float32: "float", torch.float64: "double", torch.int8: "signed char", torch.uint8: "unsigned char",
+           torch.int16: "short", torch.int32: "int", torch.int64: "long long", torch.bool: "bool"}
+
+
+def c_type(dtype: torch.dtype, what: str) -> str:
+    if dtype not in C_TYPES:
+        raise ValueError(f"{what} has dtype {dtype}, which the kernels cannot take; use one of "
+                         f"{', '.join(map(str, C_TYPES))}")
+    return C_TYPES[dtype]
 
 
 def kernel_dir() -> str:
     return str(resources.files("gpu_marl_envs.kernels"))
 
 
-@functools.lru_cache(maxsize=None)
-def _module(definition: EnvDefinition, device_index: int):
-    """One compiled module per env kind and device, shared by every env instance."""
+def with_header(cuda_file, defines: dict[str, str], declarations: str = "") -> str:
+    """``cuda_file``'s source preceded by ``#define`` lines and declarations built in Python, with
+    ``#line`` so that the compiler's messages give the file's own line numbers."""
+    header = "".join(f"#define {name} {value}\n" for name, value in defines.items()) + declarations
+    return f'{header}#line 1 "{cuda_file.name}"\n{cuda_file.read_text()}'
+
+
+def include_dirs(cuda_file) -> list[str]:
+    """The framework's headers, then the folder of the env's own .cu file (its own headers)."""
+    folder = getattr(cuda_file, "parent", None)
+    return [kernel_dir()] + ([str(folder)] if folder is not None else [])
+
+
+def compile_module(source: str, cuda_file):
+    """A pycuda module of ``source`` on the primary context torch uses."""
     import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
     from pycuda.compiler import SourceModule
 
-    source = (resources.files("gpu_marl_envs.kernels") / f"{definition.kernel_name}.cu").read_text()
-    return SourceModule(source, options=compile_definitions(definition), include_dirs=[kernel_dir()],
-                        no_extern_c=True)
+    return SourceModule(source, include_dirs=include_dirs(cuda_file), no_extern_c=True)
+
+
+def kernel_source(spec: RegisteredEnv) -> str:
+    """A single-agent env's .cu source preceded by what Python knows: the runtime's constants, the
+    kernels' name, the params struct ``GmeParams`` (``kernel_params`` in order) and the action type
+    ``GmeAction``."""
+    definition = spec.definition
+    defines = {**runtime_definitions(), "GME_KERNEL_NAME": spec.kernel_name, "GME_OBS_DIM": str(definition.obs_dim),
+               "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK)}
+    fields = " ".join(f"{'int' if value.dtype.kind == 'i' else 'float'} {name};"
+                      for name, value in definition.kernel_values(definition.params_type()).items())
+    discrete = isinstance(definition.action_space(definition.params_type()), spaces.Discrete)
+    declarations = f"struct GmeParams {{ {fields} }};\ntypedef {'long long' if discrete else 'float'} GmeAction;\n"
+    return with_header(spec.kernels.cuda, defines, declarations)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(spec: RegisteredEnv, device_index: int):
+    """One compiled module per env kind and device, shared by every env instance."""
+    return compile_module(kernel_source(spec), spec.kernels.cuda)
 
 
 def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> tuple[bytearray, int | None]:
@@ -84,10 +117,16 @@ def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> 
             fmt += "%ds" % actions_layout.size
             data.append(bytes(actions_layout.size))
             continue
-        value = values[name]
-        if isinstance(value, torch.Tensor):
+        value = values.get(name)
+        if value is None:  # a buffer the env does not have: a null pointer
+            fmt += "P"
+            data.append(0)
+        elif isinstance(value, torch.Tensor):
             fmt += "P"
             data.append(value.data_ptr())
+        elif isinstance(value, tuple):  # a struct of pointers (a game's state)
+            fmt += "P" * len(value)
+            data += [tensor.data_ptr() for tensor in value]
         elif isinstance(value, bytes):  # the params struct, 4-byte fields
             fmt += "0i%ds" % len(value)
             data.append(value)
@@ -128,13 +167,14 @@ class PycudaBackend:
     # of the actions into the graph's input buffer.
     graph_by_default = False
 
-    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
                  action_space):
+        definition = spec.definition
         device = buffers.state.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it
-        module = _module(definition, device.index)  # resolve_device always names the index
-        self._step_kernel = module.get_function(f"{definition.kernel_name}_step")
-        self._reset_kernel = module.get_function(f"{definition.kernel_name}_reset")
+        module = _module(spec, device.index)  # resolve_device always names the index
+        self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
+        self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
         num_envs = buffers.state.shape[1]
         self._grid = ((num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 1, 1)
         self._block = (THREADS_PER_BLOCK, 1, 1)

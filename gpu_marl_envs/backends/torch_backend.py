@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import rng
 from gpu_marl_envs.buffers import ClassicBuffers
-from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.registration import RegisteredEnv
 
 
 class TorchBackend:
@@ -23,9 +23,9 @@ class TorchBackend:
     # A CUDA graph by default: one graph launch instead of the dozens of small kernels of a step.
     graph_by_default = True
 
-    def __init__(self, definition: EnvDefinition, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
+    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
                  action_space: spaces.Space):
-        self.definition = definition
+        self.definition = definition = spec.definition
         self.p = definition.torch_params(params)
         self.buffers = buffers
         self.autoreset_mode = autoreset_mode

@@ -239,5 +239,5 @@ ACROBOT = EnvDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_name="acrobot",
+    gymnasium_original="Acrobot-v1",
 )

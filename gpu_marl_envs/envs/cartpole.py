@@ -119,5 +119,5 @@ CARTPOLE = EnvDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_name="cartpole",
+    gymnasium_original="CartPole-v1",
 )

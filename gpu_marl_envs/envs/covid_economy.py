@@ -800,15 +800,6 @@ def reward_normalisers(p: CovidEconomyParams | None = None, start_date: str = "2
             "max_health": means["closed"][0], "min_economic": means["closed"][1]}
 
 
-def shared_bytes(p: CovidEconomyParams) -> int:
-    """The kernels' static shared memory per block (CovidShared in covid_economy.cu, shared() in
-    covid_economy_numba.py): 4 float32 rows of REDUCTION_WIDTH slots summed for the planner (new
-    deaths, production, subsidy, unemployed); each governor's observation columns after its one-hot,
-    one float32 of padding each (the staging writes avoid bank conflicts); the planner's row."""
-    tail_stride = p.governor_obs_dim - p.num_states + 1
-    return 4 * (4 * REDUCTION_WIDTH + p.num_states * tail_stride + p.planner_obs_dim)
-
-
 COVID_ECONOMY = MultiAgentDefinition(
     id="CovidEconomy-v0",
     params_type=CovidEconomyParams,
@@ -823,9 +814,7 @@ COVID_ECONOMY = MultiAgentDefinition(
     episode_metrics=episode_metrics,
     episode_totals=episode_totals,
     in_game=in_game,
-    kernel_name="covid_economy",
     kernel_constants=kernel_constants,
     constant_prefix="CE",
-    shared_bytes=shared_bytes,
     block_threads=lambda p: REDUCTION_WIDTH,
 )

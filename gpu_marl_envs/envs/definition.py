@@ -35,14 +35,15 @@ def _declared_type(params_type: type, name: str) -> type:
 @dataclass(frozen=True)
 class EnvDefinition:
     id: str
-    """Gymnasium id without the namespace, e.g. ``"CartPole-v1"``."""
+    """Name and version without the namespace, e.g. ``"CartPole-v1"``."""
     params_type: type
     """Frozen dataclass of the env's constants; validates itself in ``__post_init__``."""
     state_fields: tuple[str, ...]
     """Names of the state rows, in order."""
     kernel_params: tuple[str, ...]
-    """Params fields and properties the step needs, in the order of the kernels' params struct.
-    Floats reach every backend as float32, ints as int32."""
+    """Params fields and properties the step needs, in the order of the kernels' params struct
+    (``GmeParams`` in CUDA C, the record ``p`` in Numba). Floats reach every backend as float32, ints
+    as int32."""
     observation_space: Callable[[Any], spaces.Box]
     action_space: Callable[[Any], spaces.Space]
     reset: Callable[[SimpleNamespace, Uniform, int], torch.Tensor]
@@ -53,9 +54,9 @@ class EnvDefinition:
     with the host (no ``.item()``, no ``if tensor.any()``): on GPUs it is captured in a CUDA graph."""
     observe: Callable[[SimpleNamespace, torch.Tensor], torch.Tensor]
     """Torch reference: ``(p, state) -> observations (num_envs, obs_dim)``."""
-    kernel_name: str
-    """``kernels/<name>.cu`` defines ``<name>_step``/``<name>_reset``; ``kernels/<name>_numba.py``
-    defines the Numba twins."""
+    gymnasium_original: str | None = None
+    """The id of the Gymnasium env this one reproduces (``"CartPole-v1"``): its own renderer draws
+    this env's frames (``render_mode="rgb_array"``); ``None``: an env without frames."""
 
     @property
     def obs_dim(self) -> int:

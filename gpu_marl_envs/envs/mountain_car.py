@@ -154,5 +154,5 @@ MOUNTAIN_CAR = EnvDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_name="mountain_car",
+    gymnasium_original="MountainCar-v0",
 )

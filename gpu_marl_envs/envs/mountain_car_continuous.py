@@ -106,5 +106,5 @@ MOUNTAIN_CAR_CONTINUOUS = EnvDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_name="mountain_car_continuous",
+    gymnasium_original="MountainCarContinuous-v0",
 )

@@ -20,7 +20,8 @@ Conventions every game follows:
   order, each ``(n_g, d_g)`` row-major (:meth:`MultiAgentDefinition.observation_layout`). Action
   masks, where a game has them, likewise in one bool buffer ``(E, mask_size)``.
 - ``in_game(p, state)``: bool ``(E, N)``, whether each agent is still playing (the batched API's
-  ``active`` mask). Agents out of the game are individually terminated.
+  ``active`` mask; by default every agent plays the whole episode). Agents out of the game are
+  individually terminated.
 - ``episode_totals(p, state)``: float32 ``(E, K)``, one column per name of ``episode_metrics(p)``,
   evaluated on the state right after a step (before any autoreset): the game keeps the
   accumulators it needs in its state.
@@ -48,6 +49,27 @@ def no_dynamic_shared(params) -> int:
     return 0
 
 
+def no_constants(params) -> dict:
+    """The default ``kernel_constants``: none beyond the runtime's own."""
+    return {}
+
+
+def everyone_in_game(params, state) -> torch.Tensor:
+    """The default ``in_game``: every agent plays until the episode ends, bool ``(E, N)``."""
+    return torch.ones((state.t.shape[0], params.num_agents), dtype=torch.bool, device=state.t.device)
+
+
+def whole_warps(num_agents: int, most: int) -> int:
+    """Threads of a block per env: a thread per agent in whole warps, at most ``most`` (envs with
+    more agents spread them over the block's threads)."""
+    return min(most, 32 * ((num_agents + 31) // 32))
+
+
+def thread_per_agent(params) -> int:
+    """The default ``block_threads``: a thread per agent in whole warps, at most 256."""
+    return whole_warps(params.num_agents, 256)
+
+
 class GroupSlice(NamedTuple):
     """Where one group sits in a flat per-env buffer: ``count`` agents of ``size`` values each,
     from ``start`` (row-major, so agent ``k`` of the group is ``start + k * size``)."""
@@ -64,30 +86,35 @@ class GroupSlice(NamedTuple):
 @dataclass(frozen=True)
 class MultiAgentDefinition:
     id: str
-    """Id without the namespace, e.g. ``"TagContinuous-v0"``."""
+    """Name and version without the namespace, e.g. ``"TagContinuous-v0"``."""
     params_type: type
+    """Frozen dataclass of the game's constants, validating itself; its defaults are the published
+    configuration. The runtime reads two of its attributes: ``num_agents`` (``N``, the agents of every
+    group together) and ``episode_length`` (``T``, the bound of ``state.t``)."""
     state_type: type
-    """Dataclass of tensors; its field order is the kernels' argument order."""
+    """Dataclass of tensors, batch first, with the per-env int32 field ``t``; its field order is the
+    order of the kernels' state struct (CUDA C ``GmeState``, the Numba ``state`` tuple)."""
     agent_groups: Callable[[Any], dict[str, range]]
-    """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order."""
+    """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order; agents are named
+    ``<group without a final s>_<k>`` (``runners`` -> ``runner_0``)."""
     observation_spaces: Callable[[Any], dict[str, spaces.Box]]
     """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
     action_spaces: Callable[[Any], dict[str, spaces.Space]]
     """``p -> {group: one agent's action space}``: ``Discrete``, or ``MultiDiscrete`` of one length."""
     reset: Callable
+    """``(p, key, E) -> state``: ``key`` int64 ``(E,)``, to draw from with :mod:`gpu_marl_envs.rng`."""
     step: Callable
+    """``(p, state, actions) -> (next_state, rewards (E, N) float32, terminated (E,), truncated (E,))``."""
     observe: Callable
     """``(p, state) -> {group: float32 (E, n_g, d_g)}``."""
-    in_game: Callable[[Any, Any], torch.Tensor]
-    kernel_name: str
-    """``kernels/<name>.cu`` and ``kernels/<name>_numba.py`` hold the kernels."""
-    kernel_constants: Callable[[Any], dict[str, Any]]
-    """``p -> {NAME: value}``: bool, int, float (already a float32 value) or a tuple of floats."""
-    constant_prefix: str
+    kernel_constants: Callable[[Any], dict[str, Any]] = no_constants
+    """``p -> {NAME: value}``, the kernels' compile-time constants: bool, int, float or a tuple of
+    floats or of ints. Floats reach the kernels rounded once to float32, as the reference should use them."""
+    in_game: Callable[[Any, Any], torch.Tensor] = everyone_in_game
+    """``(p, state) -> bool (E, N)``: whether each agent still plays."""
+    constant_prefix: str = "GAME"
     """CUDA C sees constant ``NAME`` as the macro ``<prefix>_NAME``."""
-    shared_bytes: Callable[[Any], int]
-    """``p -> bytes`` of static shared memory a block of the kernels uses (at most 48 KiB)."""
-    block_threads: Callable[[Any], int]
+    block_threads: Callable[[Any], int] = thread_per_agent
     """``p -> threads`` of the kernels' block per env (agents are spread over them)."""
     action_masks: Callable[[Any, Any], dict[str, torch.Tensor]] | None = None
     """``(p, state) -> {group: bool (E, n_g, A_g)}``: the actions each agent may take now (``A_g``
@@ -99,7 +126,9 @@ class MultiAgentDefinition:
     dynamic_shared_bytes: Callable[[Any], int] = no_dynamic_shared
     """``p -> bytes`` of dynamic shared memory the backends launch a block of the kernels with
     (``extern __shared__`` in CUDA C, ``cuda.shared.array(0, ...)`` in Numba): static and dynamic
-    together may reach the GPU's opt-in limit (:func:`multi_agent_buffers.shared_memory_limit`)."""
+    together may reach the GPU's opt-in limit (:func:`multi_agent_buffers.shared_memory_limit`).
+    Static shared memory (the game's ``Shared`` struct, its ``shared()`` arrays) is read from the
+    compiled kernels."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:
@@ -109,8 +138,14 @@ class MultiAgentDefinition:
     def has_action_masks(self) -> bool:
         return self.action_masks is not None
 
+    @functools.lru_cache(maxsize=None)
+    def state_dtypes(self, params) -> dict[str, torch.dtype]:
+        """Each state field's dtype, as the reference's ``reset`` makes it (the kernels' types)."""
+        state = self.reset(params, torch.zeros(1, dtype=torch.int64), 1)
+        return {name: getattr(state, name).dtype for name in self.state_fields}
+
     def agent_names(self, params) -> list[str]:
-        """``<group without its plural s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
+        """``<group without a final s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
         return [f"{group.removesuffix('s')}_{k}" for group, ids in self.agent_groups(params).items()
                 for k in range(len(ids))]
 

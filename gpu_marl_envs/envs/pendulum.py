@@ -147,5 +147,5 @@ PENDULUM = EnvDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_name="pendulum",
+    gymnasium_original="Pendulum-v1",
 )

@@ -109,8 +109,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs import float32, rng
-from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
-from gpu_marl_envs.multi_agent_buffers import whole_warps
+from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups, whole_warps
 
 FEATURES_PER_AGENT = 7
 NEIGHBOUR_SEARCHES = ("auto", "scan", "grid")
@@ -715,10 +714,8 @@ TAG_CONTINUOUS = MultiAgentDefinition(
     step=step,
     observe=observe_groups,
     in_game=in_game,
-    kernel_name="tag_continuous",
     kernel_constants=kernel_constants,
     constant_prefix="TC",
-    shared_bytes=lambda p: 4,  # TagShared in kernels/tag_continuous.cu: the count of runners left
     dynamic_shared_bytes=dynamic_shared_bytes,
     block_threads=block_threads,
 )

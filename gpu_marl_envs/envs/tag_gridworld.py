@@ -101,7 +101,6 @@ from gymnasium import spaces
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
-from gpu_marl_envs.multi_agent_buffers import whole_warps
 
 # Actions, as in WarpDrive's gridworld.
 STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = range(5)
@@ -324,10 +323,6 @@ TAG_GRIDWORLD = MultiAgentDefinition(
     step=step,
     observe=observe_groups,
     in_game=in_game,
-    kernel_name="tag_gridworld",
     kernel_constants=kernel_constants,
     constant_prefix="TG",
-    # The shared memory of kernels/tag_gridworld.cu: cells (int32 x and y) and two int32 flags.
-    shared_bytes=lambda p: 8 * p.num_agents + 8,
-    block_threads=lambda p: whole_warps(p.num_agents, 256),
 )
