@@ -11,7 +11,7 @@ from __future__ import annotations
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.parallel_env import GpuParallelEnv
-from gpu_marl_envs.registration import env_spec, is_game, make_parallel
+from gpu_marl_envs.registration import NAMESPACE, is_game, make_parallel
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -33,7 +33,8 @@ def make_batched_env(env_id: str, num_envs: int, **kwargs) -> GpuVectorEnv | Gpu
         return make_parallel(env_id, num_envs, **kwargs)
     import gymnasium
 
-    return gymnasium.make_vec(env_spec(env_id).id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs).unwrapped
+    full_id = env_id if "/" in env_id else f"{NAMESPACE}/{env_id}"
+    return gymnasium.make_vec(full_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs).unwrapped
 
 
 def check_batched_env(env, expected: type, adapter: str, make: str):

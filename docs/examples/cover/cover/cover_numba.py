@@ -1,0 +1,74 @@
+"""Cover-v0's Numba kernels: the device functions of cover.cu, for the constants ``c`` of game.py."""
+
+import math
+
+import numpy as np
+from numba import int32
+
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.rng_numba import uniform
+
+
+def game_functions(c) -> GameFunctions:
+    N, L, T = c.NUM_AGENTS, c.GRID_LENGTH, c.EPISODE_LENGTH
+    DIM = 2 + 2 * N
+
+    @cuda.jit(device=True)
+    def shared():
+        return (cuda.shared.array(1, int32),)  # the count of landmarks covered
+
+    @cuda.jit(device=True)
+    def cell(seed, episode, draw):
+        return min(math.floor(uniform(seed, episode, draw, np.float32(0.0), np.float32(L + 1))), L)
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        x, y, landmark_x, landmark_y, t = state
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            x[e, a] = cell(seed, episode, a)
+            y[e, a] = cell(seed, episode, N + a)
+            landmark_x[e, a] = cell(seed, episode, 2 * N + a)
+            landmark_y[e, a] = cell(seed, episode, 3 * N + a)
+        if cuda.threadIdx.x == 0:
+            t[e] = 0
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        x, y, landmark_x, landmark_y, t = state
+        covered = sh[0]
+        if cuda.threadIdx.x == 0:
+            covered[0] = 0
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            action = actions[e, a]
+            x[e, a] = min(max(x[e, a] + np.int32(action == 1) - np.int32(action == 2), 0), L)
+            y[e, a] = min(max(y[e, a] + np.int32(action == 3) - np.int32(action == 4), 0), L)
+        cuda.syncthreads()  # every agent has moved; covered is 0
+        for j in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            on = False
+            for a in range(N):
+                on = on or (x[e, a] == landmark_x[e, j] and y[e, a] == landmark_y[e, j])
+            if on:
+                cuda.atomic.add(covered, 0, 1)
+        cuda.syncthreads()
+        now = t[e] + 1
+        term = covered[0] == N
+        trunc = now >= T and not term
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            rewards[e, a] = np.float32(covered[0]) / np.float32(N)
+        cuda.syncthreads()  # every thread has read t
+        if cuda.threadIdx.x == 0:
+            t[e] = now
+        return term, trunc
+
+    @cuda.jit(device=True)
+    def observe_env(state, sh, e, obs, masks):
+        x, y, landmark_x, landmark_y, t = state
+        for k in range(cuda.threadIdx.x, N * DIM, cuda.blockDim.x):
+            a, f = k // DIM, k % DIM
+            own = x[e, a] if f % 2 == 0 else y[e, a]
+            j = (f - 2) // 2  # the landmark of features 2.. (x, y differences)
+            value = own if f < 2 else (landmark_x[e, j] if f % 2 == 0 else landmark_y[e, j]) - own
+            obs[e, k] = np.float32(value) / np.float32(L)
+
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
