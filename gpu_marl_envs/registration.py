@@ -27,11 +27,11 @@ registered id of that name.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import os
 import re
 import warnings
-from dataclasses import dataclass
-import os
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 NAMESPACE = "gpu_marl_envs"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class KernelSources:
     """Where an env's kernels are: ``None`` where it has none (that backend is then unavailable)."""
 
@@ -56,7 +56,7 @@ class KernelSources:
     """The Numba module's dotted name (numba backend), imported when that backend is first used."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class RegisteredEnv:
     """An entry of :data:`ENVS` or :data:`GAMES`."""
 
@@ -103,6 +103,7 @@ def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba:
         hint = "; a MultiAgentDefinition registers with register_game" if isinstance(
             definition, MultiAgentDefinition) else ""
         raise TypeError(f"register_env takes an EnvDefinition, got {type(definition).__name__}{hint}")
+    _check_env(definition)
     entry = _entry(definition, namespace, cuda, numba, ENVS, GAMES)
     if entry.id not in gymnasium.registry:
         gymnasium.register(
@@ -125,11 +126,55 @@ def register_game(definition: MultiAgentDefinition, *, namespace: str, cuda=None
     if not isinstance(definition, MultiAgentDefinition):
         hint = "; an EnvDefinition registers with register_env" if isinstance(definition, EnvDefinition) else ""
         raise TypeError(f"register_game takes a MultiAgentDefinition, got {type(definition).__name__}{hint}")
+    _check_game(definition)
     entry = _entry(definition, namespace, cuda, numba, GAMES, ENVS)
     if entry.id not in pettingzoo.parallel_registry:  # registering twice would warn
         pettingzoo.register("parallel", entry.id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
                             kwargs={"env_id": entry.id})
     return entry
+
+
+def _defaults(definition):
+    try:
+        return definition.params_type()
+    except Exception as error:
+        raise ValueError(f"{definition.id}: params_type() must build the default params, got {error!r}") from error
+
+
+def _check_env(definition: EnvDefinition) -> None:
+    """What the runtime relies on, checked where it is cheap (``check_env`` tests the rest)."""
+    params = _defaults(definition)
+    if "max_episode_steps" not in definition.kernel_params:
+        raise ValueError(f"{definition.id}: kernel_params must include 'max_episode_steps' (an int field of "
+                         f"{definition.params_type.__name__}): the kernels truncate episodes by it")
+    names = (*definition.state_fields, *definition.kernel_params)
+    if not definition.state_fields or not all(name.isidentifier() for name in names):
+        raise ValueError(f"{definition.id}: state_fields (not empty) and kernel_params must be identifiers: they "
+                         f"name kernel variables; got {names}")
+    definition.kernel_values(params)  # every kernel param is a number of its declared type
+
+
+def _check_game(definition: MultiAgentDefinition) -> None:
+    """What the runtime relies on, checked where it is cheap (``check_env`` tests the rest)."""
+    from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers
+
+    params = _defaults(definition)
+    for attribute in ("num_agents", "episode_length"):
+        value = getattr(params, attribute, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{definition.id}: {definition.params_type.__name__} needs an int attribute "
+                             f"{attribute} >= 1 (a field or a property), got {value!r}")
+    groups = definition.agent_groups(params)
+    ids = [i for group in groups.values() for i in group]
+    if ids != list(range(params.num_agents)) or any(group.step != 1 for group in groups.values()):
+        raise ValueError(f"{definition.id}: agent_groups must give contiguous ranges covering 0 .. num_agents - 1 "
+                         f"= {params.num_agents - 1} in order, got {groups}")
+    fields = definition.state_fields
+    runtime = {field.name for field in dataclasses.fields(MultiAgentBuffers)} | {"num_envs", "actions",
+                                                                                   "autoreset_mode"}
+    if "t" not in fields or not all(f.isidentifier() and f not in runtime for f in fields):
+        raise ValueError(f"{definition.id}: {definition.state_type.__name__} needs the int32 field t, and fields "
+                         f"named as identifiers, none as the runtime's buffers ({sorted(runtime)}); got {fields}")
 
 
 def _entry(definition, namespace, cuda, numba, registry: dict, other: dict) -> RegisteredEnv:

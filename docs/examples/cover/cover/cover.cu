@@ -47,20 +47,21 @@ struct Cover : GmeGame {
         int now = s.t[e] + 1;
         term = sh.covered == N;
         trunc = now >= GAME_EPISODE_LENGTH && !term;
-        for (int a = threadIdx.x; a < N; a += blockDim.x) rewards[a] = (float)sh.covered / (float)N;
+        for (int a = threadIdx.x; a < N; a += blockDim.x) rewards[a] = (float)(sh.covered - N) / (float)N;
         __syncthreads();  // every thread has read t
         if (threadIdx.x == 0) s.t[e] = now;
     }
 
     __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
-        constexpr int dim = 2 + 2 * N;
+        constexpr int dim = 2 + 4 * N;
         long long row = (long long)e * N;
         for (int k = threadIdx.x; k < N * dim; k += blockDim.x) {
-            int a = k / dim, f = k % dim;
-            int own = f % 2 == 0 ? s.x[row + a] : s.y[row + a];
-            int j = (f - 2) / 2;  // the landmark of features 2.. (x, y differences)
-            int value = f < 2 ? own : (f % 2 == 0 ? s.landmark_x[row + j] : s.landmark_y[row + j]) - own;
-            obs[k] = (float)value / (float)L;
+            int a = k / dim, f = k % dim, j = (f - 2) / 2 % N;  // j: the landmark or agent of feature f >= 2
+            bool is_x = f % 2 == 0;
+            int own = is_x ? s.x[row + a] : s.y[row + a];
+            int other = f < 2 + 2 * N ? (is_x ? s.landmark_x[row + j] : s.landmark_y[row + j])
+                                      : (is_x ? s.x[row + j] : s.y[row + j]);
+            obs[k] = (float)(f < 2 ? own : other - own) / (float)L;
         }
     }
 };

@@ -12,7 +12,7 @@ from gpu_marl_envs.kernels.rng_numba import uniform
 
 def game_functions(c) -> GameFunctions:
     N, L, T = c.NUM_AGENTS, c.GRID_LENGTH, c.EPISODE_LENGTH
-    DIM = 2 + 2 * N
+    DIM = 2 + 4 * N
 
     @cuda.jit(device=True)
     def shared():
@@ -55,7 +55,7 @@ def game_functions(c) -> GameFunctions:
         term = covered[0] == N
         trunc = now >= T and not term
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
-            rewards[e, a] = np.float32(covered[0]) / np.float32(N)
+            rewards[e, a] = np.float32(covered[0] - N) / np.float32(N)
         cuda.syncthreads()  # every thread has read t
         if cuda.threadIdx.x == 0:
             t[e] = now
@@ -66,9 +66,13 @@ def game_functions(c) -> GameFunctions:
         x, y, landmark_x, landmark_y, t = state
         for k in range(cuda.threadIdx.x, N * DIM, cuda.blockDim.x):
             a, f = k // DIM, k % DIM
-            own = x[e, a] if f % 2 == 0 else y[e, a]
-            j = (f - 2) // 2  # the landmark of features 2.. (x, y differences)
-            value = own if f < 2 else (landmark_x[e, j] if f % 2 == 0 else landmark_y[e, j]) - own
-            obs[e, k] = np.float32(value) / np.float32(L)
+            j = (f - 2) // 2 % N  # the landmark or agent of feature f >= 2
+            is_x = f % 2 == 0
+            own = x[e, a] if is_x else y[e, a]
+            if f < 2 + 2 * N:
+                other = landmark_x[e, j] if is_x else landmark_y[e, j]
+            else:
+                other = x[e, j] if is_x else y[e, j]
+            obs[e, k] = np.float32(own if f < 2 else other - own) / np.float32(L)
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

@@ -7,12 +7,13 @@ One group, ``agents`` (``agent_0 .. agent_{N-1}``).
 Per agent ``Discrete(5)``: stay, ``+x``, ``-x``, ``+y``, ``-y`` (one cell, clipped to the grid).
 
 ## Observation space
-Per agent ``Box(-1, 1, (2 + 2N,))`` float32: its own cell ``(x, y) / L``, then each landmark's
-cell minus its own, ``/ L``, landmark by landmark. Every ``/`` is one float32 division.
+Per agent ``Box(-1, 1, (2 + 4N,))`` float32: its own cell ``(x, y) / L``, then each landmark's
+cell minus its own, ``/ L``, landmark by landmark, then each agent's likewise (its own: zeros).
+Every ``/`` is one float32 division.
 
 ## Rewards
-Every agent gets the share of landmarks covered after the moves, ``covered / N`` (a landmark is
-covered when an agent stands on it).
+Every agent gets minus the share of landmarks left uncovered after the moves, ``(covered - N) / N``
+(a landmark is covered when an agent stands on it): the sooner all are covered, the better.
 
 ## Starting state
 Agents and landmarks on cells drawn from the env's key: agent ``a`` at draws ``(a, N + a)``,
@@ -66,7 +67,7 @@ def step(p: CoverParams, s: CoverState, actions: torch.Tensor):
     y = (s.y + (actions == 3).int() - (actions == 4).int()).clamp(0, p.grid_length)
     on = (x[:, :, None] == s.landmark_x[:, None, :]) & (y[:, :, None] == s.landmark_y[:, None, :])
     covered = on.any(dim=1).sum(dim=1)  # (E,) landmarks with an agent on them
-    rewards = float32.divide(covered, p.num_agents)[:, None].expand(-1, p.num_agents).contiguous()
+    rewards = float32.divide(covered - p.num_agents, p.num_agents)[:, None].expand(-1, p.num_agents).contiguous()
     t = s.t + 1
     terminated = covered == p.num_agents
     truncated = (t >= p.episode_length) & ~terminated
@@ -76,8 +77,10 @@ def step(p: CoverParams, s: CoverState, actions: torch.Tensor):
 def observe(p: CoverParams, s: CoverState) -> dict[str, torch.Tensor]:
     own = torch.stack([s.x, s.y], dim=2)  # (E, N, 2)
     landmarks = torch.stack([s.landmark_x, s.landmark_y], dim=2)
-    relative = landmarks[:, None, :, :] - own[:, :, None, :]  # (E, agent, landmark, 2)
-    return {"agents": float32.divide(torch.cat([own, relative.flatten(2)], dim=2), p.grid_length)}
+    to_landmarks = landmarks[:, None, :, :] - own[:, :, None, :]  # (E, agent, landmark, 2)
+    to_agents = own[:, None, :, :] - own[:, :, None, :]  # (E, agent, other agent, 2)
+    cells = torch.cat([own, to_landmarks.flatten(2), to_agents.flatten(2)], dim=2)
+    return {"agents": float32.divide(cells, p.grid_length)}
 
 
 COVER = MultiAgentDefinition(
@@ -85,7 +88,7 @@ COVER = MultiAgentDefinition(
     params_type=CoverParams,
     state_type=CoverState,
     agent_groups=lambda p: {"agents": range(p.num_agents)},
-    observation_spaces=lambda p: {"agents": spaces.Box(-1.0, 1.0, (2 + 2 * p.num_agents,), np.float32)},
+    observation_spaces=lambda p: {"agents": spaces.Box(-1.0, 1.0, (2 + 4 * p.num_agents,), np.float32)},
     action_spaces=lambda p: {"agents": spaces.Discrete(5)},
     reset=reset,
     step=step,

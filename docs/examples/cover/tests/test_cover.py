@@ -14,11 +14,11 @@ def test_kernels_match_the_reference():
                             num_envs=3, num_steps=10, device=DEVICE)
 
 
-def test_covering_every_landmark_ends_the_game_with_the_whole_reward():
+def test_covering_every_landmark_ends_the_game_without_a_penalty():
     env = gpu_marl_envs.make_parallel("cover/Cover-v0", 1, device="cpu", params=CoverParams(num_agents=2))
     env.reset(seed=0)
     state = env.get_state()
     state["x"], state["y"] = state["landmark_x"].clone(), state["landmark_y"].clone()
     env.set_state(state)
     _, rewards, terminations, _, _ = env.step_groups({"agents": torch.zeros(1, 2, dtype=torch.int64)})
-    assert rewards["agents"].tolist() == [[1.0, 1.0]] and terminations["agents"].all()
+    assert rewards["agents"].tolist() == [[0.0, 0.0]] and terminations["agents"].all()

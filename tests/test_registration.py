@@ -1,0 +1,114 @@
+"""The public registration API (``register_env``, ``register_game``) as another package uses it, the
+lookups by id, and the errors that name the fix. The example packages of the tutorial run their own
+tests in tests/test_examples.py."""
+
+import dataclasses
+import sys
+import textwrap
+import warnings
+
+import gymnasium
+import pettingzoo
+import pytest
+import torch
+
+import gpu_marl_envs
+from gpu_marl_envs import registration
+from gpu_marl_envs.backends import BackendUnavailableError
+from gpu_marl_envs.envs.cartpole import CARTPOLE
+from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
+from gpu_marl_envs.registration import register_env, register_game
+
+NAMESPACE = "registration_tests"
+
+
+@pytest.fixture
+def scratch():
+    """Registrations under NAMESPACE are removed afterwards (here and from Gymnasium's and PettingZoo's registries)."""
+    yield NAMESPACE
+    for registry in (registration.ENVS, registration.GAMES, gymnasium.registry, pettingzoo.parallel_registry):
+        for key in [key for key in registry if key.startswith(NAMESPACE)]:
+            del registry[key]
+
+
+def test_an_env_registered_from_elsewhere_works_everywhere(scratch):
+    spec = register_env(CARTPOLE, namespace=scratch)  # a reference only: no kernels
+    assert spec.id == f"{scratch}/CartPole-v1" and gpu_marl_envs.ENVS[spec.id] is spec
+    envs = gymnasium.make_vec(spec.id, num_envs=3, device="cpu")
+    assert envs.unwrapped.num_envs == 3 and envs.unwrapped.metadata["render_modes"] == ["rgb_array"]
+    assert gymnasium.make(spec.id).reset(seed=0)[0].shape == (4,)
+    with pytest.raises(BackendUnavailableError, match=r"without Numba kernels \(register_env\(\.\.\., numba=\.\.\.\)\)"):
+        gpu_marl_envs.GpuVectorEnv(spec.id, 2, device="cpu", backend="numba")
+    # The same name in two namespaces: a bare name is ambiguous, whole ids are not.
+    with pytest.raises(ValueError, match="several namespaces"):
+        gpu_marl_envs.GpuVectorEnv("CartPole-v1", 2, device="cpu")
+    assert gpu_marl_envs.GpuVectorEnv("gpu_marl_envs/CartPole-v1", 2, device="cpu").num_envs == 2
+
+
+def test_a_game_registered_from_elsewhere_works_everywhere(scratch):
+    spec = register_game(TAG_GRIDWORLD, namespace=scratch, cuda=gpu_marl_envs.GAMES[
+        "gpu_marl_envs/TagGridworld-v0"].kernels.cuda, numba="gpu_marl_envs.kernels.tag_gridworld_numba")
+    assert registration.is_game(spec.id) and not registration.is_game("gpu_marl_envs/CartPole-v1")
+    env = gpu_marl_envs.make_parallel(spec.id, 2, device="cpu")
+    assert env.metadata["name"] == "tag_gridworld_v0"
+    game = pettingzoo.make("parallel", spec.id)
+    assert isinstance(game, gpu_marl_envs.PettingZooParallelEnv) and game.possible_agents[-1] == "runner_0"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same registration again changes nothing, and warns nowhere
+        register_game(TAG_GRIDWORLD, namespace=scratch, cuda=spec.kernels.cuda, numba=spec.kernels.numba)
+    with pytest.warns(UserWarning, match="replacing the registered"):
+        register_game(TAG_GRIDWORLD, namespace=scratch, cuda=spec.kernels.cuda)
+
+
+def test_an_unknown_namespace_is_imported_as_a_package(scratch, tmp_path, monkeypatch):
+    (tmp_path / f"{scratch}.py").write_text(textwrap.dedent(f"""
+        from gpu_marl_envs.envs.cartpole import CARTPOLE
+        from gpu_marl_envs import register_env
+        register_env(CARTPOLE, namespace={scratch!r})
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, scratch, raising=False)
+    env = gpu_marl_envs.GpuVectorEnv(f"{scratch}/CartPole-v1", 2, device="cpu")
+    assert env.num_envs == 2
+    with pytest.raises(ValueError, match="unknown env 'no_such_package/CartPole-v1'"):
+        gpu_marl_envs.GpuVectorEnv("no_such_package/CartPole-v1", 2, device="cpu")
+
+
+def test_a_game_without_numba_kernels_names_the_argument(scratch):
+    spec = register_game(TAG_GRIDWORLD, namespace=scratch)
+    with pytest.raises(BackendUnavailableError, match=r"register_game\(\.\.\., numba=\.\.\.\)"):
+        gpu_marl_envs.make_parallel(spec.id, 1, device="cpu", backend="numba")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoAgentsParams:
+    episode_length: int = 5
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: register_env(TAG_GRIDWORLD, namespace=NAMESPACE), TypeError, "registers with register_game"),
+    (lambda: register_game(CARTPOLE, namespace=NAMESPACE), TypeError, "registers with register_env"),
+    (lambda: register_env(CARTPOLE, namespace="a/b"), ValueError, "your package's name"),
+    (lambda: register_env(dataclasses.replace(CARTPOLE, id="CartPole"), namespace=NAMESPACE), ValueError,
+     "a name and a version, as 'Cover-v0'"),
+    (lambda: register_env(CARTPOLE, namespace=NAMESPACE, cuda="nowhere/cartpole.cu"), ValueError, "not one"),
+    (lambda: register_env(CARTPOLE, namespace=NAMESPACE, numba=torch), TypeError, "dotted name"),
+    (lambda: register_env(dataclasses.replace(CARTPOLE, kernel_params=("gravity",)), namespace=NAMESPACE),
+     ValueError, "must include 'max_episode_steps'"),
+    (lambda: register_game(dataclasses.replace(TAG_GRIDWORLD, params_type=NoAgentsParams), namespace=NAMESPACE),
+     ValueError, "needs an int attribute num_agents"),
+    (lambda: register_game(dataclasses.replace(TAG_GRIDWORLD, agent_groups=lambda p: {"all": range(1, 5)}),
+                           namespace=NAMESPACE), ValueError, "contiguous ranges covering 0 .. num_agents - 1"),
+])
+def test_bad_registrations_name_the_fix(scratch, call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+    assert not any(key.startswith(NAMESPACE) for key in (*registration.ENVS, *registration.GAMES))
+
+
+def test_ids_of_one_kind_are_refused_as_the_other():
+    with pytest.raises(ValueError, match="is a multi-agent game: use make_parallel"):
+        gpu_marl_envs.GpuVectorEnv("gpu_marl_envs/TagGridworld-v0", 1, device="cpu")
+    with pytest.raises(ValueError, match="is a single-agent env: use gymnasium.make_vec"):
+        gpu_marl_envs.make_parallel("CartPole-v1", 1, device="cpu")
+
