@@ -185,7 +185,7 @@ class _Comparison:
                    f"{count} element(s) differ")
         if before is not None and index:
             env = index[0]
-            state = {field: value[env].tolist() for field, value in before.items()}
+            state = {field: _shortened(value[env].tolist()) for field, value in before.items()}
             message += f". Env {env}'s state before this step: {state}"
         raise AssertionError(message)
 
@@ -291,6 +291,11 @@ class _GameComparison(_Comparison):
                     self.compare(f"infos[{group}][{key}]", value, other, where, before)
         self.compare("running_returns", self.reference._buffers.running_returns, self.twin._buffers.running_returns,
                      where, before)
+
+
+def _shortened(values, most: int = 16):
+    """``values`` (a number or a list), its first ``most`` elements where longer."""
+    return values if not isinstance(values, list) or len(values) <= most else values[:most] + ["..."]
 
 
 def _clone(value):

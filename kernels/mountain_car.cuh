@@ -1,6 +1,7 @@
 // What MountainCar-v0 and MountainCarContinuous-v0 share: reset, observation and the physics of
-// one step. Twin of gpu_marl_envs/envs/mountain_car.py (reset, advance, observe); the kernels'
-// Params structs name these fields alike, so each function is a template over Params.
+// one step. Twin of gpu_marl_envs/envs/mountain_car.py (reset, advance, observe); both envs' params
+// structs (GmeParams, from their kernel_params) name these fields alike, so each function is a template
+// over Params.
 #pragma once
 #include "classic.cuh"
 

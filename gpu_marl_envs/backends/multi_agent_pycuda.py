@@ -28,7 +28,9 @@ def _literal(value) -> str:
         return str(int(value))
     if isinstance(value, (float, np.floating)):
         return f"({float(np.float32(value)).hex()}f)"
-    return "{" + ", ".join(_literal(v) for v in value) + "}"
+    if isinstance(value, (tuple, list)):
+        return "{" + ", ".join(_literal(v) for v in value) + "}"
+    raise TypeError(f"a kernel constant is a bool, an int, a float or a tuple of numbers; got {value!r}")
 
 
 def kernel_source(spec: RegisteredEnv, params) -> str:

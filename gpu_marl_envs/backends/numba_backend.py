@@ -1,4 +1,5 @@
-"""Numba CUDA backend: the kernels in ``kernels/<env>_numba.py``, launched on torch's current stream.
+"""Numba CUDA backend: an env's Numba device functions in the template's kernels
+(``kernels/classic_numba.py``), launched on torch's current stream.
 
 On a CPU device it runs only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which the
 tests use to check the kernels without a GPU.
