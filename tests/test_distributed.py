@@ -147,7 +147,7 @@ def test_auto_num_envs_on_the_cpu(tmp_path):
                      "--set", "total_timesteps=4096", "--device", "cpu", "--out", out)
     assert result.returncode == 0, result.stderr[-4000:]
     assert 'num_envs = "auto": a sweep' in result.stdout and "the smallest count within 10%" in result.stdout
-    resolved = train.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
+    resolved = run_config.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
     assert resolved in sizing.candidates("cpu") and resolved * 8 <= 4096
     assert f"num_envs = {resolved:,}:" in result.stdout
 

@@ -23,7 +23,7 @@ def run(*args, cwd=None):
     ("pendulum_ddpg.toml", ["learning_starts=512", "batch_size=64"]),
 ])
 def test_training_run_leaves_metrics_curve_and_checkpoint(config, overrides, tmp_path):
-    path = train.CONFIGS / config
+    path = run_config.CONFIGS / config
     out = tmp_path / "run"
     sets = [arg for override in overrides for arg in ("--set", override)]
     result = run("--config", str(path), "--set", "total_timesteps=2048", *sets,
@@ -34,7 +34,7 @@ def test_training_run_leaves_metrics_curve_and_checkpoint(config, overrides, tmp
     assert rows and int(rows[-1]["env_steps"]) <= 2048 and float(rows[-1]["seconds"]) > 0
     curve = Image.open(out / "learning_curve.png")
     assert curve.format == "PNG" and curve.size == (plotting.WIDTH, plotting.HEIGHT)
-    resolved = train.tomllib.loads((out / "config.toml").read_text())
+    resolved = run_config.tomllib.loads((out / "config.toml").read_text())
     assert resolved["hyperparameters"]["seed"] == 3 and resolved["hyperparameters"]["total_timesteps"] == 2048
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["total_timesteps"] == 2048 and checkpoint["history"]
@@ -78,9 +78,9 @@ def test_bad_config_files(tmp_path):
 
 
 def test_overrides_parse_toml_values():
-    assert train.parse_override("learning_rate=1e-3") == ("learning_rate", 1e-3)
-    assert train.parse_override("hidden=[32, 32]") == ("hidden", [32, 32])
-    assert train.parse_override("anneal_lr=false") == ("anneal_lr", False)
+    assert run_config.parse_override("learning_rate=1e-3") == ("learning_rate", 1e-3)
+    assert run_config.parse_override("hidden=[32, 32]") == ("hidden", [32, 32])
+    assert run_config.parse_override("anneal_lr=false") == ("anneal_lr", False)
 
 
 def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):

@@ -202,6 +202,7 @@ from gymnasium import spaces
 from gpu_marl_envs.envs import covid_calibration
 from gpu_marl_envs.envs.covid_calibration import CovidCalibration
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 EPSILON = 1e-10
 """Guards the vaccinated fraction's division and the normalisers' range, as in the original."""
@@ -251,6 +252,7 @@ class CovidEconomyParams:
 
     def __post_init__(self):
         name = type(self).__name__
+        check_params_numbers(self)
         for f in ("episode_length", "action_cooldown", "num_subsidy_levels", "subsidy_interval",
                   "vaccine_delivery_interval"):
             value = getattr(self, f)

@@ -102,6 +102,7 @@ from gymnasium import spaces
 from gpu_marl_envs import rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
 from gpu_marl_envs.multi_agent_buffers import whole_warps
+from gpu_marl_envs.validation import check_params_numbers
 
 # Actions, as in WarpDrive's gridworld.
 STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = range(5)
@@ -138,6 +139,7 @@ class TagGridworldParams:
 
     def __post_init__(self):
         name = type(self).__name__
+        check_params_numbers(self)
         for field, low in (("num_taggers", 1), ("grid_length", 1), ("episode_length", 1)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
