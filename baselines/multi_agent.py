@@ -743,7 +743,7 @@ def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes
     (``gpu_marl_envs.rendering.save_animation`` writes them).
 
     ``policies`` as :func:`train` returns them, or from a checkpoint of ``gpu-marl-train``:
-    ``gpu_marl_envs.baselines.train.load_policies(torch.load(path, weights_only=False), device)``
+    ``gpu_marl_envs.baselines.train.load_policies(checkpoint.load_checkpoint(path), device)``
     gives ``(policies, env_id, config)``."""
     env = GpuParallelEnv(env_id, num_episodes, device=device, params=game_params(env_id, config),
                          autoreset_mode=AutoresetMode.DISABLED, validate_actions=False,
