@@ -35,7 +35,7 @@ def check_params_numbers(params) -> None:
                 raise ValueError(f"{name}.{f.name} must be a finite number within float32's range, got {value}")
         elif kind == "int":
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-                raise ValueError(f"{name}.{f.name} must be an int, got {value!r}")
+                raise ValueError(f"{name}.{f.name} must be an integer, got {value!r}")
             if not INT32.min <= value <= INT32.max:
                 raise ValueError(f"{name}.{f.name} must fit in int32, got {value}")
 

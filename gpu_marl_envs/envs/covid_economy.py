@@ -252,7 +252,6 @@ class CovidEconomyParams:
 
     def __post_init__(self):
         name = type(self).__name__
-        check_params_numbers(self)
         for f in ("episode_length", "action_cooldown", "num_subsidy_levels", "subsidy_interval",
                   "vaccine_delivery_interval"):
             value = getattr(self, f)
@@ -301,6 +300,7 @@ class CovidEconomyParams:
             first = self.calibration.data_start_date
             raise ValueError(f"{name}.start_date {self.start_date} has no data to start from: the calibration "
                              f"has S/I/R/U on days {valid.start} .. {valid.stop - 1} after {first}")
+        check_params_numbers(self)  # the kernels' float32 and int32 (1e39 passes the ranges above)
 
     @property
     def num_states(self) -> int:
