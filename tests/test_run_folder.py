@@ -6,6 +6,7 @@ one ``metrics.csv`` (rows logged after the checkpoint by a killed run are droppe
 purged) and removes the temporaries of interrupted writes."""
 
 import csv
+import time
 
 import pytest
 import torch
@@ -128,6 +129,10 @@ def test_a_resume_continues_one_metrics_file(tmp_path, capsys):
                                 "history": saved["history"][:2]}, out / "checkpoint.pt")
     (out / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
     assert env_steps(out) == [64, 128, 192, 256]
+    # TensorBoard reads a folder's event files in the order of their names, which begin with the
+    # second they were made in: a resume (a new file, whose first event purges the steps past the
+    # checkpoint) comes later than its run in life, and must here too.
+    time.sleep(1.1)
     code, _, err = command(capsys, "--resume", out / "checkpoint.pt", "--set", "total_timesteps=384", "--device", "cpu")
     assert code == 0, err
     assert env_steps(out) == tensorboard_steps(out) == [64, 128, 192, 256, 320, 384], "each entry once, in order"
