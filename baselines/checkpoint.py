@@ -117,7 +117,8 @@ def _feed(hasher, value) -> None:
         hasher.update(f"{type(value).__name__} {value!r};".encode())
     else:
         # Only what torch.load(weights_only=True) reads back (torch.__version__ is a str subclass it refuses).
-        raise TypeError(f"a checkpoint holds tensors, numbers, strings, lists, tuples and dicts, not {type(value).__name__}")
+        raise TypeError(f"a checkpoint holds tensors, numbers, strings, lists, tuples and dicts, "
+                        f"not {type(value).__name__}")
 
 
 def save_checkpoint(checkpoint: dict, path: Path) -> None:

@@ -116,8 +116,8 @@ class PolicyConfig:
     def __post_init__(self):
         if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):
             raise ValueError(f"{type(self).__name__}.ent_coef must be a number >= 0 or a list of [env_steps, value] "
-                             f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], [50_000_000, 0.05]]; "
-                             f"got {self.ent_coef!r}")
+                             f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], "
+                             f"[50_000_000, 0.05]]; got {self.ent_coef!r}")
         settings.check(self)
 
     def entropy_coefficient(self, env_steps: int) -> float:

@@ -97,9 +97,10 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
     if unknown:
         raise ConfigError(f"unknown {algorithm} hyper-parameters {unknown}; known: {sorted(types)}")
     try:
-        return algorithm, raw.get("env"), config_type(**{k: settings.as_annotated(v, types[k]) for k, v in values.items()})
+        config = config_type(**{key: settings.as_annotated(value, types[key]) for key, value in values.items()})
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
+    return algorithm, raw.get("env"), config
 
 
 def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):

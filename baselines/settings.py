@@ -47,7 +47,8 @@ RANGES = {
     # A schedule (a tuple of points, PolicyConfig's) is checked by PolicyConfig.
     "ent_coef": ("a finite number >= 0", lambda v: isinstance(v, tuple) or _finite_at_least(0)(v)),
     "max_grad_norm": ("a number > 0 (inf: no clipping)", lambda v: v > 0),
-    "hidden": ("a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64])", lambda v: len(v) > 0 and min(v) >= 1),
+    "hidden": ("a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64])",
+               lambda v: len(v) > 0 and min(v) >= 1),
 }
 
 
@@ -110,7 +111,9 @@ def _options(annotation) -> list[str]:
 
 
 def _literal(value) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else f'"{value}"' if isinstance(value, str) else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def accepts_bool(annotation) -> bool:
@@ -138,8 +141,8 @@ def as_annotated(value, annotation):
     ``tuple[tuple[int, float], ...]``. Anything else is returned as it is, for :func:`check`."""
     if not isinstance(value, list):
         return value
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    for option in options:
+    union = typing.get_origin(annotation) in (Union, types.UnionType)
+    for option in typing.get_args(annotation) if union else (annotation,):
         if typing.get_origin(option) is tuple:
             arguments = typing.get_args(option)
             if len(arguments) == 2 and arguments[1] is Ellipsis:

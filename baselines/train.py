@@ -177,7 +177,8 @@ def check_device(device: str, local_processes: int = 1) -> None:
         raise ConfigError(f"{local_processes} processes on this host need as many GPUs; it has {count} "
                           "(or train on --device cpu)")
     if local_processes > 1 and parsed.index is not None:
-        raise ConfigError(f"--device {device}: with several processes each trains on cuda:LOCAL_RANK; pass --device cuda")
+        raise ConfigError(f"--device {device}: with several processes each trains on cuda:LOCAL_RANK; "
+                          "pass --device cuda")
 
 
 def check_env(algorithm: str, env, config) -> None:

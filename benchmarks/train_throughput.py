@@ -153,7 +153,8 @@ def gpu_cases(quick: bool):
     GPUs, so every count runs the same number of iterations."""
     iterations = 8 if quick else 30
     # Each config's run on one GPU; on N GPUs, N times the env steps (the same iterations).
-    cartpole = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * iterations)
+    cartpole = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128,
+                                   total_timesteps=4096 * 128 * iterations)
     tag = tag_a2c(1000, 50, 4 if quick else 12)
     for case, algorithm, env_id, per_gpu, backend in (
             ("PPO CartPole 4096x128 per GPU", "ppo", "CartPole-v1", cartpole, None),

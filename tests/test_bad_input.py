@@ -379,7 +379,8 @@ def bad_set_state(case: str, state: dict[str, torch.Tensor], fields):
         # Values the buffers' dtypes cannot hold: 2**40 wrapped to 0 in the int32 elapsed steps.
         "elapsed_beyond_int32": (dict(state=state, elapsed_steps=2 ** 40), ValueError,
                                  re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
-        "elapsed_beyond_int64": (dict(state=state, elapsed_steps=2 ** 70), ValueError, "elapsed_steps must be integers"),
+        "elapsed_beyond_int64": (dict(state=state, elapsed_steps=2 ** 70), ValueError,
+                                 "elapsed_steps must be integers"),
         "beyond_float32": (dict(state={**state, first: torch.tensor([0.0, 1e39, 0.0], dtype=torch.float64)}),
                            ValueError, "state values must be finite"),
     }

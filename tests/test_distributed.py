@@ -148,7 +148,8 @@ def test_two_nodes_train_as_two_processes_and_resume_on_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["checkpoint.pt", "config.toml",
                                                                     "learning_curve.png", "metrics.csv", "tensorboard"]
 
-    resumed = command("--resume", tmp_path / "one" / "checkpoint.pt", "--set", "total_timesteps=1024", "--device", "cpu")
+    resumed = command("--resume", tmp_path / "one" / "checkpoint.pt", "--set", "total_timesteps=1024",
+                      "--device", "cpu")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     steps = [128, 256, 384, 512] + [512 + 64 * (i + 1) for i in range(8)]
     assert [int(row["env_steps"]) for row in metrics(tmp_path / "one")] == tensorboard_steps(tmp_path / "one") == steps
@@ -179,7 +180,7 @@ def test_restarts_on_the_first_attempts_store_are_refused(tmp_path):
     fail to connect at the first restart (pytorch/pytorch#135712): refused before anything runs."""
     shared_store = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
     result = torchrun("--max-restarts=1", "-m", "gpu_marl_envs.baselines.train", *SMALL_RUN,
-                      "--set", "total_timesteps=256", "--out", tmp_path / "run", timeout=300, env=shared_store)
+                      "--set", "total_timesteps=256", "--out", tmp_path / "run", nproc=1, timeout=300, env=shared_store)
     assert result.returncode != 0 and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.stderr
     assert not (tmp_path / "run").exists()
 

@@ -31,7 +31,8 @@ def test_booleans_read_as_booleans_whatever_their_capitals(text, value):
     ("gamma=nan", "PPOConfig.gamma must be a number in [0, 1], got nan"),
     ("hidden=[0]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
     ("hidden=[]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
-    ("hidden=64", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64]), got 64"),
+    ("hidden=64", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64]), "
+                  "got 64"),
     ("hidden=[64.5]", "PPOConfig.hidden must be"),
     ("seed=1.5", "PPOConfig.seed must be an int in [0, 2**32 - 1], got 1.5"),
     ("seed=-1", "PPOConfig.seed must be an int in [0, 2**32 - 1], got -1"),
