@@ -122,8 +122,6 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
         folder = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
         resume, in_place = None, False
     check_env(algorithm, env, config)
-    if folder.exists() and not folder.is_dir():
-        raise RunFolderError(f"--out {folder} is a file, not a folder")
     check_writable(folder)
     own = own_checkpoint(folder)
     if own is not None:
@@ -229,11 +227,15 @@ class RunWriter:
             self._start(None)
         self.metrics.write(entry)
 
-    def close(self) -> None:
-        """Start the folder if no entry came (a finished run resumed), then close its files."""
+    def ensure_started(self) -> None:
+        """After the training: start the folder if the trainer handed over nothing (a finished run
+        resumed, which trains no more)."""
         if self.metrics is None:
             self._start(None)
-        self.metrics.close()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
 
     def _start(self, state: dict | None) -> None:
         plan, folder = self.plan, self.plan.folder
@@ -276,8 +278,9 @@ def run_training(plan: Plan, device, context: Context) -> dict | None:
         try:
             agent, history = train(env, config, device=device, log=log, save=writer.save, resume=state,
                                    log_every=log_every)
+            writer.ensure_started()
         finally:
-            writer.close()
+            writer.close()  # a trainer that failed before handing anything over leaves no folder
     plot_learning_curve(history, folder / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})"
                         + (f", {context.world_size} ranks" if context.enabled else ""))
     if multi:

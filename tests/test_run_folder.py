@@ -1,9 +1,10 @@
 """A user's runs are kept whole by ``gpu-marl-train`` (in this process, tiny CPU runs): a run into a
 folder that holds a run is refused and leaves every byte as it was, ``--overwrite`` replaces the
-whole run (TensorBoard included), nothing is written before the checks pass, every damaged or
-foreign checkpoint gets one line rather than a traceback or garbage weights, and a resume continues
-one ``metrics.csv`` (rows logged after the checkpoint by a killed run are dropped, TensorBoard's
-purged) and removes the temporaries of interrupted writes."""
+whole run (TensorBoard included), nothing is written before the checks pass and the trainer has
+saved its starting state, every damaged or foreign checkpoint gets one line rather than a
+traceback or garbage weights, and a resume continues one ``metrics.csv`` (rows logged after the
+checkpoint by a killed run are dropped, TensorBoard's purged) and removes the temporaries of
+interrupted writes."""
 
 import csv
 import time
@@ -11,7 +12,7 @@ import time
 import pytest
 import torch
 
-from gpu_marl_envs.baselines import checkpoint, train
+from gpu_marl_envs.baselines import checkpoint, ppo, run_config, train
 
 TINY = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "total_timesteps=256", "--device", "cpu"]
 
@@ -90,6 +91,16 @@ def test_nothing_is_written_before_the_checks_pass(case, tmp_path, capsys):
     config.write_text(f'env = "{env}"\nalgorithm = "{algorithm}"\n')
     code, _, err = command(capsys, *args, "--out", tmp_path / "run")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_that_fails_before_its_first_save_leaves_no_folder(tmp_path, monkeypatch):
+    def failing(env_id, config, **kwargs):
+        raise RuntimeError("CUDA out of memory")  # as building a run's envs can, after every check passed
+
+    monkeypatch.setitem(run_config.ALGORITHMS, "ppo", (ppo.PPOConfig, failing, None))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train.main([*TINY, "--out", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
 
 
