@@ -270,7 +270,7 @@ def test_between_graphs_cuts_a_captured_phase(cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("gpus", [2, 4])
+@pytest.mark.parametrize("gpus", [2, 4], ids=["2gpus", "4gpus"])
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg", *MULTI_AGENT])
 def test_several_gpus(algorithm, gpus, tmp_path):
     """NCCL on 2 and 4 GPUs, CUDA graphs on: identical parameters at the end, with the all-reduce
