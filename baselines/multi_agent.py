@@ -199,10 +199,10 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
         run_keys = {f.name for f in fields(cls)} - {"groups", "policies", "env_params"}
         for key in sorted(set(run) - run_keys):
             hint = (f"; {key} is a policy setting: put it in [policies.<name>] (--set policies.<name>.{key}=...)"
-                    if key in settings.annotations(PolicyConfig) else "")
+                    if key in settings.field_types(PolicyConfig) else "")
             raise ValueError(f"unknown run setting {key!r} in [hyperparameters]; known: {sorted(run_keys)}{hint}")
         policies = {}
-        policy_types = settings.annotations(PolicyConfig)
+        policy_types = settings.field_types(PolicyConfig)
         for name, table in tables.get("policies", {}).items():
             if not isinstance(table, dict):
                 raise ValueError(f"policies.{name} must be a table of settings, got {table!r}")

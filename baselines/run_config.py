@@ -86,7 +86,7 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     config_type = ALGORITHMS[algorithm][0]
-    types = settings.annotations(config_type)
+    types = settings.field_types(config_type)
     values = dict(raw.get("hyperparameters", {}))
     for text in overrides:
         key, value = parse_override(text)
@@ -115,9 +115,9 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
                           f"{list(multi_agent.ALGORITHMS)}, got {algorithm!r}")
     tables = {name: copy.deepcopy(raw.get(name, {})) for name in ("hyperparameters", *MULTI_AGENT_TABLES)}
     # The type of a setting each table's keys name.
-    types = {"hyperparameters": settings.annotations(multi_agent.MultiAgentConfig),
-             "policies": settings.annotations(multi_agent.PolicyConfig),
-             "env_params": settings.annotations(get_game(env).params_type), "groups": {}}
+    types = {"hyperparameters": settings.field_types(multi_agent.MultiAgentConfig),
+             "policies": settings.field_types(multi_agent.PolicyConfig),
+             "env_params": settings.field_types(get_game(env).params_type), "groups": {}}
     for text in overrides:
         key, value = parse_override(text)
         path = key.split(".")

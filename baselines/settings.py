@@ -55,9 +55,9 @@ RANGES = {
 def check(config) -> None:
     """``ValueError`` naming the first field of the dataclass ``config`` whose value has not its
     annotated type or lies outside its range (:data:`RANGES`)."""
-    annotations = typing.get_type_hints(type(config))
+    hints = field_types(type(config))
     for f in dataclasses.fields(config):
-        value, annotation = getattr(config, f.name), annotations[f.name]
+        value, annotation = getattr(config, f.name), hints[f.name]
         rule = RANGES.get(f.name)
         if not matches(value, annotation) or (rule is not None and not rule[1](value)):
             raise ValueError(f"{type(config).__name__}.{f.name} must be {rule[0] if rule else describe(annotation)}, "
@@ -152,6 +152,6 @@ def as_annotated(value, annotation):
     return value
 
 
-def annotations(config_type) -> dict:
+def field_types(config_type) -> dict:
     """Field name -> annotation of a config dataclass."""
     return typing.get_type_hints(config_type)
