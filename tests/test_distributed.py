@@ -189,8 +189,9 @@ def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
     out = tmp_path / "run"
     sets = ["env_params.grid_length=4", "env_params.episode_length=8", "num_envs=2", "num_steps=8",
             "total_timesteps=64", "policies.shared.hidden=[8]"]
-    result = command("--nproc-per-node", "2", "--env", "TagGridworld-v0", *[a for s in sets for a in ("--set", s)],
-                     "--device", "cpu", "--out", out)
+    # --max-restarts: the shortcut starts torchrun so that a restart could connect (no restart happens here).
+    result = command("--nproc-per-node", "2", "--max-restarts", "1", "--env", "TagGridworld-v0",
+                     *[a for s in sets for a in ("--set", s)], "--device", "cpu", "--out", out)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.count("greedy mean return per agent: taggers") == 1, "rank 0 alone evaluates and reports"
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -206,6 +207,7 @@ def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
      "must cover one iteration"),
     (["--nproc-per-node", "0", "--env", "CartPole-v1"], "--nproc-per-node must be >= 1"),
     (["--nproc-per-node", "2", "--evaluate", "checkpoint.pt"], "--evaluate runs in one process"),
+    (["--max-restarts", "1", "--env", "CartPole-v1"], "--max-restarts goes with --nproc-per-node"),
 ])
 def test_shortcut_checks_the_run_before_starting_processes(args, message, tmp_path):
     result = command(*args, "--device", "cpu", "--out", tmp_path / "run")
