@@ -243,7 +243,7 @@ def run_gpu_cases(args) -> None:
               for r in results if r["case"] == CURVE_CASE}
     if args.curves and curves:
         plot_learning_curves(curves, args.curves, f"PPO on CartPole-v1, the same total batch "
-                                                  f"({CURVE_ENVS:,} envs x 128 steps), {gpu}")
+                                                  f"({CURVE_ENVS:,} envs x 128 steps)\n{gpu}")
         print(f"learning curves: {args.curves}")
 
 
