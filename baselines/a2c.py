@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpu_marl_envs.baselines import on_policy
+from gpu_marl_envs.baselines import on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import RMSprop
 from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
@@ -38,8 +38,8 @@ class A2CConfig(RolloutSizes, CaptureOptions):
     seed: int = 0
 
     def __post_init__(self):
+        settings.check(self)
         self.check_sizes()
-        self.check_options()
 
 
 def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig):

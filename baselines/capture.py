@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 
@@ -51,7 +51,7 @@ class CaptureOptions:
     losses in the update) in bfloat16 autocast: half the memory traffic of wide networks'
     activations and faster tensor-core products, at bfloat16's 8-bit mantissa. The sampling noise,
     the advantages, the parameters, gradients and optimizer stay float32. Off by default."""
-    fused_mlp: bool | str = "auto"
+    fused_mlp: bool | Literal["auto"] = "auto"
     """Run the default actor and critic (two tanh hidden layers of one width up to 64) as two
     Triton kernels per pass (``fused_mlp.py``) that keep each block's activations in registers
     instead of writing every layer's to GPU memory. ``"auto"`` (the default): where they gain, i.e.
@@ -64,11 +64,6 @@ class CaptureOptions:
     is captured inside the update's graph. False: the update's graph is cut at each all-reduce,
     which runs between the replays of the pieces (for NCCL builds that cannot capture collectives,
     and to compare; one more launch per gradient step). No effect on one GPU or the CPU."""
-
-    def check_options(self) -> None:
-        """``ValueError`` for a ``fused_mlp`` other than true, false or "auto"."""
-        if not (isinstance(self.fused_mlp, bool) or self.fused_mlp == "auto"):
-            raise ValueError(f'{type(self).__name__}.fused_mlp must be true, false or "auto", got {self.fused_mlp!r}')
 
     def fused_mlp_setting(self, minibatch_rows: int) -> bool | str:
         """``fused_mlp`` as the trainers apply it to a policy whose update minibatches have

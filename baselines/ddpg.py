@@ -16,13 +16,14 @@ import copy
 import math
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
-from gpu_marl_envs.baselines import ppo
+from gpu_marl_envs.baselines import ppo, settings
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.distributed import GradientAverager, setup
 from gpu_marl_envs.baselines.models import layer
@@ -56,7 +57,7 @@ class DDPGConfig:
     """Critic updates per iteration (vector step): the update-to-data ratio is gradient_steps / num_envs."""
     policy_frequency: int = 2
     """Actor and target updates every this many critic updates (TD3's delay; 1 is the paper's DDPG)."""
-    exploration: str = "gaussian"
+    exploration: Literal["gaussian", "ou"] = "gaussian"
     """Behaviour noise: ``"gaussian"`` (independent per step) or ``"ou"`` (Ornstein-Uhlenbeck, per env)."""
     exploration_noise: float = 0.1
     """Noise scale (the Gaussian's std, or OU's sigma) as a fraction of the action half-range
@@ -68,43 +69,17 @@ class DDPGConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "gradient_steps",
-                     "policy_frequency"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ValueError(f"DDPGConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if not _is_int(self.learning_starts) or self.learning_starts < 0:
-            raise ValueError(f"DDPGConfig.learning_starts must be an int >= 0, got {self.learning_starts!r}")
+        settings.check(self)
         if self.total_timesteps < self.num_envs:
             raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one vector step "
                              f"(num_envs = {self.num_envs})")
         if self.buffer_size < self.num_envs:
             raise ValueError(f"buffer_size ({self.buffer_size}) must hold one vector step (num_envs = {self.num_envs})")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"DDPGConfig.gamma must lie in [0, 1], got {self.gamma!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"DDPGConfig.tau must lie in (0, 1], got {self.tau!r}")
-        for name in ("actor_lr", "critic_lr"):
-            if not (isinstance(getattr(self, name), (int, float)) and math.isfinite(getattr(self, name))
-                    and getattr(self, name) > 0):
-                raise ValueError(f"DDPGConfig.{name} must be a finite number > 0, got {getattr(self, name)!r}")
-        if self.exploration not in ("gaussian", "ou"):
-            raise ValueError(f"DDPGConfig.exploration must be 'gaussian' or 'ou', got {self.exploration!r}")
-        if not (math.isfinite(self.exploration_noise) and self.exploration_noise >= 0):
-            raise ValueError(f"DDPGConfig.exploration_noise must be a finite number >= 0, got {self.exploration_noise!r}")
-        if not 0.0 < self.ou_theta <= 1.0:
-            raise ValueError(f"DDPGConfig.ou_theta must lie in (0, 1], got {self.ou_theta!r}")
-        if (not isinstance(self.hidden, tuple) or not self.hidden
-                or not all(_is_int(h) and h >= 1 for h in self.hidden)):
-            raise ValueError(f"DDPGConfig.hidden must be a non-empty tuple of ints >= 1, got {self.hidden!r}")
 
     @property
     def num_iterations(self) -> int:
         """Vector steps of the run."""
         return self.total_timesteps // self.num_envs
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def relu_mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) -> nn.Sequential:
@@ -225,8 +200,8 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     env steps of all ranks. A checkpoint holds rank 0's replay, which every rank of a resumed run
     loads: the ranks' buffers start alike and part as new transitions come in."""
     context = setup(device)
-    first = resumed_iteration(resume)
-    torch.manual_seed(context.seed(config.seed + first))
+    first = resumed_iteration(resume, context.world_size, config.num_envs)
+    torch.manual_seed(context.seed(config.seed, first))
     envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
                           device=context.device, backend=backend)
     device = envs.device
@@ -256,6 +231,8 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
              "actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer, "replay": replay}
     history = restore(resume, **parts)
     context.broadcast_parameters(actor, critic, target_actor, target_critic)
+    if resume is None and save is not None and context.is_main:  # the run's starting point
+        save(training_state(0, history, context.world_size, **parts))
     # Gradient steps taken before iteration `first` (the actor's delayed updates count them).
     updates = max(0, first - math.ceil(config.learning_starts / steps_per_iteration)) * config.gradient_steps
     start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
@@ -300,7 +277,7 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
             history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, log,
                                      context=context))
             if save is not None and context.is_main:
-                save(training_state(iteration + 1, history, **parts))
+                save(training_state(iteration + 1, history, context.world_size, **parts))
     envs.close()
     return actor, history
 

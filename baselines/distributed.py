@@ -10,8 +10,14 @@ collective below is skipped.
     torchrun --standalone --nproc-per-node 2 -m gpu_marl_envs.baselines.train --env CartPole-v1
 
 What a rank reads from ``torchrun`` (its environment variables ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) is :func:`setup`'s business; the trainers see a
-:class:`Context`.
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``) is this module's business;
+the trainers see a :class:`Context`.
+
+Restarts (``torchrun --max-restarts N``): torchrun stops every rank when one fails and starts
+them all again with the same command; the command resumes from the run's checkpoint. The process
+group's ``timeout`` bounds how long a rank waits in a collective for a dead or frozen peer before
+it fails, and with it the job or the restart. A restart must not reuse the first attempt's
+rendezvous store (see :func:`launch_problem`).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -28,6 +35,12 @@ from gpu_marl_envs.baselines.capture import between_graphs
 
 RANK_SEED_STRIDE = 0x9E3779B9
 """The distance between the torch seeds of consecutive ranks (2**32 / golden ratio, odd)."""
+
+DEFAULT_TIMEOUT = 600.0
+"""Seconds a rank waits in a collective for the others (NCCL's default in PyTorch) before it fails."""
+
+UNNAMED_JOB = "none"
+"""torchrun's ``--rdzv-id`` when none is given: the same for every job, so it names none."""
 
 
 @dataclass(frozen=True)
@@ -51,19 +64,22 @@ class Context:
 
     # -- seeds and sizes -------------------------------------------------------------------------
 
-    def seed(self, seed: int) -> int:
+    def seed(self, seed: int, iteration: int = 0) -> int:
         """The seed of this rank's torch random numbers (sampling, shuffles, initial parameters
-        before rank 0's are broadcast): ``seed`` itself on rank 0, so that a one-process run is
-        unchanged, and ``RANK_SEED_STRIDE`` apart on the other ranks, far from any other run's seed.
+        before rank 0's are broadcast) in a run that starts at ``iteration`` (0, or where a resume
+        continues): ``seed + iteration * world_size`` on rank 0 (so a fresh one-process run uses
+        ``seed`` itself, and a start after the same env steps the same seed whatever the number of
+        ranks), and ``RANK_SEED_STRIDE`` apart on the other ranks, far from any other start's seed.
         The stride is odd and below ``2**32``, so the ranks' seeds differ in their low 32 bits,
         all that torch's CPU generator (a Mersenne Twister) reads of a seed."""
-        return seed + self.rank * RANK_SEED_STRIDE
+        return seed + iteration * self.world_size + self.rank * RANK_SEED_STRIDE
 
     def env_seed(self, seed: int, iteration: int, num_envs: int) -> int:
         """The seed of this rank's ``num_envs`` envs when a run starts at ``iteration`` (0, or the
         iteration a resumed run continues from): sub-env ``i`` of rank ``r`` gets ``seed + (iteration
-        * world_size + r) * num_envs + i`` (Gymnasium's vector seeding adds ``i``), so no two
-        sub-envs of a run share a seed, across ranks and resumes."""
+        * world_size + r) * num_envs + i`` (Gymnasium's vector seeding adds ``i``). ``iteration *
+        world_size * num_envs`` is the number of sub-env rollouts the run has done, so no two
+        sub-envs of a run share a seed, across ranks, resumes and resumes on other numbers of ranks."""
         return seed + (iteration * self.world_size + self.rank) * num_envs
 
     def iterations(self, total_timesteps: int, steps_per_iteration: int) -> int:
@@ -144,23 +160,35 @@ class Context:
         dist.broadcast_object_list(holder, src=0, device=self._collective_device)
         return holder[0]
 
+    def gather(self, obj) -> list:
+        """Every rank's ``obj`` (any picklable value), in rank order, on every rank."""
+        if not self.enabled:
+            return [obj]
+        everyone = [None] * self.world_size
+        dist.all_gather_object(everyone, obj)
+        return everyone
+
 
 SINGLE = Context()
 """A run of one process."""
 
 
-def setup(device=None) -> Context:
+def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
     """This process's :class:`Context`. Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment)
     it initialises the default process group unless it exists: NCCL when training on CUDA (``device``
-    ``"cuda"``, or None with a GPU present), gloo on the CPU; each rank trains on
-    ``cuda:LOCAL_RANK``. Without ``torchrun``, and without a process group, a run of one process on
-    ``device``. A process group created by the caller is used as it is."""
+    ``"cuda"``, or None with a GPU present), gloo on the CPU, with collectives that fail after
+    ``timeout`` seconds of waiting; each rank trains on ``cuda:LOCAL_RANK``. Without ``torchrun``,
+    and without a process group, a run of one process on ``device``. A process group created by the
+    caller is used as it is."""
     if not dist.is_available():
         return Context(device=_as_device(device))
     if not dist.is_initialized():
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size == 1:
             return Context(device=_as_device(device))
+        problem = launch_problem()
+        if problem is not None:
+            raise RuntimeError(problem)
         local_rank = int(os.environ["LOCAL_RANK"])
         rank_device = _rank_device(device, local_rank, world_size)
         if rank_device.type == "cuda":
@@ -168,9 +196,11 @@ def setup(device=None) -> Context:
             # pycuda's primary-context helper picks the GPU named by CUDA_DEVICE (else GPU 0): the
             # pycuda backend's kernels must load on this rank's GPU.
             os.environ.setdefault("CUDA_DEVICE", str(local_rank))
-            dist.init_process_group("nccl", device_id=rank_device)
+            # NCCL's watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING, on by default) ends a rank whose
+            # collective outlives the timeout.
+            dist.init_process_group("nccl", device_id=rank_device, timeout=timedelta(seconds=timeout))
         else:
-            dist.init_process_group("gloo")
+            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
         return Context(dist.get_rank(), dist.get_world_size(), local_rank, rank_device)
     world_size = dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
@@ -179,6 +209,35 @@ def setup(device=None) -> Context:
         raise ValueError("the process group uses NCCL, which needs CUDA tensors: train on device='cuda', or "
                          "initialise the process group with the gloo backend for CPU training")
     return Context(dist.get_rank(), world_size, local_rank, rank_device)
+
+
+def launch_problem() -> str | None:
+    """Why this process's ``torchrun`` launch cannot restart its ranks safely, or None.
+
+    With ``--max-restarts``, torchrun (2.13) hands its restarted ranks the same TCP store as the
+    first attempt (its c10d rendezvous shares one store across rounds unless
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; the static rendezvous always does), and the ranks'
+    process group finds the first attempt's addresses there: gloo fails with "connectFullMesh ...
+    Connection refused", NCCL likewise (pytorch/pytorch#135712). Without the shared store, rank 0
+    hosts a fresh store at each attempt. A restarted job must also know its run folder by the job's
+    name (``--rdzv-id``; ``--standalone`` makes one)."""
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) == 0:
+        return None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        return ("torchrun --max-restarts would restart the ranks on the first attempt's rendezvous store, where "
+                "they fail to connect (pytorch/pytorch#135712): export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use "
+                "the c10d rendezvous (--standalone, or --rdzv-backend c10d)")
+    if os.environ.get("TORCHELASTIC_RUN_ID", UNNAMED_JOB) == UNNAMED_JOB:
+        return "torchrun --max-restarts needs a name for the job, to find its run again: pass --rdzv-id <unique id>"
+    return None
+
+
+def job_id() -> str | None:
+    """The ``torchrun`` job this process runs in (``TORCHELASTIC_RUN_ID``: the rendezvous id, a
+    fresh UUID under ``--standalone``), the same across the job's restarts; None outside torchrun
+    or where the id names no job (torchrun's default ``none``)."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID")
+    return None if job in (None, UNNAMED_JOB) else job
 
 
 def teardown() -> None:
@@ -238,8 +297,9 @@ class GradientAverager:
         else:
             between_graphs(self._all_reduce)
         flat.mul_(1.0 / self.context.world_size)
-        for grad, part in zip(grads, flat.split([g.numel() for g in grads])):
-            grad.copy_(part.view_as(grad))
+        # One multi-tensor copy rather than one per parameter: in a captured update, every kernel
+        # of every gradient step is a graph node to launch.
+        torch._foreach_copy_(grads, [part.view_as(g) for g, part in zip(grads, flat.split([g.numel() for g in grads]))])
 
     def _all_reduce(self) -> None:
         # The whole buffer, whichever prefix holds gradients now: the same call on every rank.

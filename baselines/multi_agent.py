@@ -48,13 +48,16 @@ import functools
 import math
 import re
 import time
+import typing
 from dataclasses import asdict, dataclass, field, fields
+from typing import Literal
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from gpu_marl_envs.baselines import settings
 from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
@@ -66,7 +69,8 @@ from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSi
 from gpu_marl_envs.parallel_env import GpuParallelEnv, get_game
 from gpu_marl_envs.registration import is_game
 
-ALGORITHMS = ("ppo", "a2c")
+Algorithm = Literal["ppo", "a2c"]
+ALGORITHMS = typing.get_args(Algorithm)
 PPO_ONLY = ("clip_coef", "update_epochs", "num_minibatches")
 POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a bare TOML key, and a clean metrics-column prefix
 
@@ -77,7 +81,7 @@ POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a bare TOML key, and a clean metr
 class PolicyConfig:
     """One policy's algorithm and settings. Defaults: CleanRL's PPO."""
 
-    algorithm: str = "ppo"
+    algorithm: Algorithm = "ppo"
     """``"ppo"`` (clipped surrogate, epochs of minibatches) or ``"a2c"`` (one gradient step per rollout)."""
     train: bool = True
     """False: the policy acts but is never updated (WarpDrive's ``to_train``)."""
@@ -111,30 +115,11 @@ class PolicyConfig:
     """PPO only: minibatches per pass (rows of the policy's agents, split as evenly as possible)."""
 
     def __post_init__(self):
-        name = type(self).__name__
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"{name}.algorithm must be one of {list(ALGORITHMS)}, got {self.algorithm!r}")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "bool" and not isinstance(value, bool):
-                raise ValueError(f"{name}.{f.name} must be true or false, got {value!r}")
-            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}.{f.name} must be an int >= 1, got {value!r}")
-            if f.type == "float" and not is_coefficient(value):
-                raise ValueError(f"{name}.{f.name} must be a number >= 0, got {value!r}")
-        for key in ("gamma", "gae_lambda"):
-            if not getattr(self, key) <= 1:
-                raise ValueError(f"{name}.{key} must lie in [0, 1], got {getattr(self, key)}")
-        schedule = self.ent_coef if isinstance(self.ent_coef, tuple) else ((0, self.ent_coef),)
-        steps = [point[0] if isinstance(point, tuple) and len(point) == 2 else None for point in schedule]
-        if (not schedule or steps[0] != 0 or any(isinstance(step, bool) or not isinstance(step, int) for step in steps)
-                or any(a >= b for a, b in zip(steps, steps[1:])) or not all(is_coefficient(v) for _, v in schedule)):
-            raise ValueError(f"{name}.ent_coef must be a number >= 0 or a list of [env_steps, value] points with "
-                             f"steps increasing from 0 and values >= 0, e.g. [[0, 0.5], [50_000_000, 0.05]]; "
-                             f"got {self.ent_coef!r}")
-        if not (isinstance(self.hidden, tuple) and self.hidden
-                and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden)):
-            raise ValueError(f"{name}.hidden must be a non-empty list of ints >= 1, got {self.hidden!r}")
+        if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):
+            raise ValueError(f"{type(self).__name__}.ent_coef must be a number >= 0 or a list of [env_steps, value] "
+                             f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], "
+                             f"[50_000_000, 0.05]]; got {self.ent_coef!r}")
+        settings.check(self)
 
     def entropy_coefficient(self, env_steps: int) -> float:
         """``ent_coef`` after ``env_steps`` env steps of the run."""
@@ -144,9 +129,16 @@ class PolicyConfig:
         return float(np.interp(env_steps, steps, values))
 
 
-def is_coefficient(value) -> bool:
-    """A number >= 0 (``inf`` included), not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and value >= 0
+def is_schedule(points: tuple) -> bool:
+    """Whether ``points`` is an entropy schedule: ``(env_steps, value)`` pairs, steps ints increasing
+    from 0, values finite numbers >= 0."""
+    pairs = [p for p in points if isinstance(p, tuple) and len(p) == 2]
+    if not pairs or len(pairs) != len(points):
+        return False
+    steps, values = zip(*pairs)
+    return (steps[0] == 0 and all(settings.matches(step, int) for step in steps)
+            and all(a < b for a, b in zip(steps, steps[1:]))
+            and all(settings.matches(v, float) and math.isfinite(v) and v >= 0 for v in values))
 
 
 def _default_groups() -> dict[str, str]:
@@ -178,10 +170,8 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
     """Fields of the game's params dataclass to change from its defaults (the published config)."""
 
     def __post_init__(self):
+        settings.check(self)
         self.check_sizes()
-        self.check_options()
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"MultiAgentConfig.seed must be an int, got {self.seed!r}")
         if not self.groups:
             raise ValueError("groups is empty: map every group of the game to a policy, e.g. "
                              '[groups] taggers = "taggers", runners = "runners"')
@@ -189,14 +179,14 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
             if policy not in self.policies:
                 raise ValueError(f"group {group!r} uses policy {policy!r}, which has no settings: add a "
                                  f"[policies.{policy}] table (policies: {sorted(self.policies)})")
-        for policy, settings in self.policies.items():
+        for policy, policy_config in self.policies.items():
             if not POLICY_NAME.fullmatch(policy):
                 raise ValueError(f"policy name {policy!r} must use only letters, digits, '_' and '-'")
             if policy not in self.groups.values():
                 raise ValueError(f"policy {policy!r} serves no group: map a group to it in [groups] or remove "
                                  f"[policies.{policy}]")
-            if not isinstance(settings, PolicyConfig):
-                raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(settings).__name__}")
+            if not isinstance(policy_config, PolicyConfig):
+                raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(policy_config).__name__}")
 
     @classmethod
     def from_dict(cls, tables: dict, algorithm: str | None = None) -> "MultiAgentConfig":
@@ -208,31 +198,27 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
             raise ValueError(f"unknown tables {sorted(unknown)}; expected hyperparameters, groups, policies, env_params")
         run = dict(tables.get("hyperparameters", {}))
         run_keys = {f.name for f in fields(cls)} - {"groups", "policies", "env_params"}
-        policy_keys = {f.name for f in fields(PolicyConfig)}
         for key in sorted(set(run) - run_keys):
             hint = (f"; {key} is a policy setting: put it in [policies.<name>] (--set policies.<name>.{key}=...)"
-                    if key in policy_keys else "")
+                    if key in settings.field_types(PolicyConfig) else "")
             raise ValueError(f"unknown run setting {key!r} in [hyperparameters]; known: {sorted(run_keys)}{hint}")
         policies = {}
-        for name, settings in tables.get("policies", {}).items():
-            if not isinstance(settings, dict):
-                raise ValueError(f"policies.{name} must be a table of settings, got {settings!r}")
-            settings = dict(settings)
-            settings.setdefault("algorithm", algorithm or PolicyConfig.algorithm)
-            unknown = sorted(set(settings) - policy_keys)
+        policy_types = settings.field_types(PolicyConfig)
+        for name, table in tables.get("policies", {}).items():
+            if not isinstance(table, dict):
+                raise ValueError(f"policies.{name} must be a table of settings, got {table!r}")
+            values = {key: settings.as_annotated(value, policy_types.get(key)) for key, value in table.items()}
+            values.setdefault("algorithm", algorithm or PolicyConfig.algorithm)
+            unknown = sorted(set(values) - set(policy_types))
             if unknown:
-                raise ValueError(f"unknown settings {unknown} in [policies.{name}]; known: {sorted(policy_keys)}")
-            if settings["algorithm"] == "a2c":
-                ppo_only = sorted(set(settings) & set(PPO_ONLY))
+                raise ValueError(f"unknown settings {unknown} in [policies.{name}]; known: {sorted(policy_types)}")
+            if values["algorithm"] == "a2c":
+                ppo_only = sorted(set(values) & set(PPO_ONLY))
                 if ppo_only:
                     raise ValueError(f"{ppo_only} in [policies.{name}] apply to PPO only; remove them or set "
                                      'algorithm = "ppo"')
-            if isinstance(settings.get("hidden"), list):
-                settings["hidden"] = tuple(settings["hidden"])
-            if isinstance(settings.get("ent_coef"), list):  # a schedule: TOML arrays as tuples (hashable)
-                settings["ent_coef"] = tuple(tuple(p) if isinstance(p, list) else p for p in settings["ent_coef"])
             try:
-                policies[name] = PolicyConfig(**settings)
+                policies[name] = PolicyConfig(**values)
             except ValueError as error:
                 raise ValueError(f"[policies.{name}]: {error}") from None
         groups = tables.get("groups", {})
@@ -629,9 +615,9 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     replays), instead of as parallel branches.
     """
     context = setup(device)
-    first = resumed_iteration(resume)
+    first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
-    torch.manual_seed(context.seed(config.seed + first))
+    torch.manual_seed(context.seed(config.seed, first))
     # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
     env = GpuParallelEnv(env_id, config.num_envs, device=context.device, backend=backend,
                          params=game_params(env_id, config), autoreset_mode=AutoresetMode.SAME_STEP,
@@ -704,6 +690,8 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
              **{f"optimizer/{name}": optimizer for name, optimizer in optimizers.items()}}
     history = restore(resume, **parts)
     context.broadcast_parameters(*policies.values())
+    if resume is None and save is not None and context.is_main:  # the run's starting point
+        save(training_state(0, history, context.world_size, **parts))
     start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     steps_per_iteration = config.batch_size * context.world_size
     with config.matmul_precision():
@@ -720,7 +708,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
                 history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, reported, log,
                                          times, context))
                 if save is not None and context.is_main:
-                    save(training_state(iteration + 1, history, **parts))
+                    save(training_state(iteration + 1, history, context.world_size, **parts))
     env.close()
     return policies, history
 
@@ -751,7 +739,7 @@ def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes
     (``gpu_marl_envs.rendering.save_animation`` writes them).
 
     ``policies`` as :func:`train` returns them, or from a checkpoint of ``gpu-marl-train``:
-    ``gpu_marl_envs.baselines.train.load_policies(torch.load(path, weights_only=False), device)``
+    ``gpu_marl_envs.baselines.train.load_policies(checkpoint.load_checkpoint(path), device)``
     gives ``(policies, env_id, config)``."""
     env = GpuParallelEnv(env_id, num_episodes, device=device, params=game_params(env_id, config),
                          autoreset_mode=AutoresetMode.DISABLED, validate_actions=False,

@@ -46,9 +46,9 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
     ``RolloutSizes`` and ``CaptureOptions`` fields, ``seed``, ``hidden``, ``learning_rate``); the
     optimizer is ``optimizer_type(..., **optimizer_options)``."""
     context = setup(device)
-    first = resumed_iteration(resume)
+    first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new episodes (see checkpoint.py).
-    torch.manual_seed(context.seed(config.seed + first))
+    torch.manual_seed(context.seed(config.seed, first))
     envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
                           device=context.device, backend=backend, captured=config.cuda_graph)
     device = envs.device
@@ -70,7 +70,8 @@ def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, 
     """Rollout, then ``update()`` (returning its losses), for the run's iterations, each phase a
     CUDA graph on CUDA (:class:`GraphedPhase`); the learning rate annealed per iteration if
     ``config.anneal_lr``; a history entry (handed to ``log``, and the training state to ``save``
-    on rank 0) every ``log_every`` iterations and at the end. Returns ``(agent, history)``."""
+    on rank 0) every ``log_every`` iterations and at the end, and a fresh run's starting state to
+    ``save`` before its first iteration. Returns ``(agent, history)``."""
     sample = config.compiled(run.agent.sample)
 
     def rollout_phase():
@@ -82,6 +83,8 @@ def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, 
     times = PhaseTimes(run.device)
     history = restore(resume, model=run.agent, optimizer=run.optimizer)
     run.context.broadcast_parameters(run.agent)
+    if resume is None and save is not None and run.context.is_main:  # the run's starting point
+        save(training_state(0, history, run.context.world_size, model=run.agent, optimizer=run.optimizer))
     begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     with config.matmul_precision():
         for iteration in range(run.first, run.iterations):
@@ -95,6 +98,7 @@ def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, 
                 history.append(log_entry((iteration + 1) * config.batch_size * run.context.world_size, begin,
                                          run.stats, losses, log, times, run.context))
                 if save is not None and run.context.is_main:
-                    save(training_state(iteration + 1, history, model=run.agent, optimizer=run.optimizer))
+                    save(training_state(iteration + 1, history, run.context.world_size, model=run.agent,
+                                        optimizer=run.optimizer))
     run.envs.close()
     return run.agent, history

@@ -8,13 +8,13 @@ here changes the backend or the state of a user's own plots.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
+
+from gpu_marl_envs.baselines.run_folder import atomic_write
 
 WIDTH, HEIGHT, DPI = 720, 420, 100  # pixels of one panel's figure
 PANEL_HEIGHT = 300  # pixels of each further panel
@@ -92,14 +92,7 @@ def learning_curve_figure(runs: dict[str, list[dict]], title: str) -> Figure:
 
 
 def _save(figure: Figure, path: Path) -> Path:
-    """Write to a temporary file in the same folder, then rename: a crash leaves the old picture."""
+    """Write the picture whole or not at all (:func:`run_folder.atomic_write`): a crash leaves the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(handle)
-    try:
-        figure.savefig(temporary, format="png")
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    atomic_write(path, lambda file: figure.savefig(file, format="png"))
     return path

@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.baselines import on_policy
+from gpu_marl_envs.baselines import on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
@@ -50,8 +50,8 @@ class PPOConfig(RolloutSizes, CaptureOptions):
     seed: int = 0
 
     def __post_init__(self):
-        self.check_sizes(("num_minibatches", "update_epochs"))
-        self.check_options()
+        settings.check(self)
+        self.check_sizes()
         if self.batch_size % self.num_minibatches:
             raise ValueError(f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
                              f"= {self.num_minibatches}")
@@ -86,8 +86,9 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
     in rollouts and updates, losses), each also handed to ``log`` when it is made.
 
-    ``save(state)``, if given, receives the training state (:mod:`checkpoint`) at each log
-    interval; ``resume`` = such a state continues that run from its iteration.
+    ``save(state)``, if given, receives the training state (:mod:`checkpoint`) at the start of a
+    fresh run and at each log interval; ``resume`` = such a state continues that run from its
+    iteration (on this number of ranks or another: :func:`checkpoint.resumed_iteration`).
 
     Under ``torchrun`` every rank runs this with its own ``num_envs`` envs on its own GPU
     (:mod:`distributed`): ``total_timesteps`` and the history's env steps count all ranks, and

@@ -23,7 +23,7 @@ from gpu_marl_envs.vector_env import GpuVectorEnv
 
 class RolloutSizes:
     """What the configs of on-policy trainers share: ``num_envs``, ``num_steps`` and
-    ``total_timesteps`` fields, the sizes derived from them and their checks."""
+    ``total_timesteps`` fields, the sizes derived from them and their check."""
 
     @property
     def batch_size(self) -> int:
@@ -34,13 +34,8 @@ class RolloutSizes:
     def num_iterations(self) -> int:
         return self.total_timesteps // self.batch_size
 
-    def check_sizes(self, counts: tuple[str, ...] = ()) -> None:
-        """``num_envs``, ``num_steps``, ``total_timesteps`` and ``counts`` are ints >= 1, and the run
-        covers at least one rollout; errors name the config's field."""
-        for name in ("num_envs", "num_steps", "total_timesteps", *counts):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{type(self).__name__}.{name} must be an int >= 1, got {value!r}")
+    def check_sizes(self) -> None:
+        """The run covers at least one rollout (each field's own range is :func:`settings.check`'s)."""
         if self.total_timesteps < self.batch_size:
             raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
 

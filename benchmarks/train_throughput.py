@@ -11,16 +11,18 @@ same trainer with ``cuda_graph=False, fused_mlp=False`` (eager PyTorch); peer nu
 WarpDrive) are the issue's, measured on an H200. Tag counts env steps as WarpDrive does: games x steps.
 
 ``--gpus`` runs the multi-GPU cases instead, each through ``torchrun`` (``torch.distributed.run``)
-with 1 and 2 processes, one per GPU, the same per-GPU config: CartPole PPO 4,096 x 128 per GPU
-(with the gradient all-reduce inside the captured update, and between the replays of its pieces)
-and Tag A2C 1,000 games per GPU (likewise; between the replays, its policies update one after
-another rather than as graph branches); env-steps/s count all GPUs, the speed-up is against the 1-GPU
-run of the same case, and a case whose ranks end with different parameters is marked. Then the
-learning curve of 1 GPU with 8,192 envs against 2 GPUs with 4,096 each (the same total batch and
-schedule) is drawn to ``--curve``.
+with 1, 2, 4, ... processes, one per GPU, up to the GPUs of the host, the same per-GPU config:
+CartPole PPO 4,096 x 128 per GPU (with the gradient all-reduce inside the captured update, and on
+several GPUs also between the replays of its pieces) and Tag A2C 1,000 games per GPU (likewise;
+between the replays, its policies update one after another rather than as graph branches);
+env-steps/s count all GPUs, the speed-up is against the 1-GPU run of the same case, and a case
+whose ranks end with different parameters is marked. ``--curves PNG`` trains PPO on CartPole with
+the same total batch (16,384 envs x 128 steps, split over the GPUs) and schedule on each of those
+counts and draws their learning curves together.
 
     python benchmarks/train_throughput.py --out train.md --json train.json   # results: docs/benchmarks/train-h100.md
-    python benchmarks/train_throughput.py --gpus --out gpus.md --json gpus.json --curve gpus.png
+    python benchmarks/train_throughput.py --gpus --out gpus.md --json gpus.json
+    python benchmarks/train_throughput.py --curves curves.png --out curves.md --json curves.json
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch.distributed as dist
 from gpu_marl_envs.baselines import a2c, multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import setup, teardown
 from gpu_marl_envs.baselines.plotting import plot_learning_curves
-from gpu_marl_envs.baselines.train import CONFIGS, build_config, read_config
+from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
 from report import save
 
 THRESHOLD = 475.0
@@ -136,41 +138,61 @@ def cases(quick: bool):
                                                        total_timesteps=num_envs * num_steps * 5), "pycuda", False)
 
 
+def gpu_counts() -> list[int]:
+    """The GPU counts of the ``--gpus`` and ``--curves`` runs: 1, 2, 4, ... up to the GPUs of this host."""
+    counts = [1]
+    while counts[-1] * 2 <= torch.cuda.device_count():
+        counts.append(counts[-1] * 2)
+    return counts
+
+
 def gpu_cases(quick: bool):
-    """(label, case, algorithm, env, per-GPU config, backend, processes): the label names the case
-    and its GPUs; each config's total_timesteps counts all GPUs, so 1 and 2 GPUs run the same
-    number of iterations."""
+    """(label, case, algorithm, env, per-GPU config, backend, processes) of the scaling table: each
+    case at every count of :func:`gpu_counts`, with the all-reduce inside the captured update and,
+    on several GPUs, between the replays of its pieces. Each config's total_timesteps counts all
+    GPUs, so every count runs the same number of iterations."""
     iterations = 8 if quick else 30
-    # (total_timesteps set per case below; here one rollout, which the config's check asks for)
-    per_gpu = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128, total_timesteps=4096 * 128)
-    case = "PPO CartPole 4096x128 per GPU"
-    for gpus in (1, 2):
-        config = dataclasses.replace(per_gpu, total_timesteps=4096 * 128 * gpus * iterations)
-        yield f"{case}, {gpus} GPU", case, "ppo", "CartPole-v1", config, None, gpus
-    yield (f"{case}, 2 GPU, all-reduce between graph replays", case, "ppo", "CartPole-v1",
-           dataclasses.replace(config, graph_allreduce=False), None, 2)
-    case = "A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda"
+    # Each config's run on one GPU; on N GPUs, N times the env steps (the same iterations).
+    cartpole = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128,
+                                   total_timesteps=4096 * 128 * iterations)
     tag = tag_a2c(1000, 50, 4 if quick else 12)
-    for gpus in (1, 2):
-        config = dataclasses.replace(tag, total_timesteps=tag.total_timesteps * gpus)
-        yield f"{case}, {gpus} GPU", case, "multi_agent", "TagContinuous-v0", config, "pycuda", gpus
-    yield (f"{case}, 2 GPU, all-reduce between graph replays", case, "multi_agent", "TagContinuous-v0",
-           dataclasses.replace(config, graph_allreduce=False), "pycuda", 2)
-    # The same total batch (8192 x 128) and schedule on 1 and 2 GPUs, for the learning curves.
-    total = 8192 * 128 * iterations
-    one_gpu = dataclasses.replace(per_gpu, num_envs=8192, total_timesteps=total)
-    yield CURVES[0], CURVES[0], "ppo", "CartPole-v1", one_gpu, None, 1
-    yield CURVES[1], CURVES[0], "ppo", "CartPole-v1", dataclasses.replace(per_gpu, total_timesteps=total), None, 2
+    for case, algorithm, env_id, per_gpu, backend in (
+            ("PPO CartPole 4096x128 per GPU", "ppo", "CartPole-v1", cartpole, None),
+            ("A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda", "multi_agent", "TagContinuous-v0", tag,
+             "pycuda")):
+        for gpus in gpu_counts():
+            config = dataclasses.replace(per_gpu, total_timesteps=per_gpu.total_timesteps * gpus)
+            yield f"{case}, {gpus} GPU", case, algorithm, env_id, config, backend, gpus
+            if gpus > 1:
+                yield (f"{case}, {gpus} GPU, all-reduce between graph replays", case, algorithm, env_id,
+                       dataclasses.replace(config, graph_allreduce=False), backend, gpus)
 
 
-CURVES = ("PPO CartPole 8192x128 on 1 GPU (curve)", "PPO CartPole 4096x128 per GPU on 2 GPUs (curve)")
+CURVE_ENVS = 16_384
+"""Envs of all GPUs together in the learning-curve runs: 16,384 on one GPU, 4,096 on each of four."""
+CURVE_CONFIG = dataclasses.replace(ppo.PPOConfig(), num_steps=128, num_minibatches=32, learning_rate=1e-3)
+"""PureJaxRL's CartPole PPO with 32 minibatches and a learning rate of 1e-3: with 2M-step rollouts,
+the defaults' 4 minibatches make too few gradient steps (16 an iteration) to learn within the run
+(on the CPU at 256 x 128, these settings reach 475 in 9 to 11 iterations over seeds 0 and 1)."""
+CURVE_CASE = f"PPO CartPole {CURVE_ENVS:,} envs x 128 in all (curve)"
+
+
+def curve_cases(quick: bool):
+    """(label, case, ...) as :func:`gpu_cases`: PPO on CartPole with the same total batch
+    (``CURVE_ENVS`` x 128) and schedule on every count of :func:`gpu_counts`, for the learning curves."""
+    iterations = 12 if quick else 40
+    for gpus in gpu_counts():
+        config = dataclasses.replace(CURVE_CONFIG, num_envs=CURVE_ENVS // gpus,
+                                     total_timesteps=CURVE_ENVS * 128 * iterations)
+        yield f"{CURVE_CASE}, {gpus} GPU", CURVE_CASE, "ppo", "CartPole-v1", config, None, gpus
 
 
 def gpu_worker(label: str, quick: bool, result_path: str) -> None:
     """One rank of a ``--gpus`` case (started by torchrun): train, check that the ranks' parameters
     agree, and on rank 0 write the summary and history to ``result_path``."""
     context = setup("cuda")
-    _, _, algorithm, env_id, config, backend, _ = next(case for case in gpu_cases(quick) if case[0] == label)
+    _, _, algorithm, env_id, config, backend, _ = next(
+        case for case in (*gpu_cases(quick), *curve_cases(quick)) if case[0] == label)
     module = {"ppo": ppo, "a2c": a2c, "multi_agent": multi_agent}[algorithm]
     trained, history = module.train(env_id, config, device="cuda", backend=backend, log_every=1, log=None)
     torch.cuda.synchronize()
@@ -189,13 +211,13 @@ def gpu_worker(label: str, quick: bool, result_path: str) -> None:
 
 
 def run_gpu_cases(args) -> None:
+    """The ``--gpus`` table and/or the ``--curves`` runs, each case through torchrun with one
+    process per GPU; the table and the raw results are saved after every case."""
     gpu = torch.cuda.get_device_name()
     rows, results, one_gpu = [], [], {}
-    for label, case, *_, gpus in gpu_cases(args.quick):
+    cases = [*(gpu_cases(args.quick) if args.gpus else ()), *(curve_cases(args.quick) if args.curves else ())]
+    for label, case, *_, gpus in cases:
         if args.only and args.only not in label:
-            continue
-        if gpus > torch.cuda.device_count():
-            print(f"{label}: skipped, {torch.cuda.device_count()} GPU(s) here", flush=True)
             continue
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "result.json"
@@ -205,7 +227,7 @@ def run_gpu_cases(args) -> None:
             if done.returncode != 0 or not path.exists():
                 print(f"{label}: failed (exit {done.returncode})", flush=True)
                 continue
-            result = {"label": label, **json.loads(path.read_text())}
+            result = {"label": label, "case": case, **json.loads(path.read_text())}
         results.append(result)
         sps = result.get("env_steps_per_s")
         if gpus == 1:
@@ -217,15 +239,17 @@ def run_gpu_cases(args) -> None:
         print(row, flush=True)
         rows.append(row)
         save_gpus(args, gpu, rows, results)
-    curves = {r["label"]: r["history"] for r in results if r["label"] in CURVES}
-    if args.curve and len(curves) == 2:
-        plot_learning_curves({"1 GPU, 8,192 envs": curves[CURVES[0]], "2 GPUs, 4,096 envs each": curves[CURVES[1]]},
-                             args.curve, f"PPO on CartPole-v1, the same total batch (8,192 x 128), {gpu}")
-        print(f"learning curves: {args.curve}")
+    curves = {f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}, {r['config']['num_envs']:,} envs each": r["history"]
+              for r in results if r["case"] == CURVE_CASE}
+    if args.curves and curves:
+        plot_learning_curves(curves, args.curves, f"PPO on CartPole-v1, the same total batch "
+                                                  f"({CURVE_ENVS:,} envs x 128 steps)\n{gpu}")
+        print(f"learning curves: {args.curves}")
 
 
 def save_gpus(args, gpu: str, rows: list[str], results: list[dict]) -> None:
-    lines = [f"Training on 1 and 2 x {gpu} (torch {torch.__version__}), torchrun, one process per GPU", "",
+    counts = ", ".join(map(str, gpu_counts()))
+    lines = [f"Training on {counts} x {gpu} (torch {torch.__version__}), torchrun, one process per GPU", "",
              "| configuration | GPUs | env-steps/s (all GPUs) | vs 1 GPU | final mean return | ranks agree |",
              "|---|---:|---:|---:|---:|---|", *rows]
     save(args, "\n".join(lines) + "\n",
@@ -240,15 +264,18 @@ def main() -> None:
     parser.add_argument("--json", help="raw results")
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--only", help="run the cases whose label contains this text")
-    parser.add_argument("--gpus", action="store_true", help="the 1 vs 2 GPU cases (torchrun) instead")
-    parser.add_argument("--curve", help="with --gpus: the PNG of the 1 vs 2 GPU learning curves")
+    parser.add_argument("--gpus", action="store_true",
+                        help="the multi-GPU scaling cases (torchrun) on 1, 2, 4, ... GPUs, up to the GPUs here, instead")
+    parser.add_argument("--curves", metavar="PNG",
+                        help="the learning curves of 1, 2, 4, ... GPUs at the same total batch, drawn to PNG "
+                             "(alone or with --gpus)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one rank of the --gpus case of this label
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         gpu_worker(args.worker, args.quick, args.result)
         return
-    if args.gpus:
+    if args.gpus or args.curves:
         run_gpu_cases(args)
         return
     gpu = torch.cuda.get_device_name()

@@ -167,15 +167,14 @@ def load_trained(path: Path, device) -> tuple[Act, ce.CovidEconomyParams]:
     """The greedy, masked policies of a ``gpu-marl-train`` checkpoint of CovidEconomy-v0, and the
     env params it was trained with (loaded with the trainer's own functions)."""
     from gpu_marl_envs.baselines import multi_agent
+    from gpu_marl_envs.baselines.checkpoint import CheckpointError, load_checkpoint
     from gpu_marl_envs.baselines.train import load_policies
 
-    if not path.is_file():
-        raise ReportError(f"--checkpoint {path}: no such file (gpu-marl-train writes <run>/checkpoint.pt)")
     try:
-        checkpoint = torch.load(path, map_location=device, weights_only=False)
-    except Exception as error:  # torch raises several types for a file it cannot read
-        raise ReportError(f"--checkpoint {path} is not a torch checkpoint: {error}") from None
-    env_id = checkpoint.get("env") if isinstance(checkpoint, dict) else None
+        checkpoint = load_checkpoint(path, map_location=device)
+    except CheckpointError as error:
+        raise ReportError(f"--checkpoint: {error} (gpu-marl-train writes <run>/checkpoint.pt)") from None
+    env_id = checkpoint.get("env")
     if not isinstance(env_id, str) or env_id.split("/")[-1] != ce.COVID_ECONOMY.id:
         raise ReportError(f"--checkpoint {path} is not a gpu-marl-train checkpoint of {ce.COVID_ECONOMY.id} "
                           f"(its env: {env_id!r})")

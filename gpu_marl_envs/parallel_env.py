@@ -18,7 +18,7 @@ from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers, check_shared_memory
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.registration import game_spec, snake_case
-from gpu_marl_envs.validation import check_env_ids, check_num_envs, reset_mask_option, sub_env_seeds
+from gpu_marl_envs.validation import check_env_ids, check_num_envs, exact_cast, reset_mask_option, sub_env_seeds
 from gpu_marl_envs.vector_env import resolve_device
 
 
@@ -319,8 +319,9 @@ class GpuParallelEnv:
             value = torch.as_tensor(state[name], device=self.device)
             if buffer.dtype != torch.bool and buffer.dtype.is_floating_point != value.dtype.is_floating_point:
                 raise ValueError(f"state[{name!r}] must have a {buffer.dtype} value, got {value.dtype}")
+            value = exact_cast(value, buffer.dtype, f"state[{name!r}]")  # refuses values that would wrap
             try:
-                value = torch.broadcast_to(value.to(buffer.dtype), (len(ids), *buffer.shape[1:]))
+                value = torch.broadcast_to(value, (len(ids), *buffer.shape[1:]))
             except RuntimeError:
                 raise ValueError(f"state[{name!r}] has shape {tuple(value.shape)}; "
                                  f"expected {(len(ids), *buffer.shape[1:])}") from None

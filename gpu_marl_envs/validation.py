@@ -3,6 +3,8 @@ device work; value checks (``check_values``) cost one device-to-host synchronisa
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,9 +15,46 @@ from gpu_marl_envs import rng
 
 
 def check_num_envs(num_envs) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+    """``num_envs`` as a Python int: an int >= 1 (numpy's integers too, not a bool)."""
+    if isinstance(num_envs, (bool, np.bool_)) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    return num_envs
+    return int(num_envs)
+
+
+def check_params_numbers(params) -> None:
+    """Every float field of an env's params dataclass is a finite number that float32 holds, and
+    every int field an int that int32 holds: the kernels read them as float32 and int32 (a NaN
+    gravity would make NaN observations and episodes that never end). ``ValueError`` names the field."""
+    name = type(params).__name__
+    for f in dataclasses.fields(params):
+        value, kind = getattr(params, f.name), f.type if isinstance(f.type, str) else f.type.__name__
+        if kind == "float":
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name}.{f.name} must be a number, got {value!r}")
+            if not abs(value) <= FLOAT32_MAX:  # NaN fails too
+                raise ValueError(f"{name}.{f.name} must be a finite number within float32's range, got {value}")
+        elif kind == "int":
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name}.{f.name} must be an integer, got {value!r}")
+            if not INT32.min <= value <= INT32.max:
+                raise ValueError(f"{name}.{f.name} must fit in int32, got {value}")
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+INT32 = np.iinfo(np.int32)
+
+
+def exact_cast(value: torch.Tensor, dtype: torch.dtype, what: str) -> torch.Tensor:
+    """``value`` as ``dtype``, or ``ValueError`` naming ``what`` where an integer dtype cannot hold
+    a value (a cast would wrap it: 2**40 as int32 is 0). Floats beyond float32's range become
+    infinities, which the callers' finiteness checks refuse."""
+    if dtype.is_floating_point or dtype == torch.bool or value.numel() == 0:
+        return value.to(dtype)
+    info = torch.iinfo(dtype)
+    if value.min() < info.min or value.max() > info.max:
+        raise ValueError(f"{what} must lie in [{info.min}, {info.max}] ({dtype}), got {value.min().item()} to "
+                         f"{value.max().item()}")
+    return value.to(dtype)
 
 
 def action_dtype(space: spaces.Space) -> torch.dtype:

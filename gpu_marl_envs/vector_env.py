@@ -268,16 +268,21 @@ class GpuVectorEnv(VectorEnv):
     def _elapsed_steps(self, elapsed_steps, ids: torch.Tensor) -> torch.Tensor:
         if elapsed_steps is None:
             return torch.zeros(ids.shape, dtype=torch.int32, device=self.device)
-        steps = torch.as_tensor(elapsed_steps, device=self.device)
+        try:
+            steps = torch.as_tensor(elapsed_steps, device=self.device)
+        except (RuntimeError, TypeError, ValueError):  # beyond int64 (ValueError), or not numbers
+            raise ValueError(f"elapsed_steps must be integers in [0, {self.params.max_episode_steps - 1}], "
+                             f"got {elapsed_steps!r}") from None
         if steps.dtype in (torch.bool,) or steps.is_floating_point() or steps.is_complex():
             raise ValueError(f"elapsed_steps must be integers, got {steps.dtype}")
         try:
-            steps = torch.broadcast_to(steps, ids.shape).to(torch.int32)
+            steps = torch.broadcast_to(steps, ids.shape)
         except RuntimeError:
             raise ValueError(f"elapsed_steps has shape {tuple(steps.shape)}; expected ({len(ids)},) or a scalar") from None
+        # Checked before the cast to the buffer's int32, which would wrap 2**40 to 0.
         if (steps < 0).any() or (steps >= self.params.max_episode_steps).any():
             raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")
-        return steps
+        return steps.to(torch.int32)
 
     def _set_seeds(self, seed, mask: torch.Tensor | None) -> None:
         rng.reseed(self._buffers.seeds, self._buffers.episodes, sub_env_seeds(seed, self.num_envs, self.device), mask)

@@ -9,6 +9,7 @@ and reset counters) must give identical results.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import gymnasium
@@ -209,6 +210,11 @@ def test_bad_num_envs(env_id, num_envs):
         gymnasium.make_vec(f"gpu_marl_envs/{env_id}", num_envs=num_envs, device="cpu")
 
 
+def test_num_envs_takes_numpy_integers(env_id):
+    envs = gymnasium.make_vec(f"gpu_marl_envs/{env_id}", num_envs=np.int64(2), device="cpu")
+    assert envs.num_envs == 2 and type(envs.num_envs) is int and envs.reset(seed=0)[0].shape[0] == 2
+
+
 def test_unknown_backend(env_id):
     with pytest.raises(ValueError, match=r"unknown backend 'jax'; choose one of 'pycuda', 'numba', 'torch' or None"):
         make(env_id, backend="jax")
@@ -269,6 +275,19 @@ def test_bad_cartpole_params(field, value):
     # CartPole's own rules; each env's params dataclass checks its fields the same way.
     with pytest.raises(ValueError, match=rf"CartPoleParams\.{field} must be"):
         CartPoleParams(**{field: value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e39], ids=repr)
+def test_params_refuse_numbers_the_kernels_cannot_hold(env_id, value):
+    """Every float field of every env's params, as the kernels read it (float32): a NaN gravity made
+    NaN observations and an episode that never ends."""
+    params_type = ENVS[env_id].params_type
+    for field in dataclasses.fields(params_type):
+        if field.type == "float":
+            with pytest.raises(ValueError, match=rf"{params_type.__name__}\.{field.name} must be"):
+                params_type(**{field.name: value})
+    with pytest.raises(ValueError, match=rf"{params_type.__name__}\.max_episode_steps must fit in int32"):
+        params_type(max_episode_steps=2 ** 40)
 
 
 def test_render_mode_human_is_refused(env_id):
@@ -357,6 +376,13 @@ def bad_set_state(case: str, state: dict[str, torch.Tensor], fields):
                              re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
         "elapsed_wrong_shape": (dict(state=state, elapsed_steps=[1, 2]), ValueError, "elapsed_steps"),
         "elapsed_not_integral": (dict(state=state, elapsed_steps=1.5), ValueError, "elapsed_steps"),
+        # Values the buffers' dtypes cannot hold: 2**40 wrapped to 0 in the int32 elapsed steps.
+        "elapsed_beyond_int32": (dict(state=state, elapsed_steps=2 ** 40), ValueError,
+                                 re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
+        "elapsed_beyond_int64": (dict(state=state, elapsed_steps=2 ** 70), ValueError,
+                                 "elapsed_steps must be integers"),
+        "beyond_float32": (dict(state={**state, first: torch.tensor([0.0, 1e39, 0.0], dtype=torch.float64)}),
+                           ValueError, "state values must be finite"),
     }
     return cases[case]
 
@@ -364,7 +390,7 @@ def bad_set_state(case: str, state: dict[str, torch.Tensor], fields):
 SET_STATE_CASES = ["missing_field", "unknown_field", "wrong_shape", "wrong_shape_for_env_ids", "nan", "inf",
                    "env_ids_out_of_range", "env_ids_negative", "env_ids_repeated", "env_ids_float", "env_ids_2d",
                    "env_ids_mask_wrong_shape", "elapsed_negative", "elapsed_at_limit", "elapsed_wrong_shape",
-                   "elapsed_not_integral"]
+                   "elapsed_not_integral", "elapsed_beyond_int32", "elapsed_beyond_int64", "beyond_float32"]
 
 
 @pytest.mark.parametrize("case", SET_STATE_CASES)

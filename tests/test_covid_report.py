@@ -15,7 +15,7 @@ from PIL import Image
 import gpu_marl_envs
 from gpu_marl_envs import covid_policies as cp
 from gpu_marl_envs import covid_report
-from gpu_marl_envs.baselines.checkpoint import training_state
+from gpu_marl_envs.baselines.checkpoint import save_checkpoint, training_state
 from gpu_marl_envs.baselines.multi_agent import MultiAgentConfig, make_policies
 from gpu_marl_envs.envs import covid_economy as ce
 
@@ -148,8 +148,9 @@ def covid_checkpoint(path, episode_length):
         "env_params": {"episode_length": episode_length}}, algorithm="ppo")
     torch.manual_seed(0)
     policies = make_policies(ENV_ID, config)
-    torch.save({"algorithm": "ppo", "env": "CovidEconomy-v0", "config": config.to_dict(),
-                **training_state(1, [], **{f"policy/{name}": policy for name, policy in policies.items()})}, path)
+    save_checkpoint({"algorithm": "ppo", "env": "CovidEconomy-v0", "config": config.to_dict(),
+                     **training_state(1, [], 1, **{f"policy/{name}": policy for name, policy in policies.items()})},
+                    path)
     return path
 
 
@@ -219,12 +220,12 @@ def test_bad_arguments(args, message, tmp_path, capsys):
 
 def test_bad_checkpoints_and_out(tmp_path, capsys):
     tag = tmp_path / "tag.pt"
-    torch.save({"algorithm": "ppo", "env": "TagContinuous-v0", "config": {}}, tag)
+    save_checkpoint({"algorithm": "ppo", "env": "TagContinuous-v0", "config": {}}, tag)
     (tmp_path / "junk.pt").write_text("not a checkpoint")
     (tmp_path / "file").write_text("")
-    cases = [(["--checkpoint", str(tmp_path / "missing.pt")], "no such file"),
+    cases = [(["--checkpoint", str(tmp_path / "missing.pt")], "no checkpoint at"),
              (["--checkpoint", str(tag)], "not a gpu-marl-train checkpoint of CovidEconomy-v0 (its env: 'TagContinuous-v0')"),
-             (["--checkpoint", str(tmp_path / "junk.pt")], "is not a torch checkpoint"),
+             (["--checkpoint", str(tmp_path / "junk.pt")], "cannot be read as a checkpoint"),
              (["--out", str(tmp_path / "file"), "--episode-length", "2"], "exists and is not a folder")]
     for args, message in cases:
         with pytest.raises(SystemExit) as exit_info:

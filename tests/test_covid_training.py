@@ -13,7 +13,8 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.baselines import multi_agent, train
+from gpu_marl_envs.baselines import multi_agent, run_config, train
+from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import EpisodeStats
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -298,7 +299,7 @@ def test_shipped_config_trains_and_its_checkpoint_evaluates(name, tmp_path, caps
     out = tmp_path / "run"
     sets = ["num_envs=2", "num_steps=6", "total_timesteps=24", "env_params.episode_length=8",
             "policies.planner.hidden=[8]", "policies.governors.hidden=[8]"]
-    source = ["--env", ENV] if train.DEFAULT_CONFIGS[ENV] == name else ["--config", str(train.CONFIGS / name)]
+    source = ["--env", ENV] if run_config.DEFAULT_CONFIGS[ENV] == name else ["--config", str(run_config.CONFIGS / name)]
     argv = [*source, *[a for s in sets for a in ("--set", s)], "--device", "cpu", "--out", str(out)]
     assert train.main(argv) == 0
     printed = capsys.readouterr().out
@@ -306,14 +307,14 @@ def test_shipped_config_trains_and_its_checkpoint_evaluates(name, tmp_path, caps
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"mean_return/planner", "mean_return/governors", "planner/entropy", "governors/value_loss"} <= set(header)
     # The resolved config (the A2C file's entropy schedule included) reads back as the same config.
-    _, _, written = train.build_config(train.read_config(out / "config.toml"), [], None)
-    _, _, expected = train.build_config(train.read_config(train.CONFIGS / name), sets, None)
+    _, _, written = run_config.build_config(run_config.read_config(out / "config.toml"), [], None)
+    _, _, expected = run_config.build_config(run_config.read_config(run_config.CONFIGS / name), sets, None)
     assert written == expected
     assert isinstance(written.policies["planner"].ent_coef, tuple) == (name == "covid_economy_a2c.toml")
 
     # From outside: the checkpoint's policies, evaluated greedily within the masks; the dynamics and
     # greedy actions are deterministic, so they reproduce the command's own evaluation.
-    policies, env_id, config_ = train.load_policies(torch.load(out / "checkpoint.pt", weights_only=False), "cpu")
+    policies, env_id, config_ = train.load_policies(load_checkpoint(out / "checkpoint.pt"), "cpu")
     returns = multi_agent.evaluate(policies, env_id, config_, device="cpu")
     per_group = f"planner {returns['planner']:.2f}, governors {returns['governors']:.2f}"
     assert per_group in printed

@@ -2,6 +2,7 @@
 actor's and the critic's updates), the transitions the trainer stores, smoke runs with tiny budgets
 and a learning check on Pendulum-v1."""
 
+import re
 import math
 
 import numpy as np
@@ -222,10 +223,10 @@ def test_discrete_env_is_rejected():
     ("learning_starts", -1, "learning_starts must be an int >= 0"),
     ("total_timesteps", 2, "cover one vector step"),
     ("buffer_size", 2, "must hold one vector step"),
-    ("gamma", 1.5, "gamma must lie in"),
-    ("tau", 0.0, "tau must lie in"),
+    ("gamma", 1.5, re.escape("gamma must be a number in [0, 1]")),
+    ("tau", 0.0, re.escape("tau must be a number in (0, 1]")),
     ("actor_lr", 0.0, "actor_lr must be"),
-    ("exploration", "uniform", "'gaussian' or 'ou'"),
+    ("exploration", "uniform", '"gaussian" or "ou"'),
     ("exploration_noise", -0.1, "exploration_noise"),
     ("ou_theta", 0.0, "ou_theta"),
     ("policy_frequency", 0, "policy_frequency"),

@@ -1,11 +1,16 @@
-"""Training with two processes through torchrun and gloo on the CPU (two GPUs and NCCL with the
+"""Training with two processes through torchrun and gloo on the CPU (2 and 4 GPUs and NCCL with the
 gpu marker), single-agent and multi-agent (Tag, CovidEconomy): parameters identical on both ranks
 after every optimizer step, metrics reduced over the ranks, rank 0 alone writing, a resume
-restoring every rank; the ``--nproc-per-node`` shortcut of the command; ``num_envs = "auto"``.
-About a minute and a half on two cores (each torchrun start imports torch three times)."""
+restoring every rank; the ``--nproc-per-node`` shortcut of the command; two torchrun "nodes"
+training as one node of two processes; a checkpoint resumed on another number of processes; a
+killed or frozen rank restarted by torchrun (``--max-restarts``), the run completing as one;
+``num_envs = "auto"``. About three minutes on two cores (each torchrun start imports torch three
+times)."""
 
 import csv
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +18,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_marl_envs.baselines import ppo, sizing, train
+from gpu_marl_envs.baselines import ppo, run_config, sizing
+from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.capture import GraphedPhase, between_graphs
 from gpu_marl_envs.baselines.distributed import Context
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
+ELASTIC_WORKER = Path(__file__).with_name("elastic_worker.py")
 
 
-def torchrun(*args, nproc: int = 2, timeout: int = 600):
+def torchrun(*args, nproc: int = 2, timeout: int = 600, env: dict | None = None):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout)
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def command(*args, timeout: int = 600):
@@ -30,10 +37,10 @@ def command(*args, timeout: int = 600):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_worker(tmp_path, algorithm: str, *extra) -> list[dict]:
-    result = torchrun(WORKER, "--algorithm", algorithm, "--out", tmp_path, *extra)
+def run_worker(tmp_path, algorithm: str, *extra, nproc: int = 2) -> list[dict]:
+    result = torchrun(WORKER, "--algorithm", algorithm, "--out", tmp_path, *extra, nproc=nproc)
     assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(nproc)]
 
 
 MULTI_AGENT = ("tag", "covid")  # the multi-agent cases of the worker
@@ -68,7 +75,7 @@ def test_two_ranks_keep_identical_parameters_and_reduce_metrics(algorithm, tmp_p
     assert steps == [steps[0] * (i + 1) for i in range(6)]
     assert zero["reductions"] == one["reductions"] == {"sums": [2.0, 3.0], "mean": {"x": 0.5}, "max": {"seconds": 1.0}}
     # Only rank 0 logs and saves; a resume restores every rank and continues the history.
-    assert zero["logged"] == 6 and zero["saved"] == [1, 2, 3, 4, 5, 6]
+    assert zero["logged"] == 6 and zero["saved"] == [0, 1, 2, 3, 4, 5, 6]  # 0: the fresh run's starting point
     assert one["logged"] == 0 and one["saved"] == []
     assert zero["restored_matches_checkpoint"] and one["restored_matches_checkpoint"]
     assert zero["history"][:3] == zero["first_history"]
@@ -92,33 +99,99 @@ def test_env_steps_and_seeds_of_ranks():
         two.iterations(150, 100)
 
 
-def test_command_with_two_processes_writes_once_and_resumes(tmp_path):
-    out = tmp_path / "run"
-    args = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "num_envs=4", "--device", "cpu"]
-    first = command("--nproc-per-node", "2", *args, "--set", "total_timesteps=512", "--out", out)
-    assert first.returncode == 0, first.stderr[-4000:]
-    assert first.stdout.count("greedy mean return") == 1, "rank 0 alone evaluates and reports"
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "learning_curve.png",
-                                                     "metrics.csv", "tensorboard"]
-    rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert [int(row["env_steps"]) for row in rows] == [128 * (i + 1) for i in range(4)], "each entry once, both ranks"
-    saved = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert saved["iteration"] == 4 and saved["config"]["num_envs"] == 4
+SMALL_RUN = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "num_envs=4", "--device", "cpu"]
+"""2 ranks x 4 envs x 16 steps: 128 env steps an iteration, 16 optimizer steps (4 epochs x 4 minibatches)."""
 
-    resumed = command("--nproc-per-node", "2", "--resume", out / "checkpoint.pt", "--set", "total_timesteps=1024",
+
+def metrics(folder) -> list[dict]:
+    """``metrics.csv``'s rows without the timings (the same training takes its own time each run)."""
+    return [{key: value for key, value in row.items() if not key.endswith("seconds")}
+            for row in csv.DictReader(open(folder / "metrics.csv"))]
+
+
+def tensorboard_steps(folder) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    return sorted(event.step for event in events.Scalars("mean_return"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_train_as_two_processes_and_resume_on_one(tmp_path):
+    """Two torchrun "nodes" of one process each on localhost (c10d rendezvous) train exactly as one
+    node of two processes; rank 0 alone writes; the 2-process checkpoint resumed in one process
+    continues its env steps (its 4 iterations of 2 ranks are 8 of one)."""
+    args = [*SMALL_RUN, "--set", "total_timesteps=512"]
+    one_node = command("--nproc-per-node", "2", *args, "--out", tmp_path / "one")
+    assert one_node.returncode == 0, one_node.stderr[-4000:]
+    assert one_node.stdout.count("greedy mean return") == 1, "rank 0 alone evaluates and reports"
+    rendezvous = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{free_port()}",
+                  "--rdzv-id=two-nodes"]
+    # One thread per process, as torchrun sets it for a node of several (matrix products then sum alike).
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m",
+                               "gpu_marl_envs.baselines.train", *args, "--out", tmp_path / "two"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    one, two = (load_checkpoint(tmp_path / name / "checkpoint.pt") for name in ("one", "two"))
+    assert one["world_size"] == two["world_size"] == 2 and one["iteration"] == two["iteration"] == 4
+    for name, value in one["model"].items():
+        assert torch.equal(value, two["model"][name]), name
+    assert metrics(tmp_path / "one") == metrics(tmp_path / "two")
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["checkpoint.pt", "config.toml",
+                                                                    "learning_curve.png", "metrics.csv", "tensorboard"]
+
+    resumed = command("--resume", tmp_path / "one" / "checkpoint.pt", "--set", "total_timesteps=1024",
                       "--device", "cpu")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    again = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert again["iteration"] == 8 and again["history"][:4] == saved["history"]
-    assert len(list(csv.DictReader(open(out / "metrics.csv")))) == 8
+    steps = [128, 256, 384, 512] + [512 + 64 * (i + 1) for i in range(8)]
+    assert [int(row["env_steps"]) for row in metrics(tmp_path / "one")] == tensorboard_steps(tmp_path / "one") == steps
+    again = load_checkpoint(tmp_path / "one" / "checkpoint.pt")
+    assert (again["world_size"], again["iteration"]) == (1, 16) and again["history"][:4] == one["history"]
+
+
+@pytest.mark.parametrize("failure", ["kill", "freeze"])
+def test_a_failed_rank_is_restarted_and_the_run_completes(failure, tmp_path):
+    """Under torchrun --max-restarts 1, rank 1 dies (SIGKILL) or freezes (which the 10 s collective
+    timeout ends) after its 65th optimizer step, in iteration 5 of 8: torchrun restarts both ranks,
+    which continue from the checkpoint of iteration 4, and the run ends with one metrics.csv and
+    TensorBoard log holding each of its 8 entries once."""
+    out = tmp_path / "run"
+    result = torchrun("--max-restarts=1", ELASTIC_WORKER, failure, 4 * 16 + 1, *SMALL_RUN,
+                      "--set", "total_timesteps=1024", "--collective-timeout", "10", "--out", out, timeout=300,
+                      env={**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"torchrun restarted the job: {out} continues from its checkpoint at 512 env steps" in result.stdout
+    steps = [128 * (i + 1) for i in range(8)]
+    assert [int(row["env_steps"]) for row in metrics(out)] == tensorboard_steps(out) == steps
+    saved = load_checkpoint(out / "checkpoint.pt")
+    assert saved["iteration"] == 8 and [entry["env_steps"] for entry in saved["history"]] == steps
+
+
+def test_restarts_on_the_first_attempts_store_are_refused(tmp_path):
+    """torchrun shares its rendezvous store with restarted ranks unless told not to; they would
+    fail to connect at the first restart (pytorch/pytorch#135712): refused before anything runs."""
+    shared_store = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    result = torchrun("--max-restarts=1", "-m", "gpu_marl_envs.baselines.train", *SMALL_RUN,
+                      "--set", "total_timesteps=256", "--out", tmp_path / "run", nproc=1, timeout=300, env=shared_store)
+    assert result.returncode != 0 and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
     out = tmp_path / "run"
     sets = ["env_params.grid_length=4", "env_params.episode_length=8", "num_envs=2", "num_steps=8",
             "total_timesteps=64", "policies.shared.hidden=[8]"]
-    result = command("--nproc-per-node", "2", "--env", "TagGridworld-v0", *[a for s in sets for a in ("--set", s)],
-                     "--device", "cpu", "--out", out)
+    # --max-restarts: the shortcut starts torchrun so that a restart could connect (no restart happens here).
+    result = command("--nproc-per-node", "2", "--max-restarts", "1", "--env", "TagGridworld-v0",
+                     *[a for s in sets for a in ("--set", s)], "--device", "cpu", "--out", out)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.count("greedy mean return per agent: taggers") == 1, "rank 0 alone evaluates and reports"
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -134,6 +207,7 @@ def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
      "must cover one iteration"),
     (["--nproc-per-node", "0", "--env", "CartPole-v1"], "--nproc-per-node must be >= 1"),
     (["--nproc-per-node", "2", "--evaluate", "checkpoint.pt"], "--evaluate runs in one process"),
+    (["--max-restarts", "1", "--env", "CartPole-v1"], "--max-restarts goes with --nproc-per-node"),
 ])
 def test_shortcut_checks_the_run_before_starting_processes(args, message, tmp_path):
     result = command(*args, "--device", "cpu", "--out", tmp_path / "run")
@@ -147,7 +221,7 @@ def test_auto_num_envs_on_the_cpu(tmp_path):
                      "--set", "total_timesteps=4096", "--device", "cpu", "--out", out)
     assert result.returncode == 0, result.stderr[-4000:]
     assert 'num_envs = "auto": a sweep' in result.stdout and "the smallest count within 10%" in result.stdout
-    resolved = train.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
+    resolved = run_config.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
     assert resolved in sizing.candidates("cpu") and resolved * 8 <= 4096
     assert f"num_envs = {resolved:,}:" in result.stdout
 
@@ -198,21 +272,25 @@ def test_between_graphs_cuts_a_captured_phase(cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL between them)")
+@pytest.mark.parametrize("gpus", [2, 4], ids=["2gpus", "4gpus"])
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg", *MULTI_AGENT])
-def test_two_gpus(algorithm, tmp_path):
-    """NCCL on two GPUs, CUDA graphs on: identical parameters at the end, with the all-reduce inside
-    the captured update and with it between the replays (the same training, up to rounding; the
-    multi-agent update then runs its policies one after another instead of as graph branches)."""
+def test_several_gpus(algorithm, gpus, tmp_path):
+    """NCCL on 2 and 4 GPUs, CUDA graphs on: identical parameters at the end, with the all-reduce
+    inside the captured update and with it between the replays (the same training, up to rounding;
+    the multi-agent update then runs its policies one after another instead of as graph branches)."""
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPUs (NCCL between them), this host has {torch.cuda.device_count()}")
     runs = {}
     for graph_allreduce in ("true", "false") if algorithm != "ddpg" else ("true",):  # DDPG runs no graphs
         folder = tmp_path / graph_allreduce
         folder.mkdir()
-        zero, one = run_worker(folder, algorithm, "--device", "cuda", "--graph-allreduce", graph_allreduce)
-        assert zero["parameters"] == one["parameters"], "the ranks' parameters differ"
-        assert zero["history"] == one["history"]
-        assert zero["restored_matches_checkpoint"] and one["restored_matches_checkpoint"]
-        assert ranks_differ(algorithm, zero, one)
+        ranks = run_worker(folder, algorithm, "--device", "cuda", "--graph-allreduce", graph_allreduce, nproc=gpus)
+        zero = ranks[0]
+        for rank in ranks[1:]:
+            assert rank["parameters"] == zero["parameters"], f"rank {rank['rank']}'s parameters differ from rank 0's"
+            assert rank["history"] == zero["history"]
+        assert all(rank["restored_matches_checkpoint"] for rank in ranks)
+        assert ranks_differ(algorithm, zero, ranks[1])
         runs[graph_allreduce] = torch.tensor(zero["parameters"])
     if "false" in runs:
         assert torch.allclose(runs["true"], runs["false"], rtol=1e-4, atol=1e-5)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from gpu_marl_envs.baselines import multi_agent, train
+from gpu_marl_envs.baselines import multi_agent, run_config, train
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.rollout import EpisodeStats
 
@@ -169,10 +169,10 @@ def test_a_policy_that_does_not_train_keeps_its_parameters():
     ({"hyperparameters": {"learning_rate": 1e-3}}, "is a policy setting"),
     ({"policies": {"taggers": {"bogus": 1}, "runners": {}}}, "unknown settings ['bogus'] in [policies.taggers]"),
     ({"policies": {"taggers": {"algorithm": "a2c", "update_epochs": 2}, "runners": {}}}, "apply to PPO only"),
-    ({"policies": {"taggers": {"algorithm": "trpo"}, "runners": {}}}, "algorithm must be one of"),
+    ({"policies": {"taggers": {"algorithm": "trpo"}, "runners": {}}}, 'algorithm must be "ppo" or "a2c"'),
     ({"policies": {"taggers": {}}}, "add a [policies.runners] table"),
     ({"policies": {"taggers": {}, "runners": {}, "spare": {}}}, "policy 'spare' serves no group"),
-    ({"policies": {"taggers": {"gamma": 2}, "runners": {}}}, "gamma must lie in [0, 1]"),
+    ({"policies": {"taggers": {"gamma": 2}, "runners": {}}}, "gamma must be a number in [0, 1]"),
     ({"extra": {}}, "unknown tables"),
 ])
 def test_bad_configs_name_the_fix(change, message):
@@ -209,8 +209,8 @@ def test_the_command_reports_bad_multi_agent_settings(args, message, tmp_path, c
 
 
 def test_multi_agent_tables_need_a_multi_agent_game():
-    with pytest.raises(train.ConfigError, match="apply to multi-agent games only"):
-        train.build_config({"env": "CartPole-v1", "algorithm": "ppo", "groups": {}}, [], None)
+    with pytest.raises(run_config.ConfigError, match="apply to multi-agent games only"):
+        run_config.build_config({"env": "CartPole-v1", "algorithm": "ppo", "groups": {}}, [], None)
 
 
 # -- the command -------------------------------------------------------------------------------------
@@ -224,17 +224,17 @@ def test_shipped_tag_config_trains_saves_and_evaluates(name, tmp_path, capsys):
     out = tmp_path / "run"
     sets = [f"env_params.{key}={value}" for key, value in SMALL[name].items()]
     sets += ["num_envs=2", "num_steps=8", "total_timesteps=32"]
-    raw = train.tomllib.loads((train.CONFIGS / name).read_text())
+    raw = run_config.tomllib.loads((run_config.CONFIGS / name).read_text())
     sets += [f"policies.{policy}.hidden=[8]" for policy in raw["policies"]]
-    argv = ["--config", str(train.CONFIGS / name), *[a for s in sets for a in ("--set", s)], "--seed", "1"]
+    argv = ["--config", str(run_config.CONFIGS / name), *[a for s in sets for a in ("--set", s)], "--seed", "1"]
     assert train.main([*argv, "--device", "cpu", "--out", str(out)]) == 0
     assert "greedy mean return per agent: taggers" in capsys.readouterr().out
     assert {"config.toml", "metrics.csv", "learning_curve.png", "checkpoint.pt"} <= {p.name for p in out.iterdir()}
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"env_steps", "mean_return", "mean_return/taggers", "mean_return/runners"} <= set(header)
     # The resolved config reads back as the same config.
-    _, env, config = train.build_config(train.read_config(out / "config.toml"), [], None)
-    _, _, expected = train.build_config(train.read_config(train.CONFIGS / name), sets, 1)
+    _, env, config = run_config.build_config(run_config.read_config(out / "config.toml"), [], None)
+    _, _, expected = run_config.build_config(run_config.read_config(run_config.CONFIGS / name), sets, 1)
     assert env == raw["env"] and config == expected
 
     assert train.main(["--evaluate", str(out / "checkpoint.pt"), "--episodes", "2", "--device", "cpu"]) == 0

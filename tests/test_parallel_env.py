@@ -4,6 +4,7 @@ per-agent episode returns; and, on a toy game defined here, groups with their ow
 and action ranges, action masks and episode totals."""
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -197,6 +198,8 @@ def test_set_state_validates_and_round_trips():
         ({**state, "x": torch.full_like(state["x"], float("nan"))}, "finite"),
         ({**state, "t": torch.full_like(state["t"], SMALL.episode_length)}, r"state\['t'\]"),
         ({**state, "t": state["x"][:, 0]}, "must have a torch.int32 value"),
+        # int64 2**32 would wrap to 0 in the int32 buffer, a valid step count.
+        ({**state, "t": torch.full(state["t"].shape, 2 ** 32)}, re.escape("state['t'] must lie in [-2147483648, ")),
     ]
     for value, message in bad:
         with pytest.raises(ValueError, match=message):

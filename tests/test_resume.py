@@ -1,11 +1,13 @@
 """Checkpoints of the trainers: a run interrupted after a save and resumed from it ends where an
-uninterrupted run's schedule ends, with its networks, optimizer state and history carried over."""
+uninterrupted run's schedule ends, with its networks, optimizer state and history carried over; a
+fresh run saves its starting state first; a state written by another number of ranks resumes
+after the same env steps, or is refused where those make no whole number of iterations."""
 
 import pytest
 import torch
 
 from gpu_marl_envs.baselines import a2c, ddpg, ppo
-from gpu_marl_envs.baselines.checkpoint import load_optimizer, training_state
+from gpu_marl_envs.baselines.checkpoint import load_optimizer, resumed_iteration, training_state
 from gpu_marl_envs.baselines.replay import ReplayBuffer
 
 CASES = {
@@ -22,12 +24,12 @@ class Interrupted(Exception):
 
 
 def interrupted_run(module, config, env_id, stop_after: int):
-    """The states saved by a run that crashes after its ``stop_after``-th log entry."""
+    """The states saved by a run that crashes after saving its ``stop_after``-th iteration."""
     saved = []
 
     def save(state):
         saved.append(state)
-        if len(saved) == stop_after:
+        if state["iteration"] == stop_after:
             raise Interrupted
 
     with pytest.raises(Interrupted):
@@ -38,9 +40,12 @@ def interrupted_run(module, config, env_id, stop_after: int):
 @pytest.mark.parametrize("name", CASES)
 def test_resume_continues_the_run(name):
     module, config, env_id = CASES[name]
-    saved = interrupted_run(module, config, env_id, stop_after=3)[-1]
+    states = interrupted_run(module, config, env_id, stop_after=3)
+    # The run's starting point first (what a restart before the first log interval continues), then each log entry.
+    assert [s["iteration"] for s in states] == [0, 1, 2, 3] and states[0]["history"] == []
+    saved = states[-1]
     steps_per_iteration = config.num_envs * getattr(config, "num_steps", 1)
-    assert saved["iteration"] == 3 and len(saved["history"]) == 3
+    assert saved["world_size"] == 1 and len(saved["history"]) == 3
 
     states = []
     _, history = module.train(env_id, config, device="cpu", log_every=1, log=None, resume=saved, save=states.append)
@@ -66,8 +71,21 @@ def test_resume_rejects_a_foreign_state():
     module, config, env_id = CASES["ppo"]
     with pytest.raises(ValueError, match="no training state"):
         module.train(env_id, config, device="cpu", log=None, resume={"model": {}})
-    with pytest.raises(ValueError, match=r"lacks \['optimizer'\]"):
+    with pytest.raises(ValueError, match=r"no training state \(no \['world_size'\]\)"):
         module.train(env_id, config, device="cpu", log=None, resume={"iteration": 1, "history": [], "model": {}})
+    with pytest.raises(ValueError, match=r"lacks \['optimizer'\]"):
+        module.train(env_id, config, device="cpu", log=None,
+                     resume={"iteration": 1, "world_size": 1, "history": [], "model": {}})
+
+
+def test_a_state_of_other_ranks_resumes_after_the_same_env_steps():
+    """4 iterations of 2 ranks are 8 of one rank and 2 of four; 3 iterations of 2 ranks are no
+    whole number of 4-rank iterations (a resume there would count steps twice or skip some)."""
+    assert resumed_iteration({"iteration": 4, "world_size": 2}, world_size=1, steps_per_iteration=64) == 8
+    assert resumed_iteration({"iteration": 4, "world_size": 2}, world_size=4, steps_per_iteration=64) == 2
+    assert resumed_iteration(None, world_size=4, steps_per_iteration=64) == 0
+    with pytest.raises(ValueError, match="cannot resume on 4 ranks: .* 3 iterations of 2 ranks"):
+        resumed_iteration({"iteration": 3, "world_size": 2}, world_size=4, steps_per_iteration=64)
 
 
 def test_optimizer_state_round_trips_with_its_learning_rate_tensor():
@@ -77,7 +95,7 @@ def test_optimizer_state_round_trips_with_its_learning_rate_tensor():
     rate = optimizer.param_groups[0]["lr"]
     net(torch.ones(1, 2)).sum().backward()
     optimizer.step()
-    state = training_state(1, [], optimizer=optimizer)["optimizer"]
+    state = training_state(1, [], 1, optimizer=optimizer)["optimizer"]
     state["param_groups"][0]["lr"] = 0.05
     load_optimizer(optimizer, state)
     assert optimizer.param_groups[0]["lr"] is rate and rate.item() == pytest.approx(0.05)

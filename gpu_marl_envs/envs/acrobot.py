@@ -43,7 +43,6 @@ v1: matches Gymnasium's Acrobot-v1.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -52,6 +51,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,7 @@ class AcrobotParams:
     max_episode_steps: int = 500
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.type == "float" and not math.isfinite(value):
-                raise ValueError(f"AcrobotParams.{field.name} must be finite, got {value}")
+        check_params_numbers(self)
         # Positive masses, lengths and inertias keep the mass matrix positive definite, so the
         # divisions by d1 and by (d2_const - d2 * d2 / d1) in the dynamics are safe.
         for name in ("dt", "link_length_1", "link_mass_1", "link_mass_2", "link_moi", "max_vel_1", "max_vel_2"):

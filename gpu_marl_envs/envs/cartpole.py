@@ -31,6 +31,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class CartPoleParams:
     max_episode_steps: int = 500
 
     def __post_init__(self):
+        check_params_numbers(self)
         for name in ("masscart", "masspole", "length", "tau", "theta_threshold_radians", "x_threshold"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"CartPoleParams.{name} must be > 0, got {getattr(self, name)}")

@@ -202,6 +202,7 @@ from gymnasium import spaces
 from gpu_marl_envs.envs import covid_calibration
 from gpu_marl_envs.envs.covid_calibration import CovidCalibration
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 EPSILON = 1e-10
 """Guards the vaccinated fraction's division and the normalisers' range, as in the original."""
@@ -299,6 +300,7 @@ class CovidEconomyParams:
             first = self.calibration.data_start_date
             raise ValueError(f"{name}.start_date {self.start_date} has no data to start from: the calibration "
                              f"has S/I/R/U on days {valid.start} .. {valid.stop - 1} after {first}")
+        check_params_numbers(self)  # the kernels' float32 and int32 (1e39 passes the ranges above)
 
     @property
     def num_states(self) -> int:

@@ -35,29 +35,20 @@ v0: matches Gymnasium's MountainCar-v0.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 
 def check_mountain_car_params(params) -> None:
     """The checks both MountainCar params types share (their physics fields have the same names)."""
     name = type(params).__name__
-    for field in fields(params):
-        value = getattr(params, field.name)
-        if field.type in (int, "int"):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"{name}.{field.name} must be an int, got {value!r}")
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ValueError(f"{name}.{field.name} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{name}.{field.name} must be finite, got {value}")
+    check_params_numbers(params)
     if not params.min_position < params.max_position:
         raise ValueError(f"{name} needs min_position < max_position, got {params.min_position}, {params.max_position}")
     if not params.max_speed > 0:

@@ -44,6 +44,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.validation import check_params_numbers
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,13 @@ class PendulumParams:
     max_episode_steps: int = 200
 
     def __post_init__(self):
+        check_params_numbers(self)
         for name in ("max_speed", "dt", "m", "l"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"PendulumParams.{name} must be > 0, got {getattr(self, name)}")
         for name in ("max_torque", "thdot_cost", "torque_cost", "reset_theta_bound", "reset_thdot_bound"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"PendulumParams.{name} must be >= 0, got {getattr(self, name)}")
-        if not math.isfinite(self.g):
-            raise ValueError(f"PendulumParams.g must be finite, got {self.g}")
         if self.max_episode_steps < 1:
             raise ValueError(f"PendulumParams.max_episode_steps must be >= 1, got {self.max_episode_steps}")
 

@@ -389,8 +389,9 @@ def search_grid_cells(p: TagContinuousParams) -> int:
     (a counting sort by cell, in shared memory) to find each agent's k nearest others: an agent
     scans rings of cells around its own, nearest first, until the k-th distance found is below a
     lower bound of every unscanned cell's. 1 means no grid: every agent tests every other (the
-    scan, cheaper for small games). The full observation searches nothing."""
-    if p.use_full_observation or p.neighbour_search == "scan" \
+    scan, cheaper for small games). The full observation searches nothing, and games of more than
+    65,536 agents (which no GPU's shared memory holds today) scan: the grid's keys hold 16-bit ids."""
+    if p.use_full_observation or p.neighbour_search == "scan" or p.num_agents > 2**16 \
             or (p.neighbour_search == "auto" and p.num_agents < GRID_MIN_AGENTS):
         return 1
     return max(2, round(math.sqrt(p.num_agents / AGENTS_PER_CELL)))

@@ -101,6 +101,7 @@ from gymnasium import spaces
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
+from gpu_marl_envs.validation import check_params_numbers
 
 # Actions, as in WarpDrive's gridworld.
 STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = range(5)
@@ -159,6 +160,7 @@ class TagGridworldParams:
             value = getattr(self, field)
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"{name}.{field} must be a bool, got {value!r}")
+        check_params_numbers(self)  # the kernels' float32 (1e39 passes the ranges above)
 
     @property
     def num_agents(self) -> int:

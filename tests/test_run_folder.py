@@ -1,0 +1,151 @@
+"""A user's runs are kept whole by ``gpu-marl-train`` (in this process, tiny CPU runs): a run into a
+folder that holds a run is refused and leaves every byte as it was, ``--overwrite`` replaces the
+whole run (TensorBoard included), nothing is written before the checks pass and the trainer has
+saved its starting state, every damaged or foreign checkpoint gets one line rather than a
+traceback or garbage weights, and a resume continues one ``metrics.csv`` (rows logged after the
+checkpoint by a killed run are dropped, TensorBoard's purged) and removes the temporaries of
+interrupted writes."""
+
+import csv
+import time
+
+import pytest
+import torch
+
+from gpu_marl_envs.baselines import checkpoint, ppo, run_config, train
+
+TINY = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "total_timesteps=256", "--device", "cpu"]
+
+
+def command(capsys, *args) -> tuple[int, str, str]:
+    """``gpu-marl-train ARGS`` in this process: exit code, stdout, stderr."""
+    try:
+        code = train.main([str(arg) for arg in args])
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def files(folder) -> dict:
+    """Every file under ``folder`` and its bytes."""
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def env_steps(folder) -> list[int]:
+    return [int(row["env_steps"]) for row in csv.DictReader(open(folder / "metrics.csv"))]
+
+
+def tensorboard_steps(folder) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    return sorted(event.step for event in events.Scalars("mean_return"))
+
+
+def refused(code: int, err: str, message: str) -> bool:
+    """Exit 2 with one line on stderr that holds ``message``."""
+    return code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_a_run_refuses_a_folder_that_holds_a_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert command(capsys, *TINY, "--seed", "5")[0] == 0
+    folder = tmp_path / "runs" / "CartPole-v1-ppo-seed5"  # the default folder: a plain re-run lands there
+    before = files(folder)
+    assert {"checkpoint.pt", "config.toml", "metrics.csv", "learning_curve.png"} <= {str(p) for p in before}
+    # The same command again, a failing device, a bad setting: refused, every byte kept.
+    code, _, err = command(capsys, *TINY, "--seed", "5")
+    assert refused(code, err, f"{folder.relative_to(tmp_path)} holds a run already"), err
+    assert f"--resume {folder.relative_to(tmp_path) / 'checkpoint.pt'}" in err and "--overwrite" in err
+    for bad in (["--device", "cuda:99"], ["--set", "gamma=2"]):
+        code, _, err = command(capsys, *TINY, "--seed", "5", *bad)
+        assert code == 2 and "Traceback" not in err, err
+    assert files(folder) == before
+
+
+def test_overwrite_replaces_the_whole_run_and_nothing_else(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert command(capsys, *TINY, "--seed", "5", "--out", out)[0] == 0
+    (out / "notes.txt").write_text("mine")
+    assert command(capsys, *TINY, "--set", "total_timesteps=128", "--seed", "6", "--out", out, "--overwrite")[0] == 0
+    assert env_steps(out) == [64, 128] and tensorboard_steps(out) == [64, 128]
+    assert len(list((out / "tensorboard").iterdir())) == 1, "the old run's events were left beside the new ones"
+    assert checkpoint.load_checkpoint(out / "checkpoint.pt")["config"]["seed"] == 6
+    assert "seed = 6" in (out / "config.toml").read_text() and (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("case", ["bad setting", "no such device", "unknown env", "ddpg without Box actions",
+                                  "damaged checkpoint"])
+def test_nothing_is_written_before_the_checks_pass(case, tmp_path, capsys):
+    config = tmp_path / "config.toml"
+    damaged = tmp_path / "damaged.pt"
+    damaged.write_bytes(b"PK\x03\x04" + bytes(100))
+    args = {"bad setting": [*TINY, "--set", "hidden=[0]"],
+            "no such device": [*TINY, "--device", "cuda:99"],
+            "unknown env": ["--config", config, "--device", "cpu"],
+            "ddpg without Box actions": ["--config", config, "--device", "cpu"],
+            "damaged checkpoint": ["--resume", damaged, "--device", "cpu"]}[case]
+    env, algorithm = ("Nope-v0", "ppo") if case == "unknown env" else ("CartPole-v1", "ddpg")
+    config.write_text(f'env = "{env}"\nalgorithm = "{algorithm}"\n')
+    code, _, err = command(capsys, *args, "--out", tmp_path / "run")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_that_fails_before_its_first_save_leaves_no_folder(tmp_path, monkeypatch):
+    def failing(env_id, config, **kwargs):
+        raise RuntimeError("CUDA out of memory")  # as building a run's envs can, after every check passed
+
+    monkeypatch.setitem(run_config.ALGORITHMS, "ppo", (ppo.PPOConfig, failing, None))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train.main([*TINY, "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
+def test_damaged_and_foreign_checkpoints_get_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert command(capsys, *TINY, "--out", out)[0] == 0
+    good = (out / "checkpoint.pt").read_bytes()
+    flipped = bytearray(good)
+    middle = len(good) // 2
+    flipped[middle:middle + 400] = bytes(b ^ 0xFF for b in flipped[middle:middle + 400])  # the issue's probe
+    edited = torch.load(out / "checkpoint.pt", weights_only=True)
+    edited["model"]["critic.0.weight"][0, 0] += 1.0  # one weight changed after the digest was taken
+    cases = {"flipped.pt": bytes(flipped), "truncated.pt": good[:len(good) // 2], "empty.pt": b"",
+             "text.pt": b"not a checkpoint"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    torch.save(edited, tmp_path / "edited.pt")
+    torch.save({"model": {}}, tmp_path / "foreign.pt")
+    messages = {"flipped.pt": "", "truncated.pt": "cannot be read as a checkpoint", "empty.pt": "cannot be read",
+                "text.pt": "cannot be read", "edited.pt": "is damaged: its contents no longer match",
+                "foreign.pt": "is not a checkpoint of gpu-marl-train", "missing.pt": "no checkpoint at",
+                "": "is a folder, not a checkpoint file"}
+    before = files(out)
+    for name, message in messages.items():
+        for args in (["--evaluate", tmp_path / name], ["--resume", tmp_path / name, "--out", out]):
+            code, _, err = command(capsys, *args, "--device", "cpu")
+            assert refused(code, err, message), (name, err)
+    assert files(out) == before
+
+
+def test_a_resume_continues_one_metrics_file(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert command(capsys, *TINY, "--out", out)[0] == 0
+    # As if killed after logging entries 3 and 4 but before saving them, in the middle of a write.
+    saved = checkpoint.load_checkpoint(out / "checkpoint.pt")
+    checkpoint.save_checkpoint({**{k: v for k, v in saved.items() if k != checkpoint.DIGEST}, "iteration": 2,
+                                "history": saved["history"][:2]}, out / "checkpoint.pt")
+    (out / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
+    assert env_steps(out) == [64, 128, 192, 256]
+    # TensorBoard reads a folder's event files in the order of their names, which begin with the
+    # second they were made in: a resume (a new file, whose first event purges the steps past the
+    # checkpoint) comes later than its run in life, and must here too.
+    time.sleep(1.1)
+    code, _, err = command(capsys, "--resume", out / "checkpoint.pt", "--set", "total_timesteps=384", "--device", "cpu")
+    assert code == 0, err
+    assert env_steps(out) == tensorboard_steps(out) == [64, 128, 192, 256, 320, 384], "each entry once, in order"
+    assert checkpoint.load_checkpoint(out / "checkpoint.pt")["iteration"] == 6
+    assert not list(out.glob(".*.tmp")), "the interrupted write's temporary was left"
