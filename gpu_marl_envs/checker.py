@@ -16,7 +16,9 @@ For a registered env or game it checks, raising ``AssertionError`` with what dif
   game (``PettingZooParallelEnv``).
 
 Games run in the simulator with half as many threads as they have agents, so a thread handles
-several agents: the path a GPU takes for games larger than their block.
+several agents: the path a GPU takes for games larger than their block. Kernels that could not be
+checked here (no nvcc, the simulator off, no GPU for CUDA C where ``device="cuda"``) are named in a
+warning.
 
 Exact agreement holds where the kernels follow the reference's float32 operations
 (``docs/custom_env.md``, "float32 rules"); a tolerance belongs only where a documented reason
@@ -37,7 +39,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.backends import available_backends
+from gpu_marl_envs.backends import SOURCES, available_backends, unavailable_reason
 from gpu_marl_envs.registration import RegisteredEnv, env_spec, game_spec, is_game
 
 # The GPU architecture the CUDA C check compiles for (PTX for an H100; any recent one would do).
@@ -63,9 +65,18 @@ def check_env(env_id: str, params=None, *, num_envs: int = 3, num_steps: int = 8
     """
     spec = game_spec(env_id) if is_game(env_id) else env_spec(env_id)
     params = spec.definition.make_params(params)
-    compile_cuda(spec, params)
-    twins = ([b for b in available_backends(device) if b != "torch" and _has_kernels(spec, b)]
-             if backends is None else list(backends))
+    if compile_cuda(spec, params) is None and spec.kernels.cuda is not None:
+        warnings.warn(f"{spec.id}: its CUDA C kernels were not compiled: nvcc is not installed", stacklevel=2)
+    device = torch.device(device)
+    if backends is None:
+        with_kernels = [name for name, (field, _) in SOURCES.items() if getattr(spec.kernels, field) is not None]
+        backends = [name for name in available_backends(device) if name in with_kernels]
+        for name in with_kernels:
+            reason = unavailable_reason(name, device, spec)
+            # Without a GPU the CUDA C kernels are compiled (above), never run.
+            if reason and (device.type == "cuda" or name == "numba"):
+                warnings.warn(f"{spec.id}: its {SOURCES[name][1]} kernels were not checked: {reason}", stacklevel=2)
+    twins = list(backends)
     comparison = _GameComparison if spec.is_game else _EnvComparison
     for backend in twins:
         ended = 0
@@ -77,10 +88,6 @@ def check_env(env_id: str, params=None, *, num_envs: int = 3, num_steps: int = 8
     for backend in ["torch", *twins]:
         _check_bad_input(spec, params, device, backend)
     _check_api(spec, params)
-
-
-def _has_kernels(spec: RegisteredEnv, backend: str) -> bool:
-    return (spec.kernels.cuda if backend == "pycuda" else spec.kernels.numba) is not None
 
 
 def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str | None:

@@ -97,7 +97,8 @@ def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba:
             ``None`` for no pycuda backend.
         numba: the dotted name of its Numba module, or ``None`` for no numba backend.
 
-    Registering an id again replaces the entry, with a warning (as Gymnasium does).
+    Registering an id again with the same definition and sources changes nothing; with others it
+    replaces the entry, with a warning (as Gymnasium does).
     """
     if not isinstance(definition, EnvDefinition):
         hint = "; a MultiAgentDefinition registers with register_game" if isinstance(

@@ -281,7 +281,7 @@ def test_bad_cartpole_params(field, value):
 def test_params_refuse_numbers_the_kernels_cannot_hold(env_id, value):
     """Every float field of every env's params, as the kernels read it (float32): a NaN gravity made
     NaN observations and an episode that never ends."""
-    params_type = ENVS[env_id].params_type
+    params_type = env_spec(env_id).definition.params_type
     for field in dataclasses.fields(params_type):
         if field.type == "float":
             with pytest.raises(ValueError, match=rf"{params_type.__name__}\.{field.name} must be"):

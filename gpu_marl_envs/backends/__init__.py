@@ -38,7 +38,9 @@ class BackendUnavailableError(RuntimeError):
 SOURCES = {"pycuda": ("cuda", "CUDA C"), "numba": ("numba", "Numba")}
 
 
-def _availability(name: str, device: torch.device, spec=None) -> str | None:
+def unavailable_reason(name: str, device: torch.device, spec=None) -> str | None:
+    """Why backend ``name`` cannot run on ``device`` (for the registered env ``spec``, where given),
+    saying what to install or change; None where it can."""
     if name == "torch":
         return None
     if spec is not None:
@@ -52,7 +54,7 @@ def _availability(name: str, device: torch.device, spec=None) -> str | None:
 
 def available_backends(device: torch.device | str) -> list[str]:
     device = torch.device(device)
-    return [name for name in BACKENDS if _availability(name, device) is None]
+    return [name for name in BACKENDS if unavailable_reason(name, device) is None]
 
 
 def resolve_backend(name: str | None, device: torch.device, spec):
@@ -61,10 +63,10 @@ def resolve_backend(name: str | None, device: torch.device, spec):
     if name is None:
         # Kernel backends on the CPU would be the simulator: never a sensible default.
         candidates = list(BACKENDS) if device.type == "cuda" else ["torch"]
-        name = next(n for n in candidates if _availability(n, device, spec) is None)
+        name = next(n for n in candidates if unavailable_reason(n, device, spec) is None)
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(map(repr, BACKENDS))} or None")
-    problem = _availability(name, device, spec)
+    problem = unavailable_reason(name, device, spec)
     if problem is not None:
         raise BackendUnavailableError(f"backend {name!r} is not available on {device}: {problem}")
     kind = "multi_agent" if spec.is_game else "single_agent"
