@@ -67,7 +67,7 @@ from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
                                               old_policy_outputs)
 from gpu_marl_envs.parallel_env import GpuParallelEnv, get_game
-from gpu_marl_envs.registration import is_game
+from gpu_marl_envs.registration import is_game  # noqa: F401  (multi_agent.is_game, for the train command)
 
 Algorithm = Literal["ppo", "a2c"]
 ALGORITHMS = typing.get_args(Algorithm)

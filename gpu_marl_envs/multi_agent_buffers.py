@@ -2,8 +2,8 @@
 writes, allocated once and updated in place by the backends.
 
 The kernels' parameter lists are ``STEP_ARGUMENTS`` and ``RESET_ARGUMENTS``, the same for every
-game: ``state`` is the game's state arrays in its state dataclass's order (a struct of pointers in
-CUDA C, a tuple of arrays in Numba); ``action_masks`` and ``episode_totals`` are passed to games
+game: ``state`` is the game's state arrays in its state dataclass's order (a parameter per field in
+CUDA C, one tuple of arrays in Numba); ``action_masks`` and ``episode_totals`` are passed to games
 without them too (a null pointer, a one-element array), never read. ``num_envs``, ``actions`` and
 ``autoreset_mode`` are supplied by the backends; every other name is an attribute of
 :class:`MultiAgentBuffers`. The framework declares the kernels (``kernels/multi_agent.cuh``,
@@ -39,13 +39,13 @@ def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.
     (which is what bounds the agents per game), naming the limit: the game's dynamic shared memory,
     and the kernels' static shared memory (``static_bytes``) once they are compiled."""
     dynamic = definition.dynamic_shared_bytes(params)
-    limit = shared_memory_limit(device)
-    if static_bytes > MAX_SHARED_BYTES or static_bytes + dynamic > limit:
+    # Static shared memory has a limit of its own, every GPU's 48 KiB.
+    limit = MAX_SHARED_BYTES if static_bytes > MAX_SHARED_BYTES else shared_memory_limit(device)
+    if static_bytes + dynamic > limit:
         where = "this GPU's" if device.type == "cuda" else "the CPU simulator's (any GPU's default)"
         raise ValueError(f"{params.num_agents} agents per env need {static_bytes + dynamic} bytes of shared memory "
-                         f"per block in the {backend} kernels of {definition.id}, more than {where} limit of "
-                         f"{limit if static_bytes + dynamic > limit else MAX_SHARED_BYTES} bytes; use fewer agents "
-                         "or backend='torch'")
+                         f"per block in the {backend} kernels of {definition.id}, more than {where} limit of {limit} "
+                         "bytes; use fewer agents or backend='torch'")
 
 
 STEP_ARGUMENTS = ("num_envs", "state", "actions", "observations", "action_masks", "rewards", "agent_terminated",

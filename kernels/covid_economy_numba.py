@@ -30,7 +30,6 @@ NUM_SUMS = 4  # per state, summed for the planner: new deaths, production, subsi
 def game_functions(c) -> GameFunctions:
     """This game's device functions for the constants ``c`` (``kernel_constants``, typed)."""
     S = c.NUM_STATES
-    N = c.NUM_AGENTS
     PLANNER = S
     K = c.NUM_FILTERS
     L = c.NUM_STRINGENCY_LEVELS

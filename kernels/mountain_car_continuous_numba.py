@@ -4,7 +4,7 @@ gpu_marl_envs/envs/mountain_car_continuous.py. Reset, physics and observation ar
 
 import numpy as np
 
-from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset
+from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset  # noqa: F401  (this env's too)
 from gpu_marl_envs.kernels.numba_api import cuda
 
 _ZERO = np.float32(0.0)

@@ -58,10 +58,12 @@ class MultiAgentNumbaBackend:
                                           dtype=torch.int64, device=device)
         views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
         views["state"] = tuple(self._launcher.view(tensor) for tensor in buffers.state_arrays())
-        # Games without action masks or episode totals get a one-element array they never read.
-        for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32)):
-            if name not in views:
-                views[name] = self._launcher.view(torch.zeros((1, 1), dtype=dtype, device=device))
+        # Games without action masks or episode totals get a one-element array they never read (kept
+        # here: the views do not hold their tensors).
+        self._absent = {name: torch.zeros((1, 1), dtype=dtype, device=device)
+                        for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32))
+                        if name not in views}
+        views.update({name: self._launcher.view(tensor) for name, tensor in self._absent.items()})
         views["actions"] = self._launcher.view(self.actions_buffer)
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
