@@ -90,4 +90,4 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
     (which says how ranks under ``torchrun`` share a run)."""
     run, update = start(env_id, config, device=device, backend=backend, resume=resume)
-    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)
+    return on_policy.iterate(run, update, log_every=log_every, log=log, save=save, resume=resume)

@@ -28,6 +28,7 @@ class Run:
     """One rank's pieces of a run (see :func:`start`)."""
 
     context: Context
+    config: object  # the trainer's config
     first: int  # the iteration to start from (> 0 when resumed)
     iterations: int
     envs: GpuVectorEnv
@@ -47,9 +48,10 @@ class Run:
         """What a checkpoint holds besides the iteration and history (:func:`checkpoint.training_state`)."""
         return {"model": self.agent, "optimizer": self.optimizer}
 
-    def restart(self, config, iteration: int) -> None:
+    def restart(self, iteration: int) -> None:
         """Go on from ``iteration`` with the random numbers and fresh episodes that :func:`start` gives
         a run resumed there (for a state restored after the start, e.g. by Lightning)."""
+        config = self.config
         self.first = iteration
         torch.manual_seed(self.context.seed(config.seed, iteration))
         obs, _ = self.envs.reset(seed=self.context.env_seed(config.seed, iteration, config.num_envs))
@@ -74,7 +76,8 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
     agent.use_fused_mlp(config.fused_mlp_setting(config.batch_size // getattr(config, "num_minibatches", 1)))
     optimizer = make_optimizer(optimizer_type, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", **optimizer_options)
-    return Run(context=context, first=first, iterations=context.iterations(config.total_timesteps, config.batch_size),
+    return Run(context=context, config=config, first=first,
+               iterations=context.iterations(config.total_timesteps, config.batch_size),
                envs=envs, obs=obs, device=device, agent=agent, optimizer=optimizer,
                act=config.compiled(agent.action_and_value), value=config.compiled(agent.value),
                gae=config.compiled(compute_gae),
@@ -87,8 +90,8 @@ class Phases:
     ``update()`` (returning its losses), each a CUDA graph on CUDA (:class:`GraphedPhase`), with
     the seconds spent in each (``times``)."""
 
-    def __init__(self, run: Run, config, update: Callable[[], dict[str, torch.Tensor]]):
-        self.run, self.config = run, config
+    def __init__(self, run: Run, update: Callable[[], dict[str, torch.Tensor]]):
+        self.run, config = run, run.config
         sample = config.compiled(run.agent.sample)
 
         def rollout():
@@ -101,8 +104,9 @@ class Phases:
 
     def schedule(self, iteration: int) -> None:
         """The learning rate of ``iteration``: annealed linearly to 0 over the run if ``config.anneal_lr``."""
-        if self.config.anneal_lr:
-            set_learning_rate(self.run.optimizer, self.config.learning_rate * (1.0 - iteration / self.run.iterations))
+        run = self.run
+        if run.config.anneal_lr:
+            set_learning_rate(run.optimizer, run.config.learning_rate * (1.0 - iteration / run.iterations))
 
     def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
         """Iteration ``iteration``: its schedule, rollout and update; returns the update's losses."""
@@ -113,18 +117,19 @@ class Phases:
             return self.update()
 
 
-def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
+def iterate(run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
             resume: dict | None) -> tuple[ActorCritic, list[dict]]:
     """The run's iterations (:class:`Phases`, ``update()`` returning its losses); a history entry
     (handed to ``log``, and the training state to ``save`` on rank 0) every ``log_every``
     iterations and at the end, and a fresh run's starting state to ``save`` before its first
     iteration. Returns ``(agent, history)``."""
-    phases = Phases(run, config, update)
+    phases = Phases(run, update)
     history = restore(resume, **run.parts)
     run.context.broadcast_parameters(run.agent)
     if resume is None and save is not None and run.context.is_main:  # the run's starting point
         save(training_state(0, history, run.context.world_size, **run.parts))
     begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    config = run.config
     with config.matmul_precision():
         for iteration in range(run.first, run.iterations):
             losses = phases(iteration)

@@ -58,7 +58,9 @@ class Optimizer:
                              f"got {sorted(map(str, kinds))}: make one optimizer per device and dtype")
         self._check_options(options)
         self.device = params[0].device
-        self.param_groups = [{"params": params, **self._checked(**hyperparameters)}]
+        # defaults: the hyperparameters as given, as torch.optim keeps them (Lightning reads them).
+        self.defaults = self._checked(**hyperparameters)
+        self.param_groups = [{"params": params, **self.defaults}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def _checked(self, lr, eps, **others) -> dict:

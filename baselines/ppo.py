@@ -132,7 +132,7 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
     (:mod:`distributed`): ``total_timesteps`` and the history's env steps count all ranks, and
     only rank 0 calls ``log`` and ``save``."""
     run, update = start(env_id, config, device=device, backend=backend, resume=resume)
-    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)
+    return on_policy.iterate(run, update, log_every=log_every, log=log, save=save, resume=resume)
 
 
 def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:
