@@ -287,10 +287,10 @@ def step(run: Run, iteration: int, actor_optimizer=None, critic_optimizer=None) 
     ``learning_starts``, then the actor's with exploration noise), the transitions go into the
     replay, and from ``learning_starts`` on ``gradient_steps`` critic steps follow, with the actor's
     and the targets' update every ``policy_frequency``-th. The optimizers default to the run's (a
-    Lightning step passes them as Lightning wraps them)."""
+    Lightning step passes both, as Lightning wraps them)."""
     config, actor, low, high = run.config, run.actor, run.low, run.high
-    actor_optimizer = actor_optimizer or run.actor_optimizer
-    critic_optimizer = critic_optimizer or run.critic_optimizer
+    if actor_optimizer is None:
+        actor_optimizer, critic_optimizer = run.actor_optimizer, run.critic_optimizer
     global_step = iteration * run.steps_per_iteration
     if global_step < config.learning_starts:
         actions = low + (high - low) * torch.rand((config.num_envs, *low.shape), device=run.device)

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from gymnasium import spaces
 from tqdm import tqdm
 
 import gpu_marl_envs
@@ -60,11 +59,10 @@ from gpu_marl_envs.baselines.distributed import (DEFAULT_TIMEOUT, Context, job_i
                                                  teardown)
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 from gpu_marl_envs.baselines.run_config import (ALGORITHMS, DEFAULT_CONFIGS, ConfigError, build_auto_config,
-                                                build_config, config_dict, parse_override, raw_config, read_config,
-                                                to_toml, train_function, uses_auto_num_envs)
+                                                build_config, check_env, config_dict, parse_override, raw_config,
+                                                read_config, to_toml, train_function, uses_auto_num_envs)
 from gpu_marl_envs.baselines.run_folder import (MetricsWriter, RunFolderError, check_writable, held_files,
                                                 remove_run, remove_temporaries, write_text)
-from gpu_marl_envs.envs import get_definition
 from gpu_marl_envs.parallel_env import get_game
 from gpu_marl_envs.rendering import game_renderer, save_animation
 
@@ -177,22 +175,6 @@ def check_device(device: str, local_processes: int = 1) -> None:
     if local_processes > 1 and parsed.index is not None:
         raise ConfigError(f"--device {device}: with several processes each trains on cuda:LOCAL_RANK; "
                           "pass --device cuda")
-
-
-def check_env(algorithm: str, env, config) -> None:
-    """``ConfigError`` unless ``env`` exists and ``algorithm`` can train it."""
-    if not isinstance(env, str):
-        raise ConfigError(f'the config must name its env (env = "CartPole-v1"), got {env!r}')
-    try:
-        if isinstance(config, multi_agent.MultiAgentConfig):
-            multi_agent.policy_spaces(env, config)
-            return
-        definition = get_definition(env)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(str(error)) from None
-    space = definition.action_space(definition.params_type())
-    if algorithm == "ddpg" and not isinstance(space, spaces.Box):
-        raise ConfigError(f"ddpg needs continuous (Box) actions; {env} has {space}: train it with ppo or a2c")
 
 
 def check_checkpoint(checkpoint: dict, path, training: bool = False) -> None:
