@@ -19,9 +19,6 @@ import torch
 from gpu_marl_envs.baselines.lightning.checkpoint_io import AtomicCheckpointIO
 from gpu_marl_envs.baselines.lightning.modules import training_module
 
-CHECKPOINT = "lightning.ckpt"
-"""Lightning's checkpoint in a run folder of ``gpu-marl-train --lightning``."""
-
 
 class HandOver(pl.Callback):
     """Hands the module's training state to ``save`` (rank 0's; None on the others) at the start
@@ -30,7 +27,8 @@ class HandOver(pl.Callback):
     ``train`` hands them over."""
 
     def __init__(self, log, save, checkpoint: Path, fresh: bool):
-        self.log, self.save, self.checkpoint, self.fresh = log, save, checkpoint, fresh
+        # Not `self.log`: Lightning sets every callback's `log` to the module's.
+        self.hand_log, self.hand_save, self.checkpoint, self.fresh = log, save, checkpoint, fresh
 
     def on_train_start(self, trainer: pl.Trainer, pl_module) -> None:
         self.seen = len(pl_module.history)
@@ -40,15 +38,15 @@ class HandOver(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if len(pl_module.history) == self.seen:
             return
-        if self.log is not None:
+        if self.hand_log is not None:
             for entry in pl_module.history[self.seen:]:
-                self.log(entry)
+                self.hand_log(entry)
         self.seen = len(pl_module.history)
         self._save(trainer, pl_module)
 
     def _save(self, trainer: pl.Trainer, pl_module) -> None:
-        if self.save is not None:
-            self.save(pl_module.training_state())
+        if self.hand_save is not None:
+            self.hand_save(pl_module.training_state())
         trainer.save_checkpoint(self.checkpoint)
 
 
@@ -64,7 +62,7 @@ def trainer_options(device) -> dict:
     return {"accelerator": accelerator, "devices": [device.index or 0] if device.type == "cuda" else 1}
 
 
-def train(env_id: str, config, *, checkpoint: Path, device, log, save, resume: dict | None, log_every: int):
+def train(env_id: str, config, *, checkpoint: Path, device, log, resume: dict | None, log_every: int, save=None):
     """Train ``config`` on ``env_id`` through Lightning's Trainer, as the trainers' ``train``
     (``log``, ``save``, ``resume``, ``log_every``), with Lightning's checkpoint at ``checkpoint``;
     returns ``(policy or policies, history)`` on ``device``."""
