@@ -69,8 +69,9 @@ def check_trainer(trainer: pl.Trainer) -> None:
 
 class IterationNumbers:
     """The Trainer's training data: the numbers of the run's iterations still to run, one per
-    training step. Its length is the run's iterations, so one epoch is the whole run (a resumed
-    run yields the rest of it)."""
+    training step. Its length is the run's iterations, so one epoch is the whole run; a resumed
+    run yields the rest of it. It resumes by itself (it reads the iterations done from the
+    module, which restores them from its checkpoint): its state, for Lightning, is empty."""
 
     def __init__(self, module: "TrainingModule"):
         self.module = module
@@ -80,6 +81,12 @@ class IterationNumbers:
 
     def __iter__(self):
         return iter(range(self.module.next_iteration, self.module.run.iterations))
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass
 
 
 class TrainingModule(pl.LightningModule):
