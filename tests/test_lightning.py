@@ -141,8 +141,13 @@ def test_tag_trains_its_two_policies_with_two_optimizers(tmp_path):
     assert without_timings(module.history) == without_timings(history)
     # Every entry in both loggers, with the callback's env steps per second.
     rows = list(csv.DictReader(open(Path(fit.loggers[0].log_dir) / "metrics.csv")))
-    assert [float(row["env_steps"]) for row in rows] == [16.0 * i for i in (1, 2, 3, 4)]
-    assert all(float(row["env_steps_per_second"]) > 0 and row["mean_return/runners"] for row in rows)
+    entries = [row for row in rows if row["env_steps"]]
+    rates = [row for row in rows if row["env_steps_per_second"]]
+    assert [(int(row["step"]), float(row["env_steps"])) for row in entries] == [(i, 16.0 * (i + 1)) for i in range(4)]
+    assert all(row["mean_return/runners"] and row["taggers/approx_kl"] for row in entries)
+    assert [int(row["step"]) for row in rates] == [0, 1, 2, 3] and all(float(row["env_steps_per_second"]) > 0
+                                                                     for row in rates)
+    assert float(fit.callback_metrics["mean_return"]) == module.history[-1]["mean_return"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(fit.loggers[1].log_dir)

@@ -26,7 +26,9 @@ iteration.
   here (:func:`check_trainer`).
 - A history entry (the trainers' ``log`` entries: env steps, seconds, mean returns, losses; the
   only host synchronisation) is made every ``Trainer(log_every_n_steps)`` iterations and at the
-  end, appended to ``module.history`` and logged with ``self.log_dict`` to every logger.
+  end, appended to ``module.history``, handed to every logger (``Logger.log_metrics``, at the
+  step's number) and its ``mean_return`` logged with ``self.log`` (progress bar,
+  ``callback_metrics``).
 - Lightning's checkpoints hold the networks (``state_dict``), the optimizers and, under
   :data:`CHECKPOINT_KEY`, the iterations done, the number of ranks and the history (DDPG: its
   replay); ``Trainer.fit(ckpt_path=...)`` continues from them, with new seeds and fresh episodes
@@ -164,13 +166,17 @@ class TrainingModule(pl.LightningModule):
         if last or (every and self.next_iteration % every == 0):
             entry = self.entry(losses)
             self.history.append(entry)
-            # CPU tensors: logging them synchronises nothing (the entry's numbers are on the host already).
-            values = {key: torch.tensor(float(value), dtype=torch.float64) for key, value in entry.items()}
-            self.log("mean_return", values.pop("mean_return"), prog_bar=True, on_step=True, on_epoch=False)
-            self.log_dict(values, on_step=True, on_epoch=False)
+            # The entry goes to the loggers as it is, at Lightning's step (the batch): self.log's bookkeeping
+            # costs about a millisecond of Python per key (Lightning 2.6, measured on a slow CPU), which
+            # the GPU would wait for after this step's synchronisation.
+            for logger in self.loggers:
+                logger.log_metrics(entry, step=iteration)
+            # The return alone through self.log: for the progress bar and callback_metrics (ModelCheckpoint's
+            # monitor="mean_return"). A CPU tensor: logging it synchronises nothing with the GPU.
+            self.log("mean_return", torch.tensor(entry["mean_return"], dtype=torch.float64), prog_bar=True,
+                     logger=False, on_step=True, on_epoch=False)
         if last:
-            # The run (or max_steps) is done; stopping also sends this step's entry to the loggers.
-            self.trainer.should_stop = True
+            self.trainer.should_stop = True  # the run (or max_steps) is done: no more epochs
 
     def on_train_end(self) -> None:
         self.run.envs.close()
