@@ -33,7 +33,8 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": 
 
 def trainer(device="cpu", **options) -> pl.Trainer:
     accelerator = "gpu" if torch.device(device).type == "cuda" else "cpu"
-    return pl.Trainer(accelerator=accelerator, devices=1, **{"max_epochs": 1, "log_every_n_steps": 1, **QUIET, **options})
+    return pl.Trainer(accelerator=accelerator, devices=1,
+                      **{"max_epochs": 1, "log_every_n_steps": 1, **QUIET, **options})
 
 
 def parameters(modules: dict) -> dict[str, torch.Tensor]:
@@ -43,8 +44,8 @@ def parameters(modules: dict) -> dict[str, torch.Tensor]:
 
 def saved_parameters(state: dict) -> dict[str, torch.Tensor]:
     """The networks of a training state (the trainers' ``save``), copied (they are the live tensors)."""
-    return {f"{name}.{key}": value.clone() for name, part in state.items() if name == "model" or name.startswith("policy/")
-            for key, value in part.items()}
+    return {f"{name}.{key}": value.clone() for name, part in state.items()
+            if name == "model" or name.startswith("policy/") for key, value in part.items()}
 
 
 def without_timings(history: list[dict]) -> list[dict]:

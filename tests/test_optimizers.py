@@ -1,8 +1,8 @@
 """``baselines/optimizers.py`` against ``torch.optim``: bitwise the same parameters and state over
 steps of a small network (float and tensor learning rates, on the CPU; captured in a CUDA graph
 on a GPU), parameters without gradients skipped, state dicts that load into each other, torch.optim's
-global step hooks, closures, refused options; and, in fresh interpreters, that neither an optimizer step nor a PPO run imports
-``torch._dynamo`` (the import these classes exist to avoid)."""
+global step hooks, closures, refused options; and, in fresh interpreters, that neither an optimizer step nor a PPO
+run imports ``torch._dynamo`` (the import these classes exist to avoid)."""
 
 import subprocess
 import sys

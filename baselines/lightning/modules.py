@@ -50,8 +50,8 @@ from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, on_policy, ppo, roll
 from gpu_marl_envs.baselines.capture import GraphedPhase
 from gpu_marl_envs.baselines.checkpoint import restore, training_state
 from gpu_marl_envs.baselines.lightning.rollout_update import RolloutUpdate
-from gpu_marl_envs.baselines.run_config import (ALGORITHMS, ConfigError, build_config, check_env, config_dict,
-                                                read_config, uses_auto_num_envs)
+from gpu_marl_envs.baselines.run_config import (ConfigError, build_config, check_env, config_dict, read_config,
+                                                uses_auto_num_envs)
 
 CHECKPOINT_KEY = "gpu_marl_envs"
 """The key of a Lightning checkpoint's training state besides the networks and optimizers."""
@@ -120,8 +120,15 @@ class TrainingModule(pl.LightningModule):
         raise NotImplementedError
 
     def iterate(self, iteration: int) -> dict[str, torch.Tensor]:
-        """Run iteration ``iteration``, stepping the optimizers through Lightning; returns the losses."""
-        raise NotImplementedError
+        """Run iteration ``iteration``, stepping the optimizers through Lightning; returns the losses.
+        Here: the trainer's ``Phases`` (``self.phases``) as its ``train`` runs them, each update as
+        its optimizer's Lightning step (DDPG's module runs ``ddpg.step`` instead)."""
+        with self.config.matmul_precision():
+            self.phases.schedule(iteration)
+            with self.phases.times("rollout"):
+                self.phases.rollout()
+            with self.phases.times("update"):
+                return self.step_optimizers()
 
     def entry(self, losses: dict[str, torch.Tensor]) -> dict:
         """The history entry after ``self.next_iteration`` iterations (a host synchronisation)."""
@@ -167,8 +174,8 @@ class TrainingModule(pl.LightningModule):
             entry = self.entry(losses)
             self.history.append(entry)
             # The entry goes to the loggers as it is, at Lightning's step (the batch): self.log's bookkeeping
-            # costs about a millisecond of Python per key (Lightning 2.6, measured on a slow CPU), which
-            # the GPU would wait for after this step's synchronisation.
+            # costs about half a millisecond of Python per key (Lightning 2.6.6 on a 2-core CPU), which the
+            # GPU would wait for after this step's synchronisation.
             for logger in self.loggers:
                 logger.log_metrics(entry, step=iteration)
             # The return alone through self.log: for the progress bar and callback_metrics (ModelCheckpoint's
@@ -250,14 +257,6 @@ class OnPolicyModule(TrainingModule):
     def configure_optimizers(self):
         return RolloutUpdate(self.run.optimizer, self.phases.update)
 
-    def iterate(self, iteration):
-        with self.config.matmul_precision():  # as train() runs its loop
-            self.phases.schedule(iteration)
-            with self.phases.times("rollout"):
-                self.phases.rollout()
-            with self.phases.times("update"):
-                return self.step_optimizers()
-
     def entry(self, losses):
         run = self.run
         return rollout.log_entry(self.next_iteration * self.config.batch_size * run.context.world_size, self.begin,
@@ -297,14 +296,6 @@ class MultiAgentModule(TrainingModule):
 
     def configure_optimizers(self):
         return [RolloutUpdate(self.run.optimizers[name], self.updates[name]) for name in self.run.trained]
-
-    def iterate(self, iteration):
-        with self.config.matmul_precision():  # as train() runs its loop
-            self.phases.schedule(iteration)
-            with self.phases.times("rollout"):
-                self.phases.rollout()
-            with self.phases.times("update"):
-                return self.step_optimizers()
 
     def entry(self, losses):
         run = self.run
@@ -368,7 +359,7 @@ def training_module(env_id: str, config, **options) -> TrainingModule:
         return MultiAgentModule(env_id, config, **options)
     if isinstance(config, ddpg.DDPGConfig):
         return DDPGModule(env_id, config, **options)
-    if isinstance(config, tuple(ALGORITHMS[name][0] for name in ("ppo", "a2c"))):
+    if isinstance(config, (ppo.PPOConfig, a2c.A2CConfig)):
         return OnPolicyModule(env_id, config, **options)
     raise TypeError(f"no trainer takes a {type(config).__name__}: pass a PPOConfig, A2CConfig, DDPGConfig or "
                     "MultiAgentConfig")
