@@ -8,6 +8,7 @@ Rollouts (with truncation bootstrapping) are :mod:`rollout`'s; returns are n-ste
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -56,10 +57,10 @@ def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig)
     return loss, stats
 
 
-def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
-    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
-    (which says how ranks under ``torchrun`` share a run)."""
+def start(env_id: str, config: A2CConfig, *, device=None, backend: str | None = None,
+          resume: dict | None = None) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
+    """A run's pieces (:func:`on_policy.start`, with A2C's optimizer) and its update phase: one
+    clipped gradient step on the whole rollout, returning its loss terms."""
     run = on_policy.start(env_id, config, device, backend, resume, RMSprop, alpha=0.99, eps=config.rms_prop_eps)
     loss_fn = config.compiled(a2c_loss)
     rollout, agent, optimizer = run.rollout, run.agent, run.optimizer
@@ -81,4 +82,12 @@ def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend:
         optimizer.step()
         return losses
 
-    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)
+    return run, update
+
+
+def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
+          log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
+    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
+    (which says how ranks under ``torchrun`` share a run)."""
+    run, update = start(env_id, config, device=device, backend=backend, resume=resume)
+    return on_policy.iterate(run, update, log_every=log_every, log=log, save=save, resume=resume)

@@ -25,11 +25,12 @@ from torch import nn
 
 from gpu_marl_envs.baselines import ppo, settings
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
-from gpu_marl_envs.baselines.distributed import GradientAverager, setup
+from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
 from gpu_marl_envs.baselines.models import layer
 from gpu_marl_envs.baselines.optimizers import Adam, Optimizer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
+from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,148 @@ def update_actor(actor: Actor, actor_optimizer: Optimizer, critic: Critic,
     return loss.detach()
 
 
+@dataclass
+class Run:
+    """One rank's pieces of a DDPG run (see :func:`start`), and what changes as it goes: the
+    observations, the exploration noise's state, the gradient steps taken, the last losses."""
+
+    context: Context
+    config: DDPGConfig
+    first: int  # the iteration to start from (> 0 when resumed)
+    iterations: int
+    envs: GpuVectorEnv
+    obs: torch.Tensor  # the envs' current observations
+    actor: Actor
+    critic: Critic
+    target_actor: Actor
+    target_critic: Critic
+    actor_optimizer: Optimizer
+    critic_optimizer: Optimizer
+    average_actor_gradients: GradientAverager
+    average_critic_gradients: GradientAverager
+    replay: ReplayBuffer
+    stats: EpisodeStats
+    low: torch.Tensor  # the action bounds
+    high: torch.Tensor
+    noise_std: torch.Tensor  # the exploration noise's scale per action dimension
+    ou_state: torch.Tensor  # the Ornstein-Uhlenbeck noise of each env (exploration="ou")
+    losses: dict[str, torch.Tensor]  # the last gradient steps' losses (NaN before the first)
+    updates: int = 0  # critic gradient steps taken (the actor's delayed updates count them)
+
+    @property
+    def device(self) -> torch.device:
+        return self.envs.device
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Env steps of all ranks in one iteration."""
+        return self.config.num_envs * self.context.world_size
+
+    @property
+    def parts(self) -> dict:
+        """What a checkpoint holds besides the iteration and history."""
+        return {"model": self.actor, "critic": self.critic, "target_actor": self.target_actor,
+                "target_critic": self.target_critic, "actor_optimizer": self.actor_optimizer,
+                "critic_optimizer": self.critic_optimizer, "replay": self.replay}
+
+    def begin_at(self, iteration: int) -> None:
+        """Count the gradient steps taken before ``iteration`` (the actor's delayed updates count them)."""
+        self.first = iteration
+        self.updates = max(0, iteration - math.ceil(self.config.learning_starts / self.steps_per_iteration)) \
+            * self.config.gradient_steps
+
+    def restart(self, iteration: int) -> None:
+        """Go on from ``iteration`` with the random numbers and fresh episodes that :func:`start` gives
+        a run resumed there (for a state restored after the start, e.g. by Lightning)."""
+        self.begin_at(iteration)
+        torch.manual_seed(self.context.seed(self.config.seed, iteration))
+        obs, _ = self.envs.reset(seed=self.context.env_seed(self.config.seed, iteration, self.config.num_envs))
+        self.obs = obs.clone()
+        self.ou_state.zero_()
+        self.stats.running.zero_()
+
+
+def start(env_id: str, config: DDPGConfig, *, device=None, backend: str | None = None,
+          resume: dict | None = None) -> Run:
+    """Everything a run needs before its first iteration."""
+    context = setup(device)
+    first = resumed_iteration(resume, context.world_size, config.num_envs)
+    torch.manual_seed(context.seed(config.seed, first))
+    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
+                          device=context.device, backend=backend)
+    device = envs.device
+    obs_size = envs.single_observation_space.shape[0]
+    actor = Actor(obs_size, envs.single_action_space, config.hidden).to(device)
+    action_size = actor.action_scale.numel()
+    critic = Critic(obs_size, action_size, config.hidden).to(device)
+    nan = torch.tensor(float("nan"), device=device)
+    run = Run(context=context, config=config, first=first,
+              iterations=context.iterations(config.total_timesteps, config.num_envs), envs=envs, obs=obs,
+              actor=actor, critic=critic,
+              # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
+              target_actor=copy.deepcopy(actor).requires_grad_(False),
+              target_critic=copy.deepcopy(critic).requires_grad_(False),
+              actor_optimizer=Adam(actor.parameters(), lr=config.actor_lr),
+              critic_optimizer=Adam(critic.parameters(), lr=config.critic_lr),
+              average_actor_gradients=GradientAverager(actor.parameters(), context),
+              average_critic_gradients=GradientAverager(critic.parameters(), context),
+              replay=ReplayBuffer(config.buffer_size, obs_size, action_size, device),
+              stats=EpisodeStats(config.num_envs, device),
+              low=actor.action_bias - actor.action_scale, high=actor.action_bias + actor.action_scale,
+              noise_std=config.exploration_noise * actor.action_scale,
+              ou_state=torch.zeros((config.num_envs, action_size), device=device),
+              losses={"critic_loss": nan, "actor_loss": nan, "q_value": nan})
+    run.begin_at(first)
+    return run
+
+
+def step(run: Run, iteration: int, actor_optimizer=None, critic_optimizer=None) -> None:
+    """Iteration ``iteration``: every env steps once (uniform random actions during
+    ``learning_starts``, then the actor's with exploration noise), the transitions go into the
+    replay, and from ``learning_starts`` on ``gradient_steps`` critic steps follow, with the actor's
+    and the targets' update every ``policy_frequency``-th. The optimizers default to the run's (a
+    Lightning step passes both, as Lightning wraps them)."""
+    config, actor, low, high = run.config, run.actor, run.low, run.high
+    if actor_optimizer is None:
+        actor_optimizer, critic_optimizer = run.actor_optimizer, run.critic_optimizer
+    global_step = iteration * run.steps_per_iteration
+    if global_step < config.learning_starts:
+        actions = low + (high - low) * torch.rand((config.num_envs, *low.shape), device=run.device)
+    else:
+        with torch.no_grad():
+            actions = actor(run.obs)
+        if config.exploration == "ou":
+            run.ou_state.mul_(1.0 - config.ou_theta).add_(torch.randn_like(run.ou_state))  # sigma applied below
+            noise = run.ou_state
+        else:
+            noise = torch.randn_like(actions)
+        actions = (actions + run.noise_std * noise).clamp(low, high)
+
+    next_obs, rewards, terminated, truncated, infos = run.envs.step(actions)
+    done = terminated | truncated
+    # SAME_STEP autoreset: next_obs already starts the next episode where one ended; the
+    # transition's successor is the final observation there.
+    successor = torch.where(infos["_final_obs"].unsqueeze(-1), infos["final_obs"], next_obs)
+    run.replay.add(run.obs, actions, rewards, successor, terminated)
+    run.stats.add(rewards[None], done[None])
+    run.ou_state.mul_(~done.unsqueeze(-1))  # a new episode starts its noise afresh
+    run.obs = next_obs.clone()  # the env overwrites its buffers at the next step
+
+    if global_step >= config.learning_starts:
+        losses = run.losses
+        for _ in range(config.gradient_steps):
+            batch = run.replay.sample(config.batch_size)
+            losses["critic_loss"], losses["q_value"] = update_critic(
+                run.critic, critic_optimizer, run.target_actor, run.target_critic, batch, config.gamma,
+                run.average_critic_gradients)
+            run.updates += 1
+            if run.updates % config.policy_frequency == 0:
+                losses["actor_loss"] = update_actor(actor, actor_optimizer, run.critic, batch.obs,
+                                                    run.average_actor_gradients)
+                soft_update(run.target_actor, actor, config.tau)
+                soft_update(run.target_critic, run.critic, config.tau)
+
+
 def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backend: str | None = None,
           log_every: int = 1000, log=print_entry, save=None, resume: dict | None = None):
     """Train a fresh :class:`Actor` (and its critic) on ``env_id``; returns ``(actor, history)``, the
@@ -199,87 +342,22 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     ``batch_size * world_size`` transitions); ``learning_starts`` and ``total_timesteps`` count the
     env steps of all ranks. A checkpoint holds rank 0's replay, which every rank of a resumed run
     loads: the ranks' buffers start alike and part as new transitions come in."""
-    context = setup(device)
-    first = resumed_iteration(resume, context.world_size, config.num_envs)
-    torch.manual_seed(context.seed(config.seed, first))
-    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
-                          device=context.device, backend=backend)
-    device = envs.device
-    space = envs.single_action_space
-    obs_size = envs.single_observation_space.shape[0]
-    actor = Actor(obs_size, space, config.hidden).to(device)
-    action_size = actor.action_scale.numel()
-    critic = Critic(obs_size, action_size, config.hidden).to(device)
-    # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
-    target_actor = copy.deepcopy(actor).requires_grad_(False)
-    target_critic = copy.deepcopy(critic).requires_grad_(False)
-    actor_optimizer = Adam(actor.parameters(), lr=config.actor_lr)
-    critic_optimizer = Adam(critic.parameters(), lr=config.critic_lr)
-    average_actor_gradients = GradientAverager(actor.parameters(), context)
-    average_critic_gradients = GradientAverager(critic.parameters(), context)
-    replay = ReplayBuffer(config.buffer_size, obs_size, action_size, device)
-    stats = EpisodeStats(config.num_envs, device)
-    iterations = context.iterations(config.total_timesteps, config.num_envs)
-    steps_per_iteration = config.num_envs * context.world_size  # env steps of all ranks
-
-    low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
-    noise_std = config.exploration_noise * actor.action_scale
-    ou_state = torch.zeros((config.num_envs, action_size), device=device)
-    nan = torch.tensor(float("nan"), device=device)
-    losses = {"critic_loss": nan, "actor_loss": nan, "q_value": nan}
-    parts = {"model": actor, "critic": critic, "target_actor": target_actor, "target_critic": target_critic,
-             "actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer, "replay": replay}
-    history = restore(resume, **parts)
-    context.broadcast_parameters(actor, critic, target_actor, target_critic)
+    run = start(env_id, config, device=device, backend=backend, resume=resume)
+    context = run.context
+    history = restore(resume, **run.parts)
+    context.broadcast_parameters(run.actor, run.critic, run.target_actor, run.target_critic)
     if resume is None and save is not None and context.is_main:  # the run's starting point
-        save(training_state(0, history, context.world_size, **parts))
-    # Gradient steps taken before iteration `first` (the actor's delayed updates count them).
-    updates = max(0, first - math.ceil(config.learning_starts / steps_per_iteration)) * config.gradient_steps
-    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    for iteration in range(first, iterations):
-        global_step = iteration * steps_per_iteration
-        if global_step < config.learning_starts:
-            actions = low + (high - low) * torch.rand((config.num_envs, action_size), device=device)
-        else:
-            with torch.no_grad():
-                actions = actor(obs)
-            if config.exploration == "ou":
-                ou_state.mul_(1.0 - config.ou_theta).add_(torch.randn_like(ou_state))  # sigma applied below
-                noise = ou_state
-            else:
-                noise = torch.randn_like(actions)
-            actions = (actions + noise_std * noise).clamp(low, high)
-
-        next_obs, rewards, terminated, truncated, infos = envs.step(actions)
-        done = terminated | truncated
-        # SAME_STEP autoreset: next_obs already starts the next episode where one ended; the
-        # transition's successor is the final observation there.
-        successor = torch.where(infos["_final_obs"].unsqueeze(-1), infos["final_obs"], next_obs)
-        replay.add(obs, actions, rewards, successor, terminated)
-        stats.add(rewards[None], done[None])
-        ou_state.mul_(~done.unsqueeze(-1))  # a new episode starts its noise afresh
-        obs = next_obs.clone()  # the env overwrites its buffers at the next step
-
-        if global_step >= config.learning_starts:
-            for _ in range(config.gradient_steps):
-                batch = replay.sample(config.batch_size)
-                losses["critic_loss"], losses["q_value"] = update_critic(
-                    critic, critic_optimizer, target_actor, target_critic, batch, config.gamma,
-                    average_critic_gradients)
-                updates += 1
-                if updates % config.policy_frequency == 0:
-                    losses["actor_loss"] = update_actor(actor, actor_optimizer, critic, batch.obs,
-                                                        average_actor_gradients)
-                    soft_update(target_actor, actor, config.tau)
-                    soft_update(target_critic, critic, config.tau)
-
-        if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
-            history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, log,
+        save(training_state(0, history, context.world_size, **run.parts))
+    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    for iteration in range(run.first, run.iterations):
+        step(run, iteration)
+        if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
+            history.append(log_entry((iteration + 1) * run.steps_per_iteration, begin, run.stats, run.losses, log,
                                      context=context))
             if save is not None and context.is_main:
-                save(training_state(iteration + 1, history, context.world_size, **parts))
-    envs.close()
-    return actor, history
+                save(training_state(iteration + 1, history, context.world_size, **run.parts))
+    run.envs.close()
+    return run.actor, history
 
 
 def evaluate(actor: Actor, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:

@@ -208,6 +208,8 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
     if world_size > 1 and rank_device.type == "cpu" and dist.get_backend() == dist.Backend.NCCL:
         raise ValueError("the process group uses NCCL, which needs CUDA tensors: train on device='cuda', or "
                          "initialise the process group with the gloo backend for CPU training")
+    if world_size > 1 and rank_device.type == "cuda":
+        os.environ.setdefault("CUDA_DEVICE", str(rank_device.index))  # pycuda's kernels on this rank's GPU (above)
     return Context(dist.get_rank(), world_size, local_rank, rank_device)
 
 

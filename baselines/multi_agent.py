@@ -593,27 +593,57 @@ def log_entry(env_steps: int, start: float, stats: dict, losses: dict, reported:
 
 # -- training --------------------------------------------------------------------------------------
 
-def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=None, backend: str | None = None,
-          models: dict | None = None, log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
-    """Train the config's policies on the game ``env_id``; returns ``(policies, history)``.
+@dataclass
+class Run:
+    """One rank's pieces of a multi-agent run (see :func:`start`)."""
 
-    ``policies`` maps each policy name to its module; ``history`` is a list of dicts (env steps,
-    seconds, ``mean_return/<group>``: the mean episode return per agent of each group over the
-    games finished since the last entry, ``mean_return`` that of :func:`reported_group`,
-    ``episodes``: games finished, seconds spent in rollouts and updates, and ``<policy>/<loss term>``
-    for each trained policy), each also handed to ``log`` when it is made. ``models``: custom
-    modules for some policies (module docstring). ``save`` and ``resume`` as for ``ppo.train``: the
-    state holds every policy (``policy/<name>``) and each trained policy's optimizer
-    (``optimizer/<name>``).
+    context: Context
+    config: MultiAgentConfig
+    first: int  # the iteration to start from (> 0 when resumed)
+    iterations: int
+    env: GpuParallelEnv
+    policies: dict  # policy name -> module
+    trained: dict[str, PolicyConfig]  # the policies that learn, in the config's order
+    optimizers: dict  # trained policy -> its optimizer
+    slots: dict[str, dict[str, slice]]  # policy -> {group: its agents' slice}
+    rollouts: dict[str, PolicyRollout]
+    inputs: dict[str, PolicyInputs]
+    stats: dict[str, EpisodeStats]  # group -> its episode returns
+    ent_coefs: dict[str, torch.Tensor]  # trained policy -> its entropy weight now (a device tensor)
+    sample: dict  # policy -> its sample, compiled with config.compile
+    act: dict  # trained policy -> its action_and_value, likewise
+    value: dict  # trained policy -> its value, likewise
+    gae: object  # compute_gae, likewise
+    loss_fns: dict  # algorithm -> its masked loss, likewise
+    averagers: dict[str, GradientAverager]  # trained policy -> its gradient average over the ranks
 
-    Under ``torchrun`` every rank runs this with its own ``num_envs`` games on its own GPU, as
-    ``ppo.train`` does (:mod:`distributed`): ``total_timesteps``, the history's env steps and the
-    entropy schedules' steps count all ranks; each trained policy's gradients are averaged over
-    the ranks before every optimizer step; only rank 0 calls ``log`` and ``save``. A CUDA graph
-    cannot be cut while the policies' update branches are forked, so with ``graph_allreduce=False``
-    on several ranks the policies' updates run one after another (the all-reduce between graph
-    replays), instead of as parallel branches.
-    """
+    @property
+    def device(self) -> torch.device:
+        return self.env.device
+
+    @property
+    def parts(self) -> dict:
+        """What a checkpoint holds besides the iteration and history: every policy, each trained
+        policy's optimizer."""
+        return {**{f"policy/{name}": policy for name, policy in self.policies.items()},
+                **{f"optimizer/{name}": optimizer for name, optimizer in self.optimizers.items()}}
+
+    def restart(self, iteration: int) -> None:
+        """Go on from ``iteration`` with the random numbers and fresh games that :func:`start` gives a
+        run resumed there (for a state restored after the start, e.g. by Lightning)."""
+        self.first = iteration
+        torch.manual_seed(self.context.seed(self.config.seed, iteration))
+        obs, infos = self.env.reset_groups(seed=self.context.env_seed(self.config.seed, iteration,
+                                                                      self.config.num_envs))
+        for policy_inputs in self.inputs.values():
+            policy_inputs.refresh(obs, infos)
+        for group_stats in self.stats.values():
+            group_stats.running.zero_()
+
+
+def start(env_id: str, config: MultiAgentConfig, *, device=None, backend: str | None = None,
+          models: dict | None = None, resume: dict | None = None) -> Run:
+    """Everything a run needs before its first iteration (``models`` as for :func:`train`)."""
     context = setup(device)
     first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
@@ -637,15 +667,6 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
     optimizers = {name: make_optimizer(Adam, policies[name].parameters(), settings.learning_rate, device,
                                        captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
                   for name, settings in trained.items()}
-    sample = {name: config.compiled(policy.sample) for name, policy in policies.items()}
-    act = {name: config.compiled(policies[name].action_and_value) for name in trained}
-    value = {name: config.compiled(policies[name].value) for name in trained}
-    gae = config.compiled(compute_gae)
-    loss_fns = {"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)}
-    averagers = {name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
-                 for name in trained}
-    iterations = context.iterations(config.total_timesteps, config.batch_size)
-
     # Storage: per policy, its groups side by side along the agent dimension.
     slots = policy_slots(env_id, config)
     rollouts = {}
@@ -654,63 +675,125 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
         rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, observation_space.shape[0],
                                                 action_space, device, env.params.episode_length,
                                                 masked=env.definition.has_action_masks)
-    # The entropy weights, set before each iteration from their schedules (a captured update reads them).
-    ent_coefs = {name: torch.zeros((), device=device) for name in trained}
     obs, infos = env.reset_groups(seed=context.env_seed(config.seed, first, config.num_envs))
-    inputs = {name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
-    stats = {group: EpisodeStats(config.num_envs, device) for group in config.groups}
+    return Run(context=context, config=config, first=first,
+               iterations=context.iterations(config.total_timesteps, config.batch_size), env=env,
+               policies=policies, trained=trained, optimizers=optimizers, slots=slots, rollouts=rollouts,
+               inputs={name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()},
+               stats={group: EpisodeStats(config.num_envs, device) for group in config.groups},
+               # The entropy weights, set before each iteration from their schedules (a captured update reads them).
+               ent_coefs={name: torch.zeros((), device=device) for name in trained},
+               sample={name: config.compiled(policy.sample) for name, policy in policies.items()},
+               act={name: config.compiled(policies[name].action_and_value) for name in trained},
+               value={name: config.compiled(policies[name].value) for name in trained},
+               gae=config.compiled(compute_gae),
+               loss_fns={"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)},
+               averagers={name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
+                          for name in trained})
 
-    # Each policy's share of a rollout step, and each policy's update, is a branch of its own; but
-    # an update whose graph is cut at each all-reduce (between_graphs) cannot fork: no branches.
-    cut = context.enabled and not config.graph_allreduce
-    rollout_branches, update_branches = Branches(policies, device), Branches(() if cut else trained, device)
 
-    def rollout_phase():
-        collect(env, sample, slots, rollouts, inputs, stats, autocast=lambda: config.autocast(device),
-                branches=rollout_branches)
-        return {}
+class Phases:
+    """One iteration of a run: the schedules (:meth:`schedule`), then the rollout and the update of
+    every trained policy, each a CUDA graph on CUDA (:class:`GraphedPhase`), with the seconds spent
+    in each (``times``). Each policy's share of a rollout step, and each policy's update, is a
+    branch of its own (:class:`Branches`); but an update whose graph is cut at each all-reduce
+    (``between_graphs``) cannot fork: no branches there.
 
-    def update_phase():
-        losses = {}
-        with update_branches.fork():
-            for name, settings in trained.items():
-                with update_branches.branch(name):
-                    terms = update(policies[name], optimizers[name], rollouts[name], inputs[name].obs, act[name],
-                                   value[name], gae, settings, loss_fns[settings.algorithm], ent_coefs[name],
-                                   averagers[name], autocast=lambda: config.autocast(device),
-                                   sum_over_ranks=context.sum_over_ranks(in_graph=config.graph_allreduce))
-                losses.update({f"{name}/{term}": tensor for term, tensor in terms.items()})
-        return losses
+    ``update_policy(name)`` is one policy's update alone (uncaptured), returning its loss terms as
+    ``<policy>/<term>``: a Lightning training step replays it per policy, as that policy's
+    optimizer step (:mod:`gpu_marl_envs.baselines.lightning`)."""
 
-    rollout_phase = GraphedPhase(rollout_phase, device, config.cuda_graph)
-    update_phase = GraphedPhase(update_phase, device, config.cuda_graph)
-    times = PhaseTimes(device)
+    def __init__(self, run: Run):
+        self.run = run
+        config, device = run.config, run.device
+        cut = run.context.enabled and not config.graph_allreduce
+        rollout_branches = Branches(run.policies, device)
+        self._update_branches = Branches(() if cut else run.trained, device)
+
+        def rollout():
+            collect(run.env, run.sample, run.slots, run.rollouts, run.inputs, run.stats,
+                    autocast=lambda: config.autocast(device), branches=rollout_branches)
+            return {}
+
+        def update():
+            losses = {}
+            with self._update_branches.fork():
+                for name in run.trained:
+                    with self._update_branches.branch(name):
+                        losses.update(self.update_policy(name))
+            return losses
+
+        self.rollout = GraphedPhase(rollout, device, config.cuda_graph)
+        self.update = GraphedPhase(update, device, config.cuda_graph)
+        self.times = PhaseTimes(device)
+
+    def update_policy(self, name: str) -> dict[str, torch.Tensor]:
+        run, config, settings = self.run, self.run.config, self.run.trained[name]
+        terms = update(run.policies[name], run.optimizers[name], run.rollouts[name], run.inputs[name].obs,
+                       run.act[name], run.value[name], run.gae, settings, run.loss_fns[settings.algorithm],
+                       run.ent_coefs[name], run.averagers[name], autocast=lambda: config.autocast(run.device),
+                       sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce))
+        return {f"{name}/{term}": tensor for term, tensor in terms.items()}
+
+    def schedule(self, iteration: int) -> None:
+        """Each trained policy's learning rate (annealed linearly to 0 over the run if its
+        ``anneal_lr``) and entropy weight (its schedule's value at the iteration's env steps)."""
+        run = self.run
+        for name, settings in run.trained.items():
+            if settings.anneal_lr:
+                set_learning_rate(run.optimizers[name], settings.learning_rate * (1.0 - iteration / run.iterations))
+            run.ent_coefs[name].fill_(settings.entropy_coefficient(
+                iteration * run.config.batch_size * run.context.world_size))
+
+    def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
+        """Iteration ``iteration``: its schedules, rollout and update; returns the update's losses."""
+        self.schedule(iteration)
+        with self.times("rollout"):
+            self.rollout()
+        with self.times("update"):
+            return self.update()
+
+
+def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=None, backend: str | None = None,
+          models: dict | None = None, log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
+    """Train the config's policies on the game ``env_id``; returns ``(policies, history)``.
+
+    ``policies`` maps each policy name to its module; ``history`` is a list of dicts (env steps,
+    seconds, ``mean_return/<group>``: the mean episode return per agent of each group over the
+    games finished since the last entry, ``mean_return`` that of :func:`reported_group`,
+    ``episodes``: games finished, seconds spent in rollouts and updates, and ``<policy>/<loss term>``
+    for each trained policy), each also handed to ``log`` when it is made. ``models``: custom
+    modules for some policies (module docstring). ``save`` and ``resume`` as for ``ppo.train``: the
+    state holds every policy (``policy/<name>``) and each trained policy's optimizer
+    (``optimizer/<name>``).
+
+    Under ``torchrun`` every rank runs this with its own ``num_envs`` games on its own GPU, as
+    ``ppo.train`` does (:mod:`distributed`): ``total_timesteps``, the history's env steps and the
+    entropy schedules' steps count all ranks; each trained policy's gradients are averaged over
+    the ranks before every optimizer step; only rank 0 calls ``log`` and ``save``. A CUDA graph
+    cannot be cut while the policies' update branches are forked, so with ``graph_allreduce=False``
+    on several ranks the policies' updates run one after another (the all-reduce between graph
+    replays), instead of as parallel branches.
+    """
+    run = start(env_id, config, device=device, backend=backend, models=models, resume=resume)
+    context = run.context
+    phases = Phases(run)
     reported = reported_group(config)
-    parts = {**{f"policy/{name}": policy for name, policy in policies.items()},
-             **{f"optimizer/{name}": optimizer for name, optimizer in optimizers.items()}}
-    history = restore(resume, **parts)
-    context.broadcast_parameters(*policies.values())
+    history = restore(resume, **run.parts)
+    context.broadcast_parameters(*run.policies.values())
     if resume is None and save is not None and context.is_main:  # the run's starting point
-        save(training_state(0, history, context.world_size, **parts))
-    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    steps_per_iteration = config.batch_size * context.world_size
+        save(training_state(0, history, context.world_size, **run.parts))
+    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
     with config.matmul_precision():
-        for iteration in range(first, iterations):
-            for name, settings in trained.items():
-                if settings.anneal_lr:
-                    set_learning_rate(optimizers[name], settings.learning_rate * (1.0 - iteration / iterations))
-                ent_coefs[name].fill_(settings.entropy_coefficient(iteration * steps_per_iteration))
-            with times("rollout"):
-                rollout_phase()
-            with times("update"):
-                losses = update_phase()
-            if (iteration + 1) % log_every == 0 or iteration + 1 == iterations:
-                history.append(log_entry((iteration + 1) * steps_per_iteration, start, stats, losses, reported, log,
-                                         times, context))
+        for iteration in range(run.first, run.iterations):
+            losses = phases(iteration)
+            if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
+                history.append(log_entry((iteration + 1) * config.batch_size * context.world_size, begin, run.stats,
+                                         losses, reported, log, phases.times, context))
                 if save is not None and context.is_main:
-                    save(training_state(iteration + 1, history, context.world_size, **parts))
-    env.close()
-    return policies, history
+                    save(training_state(iteration + 1, history, context.world_size, **run.parts))
+    run.env.close()
+    return run.policies, history
 
 
 # -- evaluation ------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """What PPO and A2C share: their set-up (envs, policy, optimizer, rollout storage, on the right
-rank and device) and their loop of captured rollout and update phases with logging and
-checkpoints. Each trainer adds only its update."""
+rank and device), an iteration's phases (schedule, captured rollout, captured update) and the loop
+over them with logging and checkpoints. Each trainer adds only its update.
+
+``train`` loops over :class:`Phases` here (:func:`iterate`); a Lightning training step runs the
+same phases (:mod:`gpu_marl_envs.baselines.lightning`)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ class Run:
     """One rank's pieces of a run (see :func:`start`)."""
 
     context: Context
+    config: object  # the trainer's config
     first: int  # the iteration to start from (> 0 when resumed)
     iterations: int
     envs: GpuVectorEnv
@@ -38,6 +42,21 @@ class Run:
     average_gradients: GradientAverager
     rollout: Rollout
     stats: EpisodeStats
+
+    @property
+    def parts(self) -> dict:
+        """What a checkpoint holds besides the iteration and history (:func:`checkpoint.training_state`)."""
+        return {"model": self.agent, "optimizer": self.optimizer}
+
+    def restart(self, iteration: int) -> None:
+        """Go on from ``iteration`` with the random numbers and fresh episodes that :func:`start` gives
+        a run resumed there (for a state restored after the start, e.g. by Lightning)."""
+        config = self.config
+        self.first = iteration
+        torch.manual_seed(self.context.seed(config.seed, iteration))
+        obs, _ = self.envs.reset(seed=self.context.env_seed(config.seed, iteration, config.num_envs))
+        self.obs.copy_(obs)
+        self.stats.running.zero_()
 
 
 def start(env_id: str, config, device, backend: str | None, resume: dict | None,
@@ -57,7 +76,8 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
     agent.use_fused_mlp(config.fused_mlp_setting(config.batch_size // getattr(config, "num_minibatches", 1)))
     optimizer = make_optimizer(optimizer_type, agent.parameters(), config.learning_rate, device,
                                captured=config.cuda_graph and device.type == "cuda", **optimizer_options)
-    return Run(context=context, first=first, iterations=context.iterations(config.total_timesteps, config.batch_size),
+    return Run(context=context, config=config, first=first,
+               iterations=context.iterations(config.total_timesteps, config.batch_size),
                envs=envs, obs=obs, device=device, agent=agent, optimizer=optimizer,
                act=config.compiled(agent.action_and_value), value=config.compiled(agent.value),
                gae=config.compiled(compute_gae),
@@ -65,40 +85,58 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
                rollout=Rollout.allocate(config.num_steps, envs), stats=EpisodeStats(config.num_envs, device))
 
 
-def iterate(run: Run, config, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
+class Phases:
+    """One iteration of a run: the learning-rate schedule (:meth:`schedule`), then the rollout and
+    ``update()`` (returning its losses), each a CUDA graph on CUDA (:class:`GraphedPhase`), with
+    the seconds spent in each (``times``)."""
+
+    def __init__(self, run: Run, update: Callable[[], dict[str, torch.Tensor]]):
+        self.run, config = run, run.config
+        sample = config.compiled(run.agent.sample)
+
+        def rollout():
+            collect(sample, run.envs, run.rollout, run.obs, run.stats, autocast=lambda: config.autocast(run.device))
+            return {}
+
+        self.rollout = GraphedPhase(rollout, run.device, config.cuda_graph)
+        self.update = GraphedPhase(update, run.device, config.cuda_graph)
+        self.times = PhaseTimes(run.device)
+
+    def schedule(self, iteration: int) -> None:
+        """The learning rate of ``iteration``: annealed linearly to 0 over the run if ``config.anneal_lr``."""
+        run = self.run
+        if run.config.anneal_lr:
+            set_learning_rate(run.optimizer, run.config.learning_rate * (1.0 - iteration / run.iterations))
+
+    def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
+        """Iteration ``iteration``: its schedule, rollout and update; returns the update's losses."""
+        self.schedule(iteration)
+        with self.times("rollout"):
+            self.rollout()
+        with self.times("update"):
+            return self.update()
+
+
+def iterate(run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
             resume: dict | None) -> tuple[ActorCritic, list[dict]]:
-    """Rollout, then ``update()`` (returning its losses), for the run's iterations, each phase a
-    CUDA graph on CUDA (:class:`GraphedPhase`); the learning rate annealed per iteration if
-    ``config.anneal_lr``; a history entry (handed to ``log``, and the training state to ``save``
-    on rank 0) every ``log_every`` iterations and at the end, and a fresh run's starting state to
-    ``save`` before its first iteration. Returns ``(agent, history)``."""
-    sample = config.compiled(run.agent.sample)
-
-    def rollout_phase():
-        collect(sample, run.envs, run.rollout, run.obs, run.stats, autocast=lambda: config.autocast(run.device))
-        return {}
-
-    rollout_phase = GraphedPhase(rollout_phase, run.device, config.cuda_graph)
-    update_phase = GraphedPhase(update, run.device, config.cuda_graph)
-    times = PhaseTimes(run.device)
-    history = restore(resume, model=run.agent, optimizer=run.optimizer)
+    """The run's iterations (:class:`Phases`, ``update()`` returning its losses); a history entry
+    (handed to ``log``, and the training state to ``save`` on rank 0) every ``log_every``
+    iterations and at the end, and a fresh run's starting state to ``save`` before its first
+    iteration. Returns ``(agent, history)``."""
+    phases = Phases(run, update)
+    history = restore(resume, **run.parts)
     run.context.broadcast_parameters(run.agent)
     if resume is None and save is not None and run.context.is_main:  # the run's starting point
-        save(training_state(0, history, run.context.world_size, model=run.agent, optimizer=run.optimizer))
+        save(training_state(0, history, run.context.world_size, **run.parts))
     begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    config = run.config
     with config.matmul_precision():
         for iteration in range(run.first, run.iterations):
-            if config.anneal_lr:
-                set_learning_rate(run.optimizer, config.learning_rate * (1.0 - iteration / run.iterations))
-            with times("rollout"):
-                rollout_phase()
-            with times("update"):
-                losses = update_phase()
+            losses = phases(iteration)
             if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
                 history.append(log_entry((iteration + 1) * config.batch_size * run.context.world_size, begin,
-                                         run.stats, losses, log, times, run.context))
+                                         run.stats, losses, log, phases.times, run.context))
                 if save is not None and run.context.is_main:
-                    save(training_state(iteration + 1, history, run.context.world_size, model=run.agent,
-                                        optimizer=run.optimizer))
+                    save(training_state(iteration + 1, history, run.context.world_size, **run.parts))
     run.envs.close()
     return run.agent, history

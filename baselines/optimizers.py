@@ -24,7 +24,7 @@ a device tensor and changed in place).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks
@@ -58,7 +58,9 @@ class Optimizer:
                              f"got {sorted(map(str, kinds))}: make one optimizer per device and dtype")
         self._check_options(options)
         self.device = params[0].device
-        self.param_groups = [{"params": params, **self._checked(**hyperparameters)}]
+        # defaults: the hyperparameters as given, as torch.optim keeps them (Lightning reads them).
+        self.defaults = self._checked(**hyperparameters)
+        self.param_groups = [{"params": params, **self.defaults}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def _checked(self, lr, eps, **others) -> dict:
@@ -107,11 +109,19 @@ class Optimizer:
         if grads:
             torch._foreach_zero_(grads)
 
-    def step(self) -> None:
+    def step(self, closure: Callable[[], object] | None = None):
         """One update of the parameters that have a gradient (the others are skipped, as by
         ``torch.optim``); their state is created, zeros, at the first step that sees a gradient.
         Then the hooks registered with ``torch.optim.optimizer.register_optimizer_step_post_hook``
-        run, as after any ``torch.optim`` step (the multi-GPU test watches every step this way)."""
+        run, as after any ``torch.optim`` step (the multi-GPU test watches every step this way).
+
+        ``closure``, as ``torch.optim``'s: called first (with gradients enabled), to compute the
+        gradients this step applies; its result is returned (Lightning's ``optimizer.step()``
+        passes one that runs its ``on_before_optimizer_step`` hooks)."""
+        result = None
+        if closure is not None:
+            with torch.enable_grad():
+                result = closure()
         params = [p for p in self.params if p.grad is not None]
         for p in params:
             if p.grad.is_sparse:
@@ -125,6 +135,7 @@ class Optimizer:
                 self._update(params, [p.grad for p in params], [self.state[p] for p in params])
         for hook in list(_global_optimizer_post_hooks.values()):
             hook(self, (), {})
+        return result
 
     def state_dict(self) -> dict:
         """``torch.optim``'s format: ``{"state": {index: {"step": ..., name: ...}}, "param_groups":

@@ -9,6 +9,7 @@ log interval.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from gymnasium import spaces
@@ -80,19 +81,11 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
     return loss, stats
 
 
-def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
-    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
-    list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
-    in rollouts and updates, losses), each also handed to ``log`` when it is made.
-
-    ``save(state)``, if given, receives the training state (:mod:`checkpoint`) at the start of a
-    fresh run and at each log interval; ``resume`` = such a state continues that run from its
-    iteration (on this number of ranks or another: :func:`checkpoint.resumed_iteration`).
-
-    Under ``torchrun`` every rank runs this with its own ``num_envs`` envs on its own GPU
-    (:mod:`distributed`): ``total_timesteps`` and the history's env steps count all ranks, and
-    only rank 0 calls ``log`` and ``save``."""
+def start(env_id: str, config: PPOConfig, *, device=None, backend: str | None = None,
+          resume: dict | None = None) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
+    """A run's pieces (:func:`on_policy.start`, with PPO's optimizer) and its update phase: GAE,
+    then ``update_epochs`` passes of shuffled minibatches, each a clipped gradient step; the phase
+    returns the last step's loss terms."""
     run = on_policy.start(env_id, config, device, backend, resume, Adam, eps=1e-5)
     loss_fn = config.compiled(ppo_loss)
     minibatch = config.batch_size // config.num_minibatches
@@ -122,7 +115,24 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
                 optimizer.step()
         return losses
 
-    return on_policy.iterate(run, config, update, log_every=log_every, log=log, save=save, resume=resume)
+    return run, update
+
+
+def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
+          log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
+    """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
+    list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
+    in rollouts and updates, losses), each also handed to ``log`` when it is made.
+
+    ``save(state)``, if given, receives the training state (:mod:`checkpoint`) at the start of a
+    fresh run and at each log interval; ``resume`` = such a state continues that run from its
+    iteration (on this number of ranks or another: :func:`checkpoint.resumed_iteration`).
+
+    Under ``torchrun`` every rank runs this with its own ``num_envs`` envs on its own GPU
+    (:mod:`distributed`): ``total_timesteps`` and the history's env steps count all ranks, and
+    only rank 0 calls ``log`` and ``save``."""
+    run, update = start(env_id, config, device=device, backend=backend, resume=resume)
+    return on_policy.iterate(run, update, log_every=log_every, log=log, save=save, resume=resume)
 
 
 def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:

@@ -16,10 +16,12 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from gymnasium import spaces
+
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo, settings, sizing
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.parallel_env import get_game
-from gpu_marl_envs.registration import GAMES
+from gpu_marl_envs.registration import GAMES, env_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -141,6 +143,22 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
     return algorithm, env, config
+
+
+def check_env(algorithm: str, env, config) -> None:
+    """``ConfigError`` unless ``env`` exists and ``algorithm`` can train it."""
+    if not isinstance(env, str):
+        raise ConfigError(f'the config must name its env (env = "CartPole-v1"), got {env!r}')
+    try:
+        if isinstance(config, multi_agent.MultiAgentConfig):
+            multi_agent.policy_spaces(env, config)
+            return
+        definition = env_spec(env).definition
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from None
+    space = definition.action_space(definition.params_type())
+    if algorithm == "ddpg" and not isinstance(space, spaces.Box):
+        raise ConfigError(f"ddpg needs continuous (Box) actions; {env} has {space}: train it with ppo or a2c")
 
 
 def uses_auto_num_envs(raw: dict, overrides: list[str]) -> bool:

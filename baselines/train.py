@@ -10,6 +10,7 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
     gpu-marl-train --env CartPole-v1 --set num_envs=auto     # the env count chosen by a throughput sweep
     gpu-marl-train --nproc-per-node 2 --env CartPole-v1      # 2 GPUs (torchrun), num_envs per GPU
     gpu-marl-train --nproc-per-node 2 --max-restarts 3 --env CartPole-v1   # restarted after a failure
+    gpu-marl-train --env TagContinuous-v0 --lightning      # through PyTorch Lightning's Trainer
 
 (also ``python -m gpu_marl_envs.baselines.train``, and ``torchrun --nproc-per-node N -m
 gpu_marl_envs.baselines.train ...`` for several GPUs or hosts: docs/distributed.md). A config is a
@@ -36,20 +37,22 @@ config, env, device and folder have passed their checks and the trainer has star
 within a GPU-memory budget (:mod:`sizing`) and says what it chose and why; the resolved config
 records the count. Under ``torchrun`` every rank trains and rank 0 alone writes the run folder;
 when torchrun restarts the job (``--max-restarts``), the command finds the checkpoint this job
-wrote and continues from it.
+wrote and continues from it. ``--lightning`` runs the same training through PyTorch Lightning's
+Trainer (:mod:`gpu_marl_envs.baselines.lightning`; ``pip install gpu_marl_envs[lightning]``): the
+same run folder and numbers, plus ``lightning.ckpt``, Lightning's checkpoint of the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from gymnasium import spaces
 from tqdm import tqdm
 
 import gpu_marl_envs
@@ -60,12 +63,11 @@ from gpu_marl_envs.baselines.distributed import (DEFAULT_TIMEOUT, Context, job_i
                                                  teardown)
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
 from gpu_marl_envs.baselines.run_config import (ALGORITHMS, DEFAULT_CONFIGS, ConfigError, build_auto_config,
-                                                build_config, config_dict, parse_override, raw_config, read_config,
-                                                to_toml, train_function, uses_auto_num_envs)
-from gpu_marl_envs.baselines.run_folder import (MetricsWriter, RunFolderError, check_writable, held_files,
-                                                remove_run, remove_temporaries, write_text)
+                                                build_config, check_env, config_dict, parse_override, raw_config,
+                                                read_config, to_toml, train_function, uses_auto_num_envs)
+from gpu_marl_envs.baselines.run_folder import (LIGHTNING_CHECKPOINT, MetricsWriter, RunFolderError, check_writable,
+                                                held_files, remove_run, remove_temporaries, write_text)
 from gpu_marl_envs.parallel_env import get_game
-from gpu_marl_envs.registration import env_spec
 from gpu_marl_envs.rendering import game_renderer, save_animation
 
 CHECKPOINT = "checkpoint.pt"
@@ -95,6 +97,8 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
     after every check that needs no process group: config, env, device, checkpoint and folder.
     Reads files, writes none."""
     check_device(args.device, local_processes)
+    if args.lightning:
+        check_lightning()
     if args.resume:
         resume = load_checkpoint(args.resume)
         check_checkpoint(resume, args.resume, training=True)
@@ -179,20 +183,13 @@ def check_device(device: str, local_processes: int = 1) -> None:
                           "pass --device cuda")
 
 
-def check_env(algorithm: str, env, config) -> None:
-    """``ConfigError`` unless ``env`` exists and ``algorithm`` can train it."""
-    if not isinstance(env, str):
-        raise ConfigError(f'the config must name its env (env = "CartPole-v1"), got {env!r}')
+def check_lightning() -> None:
+    """``ConfigError`` unless PyTorch Lightning can be imported (``--lightning``)."""
     try:
-        if isinstance(config, multi_agent.MultiAgentConfig):
-            multi_agent.policy_spaces(env, config)
-            return
-        definition = env_spec(env).definition
-    except (TypeError, ValueError) as error:
-        raise ConfigError(str(error)) from None
-    space = definition.action_space(definition.params_type())
-    if algorithm == "ddpg" and not isinstance(space, spaces.Box):
-        raise ConfigError(f"ddpg needs continuous (Box) actions; {env} has {space}: train it with ppo or a2c")
+        import lightning.pytorch  # noqa: F401
+    except ImportError as error:
+        raise ConfigError(f"--lightning needs PyTorch Lightning ({error}): pip install 'gpu_marl_envs[lightning]'") \
+            from None
 
 
 def check_checkpoint(checkpoint: dict, path, training: bool = False) -> None:
@@ -252,15 +249,24 @@ class RunWriter:
         self.metrics = MetricsWriter(folder, earlier, plan.same_folder)
 
 
-def run_training(plan: Plan, device, context: Context) -> dict | None:
+def run_training(plan: Plan, device, context: Context, lightning: bool = False) -> dict | None:
     """Train (or, with ``plan.resume``, continue) the run of ``plan``: ``checkpoint.pt`` is written
     at the start and at each log interval and holds everything a resume needs. Every rank of
-    ``context`` trains; rank 0 alone writes the folder and evaluates (the others return None)."""
+    ``context`` trains; rank 0 alone writes the folder and evaluates (the others return None).
+    ``lightning``: through Lightning's Trainer, which also writes ``lightning.ckpt`` there."""
     algorithm, env, config, folder = plan.algorithm, plan.env, plan.config, plan.folder
     multi = isinstance(config, multi_agent.MultiAgentConfig)
-    train = train_function(algorithm, config)
-    header = {"algorithm": algorithm, "env": env, "config": config_dict(config),
-              "written_by": {"package": gpu_marl_envs.__version__, "torch": str(torch.__version__), "job": job_id()}}
+    written_by = {"package": gpu_marl_envs.__version__, "torch": str(torch.__version__), "job": job_id()}
+    if lightning:
+        import lightning as lightning_package
+
+        from gpu_marl_envs.baselines.lightning import command
+
+        train = functools.partial(command.train, checkpoint=folder / LIGHTNING_CHECKPOINT)
+        written_by["lightning"] = lightning_package.__version__
+    else:
+        train = train_function(algorithm, config)
+    header = {"algorithm": algorithm, "env": env, "config": config_dict(config), "written_by": written_by}
     state = None if plan.resume is None else {k: v for k, v in plan.resume.items() if k not in (*HEADER, DIGEST)}
     log_every = max(1, context.iterations(config.total_timesteps, sizing.iteration_steps(config)) // 50)
     if not context.is_main:
@@ -310,7 +316,7 @@ def train_command(args) -> int:
         num_envs = sizing.choose_num_envs(train_function(plan.algorithm, plan.config), plan.env, plan.config,
                                           device=device)
         plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
-    result = run_training(plan, device, context)
+    result = run_training(plan, device, context, lightning=args.lightning)
     teardown()  # only after a run that ended well: a failed rank must not wait for the others
     if result is None:
         return 0
@@ -438,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-restarts", type=int, metavar="K",
                         help="with --nproc-per-node: restart the processes up to K times after a failure; the "
                              "run continues from its last checkpoint")
+    parser.add_argument("--lightning", action="store_true",
+                        help="train through PyTorch Lightning's Trainer (pip install 'gpu_marl_envs[lightning]'): the "
+                             "same run folder and numbers, plus lightning.ckpt, Lightning's checkpoint of the run")
     parser.add_argument("--collective-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="with several processes: how long one waits for the others in a collective before "
                              f"the job (or a restart) fails, which bounds a dead or frozen process (default "
@@ -447,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.collective_timeout > 0:
             raise ConfigError(f"--collective-timeout must be > 0 seconds, got {args.collective_timeout}")
+        if args.lightning and args.evaluate:
+            raise ConfigError("--lightning trains; --evaluate reads any run's checkpoint.pt without it")
         if args.max_restarts is not None and args.nproc_per_node is None:
             raise ConfigError("--max-restarts goes with --nproc-per-node (under torchrun, give it to torchrun)")
         if args.nproc_per_node is not None:

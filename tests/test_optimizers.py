@@ -1,8 +1,8 @@
 """``baselines/optimizers.py`` against ``torch.optim``: bitwise the same parameters and state over
 steps of a small network (float and tensor learning rates, on the CPU; captured in a CUDA graph
 on a GPU), parameters without gradients skipped, state dicts that load into each other, torch.optim's
-global step hooks, refused options; and, in fresh interpreters, that neither an optimizer step nor a PPO run imports
-``torch._dynamo`` (the import these classes exist to avoid)."""
+global step hooks, closures, refused options; and, in fresh interpreters, that neither an optimizer step nor a PPO
+run imports ``torch._dynamo`` (the import these classes exist to avoid)."""
 
 import subprocess
 import sys
@@ -138,6 +138,31 @@ def test_torch_optims_global_step_hooks_run_after_each_step(ours, theirs, hyper)
     finally:
         handle.remove()
     assert seen == [optimizer] * 3
+
+
+@BOTH
+def test_a_closure_computes_the_gradients_of_its_step_as_in_torch_optim(ours, theirs, hyper):
+    """``step(closure)``: the closure runs first (with gradients enabled, even under no_grad) and
+    its result is returned, as torch.optim's; ``defaults`` holds the hyperparameters (Lightning
+    reads both)."""
+    results = {}
+    for name, make in (("ours", ours), ("theirs", theirs)):
+        net = network()
+        optimizer = make(net.parameters(), lr=0.01, **hyper)
+        x, y = batches()[0]
+
+        def closure():
+            optimizer.zero_grad()
+            loss = ((net(x) - y) ** 2).mean()
+            loss.backward()
+            return loss
+
+        with torch.no_grad():
+            loss = optimizer.step(closure)
+        results[name] = (loss, [p.detach().clone() for p in net.parameters()])
+        assert {key: optimizer.defaults[key] for key in ("lr", "eps")} == {"lr": 0.01, "eps": 1e-5}
+    assert torch.equal(results["ours"][0], results["theirs"][0])
+    assert all(torch.equal(a, b) for a, b in zip(results["ours"][1], results["theirs"][1]))
 
 
 @pytest.mark.parametrize("make, message", [
