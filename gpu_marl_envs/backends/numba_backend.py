@@ -7,6 +7,7 @@ tests use to check the kernels without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -76,7 +77,25 @@ class NumbaLauncher:
         with warnings.catch_warnings():
             # Small batches make small grids by design, not by a tuning mistake.
             warnings.simplefilter("ignore", NumbaPerformanceWarning)
-            kernel[self._blocks, self._threads, self._stream(), self._shared_bytes](*args)
+            with contextlib.nullcontext() if self._on_gpu else _simulator_core():
+                kernel[self._blocks, self._threads, self._stream(), self._shared_bytes](*args)
+
+
+@contextlib.contextmanager
+def _simulator_core():
+    """Keep a simulated launch's threads on the caller's core (Linux): the simulator runs a Python
+    thread per CUDA thread, and on several cores they hand the GIL back and forth across cores, which
+    made one step of a 300-agent game take 1 s or 200 s from run to run on two cores (on one: 1-2 s).
+    New threads inherit the affinity of the thread that starts them; the caller's is restored after."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cores = os.sched_getaffinity(0)  # 0: the calling thread
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 @functools.lru_cache(maxsize=None)
