@@ -739,10 +739,10 @@ class Phases:
         """Each trained policy's learning rate (annealed linearly to 0 over the run if its
         ``anneal_lr``) and entropy weight (its schedule's value at the iteration's env steps)."""
         run = self.run
-        for name, settings in run.trained.items():
-            if settings.anneal_lr:
-                set_learning_rate(run.optimizers[name], settings.learning_rate * (1.0 - iteration / run.iterations))
-            run.ent_coefs[name].fill_(settings.entropy_coefficient(
+        for name, policy in run.trained.items():
+            if policy.anneal_lr:
+                set_learning_rate(run.optimizers[name], policy.learning_rate * (1.0 - iteration / run.iterations))
+            run.ent_coefs[name].fill_(policy.entropy_coefficient(
                 iteration * run.config.batch_size * run.context.world_size))
 
     def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
