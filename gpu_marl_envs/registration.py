@@ -267,7 +267,8 @@ def parallel_env_ids() -> list[str]:
 
 def make_parallel(env_id: str, num_envs: int = 1, **kwargs):
     """A batched multi-agent env, e.g. ``make_parallel("gpu_marl_envs/TagContinuous-v0", 1000,
-    device="cuda")``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword arguments)."""
+    device="cuda", num_runners=20)``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword
+    arguments, and the fields of the game's params as keyword settings)."""
     from gpu_marl_envs.parallel_env import GpuParallelEnv
 
     return GpuParallelEnv(env_id, num_envs, **kwargs)

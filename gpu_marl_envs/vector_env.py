@@ -65,6 +65,10 @@ class GpuVectorEnv(VectorEnv):
             available on the device (``"torch"`` on the CPU).
         autoreset_mode: a ``gymnasium.vector.AutoresetMode``; NEXT_STEP by default.
         params: the env's params dataclass (e.g. ``CartPoleParams(gravity=9.81)``).
+        **settings: fields of the params by name (``gymnasium.make_vec("gpu_marl_envs/Pendulum-v1", 8,
+            g=9.81)``), applied on top of ``params`` (or the defaults) and validated as ``params`` is; an
+            unknown name raises ``TypeError``. Where Gymnasium's env takes a setting (Pendulum's ``g``,
+            MountainCar's ``goal_velocity``), the field has its name.
         max_episode_steps: overrides ``params.max_episode_steps``; the env truncates by itself.
         validate_actions: check action *values* each step (discrete actions in range, no NaN in
             continuous ones) and raise before anything is stepped. Costs one device-to-host sync
@@ -102,7 +106,7 @@ class GpuVectorEnv(VectorEnv):
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
                  validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
-                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1):
+                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1, **settings):
         spec = env_spec(env_id)
         self.definition = spec.definition
         self.num_envs = check_num_envs(num_envs)
@@ -117,7 +121,7 @@ class GpuVectorEnv(VectorEnv):
         self.render_mode = render_mode
         self.render_env_indices = check_render_env_indices(render_env_indices, self.num_envs)
         overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        self.params = self.definition.make_params(params, **overrides)
+        self.params = self.definition.make_params(params, **overrides, **settings)
         self.validate_actions = bool(validate_actions)
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode, "render_modes": render_modes}
         if original is not None:

@@ -88,8 +88,28 @@ class EnvDefinition:
         dtype = np.dtype([(k, type(v)) for k, v in values.items()], align=True)
         return np.array([tuple(values.values())], dtype=dtype)
 
-    def make_params(self, params: Any = None, **overrides: Any) -> Any:
-        base = self.params_type() if params is None else params
-        if not isinstance(base, self.params_type):
-            raise TypeError(f"params must be a {self.params_type.__name__}, got {type(base).__name__}")
-        return dataclasses.replace(base, **overrides) if overrides else base
+    def make_params(self, params: Any = None, **settings: Any) -> Any:
+        """``params`` (default: the defaults) with ``settings``, fields of :attr:`params_type` by name
+        (``make_params(g=9.81)``), applied on top: see :func:`apply_settings`."""
+        return apply_settings(self.params_type, params, settings)
+
+
+def apply_settings(params_type: type, params: Any, settings: dict[str, Any]) -> Any:
+    """``params`` (``None``: ``params_type()``) with ``settings`` replacing fields of the same names.
+
+    The one place where ``params=`` and keyword settings meet, for single-agent envs and games alike:
+    ``dataclasses.replace`` builds a new instance, so its ``__post_init__`` validates the settings
+    exactly as it validates ``params=``. An unknown name raises ``TypeError`` naming it and listing
+    the valid ones: a misspelt setting (or a misspelt argument of the env, which ends up here) must
+    not pass silently.
+    """
+    base = params_type() if params is None else params
+    if not isinstance(base, params_type):
+        raise TypeError(f"params must be a {params_type.__name__}, got {type(base).__name__}")
+    valid = [field.name for field in dataclasses.fields(params_type) if field.init]
+    unknown = [name for name in settings if name not in valid]
+    if unknown:
+        raise TypeError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+                        f"neither an argument of the env nor a field of {params_type.__name__}, whose fields are "
+                        f"{', '.join(valid)}")
+    return dataclasses.replace(base, **settings) if settings else base
