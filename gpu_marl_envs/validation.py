@@ -23,8 +23,9 @@ def check_num_envs(num_envs) -> int:
 
 def check_params_numbers(params) -> None:
     """Every float field of an env's params dataclass is a finite number that float32 holds, and
-    every int field an int that int32 holds: the kernels read them as float32 and int32 (a NaN
-    gravity would make NaN observations and episodes that never end). ``ValueError`` names the field."""
+    every int field an int that int32 holds, every bool field a bool: the kernels read them as float32
+    and int32 (a NaN gravity would make NaN observations and episodes that never end; a string "False"
+    would be true). ``ValueError`` names the field."""
     name = type(params).__name__
     for f in dataclasses.fields(params):
         value, kind = getattr(params, f.name), f.type if isinstance(f.type, str) else f.type.__name__
@@ -38,6 +39,8 @@ def check_params_numbers(params) -> None:
                 raise ValueError(f"{name}.{f.name} must be an integer, got {value!r}")
             if not INT32.min <= value <= INT32.max:
                 raise ValueError(f"{name}.{f.name} must fit in int32, got {value}")
+        elif kind == "bool" and not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name}.{f.name} must be a bool, got {value!r}")
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pettingzoo
 import pytest
-from gymnasium.envs.classic_control import Continuous_MountainCarEnv, MountainCarEnv, PendulumEnv
+from gymnasium.envs.classic_control import CartPoleEnv, Continuous_MountainCarEnv, MountainCarEnv, PendulumEnv
 
 import gpu_marl_envs
 from gpu_marl_envs import PendulumParams, TagContinuousParams
@@ -116,6 +116,7 @@ def test_game_keywords_apply_on_top_of_params(make):
 
 @pytest.mark.parametrize(("env_id", "gymnasium_env", "name", "value"), [
     ("gpu_marl_envs/Pendulum-v1", PendulumEnv, "g", 9.81),
+    ("gpu_marl_envs/CartPole-v1", CartPoleEnv, "sutton_barto_reward", True),
     ("gpu_marl_envs/MountainCar-v0", MountainCarEnv, "goal_velocity", 0.01),
     ("gpu_marl_envs/MountainCarContinuous-v0", Continuous_MountainCarEnv, "goal_velocity", 0.01),
 ])
@@ -124,6 +125,29 @@ def test_gymnasium_names_are_settings(env_id, gymnasium_env, name, value):
     assert name in inspect.signature(gymnasium_env.__init__).parameters
     assert getattr(gym.make(env_id, **{name: value}).unwrapped.params, name) == value
     assert getattr(gym.make_vec(env_id, 2, device="cpu", **{name: value}).params, name) == value
+
+
+@pytest.mark.parametrize("maker", ["make_sb3_env", "make_torchrl_env", "make_skrl_env"])
+def test_the_adapters_makers_take_keywords(maker):
+    """The adapters' makers pass keywords on to the batched env's maker: the setting arrives, an
+    unknown name is refused as there."""
+    from gpu_marl_envs import adapters
+
+    make = getattr(adapters, maker)
+    single = make("gpu_marl_envs/CartPole-v1", 2, device="cpu", sutton_barto_reward=True)
+    game = make(TAG, 2, device="cpu", num_runners=5)
+    # SB3 reads a wrapped env's attributes with get_attr; TorchRL's and skrl's wrappers keep the env as _env.
+    params = (lambda e: e.get_attr("params")[0]) if maker == "make_sb3_env" else (lambda e: e._env.params)
+    assert params(single).sutton_barto_reward is True
+    assert params(game).num_runners == 5
+    with pytest.raises(TypeError, match="'gravity_typo'"):
+        make("gpu_marl_envs/CartPole-v1", 2, device="cpu", gravity_typo=1.0)
+
+
+def test_a_flag_must_be_a_bool():
+    # The kernels read it as an int32 truth value: a string "False" would switch it on.
+    with pytest.raises(ValueError, match="CartPoleParams.sutton_barto_reward must be a bool, got 'False'"):
+        gym.make("gpu_marl_envs/CartPole-v1", sutton_barto_reward="False")
 
 
 def test_the_params_classes_are_exported():

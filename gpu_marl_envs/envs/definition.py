@@ -43,7 +43,7 @@ class EnvDefinition:
     kernel_params: tuple[str, ...]
     """Params fields and properties the step needs, in the order of the kernels' params struct
     (``GmeParams`` in CUDA C, the record ``p`` in Numba). Floats reach every backend as float32, ints
-    as int32."""
+    as int32, bools as int32 0 or 1 (C's truth value; a bool field would be one byte and pad the struct)."""
     observation_space: Callable[[Any], spaces.Box]
     action_space: Callable[[Any], spaces.Space]
     reset: Callable[[SimpleNamespace, Uniform, int], torch.Tensor]
@@ -69,7 +69,12 @@ class EnvDefinition:
         values = {}
         for name in self.kernel_params:
             value = getattr(params, name)
-            if _declared_type(self.params_type, name) is int:
+            declared = _declared_type(self.params_type, name)
+            if declared is bool:
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f"{self.params_type.__name__}.{name} must be a bool, got {value!r}")
+                values[name] = np.int32(value)
+            elif declared is int:
                 if isinstance(value, bool) or int(value) != value:
                     raise ValueError(f"{self.params_type.__name__}.{name} must be an integer, got {value!r}")
                 values[name] = np.int32(value)
