@@ -69,15 +69,25 @@ def zero_actions(space: spaces.Space, num_envs: int, device: torch.device) -> to
     return torch.zeros((num_envs, *space.shape), dtype=action_dtype(space), device=device)
 
 
+def actions_on_device(actions, device: torch.device):
+    """A numpy array of actions (``envs.action_space.sample()``) as a tensor on ``device``: one
+    host-to-device copy, dtype kept (the checks that follow name a wrong one). Anything else as given."""
+    if isinstance(actions, np.ndarray):
+        return torch.as_tensor(actions, device=device)
+    return actions
+
+
 def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool) -> torch.Tensor:
     discrete = isinstance(space, spaces.Discrete)
     dtype = action_dtype(space)
     shape = (num_envs, *space.shape)
+    actions = actions_on_device(actions, device)
     if not isinstance(actions, torch.Tensor):
         raise TypeError(
-            f"actions must be a torch.Tensor of shape {shape} and dtype {dtype} on {device}, got "
-            f"{type(actions).__name__}; convert with torch.as_tensor(actions, dtype={dtype}, device='{device}') "
-            "or wrap the env in gymnasium.wrappers.vector.ArrayConversion for numpy I/O"
+            f"actions must be a torch.Tensor (or a numpy array, copied to the device) of shape {shape} and dtype "
+            f"{dtype} on {device}, got {type(actions).__name__}; convert with torch.as_tensor(actions, "
+            f"dtype={dtype}, device='{device}') or wrap the env in gymnasium.wrappers.vector.ArrayConversion "
+            "for numpy I/O"
         )
     if actions.device != device:
         raise ValueError(f"actions are on {actions.device} but the env is on {device}; use actions.to('{device}')")

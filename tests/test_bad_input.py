@@ -83,7 +83,7 @@ def twins(env_id) -> Twins:
 
 # -- actions --------------------------------------------------------------------------------------
 
-ACTION_CASES = ["numpy", "list", "too_few_rows", "extra_dimension", "dtype", "device_meta", "bad_value_env1",
+ACTION_CASES = ["numpy_dtype", "list", "too_few_rows", "extra_dimension", "dtype", "device_meta", "bad_value_env1",
                 "bad_value_env2"]
 
 
@@ -92,8 +92,9 @@ def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
     discrete = isinstance(space, spaces.Discrete)
     expected_shape = re.escape(f"must have shape {(N, *space.shape)}")
     as_tensor = r"must be a torch\.Tensor.*torch\.as_tensor\(actions.*ArrayConversion"
-    if case == "numpy":
-        return good.numpy(), TypeError, as_tensor
+    if case == "numpy_dtype":  # a numpy array is copied to the device, its dtype checked as a tensor's
+        wrong = good.numpy().astype(np.int32 if discrete else np.float64)
+        return wrong, TypeError, re.escape(f"use actions.{'long' if discrete else 'float'}()")
     if case == "list":
         return good.tolist(), TypeError, as_tensor
     if case == "too_few_rows":
@@ -156,7 +157,7 @@ def test_unvalidated_actions_still_need_the_right_type_shape_and_dtype(env_id):
     env.reset(seed=SEED)
     good = random_actions(env.single_action_space, N, torch.Generator().manual_seed(2))
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
-        env.step(good.numpy())
+        env.step(good.tolist())
     with pytest.raises(ValueError, match="must have shape"):
         env.step(good[:-1])
     with pytest.raises(TypeError, match=r"use actions\.(long|float)\(\)"):
