@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 
 import gymnasium
@@ -35,6 +36,15 @@ def resolve_device(device) -> torch.device:
     elif device.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device}")
     return device
+
+
+def can_draw() -> bool:
+    """Whether Gymnasium's classic-control renderers can draw here: they need pygame (the [render]
+    extra). Looked up, not imported: importing pygame costs time and prints a banner."""
+    try:
+        return importlib.util.find_spec("pygame") is not None
+    except ValueError:  # sys.modules["pygame"] is None: importing it fails
+        return False
 
 
 def gymnasium_render_fps(env_id: str) -> int:
@@ -113,7 +123,12 @@ class GpuVectorEnv(VectorEnv):
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         original = self.definition.gymnasium_original
-        render_modes = [] if original is None else ["rgb_array"]
+        # Declared only where frames can be drawn: Gymnasium's check_env renders every declared mode,
+        # and must pass without the optional [render] extra.
+        render_modes = ["rgb_array"] if original is not None and can_draw() else []
+        if render_mode == "rgb_array" and original is not None and not render_modes:
+            raise ValueError(f"{spec.id}'s rgb_array frames are drawn by Gymnasium's renderer, which needs pygame: "
+                             "pip install gpu_marl_envs[render] (or pygame)")
         if render_mode is not None and render_mode not in render_modes:
             raise ValueError(f"{spec.id} draws {'only rgb_array frames (no window)' if render_modes else 'no frames'}, "
                              f"got render_mode={render_mode!r}; use render_mode=None"
