@@ -77,7 +77,19 @@ def actions_on_device(actions, device: torch.device):
     return actions
 
 
-def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool) -> torch.Tensor:
+def action_bounds(space: spaces.Space, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A ``Box``'s bounds as tensors on ``device`` (made once per env: ``check_actions`` compares every
+    step's actions with them); ``None`` for other spaces."""
+    if not isinstance(space, spaces.Box):
+        return None
+    return torch.as_tensor(space.low, device=device), torch.as_tensor(space.high, device=device)
+
+
+def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool,
+                  bounds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``actions`` checked for type, device, shape and dtype; with ``check_values``, values too:
+    discrete ones in range, continuous ones finite and within the ``Box``'s ``bounds`` (from
+    :func:`action_bounds`). Nothing is stepped when a check fails."""
     discrete = isinstance(space, spaces.Discrete)
     dtype = action_dtype(space)
     shape = (num_envs, *space.shape)
@@ -105,10 +117,18 @@ def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.dev
                     f"actions must lie in [0, {space.n - 1}]; env {env} got {int(actions[env])} (no env was stepped)"
                 )
         else:
-            bad = torch.isnan(actions)
+            low, high = bounds
+            # One reduction and one read-back for NaN, infinities and the range alike.
+            bad = ~torch.isfinite(actions) | (actions < low) | (actions > high)
             if bad.any():
-                env = int(bad.nonzero()[0, 0])
-                raise ValueError(f"actions of env {env} contain NaN (no env was stepped)")
+                index = tuple(int(i) for i in bad.nonzero()[0])
+                element = index[1:]
+                value = actions[index].item()
+                lo, hi = low[element].item(), high[element].item()
+                where = f"env {index[0]}" + (f", element {element[0] if len(element) == 1 else element}"
+                                             if actions.dim() > 1 else "")
+                raise ValueError(f"actions must be finite and lie in the action space's bounds [{lo}, {hi}]; {where} "
+                                 f"got {value} (no env was stepped)")
     return actions.contiguous()
 
 

@@ -20,7 +20,7 @@ from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.registration import env_spec
-from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
+from gpu_marl_envs.validation import (action_bounds, check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
 
@@ -146,6 +146,7 @@ class GpuVectorEnv(VectorEnv):
         self.single_action_space = self.definition.action_space(self.params)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._action_bounds = action_bounds(self.single_action_space, self.device)
 
         backend_type = resolve_backend(backend, self.device, spec)
         buffers = ClassicBuffers.allocate(
@@ -195,7 +196,8 @@ class GpuVectorEnv(VectorEnv):
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
                                "were never reset nor given a state")
-        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
+        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions,
+                                self._action_bounds)
         if self.observation_buffers > 1:  # the next observation buffer in turn
             self._buffers, self._backend, self._step_launcher = self._sides.advance()
         self._step_launcher.step(actions)
