@@ -85,7 +85,7 @@ def sweep(args) -> dict:
 def plot(record: dict, images: Path) -> list[Path]:
     images.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, key, label in (("games", "num_envs", "games (envs)"), ("agents", "num_agents", "agents per game")):
+    for name, label in (("games", "games (envs)"), ("agents", "agents per game")):
         figure = Figure(figsize=(7.2, 4.4), dpi=100, layout="constrained")
         FigureCanvasAgg(figure)
         ax = figure.add_subplot()

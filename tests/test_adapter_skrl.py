@@ -339,7 +339,7 @@ def run_ippo(env_id, device, tmp_path):
     env = make_skrl_env(env_id, 16, device=device, params=SMALL_TAG[env_id])
     groups = {group: agents for group, agents in env.groups.items()}
     models = {}
-    for group, agents in groups.items():
+    for agents in groups.values():
         obs_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
         policy_type = MultiPolicy if isinstance(action_space, spaces.MultiDiscrete) else Policy
         # One policy and one critic per group: the group's agents share the model instances.

@@ -74,7 +74,7 @@ def test_real_world_reproduces_the_data(p):
     assert outside > 0  # the data changes levels inside cooldowns
     # Within the masks: the data's level on each day a governor could act.
     free_days = 0
-    for t, (before, masks, _, after) in enumerate(play(cp.real_world(p, within_masks=True), p)):
+    for t, (_, masks, _, after) in enumerate(play(cp.real_world(p, within_masks=True), p)):
         free = masks["governors"][0, :, 1]
         assert torch.equal(level(p, after)[0][free], data_levels(p, t + 1)[free]), f"day {t + 1}"
         free_days += int(free.sum())

@@ -267,7 +267,9 @@ def test_captured_steps_match_torch_optims_capturable(ours, theirs, hyper, cuda_
         net = network(cuda_device)
         optimizer = make(net.parameters(), torch.tensor(0.01, device=cuda_device))
         x, y = (torch.empty_like(t) for t in data[0])
-        schedule = lambda i: 0.01 * (1 - i / STEPS)
+
+        def schedule(i):
+            return 0.01 * (1 - i / STEPS)
 
         def update():
             optimizer.zero_grad(set_to_none=False)

@@ -105,7 +105,10 @@ def _module(spec: RegisteredEnv, device_index: int):
     return compile_module(kernel_source(spec), spec.kernels.cuda)
 
 
-def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> tuple[bytearray, int | None]:
+_POINTER = struct.Struct("P")
+
+
+def _pack(names, values, actions_layout: struct.Struct = _POINTER) -> tuple[bytearray, int | None]:
     """Pack kernel arguments with the C ABI's natural alignment. The ``actions`` argument, rewritten
     at each step, gets ``actions_layout.size`` zero bytes, pointer-aligned; returns the buffer and that
     argument's byte offset (None if absent)."""
@@ -114,7 +117,7 @@ def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> 
         if name == "actions":
             fmt += "0P"
             actions_offset = struct.calcsize(fmt)
-            fmt += "%ds" % actions_layout.size
+            fmt += f"{actions_layout.size}s"
             data.append(bytes(actions_layout.size))
             continue
         value = values.get(name)
@@ -128,7 +131,7 @@ def _pack(names, values, actions_layout: struct.Struct = struct.Struct("P")) -> 
             fmt += "P" * len(value)
             data += [tensor.data_ptr() for tensor in value]
         elif isinstance(value, bytes):  # the params struct, 4-byte fields
-            fmt += "0i%ds" % len(value)
+            fmt += f"0i{len(value)}s"
             data.append(value)
         else:
             fmt += "i"
