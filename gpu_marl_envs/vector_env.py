@@ -80,10 +80,11 @@ class GpuVectorEnv(VectorEnv):
             unknown name raises ``TypeError``. Where Gymnasium's env takes a setting (Pendulum's ``g``,
             MountainCar's ``goal_velocity``), the field has its name.
         max_episode_steps: overrides ``params.max_episode_steps``; the env truncates by itself.
-        validate_actions: check action *values* each step (discrete actions in range, no NaN in
-            continuous ones) and raise before anything is stepped. Costs one device-to-host sync
-            per step. With ``False``, out-of-range discrete actions are clamped into range and NaN
-            continuous actions are read as 0, identically on every backend.
+        validate_actions: check action *values* each step (discrete actions in range, continuous
+            ones finite and within the ``Box``'s bounds) and raise before anything is stepped. Costs
+            one device-to-host sync per step. With ``False``, out-of-range discrete actions are
+            clamped into range, NaN continuous actions are read as 0 and the dynamics clip continuous
+            ones as Gymnasium's do, identically on every backend.
         cuda_graph: replay the step as a captured CUDA graph. One graph launch replaces the
             backend's own launch path, whose cost dominates at small batches; the actions are
             copied into the graph's input buffer first. Default: on for the numba and torch
@@ -191,7 +192,10 @@ class GpuVectorEnv(VectorEnv):
         self._mark_initialised(mask)
         return b.observations, {}
 
-    def step(self, actions: torch.Tensor):
+    def step(self, actions: torch.Tensor | np.ndarray):
+        """Step every sub-env. ``actions``: a tensor on the env's device, or a numpy array
+        (``envs.action_space.sample()``), copied to the device (one copy; for none, draw on the
+        device with :func:`gpu_marl_envs.wrappers.sample_actions`)."""
         if not self._ready:
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "

@@ -158,7 +158,7 @@ class RecordEpisodeStatistics(VectorWrapper):
         self.episode_start_times.masked_fill_(mask, time.perf_counter())
         self.episode_returns.masked_fill_(mask, 0)
         self.episode_lengths.masked_fill_(mask, 0)
-        self.prev_dones.masked_fill_(mask, False)
+        self.prev_dones = self.prev_dones & ~mask  # a new tensor: an earlier info["_episode"] is this one
         return obs, info
 
     def step(self, actions):
