@@ -113,7 +113,8 @@ def main() -> None:
         r = run_game(env_id, args.num_games, args.steps, args.device)
         rewards = ", ".join(f"{group} {value:.3f}" for group, value in r["rewards"].items())
         print(f"{r['env']:26s} {r['backend']:8s} {r['agents']:6d} {r['rate']:14,.0f}  {rewards}")
-    print("(env-steps/s times step() alone; benchmarks/throughput.py, tag_throughput.py and covid_throughput.py measure it properly)")
+    print("(env-steps/s times step() alone; benchmarks/throughput.py, tag_throughput.py and covid_throughput.py "
+          "measure it properly)")
 
 
 if __name__ == "__main__":

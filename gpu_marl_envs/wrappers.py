@@ -112,7 +112,8 @@ class RunningMeanStd:
         delta = batch_mean.to(self.mean.dtype) - self.mean
         total = self.count + batch_count
         new_mean = self.mean + delta * batch_count / total
-        m2 = self.var * self.count + batch_var.to(self.var.dtype) * batch_count + delta**2 * self.count * batch_count / total
+        m2 = (self.var * self.count + batch_var.to(self.var.dtype) * batch_count
+              + delta**2 * self.count * batch_count / total)
         new_var = m2 / total
         if mask is None:
             self.mean, self.var, self.count = new_mean, new_var, total

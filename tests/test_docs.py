@@ -6,7 +6,7 @@ as a reader goes on). Where no GPU is to be had they choose the CPU themselves (
 picks the GPU where there is one). A snippet that cannot run here says so in an HTML comment on the
 line above its fence, ``<!-- not run by tests/test_docs.py: <reason> -->``, and is reported as
 skipped with that reason; an excerpt of a file (``<!-- excerpt of <path> -->``) must appear in
-that file word for word.
+that file word for word (less the file's comment lines).
 """
 
 from __future__ import annotations

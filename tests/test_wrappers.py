@@ -50,8 +50,8 @@ def test_record_episode_statistics_matches_gymnasium(mode):
     ours, theirs = twin_envs("CartPole-v1", mode, max_episode_steps=30)  # terminations and truncations
     ours, theirs = wrappers.RecordEpisodeStatistics(ours), gym_vector.RecordEpisodeStatistics(theirs)
     ended = 0
-    for t, (_, _, term, trunc, info), (_, _, _, _, their_info) in run_both(ours, theirs,
-                                                                         action_stream(ours.single_action_space, STEPS)):
+    actions = action_stream(ours.single_action_space, STEPS)
+    for t, (_, _, _, _, info), (_, _, _, _, their_info) in run_both(ours, theirs, actions):
         context = f"{mode.name} step {t}"
         assert ("episode" in info) == ("episode" in their_info), f"{context}: 'episode' in one info only"
         if "episode" not in info:
@@ -103,7 +103,8 @@ def test_normalize_observation_matches_gymnasium(env_id):
 
 def test_normalize_observation_refuses_what_gymnasium_refuses():
     with pytest.raises(ValueError, match="NEXT_STEP or DISABLED"):
-        wrappers.NormalizeObservation(GpuVectorEnv("CartPole-v1", 2, device="cpu", autoreset_mode=AutoresetMode.SAME_STEP))
+        wrappers.NormalizeObservation(GpuVectorEnv("CartPole-v1", 2, device="cpu",
+                                                   autoreset_mode=AutoresetMode.SAME_STEP))
     envs = wrappers.NormalizeObservation(GpuVectorEnv("CartPole-v1", 2, device="cpu",
                                                       autoreset_mode=AutoresetMode.DISABLED))
     with pytest.raises(ValueError, match="does not support partial resets"):
