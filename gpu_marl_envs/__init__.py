@@ -15,6 +15,9 @@ as keywords or as ``params=``::
 
     env = gymnasium.make("gpu_marl_envs/Pendulum-v1", g=9.81)
 
+Gymnasium's vector wrappers for these torch tensors, with their state on the env's device, and a
+sampler of actions drawn there: :mod:`gpu_marl_envs.wrappers` (Gymnasium's own compute with numpy).
+
 Other packages add their own envs and games with :func:`register_env` and :func:`register_game`
 (``docs/custom_env.md``) and test their kernels with :func:`check_env`.
 """
