@@ -6,15 +6,17 @@
   (game, agent) pairs of the chosen groups, game-major (sub-env ``game * K + k`` is the ``k``-th
   chosen agent of ``game``), so one SB3 policy drives every chosen agent: parameter sharing, as
   SuperSuit's ``pettingzoo_env_to_vec_env_v1`` lays agents out.
-- :func:`make_sb3_env` builds either from any registered id.
+- :func:`make_sb3_env` builds either from any registered id, under SB3's ``VecMonitor``.
 
 SB3's semantics: ``dones = terminated | truncated``; a finished sub-env's info holds
-``terminal_observation``, ``TimeLimit.truncated`` (truncated and not terminated, so SB3 bootstraps
-from the terminal observation exactly there) and ``episode`` (``r``, ``l``, ``t`` as SB3's
-``Monitor`` writes them, which SB3's logger and ``evaluate_policy`` read; ``VecMonitor`` over the
-adapter recomputes the same numbers). The returned observation is the next episode's first one (the
-batch runs with SAME_STEP autoreset). ``seed(s)`` takes effect at the next ``reset()``, sub-env ``i``
-getting ``s + i``; ``reset_infos`` holds an empty dict per sub-env.
+``terminal_observation`` and ``TimeLimit.truncated`` (truncated and not terminated, so SB3 bootstraps
+from the terminal observation exactly there), as SB3's ``DummyVecEnv`` gives them. Episode statistics
+(``info["episode"]``, which SB3's logger and ``evaluate_policy`` read) are SB3's ``VecMonitor``'s, as
+SB3 intends for a ``VecEnv`` whose sub-envs are no ``Monitor``-wrapped Gymnasium envs:
+:func:`make_sb3_env` puts one over the adapter (wrap an adapter you build yourself in it too). The
+returned observation is the next episode's first one (the batch runs with SAME_STEP autoreset).
+``seed(s)`` takes effect at the next ``reset()``, sub-env ``i`` getting ``s + i``; ``reset_infos``
+holds an empty dict per sub-env.
 
 Cost per step: actions are checked on the host (shape, dtype, range, NaN) and cross to the device in
 one copy; every output of the step (observations, final observations, rewards, flags) is packed on
@@ -46,13 +48,13 @@ Rendering: ``render_mode="rgb_array"`` on the batched env; :meth:`get_images` re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.vec_env import VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
 from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
@@ -118,9 +120,6 @@ class _PackedVecEnv(VecEnv):
         self._obs_shape = tuple(observation_space.shape)
         self._obs_size = int(np.prod(self._obs_shape))
         self._actions: torch.Tensor | None = None
-        self._returns = np.zeros(num_envs, dtype=np.float64)
-        self._lengths = np.zeros(num_envs, dtype=np.int64)
-        self._t_start = time.time()
 
     # -- SB3 VecEnv API ------------------------------------------------------------------------
 
@@ -133,8 +132,6 @@ class _PackedVecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self.reset_infos = [{} for _ in range(self.num_envs)]
-        self._returns[:] = 0
-        self._lengths[:] = 0
         self._actions = None
         # A copy even on the CPU: the env overwrites its buffers in place, SB3 keeps the array.
         return observations.to("cpu", copy=True).numpy().reshape(self.num_envs, *self._obs_shape)
@@ -155,20 +152,13 @@ class _PackedVecEnv(VecEnv):
         final = host[n * size: 2 * n * size].reshape(n, *self._obs_shape)
         rewards, terminated, truncated, dones = host[2 * n * size:].reshape(4, n)
         dones = dones > 0
-        self._returns += rewards
-        self._lengths += 1
         infos: list[dict[str, Any]] = [_NO_INFO] * n
         ids = np.flatnonzero(dones)
         if len(ids):
             # Column operations first: the Python loop (one dict per finished sub-env) is the cost.
-            elapsed = round(time.time() - self._t_start, 6)
             time_limit = ((truncated[ids] > 0) & ~(terminated[ids] > 0)).tolist()
-            columns = (final[ids], time_limit, self._returns[ids].tolist(), self._lengths[ids].tolist())
-            for i, terminal, truncation, episode_return, length in zip(ids.tolist(), *columns):
-                infos[i] = {"terminal_observation": terminal, "TimeLimit.truncated": truncation,
-                            "episode": {"r": episode_return, "l": length, "t": elapsed}}
-        self._returns[dones] = 0
-        self._lengths[dones] = 0
+            for i, terminal, truncation in zip(ids.tolist(), final[ids], time_limit):
+                infos[i] = {"terminal_observation": terminal, "TimeLimit.truncated": truncation}
         return observations, rewards, dones, infos
 
     def close(self) -> None:
@@ -330,15 +320,16 @@ class SB3ParallelVecEnv(_PackedVecEnv):
 
 
 def make_sb3_env(env_id: str, num_envs: int, *, groups: Sequence[str] | None = None, other_actions=None,
-                 **kwargs) -> SB3VecEnv | SB3ParallelVecEnv:
+                 **kwargs) -> VecMonitor:
     """An SB3 ``VecEnv`` of any registered id: ``make_sb3_env("gpu_marl_envs/CartPole-v1", 64,
-    device="cuda")`` (an :class:`SB3VecEnv`) or ``make_sb3_env("gpu_marl_envs/TagGridworld-v0", 256,
-    groups=["taggers"])`` (an :class:`SB3ParallelVecEnv`; ``num_envs`` counts games). Keyword
-    arguments go to the batched env (``device``, ``backend``, ``params``, ``render_mode``, ...); it is
-    built with SAME_STEP autoreset and without its own per-step action check (the adapter checks on
-    the host)."""
+    device="cuda")`` (over an :class:`SB3VecEnv`) or ``make_sb3_env("gpu_marl_envs/TagGridworld-v0",
+    256, groups=["taggers"])`` (over an :class:`SB3ParallelVecEnv`; ``num_envs`` counts games), under
+    SB3's ``VecMonitor`` (the episode statistics; ``.unwrapped`` is the adapter, whose attributes it
+    forwards). Keyword arguments go to the batched env (``device``, ``backend``, ``params``,
+    ``render_mode``, ...); it is built with SAME_STEP autoreset and without its own per-step action
+    check (the adapter checks on the host)."""
     if not is_multi_agent(env_id):
         if groups is not None or other_actions is not None:
             raise ValueError(f"{env_id} is a single-agent env: groups and other_actions apply to multi-agent games")
-        return SB3VecEnv(make_batched_env(env_id, num_envs, **kwargs))
-    return SB3ParallelVecEnv(make_batched_env(env_id, num_envs, **kwargs), groups, other_actions)
+        return VecMonitor(SB3VecEnv(make_batched_env(env_id, num_envs, **kwargs)))
+    return VecMonitor(SB3ParallelVecEnv(make_batched_env(env_id, num_envs, **kwargs), groups, other_actions))

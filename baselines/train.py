@@ -90,6 +90,7 @@ class Plan:
     overwrite: bool = False  # folder holds a run that this one replaces (--overwrite)
     restart: bool = False  # torchrun restarted this job, which continues its own checkpoint
     auto: bool = False  # num_envs = "auto": a sweep picks it once the ranks are up
+    finished: bool = False  # resume holds every iteration of config.total_timesteps: nothing left to train
 
 
 def plan_run(args, world_size: int, local_processes: int) -> Plan:
@@ -143,11 +144,11 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
         plan = Plan(algorithm, env, config, folder, resume=resume, overwrite=bool(held), auto=auto)
     try:
         steps = sizing.iteration_steps(plan.config)
-        resumed_iteration(plan.resume, world_size, steps)
-        Context(world_size=world_size).iterations(plan.config.total_timesteps, steps)
+        done = resumed_iteration(plan.resume, world_size, steps)
+        total = Context(world_size=world_size).iterations(plan.config.total_timesteps, steps)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    return plan
+    return dataclasses.replace(plan, finished=plan.resume is not None and done >= total)
 
 
 def own_checkpoint(folder: Path) -> dict | None:
@@ -303,6 +304,16 @@ def train_command(args) -> int:
     if problem is not None:
         raise ConfigError(problem)
     plan = plan_run(args, int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if plan.finished:
+        # Training would only replay the run's history (and show it as training at an absurd speed).
+        if int(os.environ.get("RANK", "0")) == 0:
+            checkpoint_path = args.resume or plan.folder / CHECKPOINT  # (a torchrun restart's own checkpoint)
+            steps = plan.resume["history"][-1]["env_steps"] if plan.resume["history"] else 0
+            print(f"{plan.folder}: the run has finished ({steps:,} env steps of total_timesteps "
+                  f"{plan.config.total_timesteps:,}); nothing to train. Train it further with --resume "
+                  f"{checkpoint_path} --set total_timesteps=N (N > {plan.config.total_timesteps:,}), or evaluate it "
+                  f"with --evaluate {checkpoint_path}", flush=True)
+        return 0
     context = setup(args.device, args.collective_timeout)  # under torchrun: this rank's GPU, the process group
     # Every rank continues the same checkpoint (a folder each host reads, or none).
     if len(set(context.gather(None if plan.resume is None else plan.resume[DIGEST]))) > 1:
@@ -419,11 +430,19 @@ def without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
     return rest
 
 
+def shipped_config_env(env: str) -> str:
+    """``--env``'s value as the shipped configs name envs: the package's namespace, with which the
+    adapters and ``gymnasium.make`` take the id (``gpu_marl_envs/CartPole-v1``), dropped."""
+    return env.removeprefix("gpu_marl_envs/")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-marl-train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--env", help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)})")
+    source.add_argument("--env", type=shipped_config_env,
+                        help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)}; with or "
+                             "without the gpu_marl_envs/ prefix)")
     source.add_argument("--config", help="train with this TOML config")
     source.add_argument("--evaluate", metavar="CHECKPOINT", help="evaluate a checkpoint and exit")
     source.add_argument("--resume", metavar="CHECKPOINT",

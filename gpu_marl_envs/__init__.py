@@ -10,6 +10,14 @@ and the multi-agent games with PettingZoo; it provides them batched and as one P
     game = pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0")  # a PettingZooParallelEnv
     game = gpu_marl_envs.TagParallelEnv("continuous")
 
+Settings are the fields of an env's params dataclass (``gpu_marl_envs.PendulumParams`` ...), given
+as keywords or as ``params=``::
+
+    env = gymnasium.make("gpu_marl_envs/Pendulum-v1", g=9.81)
+
+Gymnasium's vector wrappers for these torch tensors, with their state on the env's device, and a
+sampler of actions drawn there: :mod:`gpu_marl_envs.wrappers` (Gymnasium's own compute with numpy).
+
 Other packages add their own envs and games with :func:`register_env` and :func:`register_game`
 (``docs/custom_env.md``) and test their kernels with :func:`check_env`.
 """
@@ -17,6 +25,15 @@ Other packages add their own envs and games with :func:`register_env` and :func:
 from gpu_marl_envs.backends import BackendUnavailableError, available_backends
 from gpu_marl_envs.checker import check_env
 from gpu_marl_envs.envs import bundled  # noqa: F401  (registers the package's own envs and games)
+# The bundled envs' params (bundled has imported their modules already: these imports cost nothing).
+from gpu_marl_envs.envs.acrobot import AcrobotParams
+from gpu_marl_envs.envs.cartpole import CartPoleParams
+from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
+from gpu_marl_envs.envs.mountain_car import MountainCarParams
+from gpu_marl_envs.envs.mountain_car_continuous import MountainCarContinuousParams
+from gpu_marl_envs.envs.pendulum import PendulumParams
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
 from gpu_marl_envs.registration import ENVS, GAMES, make_parallel, register_env, register_game
@@ -25,6 +42,7 @@ from gpu_marl_envs.tag_parallel_env import TagParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 __version__ = "0.1.0"
-__all__ = ["ENVS", "GAMES", "BackendUnavailableError", "GpuEnv", "GpuParallelEnv", "GpuVectorEnv",
-           "PettingZooParallelEnv", "TagParallelEnv", "available_backends", "check_env", "make_parallel",
-           "register_env", "register_game"]
+__all__ = ["ENVS", "GAMES", "AcrobotParams", "BackendUnavailableError", "CartPoleParams", "CovidEconomyParams",
+           "GpuEnv", "GpuParallelEnv", "GpuVectorEnv", "MountainCarContinuousParams", "MountainCarParams",
+           "PendulumParams", "PettingZooParallelEnv", "TagContinuousParams", "TagGridworldParams", "TagParallelEnv",
+           "available_backends", "check_env", "make_parallel", "register_env", "register_game"]

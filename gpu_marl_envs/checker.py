@@ -214,8 +214,9 @@ class _EnvComparison(_Comparison):
     def make(self, spec, params, device, backend, mode, num_envs):
         from gpu_marl_envs.vector_env import GpuVectorEnv
 
+        # Unvalidated: the random actions go past the bounds, to compare the backends' clipping.
         return GpuVectorEnv(spec.id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode,
-                            cuda_graph=False)
+                            cuda_graph=False, validate_actions=False)
 
     @staticmethod
     def step(env, actions):
@@ -226,7 +227,7 @@ class _EnvComparison(_Comparison):
 
     def random_actions(self) -> torch.Tensor:
         return random_actions(self.reference.single_action_space, self.reference.num_envs, self.generator,
-                              self.reference.device)
+                              self.reference.device, past_bounds=0.5)
 
     def describe(self, name: str, index: tuple[int, ...]) -> str:
         return f"env {index[0]}" + (f", element {index[1:]}" if len(index) > 1 else "")
@@ -314,12 +315,15 @@ def _clone(value):
     return tuple(_clone(v) for v in value)
 
 
-def random_actions(space: spaces.Space, num_envs: int, generator: torch.Generator, device="cpu") -> torch.Tensor:
-    """Valid discrete actions; continuous ones spread 50% past the bounds, to exercise clipping."""
+def random_actions(space: spaces.Space, num_envs: int, generator: torch.Generator, device="cpu",
+                   past_bounds: float = 0.0) -> torch.Tensor:
+    """Valid discrete actions; continuous ones uniform within the bounds scaled by ``1 + past_bounds``
+    (``0.5``: spread 50% past them, to exercise the dynamics' clipping in envs made with
+    ``validate_actions=False``, which refuses them otherwise)."""
     if isinstance(space, spaces.Discrete):
         return torch.randint(0, int(space.n), (num_envs,), generator=generator).to(device)
-    low = torch.as_tensor(space.low) * 1.5
-    high = torch.as_tensor(space.high) * 1.5
+    low = torch.as_tensor(space.low) * (1 + past_bounds)
+    high = torch.as_tensor(space.high) * (1 + past_bounds)
     return (low + (high - low) * torch.rand((num_envs, *space.shape), generator=generator)).to(device)
 
 
@@ -363,7 +367,10 @@ def _check_bad_input(spec: RegisteredEnv, params, device, backend: str) -> None:
             bad = {"out of range": good + int(env.single_action_space.n), "negative": good - 10_000,
                    "of the wrong dtype": good.to(torch.int32)}
         else:
-            bad = {"NaN": torch.full_like(good, math.nan), "of the wrong dtype": good.double()}
+            high = torch.as_tensor(env.single_action_space.high, device=env.device)
+            bad = {"NaN": torch.full_like(good, math.nan), "infinite": torch.full_like(good, -math.inf),
+                   "beyond the bounds": torch.where(torch.isfinite(high), high + high.abs() + 1, good).expand_as(good),
+                   "of the wrong dtype": good.double()}
         bad["of the wrong shape"] = good[:1]
         step = env.step
     before = env.get_state()

@@ -2,9 +2,10 @@
 
     python -m gpu_marl_envs.demo [--num-envs N] [--steps T]
 
-Prints each env's throughput and the mean return of the episodes that finished (a sanity check
-that the dynamics and autoreset run: random CartPole returns ~22, MountainCar -200), then the
-same for the Tag games (``--num-games`` of them), with the taggers' reward per game and step.
+Prints each env's throughput and the mean return of the episodes that ended (a sanity check
+that the dynamics and autoreset run: random CartPole returns ~22, MountainCar -200; "none ended"
+where ``--steps`` is shorter than every episode), then the same for the multi-agent games (Tag,
+CovidEconomy; ``--num-games`` of them), with each group's reward per agent and step.
 """
 
 from __future__ import annotations
@@ -44,33 +45,49 @@ def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
         finished_return += (episode_return * done).sum()
         finished += done.sum()
         episode_return *= ~done
-    return {"env": env_id, "backend": env.backend, "device": str(env.device),
-            "rate": num_envs * steps / elapsed, "mean_return": (finished_return / finished.clamp(min=1)).item(),
-            "episodes": int(finished.item())}
+    episodes = int(finished.item())
+    return {"env": env_id, "backend": env.backend, "device": str(env.device), "rate": num_envs * steps / elapsed,
+            "mean_return": (finished_return / finished).item() if episodes else None, "episodes": episodes}
 
 
-def run_tag(env_id: str, num_games: int, steps: int, device: str) -> dict:
+def random_group_actions(env, infos: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Uniform random actions of every group; where a game masks actions (CovidEconomy's governors
+    in their cooldown), uniform over the allowed ones."""
+    actions = {}
+    for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        mask = infos[group].get("action_mask")
+        if mask is not None:  # (games, agents, actions): one draw per agent among its allowed actions
+            draws = torch.multinomial(mask.flatten(0, 1).float(), 1, generator=generator)
+            actions[group] = draws.view(mask.shape[:2])
+            continue
+        highs = [int(space.n)] if not space.shape else [int(n) for n in space.nvec]
+        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
+                   for h in highs]
+        actions[group] = torch.stack(columns, dim=-1) if space.shape else columns[0]
+    return actions
+
+
+def run_game(env_id: str, num_games: int, steps: int, device: str) -> dict:
     env = gpu_marl_envs.make_parallel(env_id, num_games, device=device, validate_actions=False)
-    env.reset_groups(seed=0)
-    space = env.action_space(env.possible_agents[0])
-    high = [int(space.n)] if not space.shape else [int(n) for n in space.nvec]
+    _, infos = env.reset_groups(seed=0)
     generator = torch.Generator(device=env.device).manual_seed(0)
-    tagger_reward = torch.zeros((), device=env.device)
+    reward_sums = {group: torch.zeros((), device=env.device) for group in env.groups}
     sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
     elapsed = 0.0
     for _ in tqdm(range(steps), desc=f"{env_id:26s}", unit="step", leave=False):
-        actions = {}
-        for group, agents in env.groups.items():
-            columns = [torch.randint(0, h, (num_games, len(agents)), generator=generator, device=env.device) for h in high]
-            actions[group] = torch.stack(columns, dim=-1) if space.shape else columns[0]
+        actions = random_group_actions(env, infos, generator)
         sync()
         start = time.perf_counter()
-        _, rewards, _, _, _ = env.step_groups(actions)
+        _, rewards, _, _, infos = env.step_groups(actions)
         sync()
         elapsed += time.perf_counter() - start
-        tagger_reward += rewards["taggers"].sum()
+        for group in env.groups:
+            reward_sums[group] += rewards[group].sum()
+    per_agent_step = {group: reward_sums[group].item() / (num_games * steps * len(agents))
+                      for group, agents in env.groups.items()}
     return {"env": env_id, "backend": env.backend, "rate": num_games * steps / elapsed,
-            "tagger_reward": tagger_reward.item() / (num_games * steps), "agents": env.max_num_agents}
+            "rewards": per_agent_step, "agents": env.max_num_agents}
 
 
 def main() -> None:
@@ -86,13 +103,18 @@ def main() -> None:
     print(f"{'env':26s} {'backend':8s} {'env-steps/s':>14s} {'episodes':>10s} {'mean return':>12s}")
     for env_id in sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values()):
         r = run(env_id, args.num_envs, args.steps, args.device)
-        print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {r['mean_return']:12.1f}")
-    print(f"\nTag, {args.num_games:,} games x {args.steps} steps, random actions")
-    print(f"{'env':26s} {'backend':8s} {'agents':>6s} {'env-steps/s':>14s} {'taggers reward/game/step':>25s}")
-    for env_id in ("TagContinuous-v0", "TagGridworld-v0"):
-        r = run_tag(env_id, args.num_games, args.steps, args.device)
-        print(f"{r['env']:26s} {r['backend']:8s} {r['agents']:6d} {r['rate']:14,.0f} {r['tagger_reward']:25.3f}")
-    print("(env-steps/s times step() alone; benchmarks/throughput.py and tag_throughput.py measure it properly)")
+        # No episode may end within --steps (MountainCar's last 200): then there is no mean to show.
+        mean = f"{r['mean_return']:12.1f}" if r["episodes"] else f"{'none ended':>12s}"
+        print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {mean}")
+    print(f"\nMulti-agent games, {args.num_games:,} games x {args.steps} steps, random actions (allowed ones where "
+          "a game masks actions)")
+    print(f"{'env':26s} {'backend':8s} {'agents':>6s} {'env-steps/s':>14s}  reward per agent and step, by group")
+    for env_id in sorted(spec.definition.id for spec in gpu_marl_envs.GAMES.values()):
+        r = run_game(env_id, args.num_games, args.steps, args.device)
+        rewards = ", ".join(f"{group} {value:.3f}" for group, value in r["rewards"].items())
+        print(f"{r['env']:26s} {r['backend']:8s} {r['agents']:6d} {r['rate']:14,.0f}  {rewards}")
+    print("(env-steps/s times step() alone; benchmarks/throughput.py, tag_throughput.py and covid_throughput.py "
+          "measure it properly)")
 
 
 if __name__ == "__main__":

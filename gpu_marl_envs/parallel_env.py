@@ -44,6 +44,9 @@ class GpuParallelEnv:
             :class:`gpu_marl_envs.GpuVectorEnv`. With autoreset, a game's episode ends for all of its
             agents at once, and ``infos[agent]["final_obs"]`` (SAME_STEP) holds its last observations.
         params: the game's params dataclass (default: the published configuration).
+        **settings: fields of the params by name (``make_parallel("gpu_marl_envs/TagContinuous-v0",
+            num_runners=20)``), applied on top of ``params`` and validated as ``params`` is; an unknown
+            name raises ``TypeError``.
         render_mode: ``None``, or ``"rgb_array"`` for games with a renderer (Tag; an instance's
             ``metadata["render_modes"]`` lists its game's): :meth:`render` draws sub-env ``render_env_index``.
         observation_buffers: as for :class:`gpu_marl_envs.GpuVectorEnv`: with ``k``, the observations
@@ -86,13 +89,13 @@ class GpuParallelEnv:
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
                  cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0,
-                 observation_buffers: int = 1):
+                 observation_buffers: int = 1, **settings):
         spec = game_spec(env_id)
         self.definition = d = spec.definition
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        self.params = d.make_params(params)
+        self.params = d.make_params(params, **settings)
         self.validate_actions = bool(validate_actions)
         from gpu_marl_envs.rendering import game_renderer  # Pillow, only once a game is made
 

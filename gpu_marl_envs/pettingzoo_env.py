@@ -62,6 +62,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
     ## Arguments
     - ``env_id``: a multi-agent game (``gpu_marl_envs/`` prefix optional).
     - ``params``: the game's params dataclass (default: the game's defaults).
+    - ``**settings``: fields of the params by name (``pettingzoo.make("parallel",
+      "gpu_marl_envs/TagContinuous-v0", num_runners=20)``), applied on top of ``params``, validated as it is.
     - ``render_mode``: ``None``, or ``"rgb_array"`` for games that can be drawn (``metadata["render_modes"]``):
       :meth:`render` returns an ``(H, W, 3)`` uint8 frame.
     - ``max_cycles``: PettingZoo's name for the episode length (``pettingzoo.make(..., max_cycles=n)``
@@ -75,9 +77,9 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
     metadata = {"render_modes": [], "is_parallelizable": True}
 
     def __init__(self, env_id: str, params=None, render_mode: str | None = None, *, max_cycles: int | None = None,
-                 device="cpu", backend: str | None = None):
+                 device="cpu", backend: str | None = None, **settings):
         definition = get_game(env_id)
-        params = definition.make_params(params)
+        params = definition.make_params(params, **settings)
         if max_cycles is not None:
             if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)) or max_cycles < 1:
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")

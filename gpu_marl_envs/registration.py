@@ -15,7 +15,9 @@ Then, by the id ``"<namespace>/<definition.id>"`` (``"cover/Cover-v0"``):
   ``pettingzoo.make("parallel", id)`` gives one game as a numpy
   :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv` (PettingZoo's ``max_cycles=`` sets the
   episode length); :func:`make_parallel` gives a torch
-  :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games;
+  :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games. It is in Gymnasium's
+  registry too, so that ``gymnasium.pprint_registry()`` lists every env and ``gymnasium.make`` or
+  ``make_vec`` of a game's id says where to make it (rather than suggesting a similar name);
 - the adapters (``gpu_marl_envs.adapters``) and ``gpu-marl-train`` take the id.
 
 Neither Gymnasium nor PettingZoo imports packages by itself: the registering package is imported
@@ -132,7 +134,21 @@ def register_game(definition: MultiAgentDefinition, *, namespace: str, cuda=None
     if entry.id not in pettingzoo.parallel_registry:  # registering twice would warn
         pettingzoo.register("parallel", entry.id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
                             kwargs={"env_id": entry.id})
+    # In Gymnasium's registry too, with entry points that say where to make it: as Gymnasium itself
+    # registers ids it cannot make (Reacher-v2 raises, naming mujoco-py).
+    if entry.id not in gymnasium.registry:
+        gymnasium.register(id=entry.id, entry_point="gpu_marl_envs.registration:game_in_gymnasium",
+                           vector_entry_point="gpu_marl_envs.registration:game_in_gymnasium",
+                           max_episode_steps=None, kwargs={"env_id": entry.id})
     return entry
+
+
+def game_in_gymnasium(env_id: str, **_) -> None:
+    """The entry points of a game's id in Gymnasium's registry: a game is no Gymnasium env, and
+    ``gymnasium.make``/``make_vec`` of its id say so and where to make it (any arguments ignored)."""
+    raise ValueError(f"{env_id} is a multi-agent game, not a Gymnasium env: make it with "
+                     f"gpu_marl_envs.make_parallel({env_id!r}, num_envs) (batched, torch) or "
+                     f"pettingzoo.make('parallel', {env_id!r}) (one game, numpy)")
 
 
 def _defaults(definition):
@@ -267,7 +283,8 @@ def parallel_env_ids() -> list[str]:
 
 def make_parallel(env_id: str, num_envs: int = 1, **kwargs):
     """A batched multi-agent env, e.g. ``make_parallel("gpu_marl_envs/TagContinuous-v0", 1000,
-    device="cuda")``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword arguments)."""
+    device="cuda", num_runners=20)``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword
+    arguments, and the fields of the game's params as keyword settings)."""
     from gpu_marl_envs.parallel_env import GpuParallelEnv
 
     return GpuParallelEnv(env_id, num_envs, **kwargs)

@@ -12,6 +12,8 @@ up: ``y = 0`` is the arena's bottom edge.
 - TagGridworld: the ``(L + 1) x (L + 1)`` cells (light grid lines only when a cell is >= 6 px);
   taggers are red squares, the runner a smaller blue square on top (so a tag shows as blue inside
   red); squares are at least 5 px so small cells stay visible. Caption: ``t = {t}``.
+- Both: a colour legend (tagger, runner; TagContinuous also "out" for agents out of the game) at
+  the right of the caption band, where the band has room for it beside the caption.
 
 :func:`game_renderer` says which multi-agent games have a renderer (CovidEconomy has none). Only the
 rendered env's rows leave the device. :func:`save_animation` writes GIF (Pillow) or MP4
@@ -81,10 +83,33 @@ def _check(params, state, env_index, size, params_type, state_type) -> None:
         raise IndexError(f"env_index must be in 0..{num_envs - 1} (the state holds {num_envs} envs), got {env_index}")
 
 
-def _canvas(size: int, caption: str) -> tuple[Image.Image, ImageDraw.ImageDraw]:
+# (label, colour, marker) per entry; markers as the agents are drawn: "disc", "ring" or "square".
+Legend = Sequence[tuple[str, tuple[int, int, int], str]]
+
+
+def _canvas(size: int, caption: str, legend: Legend) -> tuple[Image.Image, ImageDraw.ImageDraw]:
+    """The frame's background, caption, legend (right-aligned in the caption band; left out where it
+    would run into the caption) and arena border."""
     image = Image.new("RGB", (size, size), BACKGROUND)
     draw = ImageDraw.Draw(image)
-    draw.text((max(2, size // 64), 3), caption, fill=TEXT, font=_font(size))
+    font, margin = _font(size), max(2, size // 64)
+    draw.text((margin, 3), caption, fill=TEXT, font=font)
+    marker = max(4, size // 80)  # the markers' diameter
+    gap = marker // 2 + 2
+    widths = [marker + gap + draw.textlength(label, font=font) for label, _, _ in legend]
+    x = size - margin - sum(widths) - 2 * gap * (len(legend) - 1)
+    if x > margin + draw.textlength(caption, font=font) + 4 * gap:
+        middle = 3 + (max(10, size // 36)) / 2 + 1  # the text line's middle
+        for (label, colour, shape), width in zip(legend, widths):
+            box = (x, middle - marker / 2, x + marker, middle + marker / 2)
+            if shape == "square":
+                draw.rectangle(box, fill=colour)
+            elif shape == "ring":
+                draw.ellipse(box, outline=colour, width=1)
+            else:
+                draw.ellipse(box, fill=colour)
+            draw.text((x + marker + gap, 3), label, fill=TEXT, font=font)
+            x += width + 2 * gap
     left, top, side = _layout(size)
     draw.rectangle((left - 1, top - 1, left + side, top + side), outline=BORDER, width=max(1, size // 256))
     return image, draw
@@ -102,7 +127,8 @@ def render_tag_continuous(params: TagContinuousParams, state: TagContinuousState
     t = int(state.t[env_index].cpu())
     g = params.num_taggers
     caption = f"t = {t}  runners left: {int(in_game[g:].sum())}/{params.num_runners}"
-    image, draw = _canvas(size, caption)
+    image, draw = _canvas(size, caption, [("tagger", TAGGER, "disc"), ("runner", RUNNER, "disc"),
+                                          ("out", OUT_OF_GAME, "ring")])
 
     left, top, side = _layout(size)
     scale = side / params.grid_length
@@ -133,7 +159,7 @@ def render_tag_gridworld(params: TagGridworldParams, state: TagGridworldState, e
     _check(params, state, env_index, size, TagGridworldParams, TagGridworldState)
     cells = torch.stack([state.x[env_index], state.y[env_index]]).cpu().numpy()
     t = int(state.t[env_index].cpu())
-    image, draw = _canvas(size, f"t = {t}")
+    image, draw = _canvas(size, f"t = {t}", [("tagger", TAGGER, "square"), ("runner", RUNNER, "square")])
 
     left, top, side = _layout(size)
     n_cells = params.grid_length + 1

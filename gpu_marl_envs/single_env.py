@@ -23,15 +23,18 @@ def _numpy(row: torch.Tensor) -> np.ndarray:
 
 class GpuEnv(gym.Env):
     """One env, numpy I/O. ``render_mode="rgb_array"``: :meth:`render` returns the frame Gymnasium's
-    own env draws in the same state (needs pygame: ``pip install gpu_marl_envs[render]``)."""
+    own env draws in the same state (needs pygame: ``pip install gpu_marl_envs[render]``).
+
+    Keyword settings, fields of the env's params (``gymnasium.make("gpu_marl_envs/Pendulum-v1", g=9.81)``),
+    apply on top of ``params=``, as for :class:`~gpu_marl_envs.vector_env.GpuVectorEnv`."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, env_id: str, *, device="cpu", backend: str | None = None, params=None,
-                 max_episode_steps: int | None = None, render_mode: str | None = None):
+                 max_episode_steps: int | None = None, render_mode: str | None = None, **settings):
         self._batch = GpuVectorEnv(env_id, 1, device=device, backend=backend, params=params,
                                    max_episode_steps=max_episode_steps, autoreset_mode=AutoresetMode.DISABLED,
-                                   render_mode=render_mode)
+                                   render_mode=render_mode, **settings)
         self.render_mode = render_mode
         # The batch's render modes and frame rate (none for an env without frames).
         self.metadata = {**type(self).metadata, **{key: value for key, value in self._batch.metadata.items()

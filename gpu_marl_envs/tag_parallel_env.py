@@ -58,6 +58,8 @@ class TagParallelEnv(PettingZooParallelEnv):
     - ``game``: ``"continuous"`` or ``"gridworld"``.
     - ``params``: a ``TagContinuousParams`` / ``TagGridworldParams`` (default: the game's defaults,
       the published configuration).
+    - ``**settings``: fields of the params by name (``TagParallelEnv("continuous", num_runners=20)``), applied
+      on top of ``params``.
     - ``render_mode``: ``None`` or ``"rgb_array"`` (:meth:`render` returns an ``(H, W, 3)`` uint8 frame).
     - ``max_cycles``: replaces ``params.episode_length`` (PettingZoo's name for it).
     - ``device``, ``backend``: where and how the game runs (default: the CPU, torch reference).
@@ -72,8 +74,9 @@ class TagParallelEnv(PettingZooParallelEnv):
     metadata = {"name": "tag_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
 
     def __init__(self, game: str = "continuous", params=None, render_mode: str | None = None, *,
-                 max_cycles: int | None = None, device="cpu", backend: str | None = None):
+                 max_cycles: int | None = None, device="cpu", backend: str | None = None, **settings):
         if game not in _GAMES:
             raise ValueError(f"game must be one of {sorted(_GAMES)}, got {game!r}")
-        super().__init__(_GAMES[game], params, render_mode, max_cycles=max_cycles, device=device, backend=backend)
+        super().__init__(_GAMES[game], params, render_mode, max_cycles=max_cycles, device=device, backend=backend,
+                         **settings)
         self.game = game

@@ -23,8 +23,9 @@ def check_num_envs(num_envs) -> int:
 
 def check_params_numbers(params) -> None:
     """Every float field of an env's params dataclass is a finite number that float32 holds, and
-    every int field an int that int32 holds: the kernels read them as float32 and int32 (a NaN
-    gravity would make NaN observations and episodes that never end). ``ValueError`` names the field."""
+    every int field an int that int32 holds, every bool field a bool: the kernels read them as float32
+    and int32 (a NaN gravity would make NaN observations and episodes that never end; a string "False"
+    would be true). ``ValueError`` names the field."""
     name = type(params).__name__
     for f in dataclasses.fields(params):
         value, kind = getattr(params, f.name), f.type if isinstance(f.type, str) else f.type.__name__
@@ -38,6 +39,8 @@ def check_params_numbers(params) -> None:
                 raise ValueError(f"{name}.{f.name} must be an integer, got {value!r}")
             if not INT32.min <= value <= INT32.max:
                 raise ValueError(f"{name}.{f.name} must fit in int32, got {value}")
+        elif kind == "bool" and not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name}.{f.name} must be a bool, got {value!r}")
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -66,15 +69,37 @@ def zero_actions(space: spaces.Space, num_envs: int, device: torch.device) -> to
     return torch.zeros((num_envs, *space.shape), dtype=action_dtype(space), device=device)
 
 
-def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool) -> torch.Tensor:
+def actions_on_device(actions, device: torch.device):
+    """A numpy array of actions (``envs.action_space.sample()``) as a tensor on ``device``: one
+    host-to-device copy, dtype kept (the checks that follow name a wrong one). Anything else as given."""
+    if isinstance(actions, np.ndarray):
+        return torch.as_tensor(actions, device=device)
+    return actions
+
+
+def action_bounds(space: spaces.Space, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A ``Box``'s bounds as tensors on ``device`` (made once per env: ``check_actions`` compares every
+    step's actions with them); ``None`` for other spaces."""
+    if not isinstance(space, spaces.Box):
+        return None
+    return torch.as_tensor(space.low, device=device), torch.as_tensor(space.high, device=device)
+
+
+def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool,
+                  bounds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``actions`` checked for type, device, shape and dtype; with ``check_values``, values too:
+    discrete ones in range, continuous ones finite and within the ``Box``'s ``bounds`` (from
+    :func:`action_bounds`). Nothing is stepped when a check fails."""
     discrete = isinstance(space, spaces.Discrete)
     dtype = action_dtype(space)
     shape = (num_envs, *space.shape)
+    actions = actions_on_device(actions, device)
     if not isinstance(actions, torch.Tensor):
         raise TypeError(
-            f"actions must be a torch.Tensor of shape {shape} and dtype {dtype} on {device}, got "
-            f"{type(actions).__name__}; convert with torch.as_tensor(actions, dtype={dtype}, device='{device}') "
-            "or wrap the env in gymnasium.wrappers.vector.ArrayConversion for numpy I/O"
+            f"actions must be a torch.Tensor (or a numpy array, copied to the device) of shape {shape} and dtype "
+            f"{dtype} on {device}, got {type(actions).__name__}; convert with torch.as_tensor(actions, "
+            f"dtype={dtype}, device='{device}') or wrap the env in gymnasium.wrappers.vector.ArrayConversion "
+            "for numpy I/O"
         )
     if actions.device != device:
         raise ValueError(f"actions are on {actions.device} but the env is on {device}; use actions.to('{device}')")
@@ -92,10 +117,18 @@ def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.dev
                     f"actions must lie in [0, {space.n - 1}]; env {env} got {int(actions[env])} (no env was stepped)"
                 )
         else:
-            bad = torch.isnan(actions)
+            low, high = bounds
+            # One reduction and one read-back for NaN, infinities and the range alike.
+            bad = ~torch.isfinite(actions) | (actions < low) | (actions > high)
             if bad.any():
-                env = int(bad.nonzero()[0, 0])
-                raise ValueError(f"actions of env {env} contain NaN (no env was stepped)")
+                index = tuple(int(i) for i in bad.nonzero()[0])
+                element = index[1:]
+                value = actions[index].item()
+                lo, hi = low[element].item(), high[element].item()
+                where = f"env {index[0]}" + (f", element {element[0] if len(element) == 1 else element}"
+                                             if actions.dim() > 1 else "")
+                raise ValueError(f"actions must be finite and lie in the action space's bounds [{lo}, {hi}]; {where} "
+                                 f"got {value} (no env was stepped)")
     return actions.contiguous()
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 
 import gymnasium
@@ -19,7 +20,7 @@ from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.registration import env_spec
-from gpu_marl_envs.validation import (check_actions, check_env_ids, check_num_envs, reset_mask_option,
+from gpu_marl_envs.validation import (action_bounds, check_actions, check_env_ids, check_num_envs, reset_mask_option,
                                       sub_env_seeds, zero_actions)
 
 
@@ -35,6 +36,15 @@ def resolve_device(device) -> torch.device:
     elif device.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device}")
     return device
+
+
+def can_draw() -> bool:
+    """Whether Gymnasium's classic-control renderers can draw here: they need pygame (the [render]
+    extra). Looked up, not imported: importing pygame costs time and prints a banner."""
+    try:
+        return importlib.util.find_spec("pygame") is not None
+    except ValueError:  # sys.modules["pygame"] is None: importing it fails
+        return False
 
 
 def gymnasium_render_fps(env_id: str) -> int:
@@ -65,11 +75,16 @@ class GpuVectorEnv(VectorEnv):
             available on the device (``"torch"`` on the CPU).
         autoreset_mode: a ``gymnasium.vector.AutoresetMode``; NEXT_STEP by default.
         params: the env's params dataclass (e.g. ``CartPoleParams(gravity=9.81)``).
+        **settings: fields of the params by name (``gymnasium.make_vec("gpu_marl_envs/Pendulum-v1", 8,
+            g=9.81)``), applied on top of ``params`` (or the defaults) and validated as ``params`` is; an
+            unknown name raises ``TypeError``. Where Gymnasium's env takes a setting (Pendulum's ``g``,
+            MountainCar's ``goal_velocity``), the field has its name.
         max_episode_steps: overrides ``params.max_episode_steps``; the env truncates by itself.
-        validate_actions: check action *values* each step (discrete actions in range, no NaN in
-            continuous ones) and raise before anything is stepped. Costs one device-to-host sync
-            per step. With ``False``, out-of-range discrete actions are clamped into range and NaN
-            continuous actions are read as 0, identically on every backend.
+        validate_actions: check action *values* each step (discrete actions in range, continuous
+            ones finite and within the ``Box``'s bounds) and raise before anything is stepped. Costs
+            one device-to-host sync per step. With ``False``, out-of-range discrete actions are
+            clamped into range, NaN continuous actions are read as 0 and the dynamics clip continuous
+            ones as Gymnasium's do, identically on every backend.
         cuda_graph: replay the step as a captured CUDA graph. One graph launch replaces the
             backend's own launch path, whose cost dominates at small batches; the actions are
             copied into the graph's input buffer first. Default: on for the numba and torch
@@ -102,14 +117,19 @@ class GpuVectorEnv(VectorEnv):
     def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
                  validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
-                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1):
+                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1, **settings):
         spec = env_spec(env_id)
         self.definition = spec.definition
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         original = self.definition.gymnasium_original
-        render_modes = [] if original is None else ["rgb_array"]
+        # Declared only where frames can be drawn: Gymnasium's check_env renders every declared mode,
+        # and must pass without the optional [render] extra.
+        render_modes = ["rgb_array"] if original is not None and can_draw() else []
+        if render_mode == "rgb_array" and original is not None and not render_modes:
+            raise ValueError(f"{spec.id}'s rgb_array frames are drawn by Gymnasium's renderer, which needs pygame: "
+                             "pip install gpu_marl_envs[render] (or pygame)")
         if render_mode is not None and render_mode not in render_modes:
             raise ValueError(f"{spec.id} draws {'only rgb_array frames (no window)' if render_modes else 'no frames'}, "
                              f"got render_mode={render_mode!r}; use render_mode=None"
@@ -117,7 +137,7 @@ class GpuVectorEnv(VectorEnv):
         self.render_mode = render_mode
         self.render_env_indices = check_render_env_indices(render_env_indices, self.num_envs)
         overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        self.params = self.definition.make_params(params, **overrides)
+        self.params = self.definition.make_params(params, **overrides, **settings)
         self.validate_actions = bool(validate_actions)
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode, "render_modes": render_modes}
         if original is not None:
@@ -127,6 +147,7 @@ class GpuVectorEnv(VectorEnv):
         self.single_action_space = self.definition.action_space(self.params)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._action_bounds = action_bounds(self.single_action_space, self.device)
 
         backend_type = resolve_backend(backend, self.device, spec)
         buffers = ClassicBuffers.allocate(
@@ -171,12 +192,16 @@ class GpuVectorEnv(VectorEnv):
         self._mark_initialised(mask)
         return b.observations, {}
 
-    def step(self, actions: torch.Tensor):
+    def step(self, actions: torch.Tensor | np.ndarray):
+        """Step every sub-env. ``actions``: a tensor on the env's device, or a numpy array
+        (``envs.action_space.sample()``), copied to the device (one copy; for none, draw on the
+        device with :func:`gpu_marl_envs.wrappers.sample_actions`)."""
         if not self._ready:
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
                                "were never reset nor given a state")
-        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions)
+        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions,
+                                self._action_bounds)
         if self.observation_buffers > 1:  # the next observation buffer in turn
             self._buffers, self._backend, self._step_launcher = self._sides.advance()
         self._step_launcher.step(actions)

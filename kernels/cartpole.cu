@@ -27,7 +27,8 @@ struct CartPole : GmeEnv {
         s[3 * n + i] = theta_dot;
         *terminated = x < -p.x_threshold || x > p.x_threshold || theta < -p.theta_threshold_radians ||
                       theta > p.theta_threshold_radians;
-        *reward = 1.0f;
+        // Gymnasium's sutton_barto_reward: 0 per step, -1 for the terminating one; else +1 for every step.
+        *reward = p.sutton_barto_reward ? (*terminated ? -1.0f : 0.0f) : 1.0f;
     }
 
     __device__ static void observe(const float* s, int n, int i, float* obs, const Params& p) {

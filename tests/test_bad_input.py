@@ -83,8 +83,8 @@ def twins(env_id) -> Twins:
 
 # -- actions --------------------------------------------------------------------------------------
 
-ACTION_CASES = ["numpy", "list", "too_few_rows", "extra_dimension", "dtype", "device_meta", "bad_value_env1",
-                "bad_value_env2"]
+ACTION_CASES = ["numpy_dtype", "list", "too_few_rows", "extra_dimension", "dtype", "device_meta", "bad_value_env1",
+                "bad_value_env2", "bad_value_env2_inf"]
 
 
 def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
@@ -92,8 +92,9 @@ def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
     discrete = isinstance(space, spaces.Discrete)
     expected_shape = re.escape(f"must have shape {(N, *space.shape)}")
     as_tensor = r"must be a torch\.Tensor.*torch\.as_tensor\(actions.*ArrayConversion"
-    if case == "numpy":
-        return good.numpy(), TypeError, as_tensor
+    if case == "numpy_dtype":  # a numpy array is copied to the device, its dtype checked as a tensor's
+        wrong = good.numpy().astype(np.int32 if discrete else np.float64)
+        return wrong, TypeError, re.escape(f"use actions.{'long' if discrete else 'float'}()")
     if case == "list":
         return good.tolist(), TypeError, as_tensor
     if case == "too_few_rows":
@@ -110,10 +111,14 @@ def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
     bad = good.clone()
     if discrete:
         n = int(space.n)
-        bad[env] = -1 if env == 1 else n
+        bad[env] = -1 if env == 1 else n if case == "bad_value_env2" else 2**40
         return bad, ValueError, re.escape(f"actions must lie in [0, {n - 1}]; env {env} got {int(bad[env])}")
-    bad[env] = float("nan")
-    return bad, ValueError, f"actions of env {env} contain NaN"
+    # NaN, past the bounds (Pendulum's torque 5.0 of at most 2), or infinite: each refused, naming the bounds.
+    low, high = float(space.low[0]), float(space.high[0])
+    bad[env] = {"bad_value_env1": float("nan"), "bad_value_env2": high + abs(high) + 1,
+                "bad_value_env2_inf": -float("inf")}[case]
+    return bad, ValueError, re.escape(f"actions must be finite and lie in the action space's bounds [{low}, {high}]; "
+                                      f"env {env}, element 0 got {bad[env, 0].item()} (no env was stepped)")
 
 
 @pytest.mark.parametrize("case", ACTION_CASES)
@@ -156,21 +161,24 @@ def test_unvalidated_actions_still_need_the_right_type_shape_and_dtype(env_id):
     env.reset(seed=SEED)
     good = random_actions(env.single_action_space, N, torch.Generator().manual_seed(2))
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
-        env.step(good.numpy())
+        env.step(good.tolist())
     with pytest.raises(ValueError, match="must have shape"):
         env.step(good[:-1])
     with pytest.raises(TypeError, match=r"use actions\.(long|float)\(\)"):
         env.step(good.to(torch.float64 if good.dtype == torch.int64 else torch.int64))
 
 
-def test_single_env_rejects_bad_actions_and_changes_nothing(env_id):
+@pytest.mark.parametrize("kind", ["out_of_range", "not_finite"])
+def test_single_env_rejects_bad_actions_and_changes_nothing(env_id, kind):
     env = gymnasium.make(f"gpu_marl_envs/{env_id}").unwrapped
     env.reset(seed=SEED)
     before = env.get_state()
-    if isinstance(env.action_space, spaces.Discrete):
-        bad, phrase = int(env.action_space.n), rf"action must be an int in \[0, {int(env.action_space.n) - 1}\]"
+    space = env.action_space
+    if isinstance(space, spaces.Discrete):
+        bad, phrase = int(space.n), rf"action must be an int in \[0, {int(space.n) - 1}\]"
     else:
-        bad, phrase = np.full(env.action_space.shape, np.nan, dtype=np.float32), "contain NaN"
+        value = 2 * space.high + 1 if kind == "out_of_range" else np.full(space.shape, np.inf)  # Pendulum: 5.0
+        bad, phrase = value.astype(np.float32), "must be finite and lie in the action space's bounds"
     with pytest.raises(ValueError, match=phrase):
         env.step(bad)
     assert env.get_state() == before, f"{env_id}: single env state {env.get_state()} changed from {before}"

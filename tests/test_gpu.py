@@ -42,6 +42,12 @@ def test_steps_match_gymnasium_on_gpu(env_id, backend, cuda_device):
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_sutton_barto_reward_matches_gymnasium_on_gpu(backend, cuda_device):
+    assert check_against_gymnasium("CartPole-v1", backend, cuda_device, num_envs=32, steps=400,
+                                   sutton_barto_reward=True) > 0
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_reset_states_identical_on_cpu_and_gpu(env_id, backend, cuda_device):
     cpu = GpuVectorEnv(env_id, 50_000, device="cpu", backend="torch")
     gpu = GpuVectorEnv(env_id, 50_000, device=cuda_device, backend=backend)

@@ -37,9 +37,21 @@ def test_steps_match_gymnasium(env_id, backend):
     check_against_gymnasium(env_id, backend, "cpu", *SIZES[backend])
 
 
-def check_against_gymnasium(env_id, backend, device, num_envs, steps):
-    ours = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.DISABLED)
-    theirs = [gymnasium.make(env_id).unwrapped for _ in range(num_envs)]
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_sutton_barto_reward_matches_gymnasium(backend):
+    """Gymnasium's CartPole keyword: 0 per step, -1 for the terminating one, on every backend."""
+    num_envs, steps = SIZES[backend]
+    terminations = check_against_gymnasium("CartPole-v1", backend, "cpu", num_envs, steps, sutton_barto_reward=True)
+    assert terminations > 0, "the -1 of a terminating step was never compared"
+
+
+def check_against_gymnasium(env_id, backend, device, num_envs, steps, **settings):
+    """Step both from identical states for ``steps`` steps, both made with ``settings`` (Gymnasium's
+    keywords, ours too); the number of terminations seen."""
+    # Unvalidated: actions past the bounds check that ours clip them where Gymnasium's do.
+    ours = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.DISABLED,
+                        validate_actions=False, **settings)
+    theirs = [gymnasium.make(env_id, **settings).unwrapped for _ in range(num_envs)]
     for i, env in enumerate(theirs):
         env.reset(seed=i)
     ours.reset(seed=0)
@@ -47,7 +59,7 @@ def check_against_gymnasium(env_id, backend, device, num_envs, steps):
     terminations = 0
     for t in range(steps):
         states = state_matrix(ours)
-        actions = random_actions(ours.single_action_space, num_envs, generator)
+        actions = random_actions(ours.single_action_space, num_envs, generator, past_bounds=0.5)
         obs, rewards, terminated, _, _ = ours.step(actions.to(device))
         expected = [gymnasium_step(env, states[i], actions[i].numpy()) for i, env in enumerate(theirs)]
         context = f"{env_id} {backend} step {t}"
@@ -61,6 +73,7 @@ def check_against_gymnasium(env_id, backend, device, num_envs, steps):
                 theirs[i].reset()  # clears Gymnasium's after-termination bookkeeping
     if steps >= 300 and env_id == "CartPole-v1":
         assert terminations > 0, "random actions should end some CartPole episodes"
+    return terminations
 
 
 def test_reset_distribution_matches_gymnasium(env_id):

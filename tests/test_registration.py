@@ -112,3 +112,19 @@ def test_ids_of_one_kind_are_refused_as_the_other():
     with pytest.raises(ValueError, match="is a single-agent env: use gymnasium.make_vec"):
         gpu_marl_envs.make_parallel("CartPole-v1", 1, device="cpu")
 
+
+
+def test_gymnasium_lists_every_env_and_game():
+    listed = gymnasium.pprint_registry(disable_print=True)
+    missing = [key for key in (*gpu_marl_envs.ENVS, *gpu_marl_envs.GAMES) if key not in listed]
+    assert not missing, f"gymnasium.pprint_registry() leaves out {missing}"
+
+
+@pytest.mark.parametrize("make", [lambda id: gymnasium.make(id), lambda id: gymnasium.make_vec(id, num_envs=2),
+                                  lambda id: gymnasium.make_vec(id, num_envs=2, vectorization_mode="sync")],
+                         ids=["make", "make_vec", "make_vec_sync"])
+def test_gymnasium_makers_point_a_game_to_its_makers(make):
+    game = "gpu_marl_envs/TagContinuous-v0"
+    with pytest.raises(ValueError, match=rf"{game} is a multi-agent game, not a Gymnasium env: make it with "
+                                         rf"gpu_marl_envs\.make_parallel\('{game}', num_envs\)"):
+        make(game)

@@ -88,10 +88,25 @@ def test_y_points_up():
     s.y[0, 0] = 0.1 * L  # ... except tagger 0; tagger 1 out of the game, so the only red is tagger 0
     s.in_game[0, 1] = False
     frame = rendering.render_tag_continuous(p, s, size=SIZE)
-    f = frame.astype(int)
+    _, top, _ = rendering._layout(SIZE)
+    f = frame[top:].astype(int)  # the arena (the legend's red marker is in the band above)
     red = (f[..., 0] > 150) & (f[..., 0] > f[..., 1] + 80) & (f[..., 0] > f[..., 2] + 80)
-    rows = np.nonzero(red.any(axis=1))[0]
+    rows = np.nonzero(red.any(axis=1))[0] + top
     assert rows.size and rows.min() > SIZE / 2
+
+
+@pytest.mark.parametrize("game", ["continuous", "gridworld"])
+def test_the_caption_band_holds_a_colour_legend(game):
+    """The band above the arena shows each kind of agent's colour beside its name, at the sizes of
+    the README's animations; where it would run into the caption (a tiny frame), it is left out."""
+    p, s = _continuous() if game == "continuous" else _gridworld()
+    render = rendering.render_tag_continuous if game == "continuous" else rendering.render_tag_gridworld
+    for size, legend_expected in [(384, True), (256, True), (64, False)]:
+        frame = render(p, s, size=size)
+        _, top, _ = rendering._layout(size)
+        band = frame[:top - 2].reshape(-1, 3)  # above the arena's border
+        colours = {"red": any(_reddish(rgb) for rgb in band), "blue": any(_bluish(rgb) for rgb in band)}
+        assert colours == {"red": legend_expected, "blue": legend_expected}, f"{game} at {size} px: {colours}"
 
 
 def test_gridworld_cells():

@@ -92,7 +92,7 @@ def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):
 
 
 @pytest.mark.parametrize("env_args", [
-    ["--env", "CartPole-v1", "--set", "num_steps=16"],
+    ["--env", "gpu_marl_envs/CartPole-v1", "--set", "num_steps=16"],  # the id as gym.make takes it
     ["--env", "TagContinuous-v0", "--set", "num_envs=2", "--set", "num_steps=8", "--set", "env_params.num_taggers=1",
      "--set", "env_params.num_runners=2", "--set", "env_params.num_other_agents_observed=2",
      "--set", "policies.taggers.hidden=[8]", "--set", "policies.runners.hidden=[8]"],
@@ -117,6 +117,12 @@ def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
     events.Reload()
     steps = [e.step for e in events.Scalars("mean_return")]
     assert sorted(steps) == [int(row["env_steps"]) for row in rows], "each entry once in TensorBoard"
+    # Resumed once more, finished: it says so and trains (and writes) nothing.
+    finished = run("--resume", str(out / "checkpoint.pt"), "--device", "cpu")
+    assert finished.returncode == 0 and "the run has finished" in finished.stdout, finished.stdout + finished.stderr
+    assert "--set total_timesteps=N (N > 512)" in finished.stdout
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["history"] == again["history"]
+    assert list(csv.DictReader(open(out / "metrics.csv"))) == rows
 
 
 def test_resume_keeps_the_config(tmp_path):

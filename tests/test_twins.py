@@ -16,6 +16,8 @@ def run_twins(env_id, backend, device, num_envs, steps, mode, max_episode_steps,
     """Step for step on ``device`` from identical states; the GPU tests' (test_gpu.py), with CUDA
     graphs and streams that ``check_env`` leaves alone."""
     kwargs = dict(device=device, autoreset_mode=mode, max_episode_steps=max_episode_steps)
+    # Unvalidated: the random actions go past the bounds, to compare the backends' clipping.
+    kwargs["validate_actions"] = False
     reference = GpuVectorEnv(env_id, num_envs, backend="torch", cuda_graph=False, **kwargs)
     twin = GpuVectorEnv(env_id, num_envs, backend=backend, cuda_graph=cuda_graph, **kwargs)
     reference.reset(seed=seed)
@@ -25,7 +27,7 @@ def run_twins(env_id, backend, device, num_envs, steps, mode, max_episode_steps,
         assert torch.equal(reference.get_state()[name], twin.get_state()[name]), f"reset state {name} differs"
     generator = torch.Generator().manual_seed(seed)
     for t in range(steps):
-        actions = random_actions(reference.single_action_space, num_envs, generator, device)
+        actions = random_actions(reference.single_action_space, num_envs, generator, device, past_bounds=0.5)
         expected = snapshot(reference.step(actions))
         compare_step(expected, twin.step(actions), f"{env_id} {backend} {mode.name} step {t}")
         assert_close("episodes", reference._buffers.episodes, twin._buffers.episodes, f"step {t}")
@@ -50,10 +52,10 @@ def test_kernel_matches_reference_from_wide_states(env_id, backend):
     states one step amplifies ulp-level differences (Acrobot's Runge-Kutta stages reach
     accelerations in the thousands), so the tolerance is 1e-3: loose for rounding, tight for a
     wrong branch, whose errors are of order one."""
-    envs = [GpuVectorEnv(env_id, 8, device="cpu", backend=b) for b in ("torch", backend)]
+    envs = [GpuVectorEnv(env_id, 8, device="cpu", backend=b, validate_actions=False) for b in ("torch", backend)]
     generator = torch.Generator().manual_seed(3)
     state = {name: (torch.rand(8, generator=generator) * 2 - 1) * 80 for name in envs[0].state_fields}
-    actions = random_actions(envs[0].single_action_space, 8, generator)
+    actions = random_actions(envs[0].single_action_space, 8, generator, past_bounds=0.5)  # the clipping branches
     results = []
     for env in envs:
         env.set_state(state)

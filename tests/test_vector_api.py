@@ -9,6 +9,8 @@ the CUDA simulator: 3 sub-envs and a handful of steps, as the simulator is slow)
 from __future__ import annotations
 
 import functools
+import re
+import sys
 
 import gymnasium
 import numpy as np
@@ -559,12 +561,21 @@ def test_set_state_replaces_a_pending_autoreset(env_id):
 # -- the single env ---------------------------------------------------------------------------------
 
 
-def test_single_env_passes_gymnasium_check_env(env_id):
+@pytest.mark.parametrize("pygame", ["installed", "missing"])
+def test_single_env_passes_gymnasium_check_env(env_id, pygame, monkeypatch):
+    """Render check included: with pygame the env declares and draws rgb_array frames; without it
+    (no [render] extra) it declares no render mode and refuses one, naming the extra."""
     from gymnasium.utils.env_checker import check_env
 
+    if pygame == "missing":
+        monkeypatch.setitem(sys.modules, "pygame", None)  # as if not installed: importing it fails
     env = gymnasium.make(f"gpu_marl_envs/{env_id}")
     assert isinstance(env.unwrapped, GpuEnv), f"gymnasium.make gave {type(env.unwrapped).__name__}"
-    check_env(env.unwrapped, skip_render_check=True)
+    check_env(env.unwrapped)
+    assert env.unwrapped.metadata["render_modes"] == (["rgb_array"] if pygame == "installed" else [])
+    if pygame == "missing":
+        with pytest.raises(ValueError, match=re.escape("needs pygame: pip install gpu_marl_envs[render]")):
+            gymnasium.make(f"gpu_marl_envs/{env_id}", render_mode="rgb_array")
 
 
 def test_short_episode_via_make_with_time_limit(env_id):

@@ -9,6 +9,8 @@ Bounds as Gymnasium's: ``±2 * x_threshold``, ``±inf``, ``±2 * theta_threshold
 
 ## Rewards
 +1 for every step, the terminating one included (Gymnasium's default, ``sutton_barto_reward=False``).
+With ``sutton_barto_reward=True``, as Gymnasium's: 0 for every step and -1 for the terminating one
+(the original Sutton & Barto task, whose reward threshold is 0).
 
 ## Starting state
 Every state variable uniform in ``[-0.05, 0.05)``.
@@ -16,6 +18,10 @@ Every state variable uniform in ``[-0.05, 0.05)``.
 ## Episode end
 Terminated when ``|x| > x_threshold`` or ``|theta| > theta_threshold_radians``; truncated after
 ``max_episode_steps`` (500) steps.
+
+## Arguments
+The fields of :class:`CartPoleParams`, as keywords of ``gym.make``/``gym.make_vec`` too
+(``gym.make("gpu_marl_envs/CartPole-v1", sutton_barto_reward=True)``, Gymnasium's name).
 
 ## Version history
 v1: matches Gymnasium's CartPole-v1 (explicit Euler integration, as there by default).
@@ -46,6 +52,7 @@ class CartPoleParams:
     x_threshold: float = 2.4
     reset_bound: float = 0.05
     max_episode_steps: int = 500
+    sutton_barto_reward: bool = False  # Gymnasium's argument of the same name: see the module docstring
 
     def __post_init__(self):
         check_params_numbers(self)
@@ -100,7 +107,10 @@ def step(p, state: torch.Tensor, actions: torch.Tensor):
         (x < -p.x_threshold) | (x > p.x_threshold)
         | (theta < -p.theta_threshold_radians) | (theta > p.theta_threshold_radians)
     )
-    rewards = torch.ones_like(x)
+    if p.sutton_barto_reward:  # a Python number (torch_params): choosing here costs no device sync
+        rewards = -terminated.to(x.dtype)
+    else:
+        rewards = torch.ones_like(x)
     return torch.stack([x, x_dot, theta, theta_dot]), rewards, terminated
 
 
@@ -114,7 +124,7 @@ CARTPOLE = EnvDefinition(
     state_fields=("x", "x_dot", "theta", "theta_dot"),
     kernel_params=(
         "gravity", "masspole", "total_mass", "length", "polemass_length", "force_mag", "tau",
-        "theta_threshold_radians", "x_threshold", "reset_bound", "max_episode_steps",
+        "theta_threshold_radians", "x_threshold", "reset_bound", "max_episode_steps", "sutton_barto_reward",
     ),
     observation_space=observation_space,
     action_space=action_space,

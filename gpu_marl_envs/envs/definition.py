@@ -43,7 +43,7 @@ class EnvDefinition:
     kernel_params: tuple[str, ...]
     """Params fields and properties the step needs, in the order of the kernels' params struct
     (``GmeParams`` in CUDA C, the record ``p`` in Numba). Floats reach every backend as float32, ints
-    as int32."""
+    as int32, bools as int32 0 or 1 (C's truth value; a bool field would be one byte and pad the struct)."""
     observation_space: Callable[[Any], spaces.Box]
     action_space: Callable[[Any], spaces.Space]
     reset: Callable[[SimpleNamespace, Uniform, int], torch.Tensor]
@@ -69,7 +69,12 @@ class EnvDefinition:
         values = {}
         for name in self.kernel_params:
             value = getattr(params, name)
-            if _declared_type(self.params_type, name) is int:
+            declared = _declared_type(self.params_type, name)
+            if declared is bool:
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f"{self.params_type.__name__}.{name} must be a bool, got {value!r}")
+                values[name] = np.int32(value)
+            elif declared is int:
                 if isinstance(value, bool) or int(value) != value:
                     raise ValueError(f"{self.params_type.__name__}.{name} must be an integer, got {value!r}")
                 values[name] = np.int32(value)
@@ -88,8 +93,28 @@ class EnvDefinition:
         dtype = np.dtype([(k, type(v)) for k, v in values.items()], align=True)
         return np.array([tuple(values.values())], dtype=dtype)
 
-    def make_params(self, params: Any = None, **overrides: Any) -> Any:
-        base = self.params_type() if params is None else params
-        if not isinstance(base, self.params_type):
-            raise TypeError(f"params must be a {self.params_type.__name__}, got {type(base).__name__}")
-        return dataclasses.replace(base, **overrides) if overrides else base
+    def make_params(self, params: Any = None, **settings: Any) -> Any:
+        """``params`` (default: the defaults) with ``settings``, fields of :attr:`params_type` by name
+        (``make_params(g=9.81)``), applied on top: see :func:`apply_settings`."""
+        return apply_settings(self.params_type, params, settings)
+
+
+def apply_settings(params_type: type, params: Any, settings: dict[str, Any]) -> Any:
+    """``params`` (``None``: ``params_type()``) with ``settings`` replacing fields of the same names.
+
+    The one place where ``params=`` and keyword settings meet, for single-agent envs and games alike:
+    ``dataclasses.replace`` builds a new instance, so its ``__post_init__`` validates the settings
+    exactly as it validates ``params=``. An unknown name raises ``TypeError`` naming it and listing
+    the valid ones: a misspelt setting (or a misspelt argument of the env, which ends up here) must
+    not pass silently.
+    """
+    base = params_type() if params is None else params
+    if not isinstance(base, params_type):
+        raise TypeError(f"params must be a {params_type.__name__}, got {type(base).__name__}")
+    valid = [field.name for field in dataclasses.fields(params_type) if field.init]
+    unknown = [name for name in settings if name not in valid]
+    if unknown:
+        raise TypeError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+                        f"neither an argument of the env nor a field of {params_type.__name__} (its fields: "
+                        f"{', '.join(valid)})")
+    return dataclasses.replace(base, **settings) if settings else base

@@ -38,6 +38,8 @@ from typing import Any, Callable, NamedTuple
 import torch
 from gymnasium import spaces
 
+from gpu_marl_envs.envs.definition import apply_settings
+
 
 def no_metrics(params) -> tuple[str, ...]:
     """The default ``episode_metrics``: a game with no episode totals."""
@@ -186,12 +188,11 @@ class MultiAgentDefinition:
             rows.append(high.to(torch.int64).expand(len(self.agent_groups(params)[group]), *high.shape))
         return torch.cat(rows)
 
-    def make_params(self, params: Any = None) -> Any:
-        if params is None:
-            return self.params_type()
-        if not isinstance(params, self.params_type):
-            raise TypeError(f"params must be a {self.params_type.__name__}, got {type(params).__name__}")
-        return params
+    def make_params(self, params: Any = None, **settings: Any) -> Any:
+        """``params`` (default: the defaults) with ``settings``, fields of :attr:`params_type` by name
+        (``make_params(num_runners=20)``), applied on top, validated as ``params=`` is
+        (:func:`~gpu_marl_envs.envs.definition.apply_settings`)."""
+        return apply_settings(self.params_type, params, settings)
 
     def flat_observations(self, params, state) -> torch.Tensor:
         """``observe`` in the runtime's flat layout, float32 ``(E, obs_size)``."""
