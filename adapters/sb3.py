@@ -53,11 +53,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
-from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 

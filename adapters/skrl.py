@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gymnasium import spaces
 from skrl import config
 from skrl.envs.wrappers.torch import MultiAgentEnvWrapper, Wrapper
 
-from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 

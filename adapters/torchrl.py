@@ -35,12 +35,12 @@ no reward, terminated) until its game ends; losses should weight its transitions
 from __future__ import annotations
 
 import torch
+from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
 from torchrl.envs import EnvBase
 
-from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 

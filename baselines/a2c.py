@@ -7,15 +7,15 @@ Rollouts (with truncation bootstrapping) are :mod:`rollout`'s; returns are n-ste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-
 from gpu_marl_envs.baselines import on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import RMSprop
 from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
+
 
 @dataclass(frozen=True)
 class A2CConfig(RolloutSizes, CaptureOptions):

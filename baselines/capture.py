@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
-
 from gpu_marl_envs.baselines.fused_mlp import AUTO_MIN_ROWS
 from gpu_marl_envs.baselines.optimizers import Optimizer
 
@@ -148,7 +148,7 @@ class Branches:
         return torch.cuda.stream(self.streams[name]) if self.streams else contextlib.nullcontext()
 
 
-_capturing: contextvars.ContextVar["GraphedPhase | None"] = contextvars.ContextVar("capturing", default=None)
+_capturing: contextvars.ContextVar[GraphedPhase | None] = contextvars.ContextVar("capturing", default=None)
 
 
 def between_graphs(work: Callable[[], None]) -> None:

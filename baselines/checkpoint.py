@@ -21,7 +21,6 @@ import hashlib
 from pathlib import Path
 
 import torch
-
 from gpu_marl_envs.baselines.optimizers import Optimizer
 from gpu_marl_envs.baselines.run_folder import atomic_write
 

@@ -20,9 +20,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gymnasium import spaces
-from torch import nn
-
 from gpu_marl_envs.baselines import ppo, settings
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
@@ -30,6 +27,9 @@ from gpu_marl_envs.baselines.models import layer
 from gpu_marl_envs.baselines.optimizers import Adam, Optimizer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
+from gymnasium import spaces
+from torch import nn
+
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 

@@ -29,9 +29,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from gpu_marl_envs.baselines.capture import between_graphs
-
 
 RANK_SEED_STRIDE = 0x9E3779B9
 """The distance between the torch seeds of consecutive ranks (2**32 / golden ratio, odd)."""

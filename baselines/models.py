@@ -23,11 +23,10 @@ import math
 
 import numpy as np
 import torch
-from gymnasium import spaces
-from torch import nn
-
 from gpu_marl_envs.baselines import fused_mlp, sampling, wide_mlp
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
+from gymnasium import spaces
+from torch import nn
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

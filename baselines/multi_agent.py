@@ -54,9 +54,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
-
 from gpu_marl_envs.baselines import settings
 from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
@@ -64,8 +61,10 @@ from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverage
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Adam
-from gpu_marl_envs.baselines.rollout import (EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values,
-                                              old_policy_outputs)
+from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values, old_policy_outputs
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
 from gpu_marl_envs.parallel_env import GpuParallelEnv, get_game
 from gpu_marl_envs.registration import is_game  # noqa: F401  (multi_agent.is_game, for the train command)
 
@@ -189,7 +188,7 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
                 raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(policy_config).__name__}")
 
     @classmethod
-    def from_dict(cls, tables: dict, algorithm: str | None = None) -> "MultiAgentConfig":
+    def from_dict(cls, tables: dict, algorithm: str | None = None) -> MultiAgentConfig:
         """The config of a TOML-shaped dict: ``hyperparameters`` (the run's fields), ``groups``,
         ``policies`` (name -> settings table) and ``env_params``; ``algorithm`` is the default of the
         policies that do not name theirs. Errors name the table and the fix."""
@@ -338,7 +337,7 @@ class PolicyRollout:
 
     @classmethod
     def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
-                 device, episode_length: int, masked: bool = False) -> "PolicyRollout":
+                 device, episode_length: int, masked: bool = False) -> PolicyRollout:
         """Zeroed storage; ``masked``: with room for the action masks (a ``Discrete`` action space)."""
         shape = (num_steps, num_envs, agents)
 
@@ -396,7 +395,7 @@ class PolicyInputs:
     action_mask: torch.Tensor | None = None  # bool (num_envs, agents, n): allowed actions (games with masks)
 
     @classmethod
-    def of(cls, groups: dict[str, slice], obs: dict, infos: dict) -> "PolicyInputs":
+    def of(cls, groups: dict[str, slice], obs: dict, infos: dict) -> PolicyInputs:
         """The inputs of a policy serving ``groups`` (group -> its slice), from the env's outputs."""
         first = next(iter(groups))
         masked = "action_mask" in infos[first]

@@ -15,7 +15,7 @@ The update merges a batch's moments into the running ones with Chan, Golub and L
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -8,11 +8,10 @@ same phases (:mod:`gpu_marl_envs.baselines.lightning`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-
 from gpu_marl_envs.baselines.capture import GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
@@ -20,6 +19,7 @@ from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Optimizer
 from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, Rollout, collect, log_entry, make_envs
+
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 

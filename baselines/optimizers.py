@@ -24,7 +24,7 @@ a device tensor and changed in place).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks

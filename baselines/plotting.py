@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpu_marl_envs.baselines.run_folder import atomic_write
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
-
-from gpu_marl_envs.baselines.run_folder import atomic_write
 
 WIDTH, HEIGHT, DPI = 720, 420, 100  # pixels of one panel's figure
 PANEL_HEIGHT = 300  # pixels of each further panel

@@ -8,17 +8,17 @@ log interval.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
-
 from gpu_marl_envs.baselines import on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 

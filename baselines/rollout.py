@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 
 import torch
+from gpu_marl_envs.baselines.distributed import SINGLE, Context
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.baselines.distributed import SINGLE, Context
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 
@@ -69,7 +69,7 @@ class Rollout:
     max_truncations: int  # truncations an env can have in one rollout (see bootstrap_values)
 
     @classmethod
-    def allocate(cls, num_steps: int, envs: GpuVectorEnv) -> "Rollout":
+    def allocate(cls, num_steps: int, envs: GpuVectorEnv) -> Rollout:
         space, device = envs.single_action_space, envs.device
         shape = (num_steps, envs.num_envs)
         obs_shape = (*shape, *envs.single_observation_space.shape)

@@ -16,10 +16,10 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from gymnasium import spaces
-
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo, settings, sizing
 from gpu_marl_envs.baselines.models import ActorCritic
+from gymnasium import spaces
+
 from gpu_marl_envs.parallel_env import get_game
 from gpu_marl_envs.registration import GAMES, env_spec
 

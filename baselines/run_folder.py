@@ -18,8 +18,9 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 LIGHTNING_CHECKPOINT = "lightning.ckpt"
 """Lightning's checkpoint of a ``gpu-marl-train --lightning`` run (:mod:`gpu_marl_envs.baselines.lightning.command`)."""

@@ -17,7 +17,6 @@ draw different noise for the same seed.
 from __future__ import annotations
 
 import torch
-
 from gpu_marl_envs.baselines import wide_mlp
 
 BLOCK_ROWS = 64

@@ -19,7 +19,6 @@ import gc
 from dataclasses import dataclass
 
 import torch
-
 from gpu_marl_envs.baselines.distributed import setup
 
 AUTO = "auto"

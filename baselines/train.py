@@ -53,20 +53,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from gpu_marl_envs.baselines import multi_agent, ppo, sizing
+from gpu_marl_envs.baselines.checkpoint import (
+    DIGEST,
+    CheckpointError,
+    load_checkpoint,
+    resumed_iteration,
+    save_checkpoint,
+)
+from gpu_marl_envs.baselines.distributed import DEFAULT_TIMEOUT, Context, job_id, launch_problem, setup, teardown
+from gpu_marl_envs.baselines.plotting import plot_learning_curve
+from gpu_marl_envs.baselines.run_config import (
+    ALGORITHMS,
+    DEFAULT_CONFIGS,
+    ConfigError,
+    build_auto_config,
+    build_config,
+    check_env,
+    config_dict,
+    parse_override,
+    raw_config,
+    read_config,
+    to_toml,
+    train_function,
+    uses_auto_num_envs,
+)
+from gpu_marl_envs.baselines.run_folder import (
+    LIGHTNING_CHECKPOINT,
+    MetricsWriter,
+    RunFolderError,
+    check_writable,
+    held_files,
+    remove_run,
+    remove_temporaries,
+    write_text,
+)
 from tqdm import tqdm
 
 import gpu_marl_envs
-from gpu_marl_envs.baselines import multi_agent, ppo, sizing
-from gpu_marl_envs.baselines.checkpoint import (DIGEST, CheckpointError, load_checkpoint, resumed_iteration,
-                                                save_checkpoint)
-from gpu_marl_envs.baselines.distributed import (DEFAULT_TIMEOUT, Context, job_id, launch_problem, setup,
-                                                 teardown)
-from gpu_marl_envs.baselines.plotting import plot_learning_curve
-from gpu_marl_envs.baselines.run_config import (ALGORITHMS, DEFAULT_CONFIGS, ConfigError, build_auto_config,
-                                                build_config, check_env, config_dict, parse_override, raw_config,
-                                                read_config, to_toml, train_function, uses_auto_num_envs)
-from gpu_marl_envs.baselines.run_folder import (LIGHTNING_CHECKPOINT, MetricsWriter, RunFolderError, check_writable,
-                                                held_files, remove_run, remove_temporaries, write_text)
 from gpu_marl_envs.parallel_env import get_game
 from gpu_marl_envs.rendering import game_renderer, save_animation
 
@@ -260,7 +284,6 @@ def run_training(plan: Plan, device, context: Context, lightning: bool = False) 
     written_by = {"package": gpu_marl_envs.__version__, "torch": str(torch.__version__), "job": job_id()}
     if lightning:
         import lightning as lightning_package
-
         from gpu_marl_envs.baselines.lightning import command
 
         train = functools.partial(command.train, checkpoint=folder / LIGHTNING_CHECKPOINT)

@@ -26,10 +26,9 @@ The CPU, and passes over fewer than :data:`KERNEL_MIN_ROWS` rows, run ``network(
 from __future__ import annotations
 
 import torch
+from gpu_marl_envs.baselines import fused_mlp
 from torch import nn
 from torch.nn import functional as F
-
-from gpu_marl_envs.baselines import fused_mlp
 
 ALIGN = 8
 """Feature counts a CUDA matrix product gets as multiples of this (16 bytes of bfloat16, 32 of

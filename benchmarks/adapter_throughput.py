@@ -45,11 +45,11 @@ from collections.abc import Callable
 import gymnasium
 import numpy as np
 import torch
+from gpu_marl_envs.adapters._batched import is_multi_agent, make_batched_env
 from gymnasium import spaces
+from report import save
 
 import gpu_marl_envs
-from gpu_marl_envs.adapters._batched import is_multi_agent, make_batched_env
-from report import save
 
 ENV_ID = "CartPole-v1"  # of the baseline and the training section
 ENV_IDS = ("CartPole-v1", "TagContinuous-v0", "CovidEconomy-v0")
@@ -169,9 +169,8 @@ def torchrl_floor_step(env_id: str, num_envs: int, device: torch.device,
     adapter with its specs, but with TorchRL's own ``step`` and ``step_and_maybe_reset`` and a
     ``_step`` that hands back outputs made once (nothing ends, so nothing resets). What TorchRL's
     step costs any env beyond the env's own work: no env steps faster through TorchRL than this."""
-    from torchrl.envs import EnvBase
-
     from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv
+    from torchrl.envs import EnvBase
 
     adapter_type = TorchRLParallelEnv if is_multi_agent(env_id) else TorchRLVectorEnv
 
@@ -256,9 +255,8 @@ def sb3_ppo(vec_env, n_steps: int, timesteps: int, seed: int) -> dict:
 
 
 def sb3_training(device: torch.device, timesteps: int, seed: int) -> list[dict]:
-    from stable_baselines3.common.env_util import make_vec_env
-
     from gpu_marl_envs.adapters import make_sb3_env
+    from stable_baselines3.common.env_util import make_vec_env
 
     cases = [  # (name, vec_env, n_envs, n_steps): 4,096 transitions per update in each case
         ("SB3 DummyVecEnv, Gymnasium CartPole", make_vec_env(ENV_ID, n_envs=64, seed=seed), 64, 64),

@@ -20,12 +20,12 @@ from __future__ import annotations
 import argparse
 
 import torch
-
-import gpu_marl_envs
-from gpu_marl_envs import GpuParallelEnv
 from report import gpu_hardware, save
 from tag_throughput import pool, time_steps
 from throughput import copy_bandwidth
+
+import gpu_marl_envs
+from gpu_marl_envs import GpuParallelEnv
 
 ENV_ID = "CovidEconomy-v0"
 SIZES = (60, 1_000, 10_000, 100_000)

@@ -30,10 +30,9 @@ import time
 import lightning
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.loggers import CSVLogger
-
 from gpu_marl_envs.baselines import multi_agent, ppo
 from gpu_marl_envs.baselines.lightning import TrainingStats, training_module
+from lightning.pytorch.loggers import CSVLogger
 from report import gpu_hardware, save
 from train_throughput import tag_a2c
 

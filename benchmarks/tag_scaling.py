@@ -29,12 +29,12 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
+from report import gpu_hardware
+from tag_throughput import measure
 
 import gpu_marl_envs
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
-from report import gpu_hardware
-from tag_throughput import measure
 
 GAMES = [1, 4, 16, 64, 256, 1000, 2000, 4096, 16384, 65536]
 AGENTS = [5, 10, 20, 50, 110, 220, 500, 820, 1000, 2000, 5000, 10000]

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from report import gpu_hardware
+from tag_throughput import measure
+
 import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
-from report import gpu_hardware
-from tag_throughput import measure
 
 AGENTS = [64, 110, 160, 200, 256, 400, 640, 1000]
 GAMES = [100, 2000]

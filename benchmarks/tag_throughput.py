@@ -21,12 +21,12 @@ import statistics
 import time
 
 import torch
+from report import gpu_hardware, save
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuParallelEnv
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
-from report import gpu_hardware, save
 
 ACTION_POOL = 8
 CONFIGS = [

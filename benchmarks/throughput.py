@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 import torch
+from report import gpu_hardware, save
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuVectorEnv
-from report import gpu_hardware, save
 
 ACTION_POOL = 16
 

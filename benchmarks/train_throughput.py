@@ -38,7 +38,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
 from gpu_marl_envs.baselines import a2c, multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import setup, teardown
 from gpu_marl_envs.baselines.plotting import plot_learning_curves

@@ -25,6 +25,7 @@ Other packages add their own envs and games with :func:`register_env` and :func:
 from gpu_marl_envs.backends import BackendUnavailableError, available_backends
 from gpu_marl_envs.checker import check_env
 from gpu_marl_envs.envs import bundled  # noqa: F401  (registers the package's own envs and games)
+
 # The bundled envs' params (bundled has imported their modules already: these imports cost nothing).
 from gpu_marl_envs.envs.acrobot import AcrobotParams
 from gpu_marl_envs.envs.cartpole import CartPoleParams

@@ -47,7 +47,7 @@ class ClassicBuffers:
         return dict(vars(self))
 
     @classmethod
-    def allocate(cls, num_envs: int, num_fields: int, obs_dim: int, device: torch.device) -> "ClassicBuffers":
+    def allocate(cls, num_envs: int, num_fields: int, obs_dim: int, device: torch.device) -> ClassicBuffers:
         def zeros(*shape, dtype=torch.float32):
             return torch.zeros(shape, dtype=dtype, device=device)
 

@@ -77,7 +77,7 @@ class MultiAgentBuffers:
 
     @classmethod
     def allocate(cls, definition: MultiAgentDefinition, params, num_envs: int,
-                 device: torch.device) -> "MultiAgentBuffers":
+                 device: torch.device) -> MultiAgentBuffers:
         def zeros(*shape, dtype=torch.float32):
             return torch.zeros(shape, dtype=dtype, device=device)
 

@@ -20,8 +20,15 @@ from gpu_marl_envs.buffers import ClassicBuffers
 from gpu_marl_envs.graphs import GraphedStep
 from gpu_marl_envs.observation_buffers import Sides, check_observation_buffers
 from gpu_marl_envs.registration import env_spec
-from gpu_marl_envs.validation import (action_bounds, check_actions, check_env_ids, check_num_envs, reset_mask_option,
-                                      sub_env_seeds, zero_actions)
+from gpu_marl_envs.validation import (
+    action_bounds,
+    check_actions,
+    check_env_ids,
+    check_num_envs,
+    reset_mask_option,
+    sub_env_seeds,
+    zero_actions,
+)
 
 
 def resolve_device(device) -> torch.device:

@@ -9,7 +9,6 @@ of the arithmetic in float32 as on the device.
 import math
 
 import numpy as np
-
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.numba_api import cuda
 

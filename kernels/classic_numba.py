@@ -11,12 +11,12 @@ kernels whose parameters are the runtime's argument lists (``buffers.STEP_ARGUME
 """
 
 import numpy as np
+from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
+from gymnasium.vector import AutoresetMode
 from numba import float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import THREADS_PER_BLOCK
-from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
-from gymnasium.vector import AutoresetMode
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]

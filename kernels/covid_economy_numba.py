@@ -18,10 +18,9 @@ softplus are the only functions that may round differently from torch's.
 import math
 
 import numpy as np
-from numba import float32
-
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from numba import float32
 
 NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
 NUM_SUMS = 4  # per state, summed for the planner: new deaths, production, subsidy, unemployed

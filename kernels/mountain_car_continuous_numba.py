@@ -3,7 +3,6 @@ gpu_marl_envs/envs/mountain_car_continuous.py. Reset, physics and observation ar
 (``mountain_car_numba.py``)."""
 
 import numpy as np
-
 from gpu_marl_envs.kernels.mountain_car_numba import advance, observe, reset  # noqa: F401  (this env's too)
 from gpu_marl_envs.kernels.numba_api import cuda
 

@@ -8,7 +8,6 @@ params records name the fields they read alike.
 import math
 
 import numpy as np
-
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.numba_api import cuda
 

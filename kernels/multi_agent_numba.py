@@ -25,10 +25,10 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
+from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]

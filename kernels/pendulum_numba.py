@@ -3,7 +3,6 @@
 import math
 
 import numpy as np
-
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.numba_api import cuda
 

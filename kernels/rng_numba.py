@@ -5,8 +5,8 @@ int64, so uint32 wrap-around would not be reliable.
 """
 
 import numpy as np
-
 from gpu_marl_envs.kernels.numba_api import cuda
+
 from gpu_marl_envs.rng import MIX_MUL_1, MIX_MUL_2, SEED_SALT, UINT32_MASK
 
 _MASK = np.uint64(UINT32_MASK)

@@ -26,11 +26,10 @@ FMA (the .cu's ``__fmul_rn``/``__fadd_rn``), and plain float32 operations in the
 import math
 
 import numpy as np
-from numba import boolean, float32, int32, int64
-
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
+from numba import boolean, float32, int32, int64
 
 FEATURES = 7
 

@@ -16,11 +16,10 @@ correctly rounded, no product to fuse), so GPU and simulator agree bit for bit.
 import math
 
 import numpy as np
-from numba import int32, int64
-
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import cuda
+from numba import int32, int64
 
 # Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
 PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = 1, 2, 3, 4

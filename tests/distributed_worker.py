@@ -30,11 +30,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.optim.optimizer import register_optimizer_step_post_hook
-
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo
 from gpu_marl_envs.baselines.checkpoint import atomic_save
 from gpu_marl_envs.baselines.distributed import setup, teardown
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 CASES = {
     "ppo": (ppo, ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 6, num_minibatches=2,

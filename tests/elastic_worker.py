@@ -15,9 +15,8 @@ import signal
 import sys
 import time
 
-from torch.optim.optimizer import register_optimizer_step_post_hook
-
 from gpu_marl_envs.baselines import train
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
 def main() -> int:

@@ -20,7 +20,6 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
-
 from gpu_marl_envs.baselines import multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import teardown
 

@@ -11,6 +11,8 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from conftest import HAS_GPU
+from gpu_marl_envs.adapters import SB3ParallelVecEnv, SB3VecEnv, make_sb3_env
 from gymnasium.vector import AutoresetMode
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_checker import check_env
@@ -18,9 +20,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecCheckNan, VecFrameStack, VecMonitor, VecNormalize
 
-from conftest import HAS_GPU
 from gpu_marl_envs import GpuVectorEnv, make_parallel
-from gpu_marl_envs.adapters import SB3ParallelVecEnv, SB3VecEnv, make_sb3_env
 from gpu_marl_envs.envs.cartpole import CartPoleParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 

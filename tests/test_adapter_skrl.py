@@ -10,8 +10,10 @@ import time
 
 import pytest
 import torch
+from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
+from harness import random_actions
 from skrl import config
 from skrl.agents.torch.ppo import PPO, PPO_CFG
 from skrl.envs.wrappers.torch import MultiAgentEnvWrapper, Wrapper
@@ -21,12 +23,10 @@ from skrl.multi_agents.torch.ippo import IPPO, IPPO_CFG
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
-
-from gpu_marl_envs import GpuVectorEnv, make_parallel
-from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
-from harness import random_actions
 from test_adapter_torchrl import SMALL_TAG, assert_equal, mlp
 from test_vector_api import MAX_STEPS, arrange_vector_endings
+
+from gpu_marl_envs import GpuVectorEnv, make_parallel
 
 SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP

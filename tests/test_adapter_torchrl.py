@@ -10,10 +10,14 @@ import time
 
 import pytest
 import torch
+from conftest import ENV_IDS
+from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv, make_torchrl_env
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
+from harness import random_actions
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
+from test_vector_api import MAX_STEPS, arrange_vector_endings
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.data import Bounded, Categorical, MultiCategorical
@@ -23,14 +27,10 @@ from torchrl.modules import MultiAgentMLP, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from conftest import ENV_IDS
 from gpu_marl_envs import GpuVectorEnv, make_parallel
-from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv, make_torchrl_env
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.registration import parallel_env_ids
-from harness import random_actions
-from test_vector_api import MAX_STEPS, arrange_vector_endings
 
 SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP

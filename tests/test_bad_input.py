@@ -16,14 +16,14 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from conftest import KERNEL_BACKENDS_HERE
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
-
-from conftest import KERNEL_BACKENDS_HERE
-from gpu_marl_envs import BackendUnavailableError, GpuVectorEnv
-from gpu_marl_envs.registration import env_spec
-from gpu_marl_envs.envs.cartpole import CartPoleParams
 from harness import assert_close, random_actions, snapshot
+
+from gpu_marl_envs import BackendUnavailableError, GpuVectorEnv
+from gpu_marl_envs.envs.cartpole import CartPoleParams
+from gpu_marl_envs.registration import env_spec
 
 N = 3
 MAX_STEPS = 4

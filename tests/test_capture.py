@@ -7,9 +7,7 @@ import tempfile
 
 import pytest
 import torch
-
 from gpu_marl_envs.baselines.capture import Branches, GraphedPhase
-
 
 # In a process of its own: a capture that cannot be ended leaves PyTorch's CUDA random generator
 # in capture mode, and every later random draw of the process fails.

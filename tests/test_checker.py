@@ -6,8 +6,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import KERNEL_BACKENDS_HERE
+
 from gpu_marl_envs import check_env, registration
 from gpu_marl_envs.envs.cartpole import CARTPOLE
 from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD, TagGridworldParams

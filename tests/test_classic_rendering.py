@@ -8,9 +8,9 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from harness import random_actions
 
 from gpu_marl_envs import GpuVectorEnv
-from harness import random_actions
 
 STEPS = 12
 
@@ -101,10 +101,9 @@ def test_gymnasium_record_video(tmp_path):
 def test_sb3_video_recorder(maker, tmp_path):
     """SB3's own helper asks each env for render_mode="rgb_array"; the SB3 adapter draws the sub-envs
     of render_env_indices. SB3 tiles the frames and its recorder writes them."""
+    from gpu_marl_envs.adapters import make_sb3_env
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecVideoRecorder
-
-    from gpu_marl_envs.adapters import make_sb3_env
 
     if maker == "make_vec_env":
         vec_env = make_vec_env("gpu_marl_envs/CartPole-v1", n_envs=8, seed=0)

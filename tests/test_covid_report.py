@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 import torch
+from gpu_marl_envs.baselines.checkpoint import save_checkpoint, training_state
+from gpu_marl_envs.baselines.multi_agent import MultiAgentConfig, make_policies
 from gymnasium.vector import AutoresetMode
 from PIL import Image
 
 import gpu_marl_envs
 from gpu_marl_envs import covid_policies as cp
 from gpu_marl_envs import covid_report
-from gpu_marl_envs.baselines.checkpoint import save_checkpoint, training_state
-from gpu_marl_envs.baselines.multi_agent import MultiAgentConfig, make_policies
 from gpu_marl_envs.envs import covid_economy as ce
 
 ENV_ID = "gpu_marl_envs/CovidEconomy-v0"

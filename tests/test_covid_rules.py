@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from gpu_marl_envs.envs import covid_economy as ce
-from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY, CovidEconomyParams
 from gpu_marl_envs.envs.covid_calibration import CovidCalibration
+from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY, CovidEconomyParams
 
 P = CovidEconomyParams()
 S = P.num_states

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
-
 from gpu_marl_envs.baselines import multi_agent, run_config, train
 from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.rollout import EpisodeStats
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
 ENV = "CovidEconomy-v0"

@@ -2,19 +2,27 @@
 actor's and the critic's updates), the transitions the trainer stores, smoke runs with tiny budgets
 and a learning check on Pendulum-v1."""
 
-import re
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
+from gpu_marl_envs.baselines import ddpg
+from gpu_marl_envs.baselines.ddpg import (
+    Actor,
+    Critic,
+    DDPGConfig,
+    evaluate,
+    soft_update,
+    td_target,
+    train,
+    update_actor,
+    update_critic,
+)
+from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 from gymnasium import spaces
 from torch import nn
-
-from gpu_marl_envs.baselines import ddpg
-from gpu_marl_envs.baselines.ddpg import (Actor, Critic, DDPGConfig, evaluate, soft_update, td_target, train,
-                                          update_actor, update_critic)
-from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
 
 PENDULUM_ACTIONS = spaces.Box(-2.0, 2.0, (1,), dtype=np.float32)
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from gpu_marl_envs.baselines import ppo, run_config, sizing
-from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.capture import GraphedPhase, between_graphs
+from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.distributed import Context
 
 WORKER = Path(__file__).with_name("distributed_worker.py")

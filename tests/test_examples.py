@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import GPU_BACKENDS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"

@@ -3,10 +3,9 @@ Triton's interpreter on the CPU (conftest.py sets TRITON_INTERPRET=1)."""
 
 import pytest
 import torch
-from gymnasium import spaces
-
 from gpu_marl_envs.baselines import fused_mlp, ppo
 from gpu_marl_envs.baselines.models import ActorCritic, mlp
+from gymnasium import spaces
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

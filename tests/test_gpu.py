@@ -4,12 +4,12 @@ reset states identical on CPU and GPU; Gymnasium equivalence of the kernels on t
 
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
-
 from conftest import GPU_BACKENDS
-from gpu_marl_envs import GpuVectorEnv
+from gymnasium.vector import AutoresetMode
 from test_gymnasium_equivalence import check_against_gymnasium
 from test_twins import run_twins
+
+from gpu_marl_envs import GpuVectorEnv
 
 pytestmark = pytest.mark.gpu
 KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]

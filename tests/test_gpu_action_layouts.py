@@ -5,9 +5,9 @@ every game alike."""
 
 import pytest
 import torch
-
 from conftest import GPU_BACKENDS
 from harness import random_group_actions
+
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.registration import GAMES
 

@@ -14,10 +14,10 @@ expf/log1pf against torch's).
 
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
-
 from conftest import GPU_BACKENDS
+from gymnasium.vector import AutoresetMode
 from harness import TWIN_ATOL, TWIN_RTOL, assert_close
+
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
 pytestmark = pytest.mark.gpu

@@ -15,10 +15,10 @@ import dataclasses
 
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
-
 from conftest import GPU_BACKENDS
+from gymnasium.vector import AutoresetMode
 from harness import assert_close, random_group_actions
+
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv

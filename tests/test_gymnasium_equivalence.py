@@ -11,11 +11,11 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
-
 from conftest import CPU_BACKENDS
-from gpu_marl_envs import GpuVectorEnv
+from gymnasium.vector import AutoresetMode
 from harness import assert_close, random_actions, state_matrix
+
+from gpu_marl_envs import GpuVectorEnv
 
 RTOL, ATOL = 1e-5, 1e-5
 # (num_envs, steps): the torch reference runs long; simulated kernels stay tiny.

@@ -17,13 +17,18 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
+from gpu_marl_envs.baselines import checkpoint, ddpg, multi_agent, ppo, train
+from gpu_marl_envs.baselines.lightning import (
+    CHECKPOINT_KEY,
+    AtomicCheckpointIO,
+    RolloutUpdate,
+    TrainingStats,
+    module_from_config,
+    training_module,
+)
+from gpu_marl_envs.baselines.run_config import ConfigError, build_config, read_config
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
-from gpu_marl_envs.baselines import checkpoint, ddpg, multi_agent, ppo, train
-from gpu_marl_envs.baselines.lightning import (CHECKPOINT_KEY, AtomicCheckpointIO, RolloutUpdate, TrainingStats,
-                                               module_from_config, training_module)
-from gpu_marl_envs.baselines.run_config import ConfigError, build_config, read_config
 
 # Tiny training loops: one torch thread, which a busy machine does not stall (conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,11 +6,10 @@ import dataclasses
 
 import pytest
 import torch
-from gymnasium import spaces
-
 from gpu_marl_envs.baselines import multi_agent, run_config, train
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.rollout import EpisodeStats
+from gymnasium import spaces
 
 # A TagContinuous small enough for a CPU test.
 SMALL_CONTINUOUS = {"num_taggers": 2, "num_runners": 3, "num_other_agents_observed": 2, "episode_length": 8}

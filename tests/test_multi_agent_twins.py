@@ -11,12 +11,14 @@ days. About 1 minute (CovidEconomy's simulator steps take 0.5 s each).
 """
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 import torch
-
 from conftest import KERNEL_BACKENDS_HERE
+from harness import TWIN_ATOL, TWIN_RTOL
+
 from gpu_marl_envs import check_env
 from gpu_marl_envs.checker import first_difference
 from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
@@ -24,7 +26,6 @@ from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.registration import GAMES as REGISTERED
-from harness import TWIN_ATOL, TWIN_RTOL
 
 # Small games where tags, exits, edge hits and the episode's end all happen within a few steps.
 SMALL_CONTINUOUS = TagContinuousParams(num_taggers=2, num_runners=5, grid_length=2.0, episode_length=5,

@@ -4,11 +4,11 @@ clipping, checkpoints, and a multi-agent run that normalises one policy's observ
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
-
 from gpu_marl_envs.baselines import multi_agent
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
+from gymnasium import spaces
+
 from tests.test_multi_agent_training import config
 
 

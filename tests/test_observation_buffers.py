@@ -5,9 +5,9 @@ the next step."""
 
 import pytest
 import torch
+from conftest import GPU_BACKENDS, KERNEL_BACKENDS_HERE
 from gymnasium.vector import AutoresetMode
 
-from conftest import GPU_BACKENDS, KERNEL_BACKENDS_HERE
 from gpu_marl_envs import GpuParallelEnv, GpuVectorEnv
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 

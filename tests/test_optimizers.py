@@ -11,10 +11,9 @@ import textwrap
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
-
 from gpu_marl_envs.baselines.checkpoint import load_optimizer
 from gpu_marl_envs.baselines.optimizers import Adam, RMSprop
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 STEPS = 20
 

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import KERNEL_BACKENDS_HERE
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from conftest import KERNEL_BACKENDS_HERE
 from gpu_marl_envs import registration
 from gpu_marl_envs.envs import tag_continuous, tag_gridworld
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition

@@ -4,9 +4,8 @@ group of a multi-agent run, and the PNG the command writes. Under a second."""
 import math
 
 import pytest
-from PIL import Image
-
 from gpu_marl_envs.baselines import plotting
+from PIL import Image
 
 
 def history(points: int, step: int = 24_960, groups=()) -> list[dict]:

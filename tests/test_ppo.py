@@ -7,13 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
-
 from gpu_marl_envs.baselines import a2c, ppo
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.ppo import PPOConfig, evaluate, ppo_loss, train
 from gpu_marl_envs.baselines.rollout import EpisodeStats, bootstrap_values
+from gymnasium import spaces
 
 
 def gae_loop(rewards, values, dones, next_value, gamma, lam):

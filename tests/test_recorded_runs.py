@@ -8,8 +8,6 @@ by far less than a changed trainer (another order of random draws, a missing ste
 """
 
 import pytest
-import torch
-
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo
 
 CASES = {

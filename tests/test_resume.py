@@ -5,7 +5,6 @@ after the same env steps, or is refused where those make no whole number of iter
 
 import pytest
 import torch
-
 from gpu_marl_envs.baselines import a2c, ddpg, ppo
 from gpu_marl_envs.baselines.checkpoint import load_optimizer, resumed_iteration, training_state
 from gpu_marl_envs.baselines.replay import ReplayBuffer

@@ -3,10 +3,10 @@ look uniform. (The CUDA C twin is compared on the GPU: tests/test_gpu.py.)"""
 
 import numpy as np
 import torch
-
-from gpu_marl_envs import rng
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.numba_api import cuda
+
+from gpu_marl_envs import rng
 
 
 @cuda.jit

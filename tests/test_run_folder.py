@@ -11,7 +11,6 @@ import time
 
 import pytest
 import torch
-
 from gpu_marl_envs.baselines import checkpoint, ppo, run_config, train
 
 TINY = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "total_timesteps=256", "--device", "cpu"]

@@ -6,7 +6,6 @@ config written to ``config.toml`` reads back as the same config."""
 import math
 
 import pytest
-
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo, run_config, settings
 
 CARTPOLE = run_config.read_config(env="CartPole-v1")

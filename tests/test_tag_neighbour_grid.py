@@ -15,9 +15,9 @@ import dataclasses
 
 import pytest
 import torch
-
 from conftest import KERNEL_BACKENDS_HERE
 from harness import assert_close
+
 from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv

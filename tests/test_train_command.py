@@ -7,9 +7,8 @@ import sys
 
 import pytest
 import torch
-from PIL import Image
-
 from gpu_marl_envs.baselines import checkpoint, plotting, run_config, train
+from PIL import Image
 
 
 def run(*args, cwd=None):

@@ -5,11 +5,11 @@ all backends at larger sizes (tests/test_gpu.py)."""
 
 import pytest
 import torch
-
 from conftest import KERNEL_BACKENDS_HERE
+from harness import TWIN_ATOL, TWIN_RTOL, assert_close, compare_step, random_actions, snapshot
+
 from gpu_marl_envs import GpuVectorEnv, check_env
 from gpu_marl_envs.registration import env_spec
-from harness import TWIN_ATOL, TWIN_RTOL, assert_close, compare_step, random_actions, snapshot
 
 
 def run_twins(env_id, backend, device, num_envs, steps, mode, max_episode_steps, seed=7, cuda_graph=None):

@@ -16,13 +16,13 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from conftest import KERNEL_BACKENDS_HERE
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
-
-from conftest import KERNEL_BACKENDS_HERE
-from gpu_marl_envs import GpuEnv, GpuVectorEnv
 from harness import assert_close, random_actions, snapshot
+
+from gpu_marl_envs import GpuEnv, GpuVectorEnv
 
 N = 3  # sub-envs: 0 truncates, 1 terminates (where the env can), 2 runs on
 MAX_STEPS = 4  # short episodes, so truncation and autoreset happen within a few steps
@@ -86,7 +86,7 @@ def second_reset_observations(env_id, seed=SEED) -> tuple[torch.Tensor, dict]:
     return obs.clone(), ref.get_state()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def terminating_case(env_id):
     """``(state, action)``: a state (``{field: float}``) and a single action from which the next step
     terminates, or None where no state was found (an env that never terminates, as Pendulum).

@@ -4,10 +4,9 @@ Triton's interpreter on the CPU (conftest.py sets TRITON_INTERPRET=1)."""
 
 import pytest
 import torch
-from torch import nn
-
 from gpu_marl_envs.baselines import sampling, wide_mlp
 from gpu_marl_envs.baselines.models import mlp
+from torch import nn
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

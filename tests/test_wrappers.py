@@ -14,9 +14,9 @@ import torch
 from gymnasium.error import InvalidBound
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import vector as gym_vector
+from harness import assert_close
 
 from gpu_marl_envs import GpuVectorEnv, wrappers
-from harness import assert_close
 
 NUM_ENVS, STEPS, SEED = 6, 120, 3
 RTOL, ATOL = 1e-5, 1e-6

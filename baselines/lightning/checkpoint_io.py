@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning.pytorch.plugins.io import TorchCheckpointIO
-
 from gpu_marl_envs.baselines.checkpoint import atomic_save
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

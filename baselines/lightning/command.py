@@ -15,7 +15,6 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-
 from gpu_marl_envs.baselines.lightning.checkpoint_io import AtomicCheckpointIO
 from gpu_marl_envs.baselines.lightning.modules import training_module
 

@@ -43,15 +43,20 @@ import time
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-from torch import nn
-
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, on_policy, ppo, rollout
 from gpu_marl_envs.baselines.capture import GraphedPhase
 from gpu_marl_envs.baselines.checkpoint import restore, training_state
 from gpu_marl_envs.baselines.lightning.rollout_update import RolloutUpdate
-from gpu_marl_envs.baselines.run_config import (ConfigError, build_config, check_env, config_dict, read_config,
-                                                uses_auto_num_envs)
+from gpu_marl_envs.baselines.run_config import (
+    ConfigError,
+    build_config,
+    check_env,
+    config_dict,
+    read_config,
+    uses_auto_num_envs,
+)
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from torch import nn
 
 CHECKPOINT_KEY = "gpu_marl_envs"
 """The key of a Lightning checkpoint's training state besides the networks and optimizers."""
@@ -75,7 +80,7 @@ class IterationNumbers:
     run yields the rest of it. It resumes by itself (it reads the iterations done from the
     module, which restores them from its checkpoint): its state, for Lightning, is empty."""
 
-    def __init__(self, module: "TrainingModule"):
+    def __init__(self, module: TrainingModule):
         self.module = module
 
     def __len__(self) -> int:

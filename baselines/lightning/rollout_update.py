@@ -12,10 +12,9 @@ trained policy and iteration.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-
 from gpu_marl_envs.baselines.checkpoint import load_optimizer
 from gpu_marl_envs.baselines.optimizers import Optimizer
 

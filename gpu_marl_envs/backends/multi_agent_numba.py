@@ -16,12 +16,17 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher
-from gpu_marl_envs.multi_agent_buffers import (MAX_SHARED_BYTES, RESET_ARGUMENTS, STEP_ARGUMENTS, MultiAgentBuffers,
-                                               check_shared_memory)
+from gpu_marl_envs.multi_agent_buffers import (
+    MAX_SHARED_BYTES,
+    RESET_ARGUMENTS,
+    STEP_ARGUMENTS,
+    MultiAgentBuffers,
+    check_shared_memory,
+)
 from gpu_marl_envs.registration import RegisteredEnv
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels(spec: RegisteredEnv, params):
     """The (step, reset) kernels of a game for these params, built once per process."""
     from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants

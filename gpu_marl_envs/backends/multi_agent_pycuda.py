@@ -13,10 +13,21 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends.pycuda_backend import (StreamLauncher, _pack, c_type, compile_module, runtime_definitions,
-                                                   with_header)
-from gpu_marl_envs.multi_agent_buffers import (MAX_SHARED_BYTES, RESET_ARGUMENTS, STEP_ARGUMENTS, MultiAgentBuffers,
-                                               check_shared_memory)
+from gpu_marl_envs.backends.pycuda_backend import (
+    StreamLauncher,
+    _pack,
+    c_type,
+    compile_module,
+    runtime_definitions,
+    with_header,
+)
+from gpu_marl_envs.multi_agent_buffers import (
+    MAX_SHARED_BYTES,
+    RESET_ARGUMENTS,
+    STEP_ARGUMENTS,
+    MultiAgentBuffers,
+    check_shared_memory,
+)
 from gpu_marl_envs.registration import RegisteredEnv
 
 
@@ -57,7 +68,7 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
     return with_header(spec.kernels.cuda, constants, f"struct GmeState {{ {'; '.join(pointers)}; }};\n")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(spec: RegisteredEnv, params, device_index: int):
     """One compiled module per game, params and device (pycuda also caches the binary on disk)."""
     return compile_module(kernel_source(spec, params), spec.kernels.cuda)

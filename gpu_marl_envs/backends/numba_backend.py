@@ -98,7 +98,7 @@ def _simulator_core():
         os.sched_setaffinity(0, cores)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels(spec: RegisteredEnv):
     """The (step, reset) kernels of an env: the template's shells around the device functions
     ``reset``, ``step`` and ``observe`` of its Numba module, built once per process."""

@@ -99,7 +99,7 @@ def kernel_source(spec: RegisteredEnv) -> str:
     return with_header(spec.kernels.cuda, defines, declarations)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(spec: RegisteredEnv, device_index: int):
     """One compiled module per env kind and device, shared by every env instance."""
     return compile_module(kernel_source(spec), spec.kernels.cuda)

@@ -268,7 +268,7 @@ def load(path: str | Path) -> CovidCalibration:
     return CovidCalibration(**values)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_calibration() -> CovidCalibration:
     """The calibration shipped in the package (one object per process, so params compare equal)."""
     with resources.as_file(resources.files("gpu_marl_envs") / "data" / SHIPPED_FILE) as path:

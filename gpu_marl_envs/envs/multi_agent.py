@@ -32,8 +32,9 @@ Conventions every game follows:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from gymnasium import spaces
@@ -142,7 +143,7 @@ class MultiAgentDefinition:
 
     # The method caches (B019) keep their definition alive: definitions are registered once and live
     # as long as the process anyway.
-    @functools.lru_cache(maxsize=None)  # noqa: B019
+    @functools.cache  # noqa: B019
     def state_dtypes(self, params) -> dict[str, torch.dtype]:
         """Each state field's dtype, as the reference's ``reset`` makes it (the kernels' types)."""
         state = self.reset(params, torch.zeros(1, dtype=torch.int64), 1)
@@ -155,13 +156,13 @@ class MultiAgentDefinition:
 
     # Cached: the torch backend flattens observations and masks every step, and building a game's
     # spaces takes tens of microseconds (params are frozen, hence hashable).
-    @functools.lru_cache(maxsize=None)  # noqa: B019
+    @functools.cache  # noqa: B019
     def observation_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat observation buffer ``(E, obs_size)``."""
         return _layout(self.agent_groups(params),
                        {g: int(space.shape[0]) for g, space in self.observation_spaces(params).items()})
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019
+    @functools.cache  # noqa: B019
     def mask_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat action-mask buffer ``(E, mask_size)`` (games with masks)."""
         return _layout(self.agent_groups(params),

@@ -3,11 +3,10 @@
 import math
 
 import numpy as np
-from numba import int32
-
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import cuda
 from gpu_marl_envs.kernels.rng_numba import uniform
+from numba import int32
 
 
 def game_functions(c) -> GameFunctions:

@@ -1,8 +1,8 @@
+import cover  # noqa: F401  (registers cover/Cover-v0)
 import torch
+from cover.game import CoverParams
 
 import gpu_marl_envs
-import cover  # noqa: F401  (registers cover/Cover-v0)
-from cover.game import CoverParams
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

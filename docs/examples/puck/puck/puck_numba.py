@@ -1,7 +1,6 @@
 """Puck-v0's Numba kernels (device functions; the framework adds the kernels around them)."""
 
 import numpy as np
-
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 

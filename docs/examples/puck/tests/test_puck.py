@@ -1,9 +1,9 @@
 import gymnasium
+import puck  # noqa: F401  (registers puck/Puck-v0)
 import torch
+from puck.env import PuckParams
 
 import gpu_marl_envs
-import puck  # noqa: F401  (registers puck/Puck-v0)
-from puck.env import PuckParams
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
