@@ -42,9 +42,13 @@ def check_batched_env(env, expected: type, adapter: str, make: str):
     ``make`` names the adapter module's factory for the error messages."""
     env = getattr(env, "unwrapped", env)
     if not isinstance(env, expected):
-        raise TypeError(f"{adapter} wraps a {expected.__name__}, got {type(env).__name__}; "
-                        f"build one with {make}(env_id, num_envs, ...)")
+        raise TypeError(
+            f"{adapter} wraps a {expected.__name__}, got {type(env).__name__}; "
+            f"build one with {make}(env_id, num_envs, ...)"
+        )
     if env.autoreset_mode != AutoresetMode.SAME_STEP:
-        raise ValueError(f"{adapter} needs an env made with autoreset_mode=AutoresetMode.SAME_STEP, got "
-                         f"{env.autoreset_mode}; pass that to the env's constructor or use {make}(env_id, num_envs, ...)")
+        raise ValueError(
+            f"{adapter} needs an env made with autoreset_mode=AutoresetMode.SAME_STEP, got "
+            f"{env.autoreset_mode}; pass that to the env's constructor or use {make}(env_id, num_envs, ...)"
+        )
     return env

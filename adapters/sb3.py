@@ -69,8 +69,9 @@ class _NoInfo(dict):
     write meant for one sub-env fails instead of reaching all of them."""
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("this sub-env did not finish: its info is a shared read-only empty dict; "
-                        "copy it first (dict(info))")
+        raise TypeError(
+            "this sub-env did not finish: its info is a shared read-only empty dict; copy it first (dict(info))"
+        )
 
     __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse
 
@@ -82,8 +83,10 @@ def _host_actions(actions, space: spaces.Space, num_envs: int) -> np.ndarray:
     """SB3's numpy actions checked against ``space`` for ``num_envs`` sub-envs, as a contiguous array of
     the dtype the env takes. Raises before anything is stepped."""
     if isinstance(actions, torch.Tensor):
-        raise TypeError("SB3 VecEnvs take numpy actions; pass actions.cpu().numpy(), or step the batched env "
-                        "(vec_env.env) with tensors directly")
+        raise TypeError(
+            "SB3 VecEnvs take numpy actions; pass actions.cpu().numpy(), or step the batched env "
+            "(vec_env.env) with tensors directly"
+        )
     actions = np.asarray(actions)
     shape = (num_envs, *space.shape)
     if actions.shape != shape:
@@ -97,7 +100,9 @@ def _host_actions(actions, space: spaces.Space, num_envs: int) -> np.ndarray:
             raise ValueError(f"actions of sub-env {int(np.flatnonzero(bad)[0])} contain NaN (no env was stepped)")
         return actions
     if not np.issubdtype(actions.dtype, np.integer):
-        raise TypeError(f"actions for {space} must be integers, got dtype {actions.dtype}; use actions.astype(np.int64)")
+        raise TypeError(
+            f"actions for {space} must be integers, got dtype {actions.dtype}; use actions.astype(np.int64)"
+        )
     high = space.n if isinstance(space, spaces.Discrete) else space.nvec
     bad = ((actions < 0) | (actions >= high)).reshape(num_envs, -1).any(axis=1)
     if bad.any():
@@ -125,8 +130,10 @@ class _PackedVecEnv(VecEnv):
 
     def reset(self) -> np.ndarray:
         if any(self._options):
-            raise ValueError("reset options are not supported: SB3's reset() resets every sub-env; write states "
-                             "with env_method('set_state', ...) instead")
+            raise ValueError(
+                "reset options are not supported: SB3's reset() resets every sub-env; write states "
+                "with env_method('set_state', ...) instead"
+            )
         seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
         observations = self._reset_device(seeds)
         self._reset_seeds()
@@ -149,8 +156,8 @@ class _PackedVecEnv(VecEnv):
         host = self._step_device(actions).cpu().numpy()  # the one device-to-host copy
         n, size = self.num_envs, self._obs_size
         observations = host[: n * size].reshape(n, *self._obs_shape)
-        final = host[n * size: 2 * n * size].reshape(n, *self._obs_shape)
-        rewards, terminated, truncated, dones = host[2 * n * size:].reshape(4, n)
+        final = host[n * size : 2 * n * size].reshape(n, *self._obs_shape)
+        rewards, terminated, truncated, dones = host[2 * n * size :].reshape(4, n)
         dones = dones > 0
         infos: list[dict[str, Any]] = [_NO_INFO] * n
         ids = np.flatnonzero(dones)
@@ -176,8 +183,10 @@ class _PackedVecEnv(VecEnv):
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         if indices is not None and len(set(self._indices(indices))) != self.num_envs:
-            raise ValueError(f"the sub-envs share one batched env, so {attr_name!r} can only be set for all of "
-                             "them: pass indices=None")
+            raise ValueError(
+                f"the sub-envs share one batched env, so {attr_name!r} can only be set for all of "
+                "them: pass indices=None"
+            )
         setattr(self.env, attr_name, value)
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
@@ -268,8 +277,12 @@ class SB3ParallelVecEnv(_PackedVecEnv):
     ``s + g * K``. Agents that leave the game: see the module docstring ("black death").
     """
 
-    def __init__(self, env: GpuParallelEnv, groups: Sequence[str] | None = None,
-                 other_actions: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
+    def __init__(
+        self,
+        env: GpuParallelEnv,
+        groups: Sequence[str] | None = None,
+        other_actions: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
+    ):
         env = check_batched_env(env, GpuParallelEnv, "SB3ParallelVecEnv", "make_sb3_env")
         groups = list(env.groups) if groups is None else list(groups)
         unknown = [g for g in groups if g not in env.groups]
@@ -280,9 +293,11 @@ class SB3ParallelVecEnv(_PackedVecEnv):
         first = groups[0]
         for g in groups[1:]:
             if observation_spaces[g] != observation_spaces[first] or action_spaces[g] != action_spaces[first]:
-                raise ValueError(f"one policy drives every chosen group, so their spaces must agree: {first!r} has "
-                                 f"{observation_spaces[first]}, {action_spaces[first]}; {g!r} has "
-                                 f"{observation_spaces[g]}, {action_spaces[g]}. Pass groups=[...] of one kind")
+                raise ValueError(
+                    f"one policy drives every chosen group, so their spaces must agree: {first!r} has "
+                    f"{observation_spaces[first]}, {action_spaces[first]}; {g!r} has "
+                    f"{observation_spaces[g]}, {action_spaces[g]}. Pass groups=[...] of one kind"
+                )
         self.groups = groups
         self.other_groups = [g for g in env.groups if g not in groups]
         self._sizes = [len(env.groups[g]) for g in groups]
@@ -311,16 +326,23 @@ class SB3ParallelVecEnv(_PackedVecEnv):
         done = info["_final_obs"][:, None].expand(-1, self.agents_per_game)
         final = torch.cat([infos[g]["final_obs"] for g in self.groups], dim=1)
         flags = torch.stack([self._chosen(terminated), self._chosen(truncated), done]).to(torch.float32)
-        return torch.cat([self._chosen(observations).reshape(-1), final.reshape(-1), self._chosen(rewards).reshape(-1),
-                          flags.reshape(-1)])
+        return torch.cat(
+            [
+                self._chosen(observations).reshape(-1),
+                final.reshape(-1),
+                self._chosen(rewards).reshape(-1),
+                flags.reshape(-1),
+            ]
+        )
 
     def _chosen(self, by_group: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The chosen groups' tensors, game-major: ``(num_envs, K, ...)``."""
         return torch.cat([by_group[g] for g in self.groups], dim=1)
 
 
-def make_sb3_env(env_id: str, num_envs: int, *, groups: Sequence[str] | None = None, other_actions=None,
-                 **kwargs) -> VecMonitor:
+def make_sb3_env(
+    env_id: str, num_envs: int, *, groups: Sequence[str] | None = None, other_actions=None, **kwargs
+) -> VecMonitor:
     """An SB3 ``VecEnv`` of any registered id: ``make_sb3_env("gpu_marl_envs/CartPole-v1", 64,
     device="cuda")`` (over an :class:`SB3VecEnv`) or ``make_sb3_env("gpu_marl_envs/TagGridworld-v0",
     256, groups=["taggers"])`` (over an :class:`SB3ParallelVecEnv`; ``num_envs`` counts games), under

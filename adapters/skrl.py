@@ -87,8 +87,10 @@ class ActionForm:
             return self.as_env(actions)
         if actions.shape == self.env_shape:
             return actions
-        raise ValueError(f"{name} must have shape {tuple(self.skrl_shape)} (num_envs, *action shape) for "
-                         f"{self.space}, got {tuple(actions.shape)}")
+        raise ValueError(
+            f"{name} must have shape {tuple(self.skrl_shape)} (num_envs, *action shape) for "
+            f"{self.space}, got {tuple(actions.shape)}"
+        )
 
 
 class _Views:
@@ -113,9 +115,11 @@ class _Views:
 
 def require_two_observation_buffers(env, adapter: str) -> None:
     if env.observation_buffers < 2:
-        raise ValueError(f"{adapter} needs an env made with observation_buffers=2 (skrl keeps a step's observations "
-                         f"through the next step), got {env.observation_buffers}; pass it to the env's constructor "
-                         f"or use {MAKE}(env_id, num_envs, ...)")
+        raise ValueError(
+            f"{adapter} needs an env made with observation_buffers=2 (skrl keeps a step's observations "
+            f"through the next step), got {env.observation_buffers}; pass it to the env's constructor "
+            f"or use {MAKE}(env_id, num_envs, ...)"
+        )
 
 
 def column(tensor: torch.Tensor) -> torch.Tensor:
@@ -213,14 +217,18 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         self._last = None  # the latest observations by agent, from the first reset on
         self._infos = {}
         # Per group: the form of its stacked actions and of each agent's (the spaces of a group's agents are one).
-        self._group_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs, len(agents)))
-                               for group, agents in self._groups.items()}
-        self._agent_actions = {group: ActionForm(env.action_space(agents[0]), (env.num_envs,))
-                               for group, agents in self._groups.items()}
+        self._group_actions = {
+            group: ActionForm(env.action_space(agents[0]), (env.num_envs, len(agents)))
+            for group, agents in self._groups.items()
+        }
+        self._agent_actions = {
+            group: ActionForm(env.action_space(agents[0]), (env.num_envs,)) for group, agents in self._groups.items()
+        }
         # Observations, rewards, terminated, truncated: per group, views per agent.
         self._observation_views = {group: _Views(agent_observations(agents)) for group, agents in self._groups.items()}
-        self._columns = tuple({group: _Views(agent_columns(agents)) for group, agents in self._groups.items()}
-                              for _ in range(3))
+        self._columns = tuple(
+            {group: _Views(agent_columns(agents)) for group, agents in self._groups.items()} for _ in range(3)
+        )
 
     @property
     def observation_spaces(self) -> dict[str, spaces.Space]:
@@ -244,14 +252,20 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         if actions.keys() != self._agents:
             missing = [agent for agent in self.possible_agents if agent not in actions]
             unknown = [agent for agent in actions if agent not in self._agents]
-            raise ValueError(f"actions need one tensor per agent of possible_agents; missing {missing[:10]}, "
-                             f"unknown {unknown[:10]}")
+            raise ValueError(
+                f"actions need one tensor per agent of possible_agents; missing {missing[:10]}, unknown {unknown[:10]}"
+            )
         grouped = {group: self._stack_actions(group, actions) for group in self._groups}
         observations, rewards, terminated, truncated, self._infos = self._env.step_groups(grouped)
         self._last = self._by_agent(self._observation_views, observations)
         reward_views, terminated_views, truncated_views = self._columns
-        return (self._last, self._by_agent(reward_views, rewards), self._by_agent(terminated_views, terminated),
-                self._by_agent(truncated_views, truncated), self._infos)
+        return (
+            self._last,
+            self._by_agent(reward_views, rewards),
+            self._by_agent(terminated_views, terminated),
+            self._by_agent(truncated_views, truncated),
+            self._infos,
+        )
 
     def state(self) -> dict[str, None]:
         return {agent: None for agent in self.possible_agents}

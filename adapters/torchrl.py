@@ -64,8 +64,13 @@ def space_spec(space: spaces.Space, batch: tuple[int, ...], device: torch.device
     elif isinstance(space, spaces.MultiDiscrete) and not space.start.any():
         spec = MultiCategorical([int(n) for n in space.nvec], dtype=torch.int64, device=device)
     elif isinstance(space, spaces.Box):
-        spec = Bounded(torch.as_tensor(space.low), torch.as_tensor(space.high), shape=space.shape,
-                       dtype=torch.as_tensor(space.low).dtype, device=device)
+        spec = Bounded(
+            torch.as_tensor(space.low),
+            torch.as_tensor(space.high),
+            shape=space.shape,
+            dtype=torch.as_tensor(space.low).dtype,
+            device=device,
+        )
     else:
         raise TypeError(f"no TorchRL spec for {space}")
     return spec.expand(*batch, *spec.shape)
@@ -75,8 +80,9 @@ def flag_specs(shape: tuple[int, ...], device: torch.device) -> dict[str, Tensor
     return {key: Categorical(2, shape=shape, dtype=torch.bool, device=device) for key in FLAGS}
 
 
-def step_flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-               false: torch.Tensor) -> tuple[dict, dict]:
+def step_flags(
+    done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, false: torch.Tensor
+) -> tuple[dict, dict]:
     """The three flags of a step and, cleared, of the step after, with a trailing unit dim, copied
     in one kernel (the env reuses its buffers; ``false`` is an all-False tensor of their shape).
     Six views of one allocation, not shared tensors: TorchRL may write into each."""
@@ -84,8 +90,9 @@ def step_flags(done: torch.Tensor, terminated: torch.Tensor, truncated: torch.Te
     return dict(zip(FLAGS, rows[0::2])), dict(zip(FLAGS, rows[1::2]))
 
 
-def step_observations(ended: torch.Tensor, final: torch.Tensor,
-                      current: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def step_observations(
+    ended: torch.Tensor, final: torch.Tensor, current: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The observations of a step (``final`` where ``ended``, broadcast over their trailing dims)
     and of the step after (``current``, copied). Two kernels, not one ``torch.where`` over both:
     a where reads all of both its inputs, which for large observation batches (games of 65,536
@@ -93,8 +100,9 @@ def step_observations(ended: torch.Tensor, final: torch.Tensor,
     return torch.where(ended, final, current), current.clone()
 
 
-def agent_flags(terminated: torch.Tensor, truncated: torch.Tensor, active: torch.Tensor,
-                false: torch.Tensor) -> tuple[dict, dict]:
+def agent_flags(
+    terminated: torch.Tensor, truncated: torch.Tensor, active: torch.Tensor, false: torch.Tensor
+) -> tuple[dict, dict]:
     """An agent group's ``"mask"`` and flags of a step (``mask`` = not terminated) and of the step
     after (an agent out of its ongoing game stays terminated), in three kernels."""
     kept = torch.stack((terminated, active, active, truncated, false)).unsqueeze(-1)
@@ -160,8 +168,12 @@ class _GpuEnvBase(EnvBase):
         pytorch/rl#3562; 0.14 has none.) TorchRL's own path runs where it has work to do: a batch
         size other than the env's (its error), partial steps (``"_step"``), entries preset under
         ``"next"``, and ``run_type_checks``."""
-        if (self.run_type_checks or tensordict.batch_size != self.batch_size
-                or tensordict._get_str("_step", None) is not None or tensordict._get_str("next", None) is not None):
+        if (
+            self.run_type_checks
+            or tensordict.batch_size != self.batch_size
+            or tensordict._get_str("_step", None) is not None
+            or tensordict._get_str("next", None) is not None
+        ):
             return super().step(tensordict)
         set_entry(tensordict, "next", self._step(tensordict))
         return tensordict
@@ -220,8 +232,10 @@ class _GpuEnvBase(EnvBase):
 
     def to(self, device) -> EnvBase:
         if torch.device(device) not in (self.device, torch.device(self.device.type)):
-            raise ValueError(f"the env's state lives on {self.device}; make the env on {device} instead "
-                             f"({MAKE}(env_id, num_envs, device={str(device)!r}))")
+            raise ValueError(
+                f"the env's state lives on {self.device}; make the env on {device} instead "
+                f"({MAKE}(env_id, num_envs, device={str(device)!r}))"
+            )
         return self
 
     def close(self, *, raise_if_closed: bool = True) -> None:
@@ -239,8 +253,9 @@ class TorchRLVectorEnv(_GpuEnvBase):
         env = check_batched_env(env, GpuVectorEnv, type(self).__name__, MAKE)
         super().__init__(env, {})
         batch, device = tuple(self.batch_size), env.device
-        self.observation_spec = Composite(observation=space_spec(env.single_observation_space, batch, device),
-                                          shape=batch, device=device)
+        self.observation_spec = Composite(
+            observation=space_spec(env.single_observation_space, batch, device), shape=batch, device=device
+        )
         self.action_spec = space_spec(env.single_action_space, batch, device)
         self.reward_spec = Unbounded(shape=(*batch, 1), dtype=torch.float32, device=device)
         self.done_spec = Composite(flag_specs((*batch, 1), device), shape=batch, device=device)
@@ -250,8 +265,9 @@ class TorchRLVectorEnv(_GpuEnvBase):
         latest = self._latest
         latest.ended = ended = infos["_final_obs"]
         step, following = step_flags(ended, terminated, truncated, self._false)
-        step["observation"], following["observation"] = step_observations(step["done"], infos["final_obs"],
-                                                                          observations)
+        step["observation"], following["observation"] = step_observations(
+            step["done"], infos["final_obs"], observations
+        )
         step["reward"] = rewards.unsqueeze(-1).clone()
         latest.following = following
         return self._outputs(step)
@@ -277,22 +293,29 @@ class TorchRLParallelEnv(_GpuEnvBase):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
         self.group_map = {group: list(agents) for group, agents in env.groups.items()}
         super().__init__(env, {group: len(agents) for group, agents in self.group_map.items()})
-        self._false_agents = {group: torch.zeros((env.num_envs, len(agents)), dtype=torch.bool, device=env.device)
-                              for group, agents in self.group_map.items()}
+        self._false_agents = {
+            group: torch.zeros((env.num_envs, len(agents)), dtype=torch.bool, device=env.device)
+            for group, agents in self.group_map.items()
+        }
         batch, device = tuple(self.batch_size), env.device
         observation, action, reward, done = {}, {}, {}, flag_specs((*batch, 1), device)
         for group, agents in self.group_map.items():
             shape = (*batch, len(agents))
-            entries = {"observation": space_spec(env.observation_space(agents[0]), shape, device),
-                       "mask": Categorical(2, shape=shape, dtype=torch.bool, device=device)}
+            entries = {
+                "observation": space_spec(env.observation_space(agents[0]), shape, device),
+                "mask": Categorical(2, shape=shape, dtype=torch.bool, device=device),
+            }
             if "action_mask" in self._latest.infos[group]:
-                entries["action_mask"] = Categorical(2, shape=self._latest.infos[group]["action_mask"].shape,
-                                                     dtype=torch.bool, device=device)
+                entries["action_mask"] = Categorical(
+                    2, shape=self._latest.infos[group]["action_mask"].shape, dtype=torch.bool, device=device
+                )
             observation[group] = Composite(entries, shape=shape, device=device)
-            action[group] = Composite(action=space_spec(env.action_space(agents[0]), shape, device),
-                                      shape=shape, device=device)
-            reward[group] = Composite(reward=Unbounded(shape=(*shape, 1), dtype=torch.float32, device=device),
-                                      shape=shape, device=device)
+            action[group] = Composite(
+                action=space_spec(env.action_space(agents[0]), shape, device), shape=shape, device=device
+            )
+            reward[group] = Composite(
+                reward=Unbounded(shape=(*shape, 1), dtype=torch.float32, device=device), shape=shape, device=device
+            )
             done[group] = Composite(flag_specs((*shape, 1), device), shape=shape, device=device)
         self.full_observation_spec = Composite(observation, shape=batch, device=device)
         self.full_action_spec = Composite(action, shape=batch, device=device)
@@ -311,14 +334,17 @@ class TorchRLParallelEnv(_GpuEnvBase):
         game_over = step["done"].unsqueeze(-1)  # (num_envs, 1, 1): over agents and features
         for group in self.group_map:
             info = infos[group]
-            step[group], following[group] = agent_flags(terminated[group], truncated[group], info["active"],
-                                                        self._false_agents[group])
+            step[group], following[group] = agent_flags(
+                terminated[group], truncated[group], info["active"], self._false_agents[group]
+            )
             step[group]["observation"], following[group]["observation"] = step_observations(
-                game_over, info["final_obs"], observations[group])
+                game_over, info["final_obs"], observations[group]
+            )
             step[group]["reward"] = rewards[group].unsqueeze(-1).clone()
             if "action_mask" in info:  # after an ended game: the new game's first masks (two copies)
                 step[group]["action_mask"], following[group]["action_mask"] = torch.stack(
-                    (info["action_mask"], info["action_mask"])).unbind(0)
+                    (info["action_mask"], info["action_mask"])
+                ).unbind(0)
         latest.following = following
         return self._outputs(step)
 

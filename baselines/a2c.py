@@ -57,8 +57,9 @@ def a2c_loss(log_probs, entropy, values, advantages, returns, config: A2CConfig)
     return loss, stats
 
 
-def start(env_id: str, config: A2CConfig, *, device=None, backend: str | None = None,
-          resume: dict | None = None) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
+def start(
+    env_id: str, config: A2CConfig, *, device=None, backend: str | None = None, resume: dict | None = None
+) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
     """A run's pieces (:func:`on_policy.start`, with A2C's optimizer) and its update phase: one
     clipped gradient step on the whole rollout, returning its loss terms."""
     run = on_policy.start(env_id, config, device, backend, resume, RMSprop, alpha=0.99, eps=config.rms_prop_eps)
@@ -72,8 +73,14 @@ def start(env_id: str, config: A2CConfig, *, device=None, backend: str | None = 
             _, log_probs, entropy, values = run.act(rollout.flat("obs"), rollout.flat("actions"))
             rewards, next_value = rollout.bootstrap(run.value, run.obs, config.gamma)
         with torch.no_grad():
-            advantages, returns = run.gae(rewards, values.detach().float().view(rewards.shape), rollout.dones,
-                                          next_value, config.gamma, config.gae_lambda)
+            advantages, returns = run.gae(
+                rewards,
+                values.detach().float().view(rewards.shape),
+                rollout.dones,
+                next_value,
+                config.gamma,
+                config.gae_lambda,
+            )
         loss, losses = loss_fn(log_probs, entropy, values, advantages.flatten(), returns.flatten(), config)
         optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
         loss.backward()
@@ -85,8 +92,17 @@ def start(env_id: str, config: A2CConfig, *, device=None, backend: str | None = 
     return run, update
 
 
-def train(env_id: str, config: A2CConfig = A2CConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 100, log=print_entry, save=None, resume: dict | None = None):
+def train(
+    env_id: str,
+    config: A2CConfig = A2CConfig(),
+    *,
+    device=None,
+    backend: str | None = None,
+    log_every: int = 100,
+    log=print_entry,
+    save=None,
+    resume: dict | None = None,
+):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)`` as ``ppo.train``
     (which says how ranks under ``torchrun`` share a run)."""
     run, update = start(env_id, config, device=device, backend=backend, resume=resume)

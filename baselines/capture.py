@@ -94,8 +94,9 @@ class CaptureOptions:
             torch.set_float32_matmul_precision(before)
 
 
-def make_optimizer(optimizer_type: type[Optimizer], parameters, learning_rate: float, device: torch.device,
-                   captured: bool, **kwargs) -> Optimizer:
+def make_optimizer(
+    optimizer_type: type[Optimizer], parameters, learning_rate: float, device: torch.device, captured: bool, **kwargs
+) -> Optimizer:
     """``optimizer_type`` (:class:`~gpu_marl_envs.baselines.optimizers.Adam` or ``RMSprop``) whose
     learning rate a captured update can see change: in a graph it is a device tensor (set it with
     :func:`set_learning_rate`)."""

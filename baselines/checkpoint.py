@@ -35,8 +35,12 @@ class CheckpointError(ValueError):
 def training_state(iteration: int, history: list[dict], world_size: int, **parts) -> dict:
     """``{"iteration": ..., "world_size": ..., "history": ..., name: part.state_dict(), ...}``:
     ``iteration`` iterations of ``world_size`` ranks done."""
-    return {"iteration": iteration, "world_size": world_size, "history": list(history),
-            **{name: part.state_dict() for name, part in parts.items()}}
+    return {
+        "iteration": iteration,
+        "world_size": world_size,
+        "history": list(history),
+        **{name: part.state_dict() for name, part in parts.items()},
+    }
 
 
 def resumed_iteration(state: dict | None, world_size: int, steps_per_iteration: int) -> int:
@@ -51,10 +55,12 @@ def resumed_iteration(state: dict | None, world_size: int, steps_per_iteration: 
         raise ValueError(f"cannot resume: the checkpoint holds no training state (no {missing})")
     done = state["iteration"] * state["world_size"] * steps_per_iteration  # env steps of all ranks
     if done % (world_size * steps_per_iteration):
-        raise ValueError(f"cannot resume on {world_size} ranks: the checkpoint ends after {state['iteration']} "
-                         f"iterations of {state['world_size']} ranks, which is no whole number of iterations of "
-                         f"{world_size} ranks; resume on a number of ranks that divides "
-                         f"{state['iteration'] * state['world_size']}")
+        raise ValueError(
+            f"cannot resume on {world_size} ranks: the checkpoint ends after {state['iteration']} "
+            f"iterations of {state['world_size']} ranks, which is no whole number of iterations of "
+            f"{world_size} ranks; resume on a number of ranks that divides "
+            f"{state['iteration'] * state['world_size']}"
+        )
     return done // (world_size * steps_per_iteration)
 
 
@@ -116,8 +122,9 @@ def _feed(hasher, value) -> None:
         hasher.update(f"{type(value).__name__} {value!r};".encode())
     else:
         # Only what torch.load(weights_only=True) reads back (torch.__version__ is a str subclass it refuses).
-        raise TypeError(f"a checkpoint holds tensors, numbers, strings, lists, tuples and dicts, "
-                        f"not {type(value).__name__}")
+        raise TypeError(
+            f"a checkpoint holds tensors, numbers, strings, lists, tuples and dicts, not {type(value).__name__}"
+        )
 
 
 def save_checkpoint(checkpoint: dict, path: Path) -> None:
@@ -139,11 +146,14 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     except PermissionError:
         raise CheckpointError(f"cannot read {path}: permission denied") from None
     except Exception as error:  # torch.load raises a dozen types for a damaged file
-        raise CheckpointError(f"{path} cannot be read as a checkpoint: it is damaged or truncated, or not a file "
-                              f"of gpu-marl-train ({type(error).__name__})") from None
+        raise CheckpointError(
+            f"{path} cannot be read as a checkpoint: it is damaged or truncated, or not a file "
+            f"of gpu-marl-train ({type(error).__name__})"
+        ) from None
     if not isinstance(checkpoint, dict) or DIGEST not in checkpoint:
-        raise CheckpointError(f"{path} is not a checkpoint of gpu-marl-train: it holds no {DIGEST} digest of "
-                              "its contents")
+        raise CheckpointError(
+            f"{path} is not a checkpoint of gpu-marl-train: it holds no {DIGEST} digest of its contents"
+        )
     if digest(checkpoint) != checkpoint[DIGEST]:
         raise CheckpointError(f"{path} is damaged: its contents no longer match the {DIGEST} digest saved with them")
     return checkpoint

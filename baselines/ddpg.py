@@ -72,8 +72,9 @@ class DDPGConfig:
     def __post_init__(self):
         settings.check(self)
         if self.total_timesteps < self.num_envs:
-            raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one vector step "
-                             f"(num_envs = {self.num_envs})")
+            raise ValueError(
+                f"total_timesteps ({self.total_timesteps}) must cover one vector step (num_envs = {self.num_envs})"
+            )
         if self.buffer_size < self.num_envs:
             raise ValueError(f"buffer_size ({self.buffer_size}) must hold one vector step (num_envs = {self.num_envs})")
 
@@ -97,8 +98,10 @@ def _box_bounds(action_space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"DDPG needs a Box action space, got {action_space}")
     low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
-        raise ValueError(f"DDPG scales a tanh onto the action bounds, which must be finite with high > low; "
-                         f"got low={action_space.low}, high={action_space.high}")
+        raise ValueError(
+            f"DDPG scales a tanh onto the action bounds, which must be finite with high > low; "
+            f"got low={action_space.low}, high={action_space.high}"
+        )
     return low, high
 
 
@@ -147,9 +150,15 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
-def update_critic(critic: Critic, critic_optimizer: Optimizer, target_actor: Actor,
-                  target_critic: Critic, batch: Transitions, gamma: float,
-                  average_gradients=None) -> tuple[torch.Tensor, torch.Tensor]:
+def update_critic(
+    critic: Critic,
+    critic_optimizer: Optimizer,
+    target_actor: Actor,
+    target_critic: Critic,
+    batch: Transitions,
+    gamma: float,
+    average_gradients=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One step on the mean squared TD error; only the critic's parameters move. ``(loss, mean Q)``.
     ``average_gradients()``, if given, runs between the backward pass and the step (ranks)."""
     with torch.no_grad():
@@ -165,8 +174,9 @@ def update_critic(critic: Critic, critic_optimizer: Optimizer, target_actor: Act
     return loss.detach(), q.detach().mean()
 
 
-def update_actor(actor: Actor, actor_optimizer: Optimizer, critic: Critic,
-                 obs: torch.Tensor, average_gradients=None) -> torch.Tensor:
+def update_actor(
+    actor: Actor, actor_optimizer: Optimizer, critic: Critic, obs: torch.Tensor, average_gradients=None
+) -> torch.Tensor:
     """One step on ``-Q(s, mu(s)).mean()``; only the actor's parameters move. Returns the loss.
     ``average_gradients`` as for :func:`update_critic`.
 
@@ -227,15 +237,23 @@ class Run:
     @property
     def parts(self) -> dict:
         """What a checkpoint holds besides the iteration and history."""
-        return {"model": self.actor, "critic": self.critic, "target_actor": self.target_actor,
-                "target_critic": self.target_critic, "actor_optimizer": self.actor_optimizer,
-                "critic_optimizer": self.critic_optimizer, "replay": self.replay}
+        return {
+            "model": self.actor,
+            "critic": self.critic,
+            "target_actor": self.target_actor,
+            "target_critic": self.target_critic,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "replay": self.replay,
+        }
 
     def begin_at(self, iteration: int) -> None:
         """Count the gradient steps taken before ``iteration`` (the actor's delayed updates count them)."""
         self.first = iteration
-        self.updates = max(0, iteration - math.ceil(self.config.learning_starts / self.steps_per_iteration)) \
+        self.updates = (
+            max(0, iteration - math.ceil(self.config.learning_starts / self.steps_per_iteration))
             * self.config.gradient_steps
+        )
 
     def restart(self, iteration: int) -> None:
         """Go on from ``iteration`` with the random numbers and fresh episodes that :func:`start` gives
@@ -248,36 +266,50 @@ class Run:
         self.stats.running.zero_()
 
 
-def start(env_id: str, config: DDPGConfig, *, device=None, backend: str | None = None,
-          resume: dict | None = None) -> Run:
+def start(
+    env_id: str, config: DDPGConfig, *, device=None, backend: str | None = None, resume: dict | None = None
+) -> Run:
     """Everything a run needs before its first iteration."""
     context = setup(device)
     first = resumed_iteration(resume, context.world_size, config.num_envs)
     torch.manual_seed(context.seed(config.seed, first))
-    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
-                          device=context.device, backend=backend)
+    envs, obs = make_envs(
+        env_id,
+        config.num_envs,
+        context.env_seed(config.seed, first, config.num_envs),
+        device=context.device,
+        backend=backend,
+    )
     device = envs.device
     obs_size = envs.single_observation_space.shape[0]
     actor = Actor(obs_size, envs.single_action_space, config.hidden).to(device)
     action_size = actor.action_scale.numel()
     critic = Critic(obs_size, action_size, config.hidden).to(device)
     nan = torch.tensor(float("nan"), device=device)
-    run = Run(context=context, config=config, first=first,
-              iterations=context.iterations(config.total_timesteps, config.num_envs), envs=envs, obs=obs,
-              actor=actor, critic=critic,
-              # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
-              target_actor=copy.deepcopy(actor).requires_grad_(False),
-              target_critic=copy.deepcopy(critic).requires_grad_(False),
-              actor_optimizer=Adam(actor.parameters(), lr=config.actor_lr),
-              critic_optimizer=Adam(critic.parameters(), lr=config.critic_lr),
-              average_actor_gradients=GradientAverager(actor.parameters(), context),
-              average_critic_gradients=GradientAverager(critic.parameters(), context),
-              replay=ReplayBuffer(config.buffer_size, obs_size, action_size, device),
-              stats=EpisodeStats(config.num_envs, device),
-              low=actor.action_bias - actor.action_scale, high=actor.action_bias + actor.action_scale,
-              noise_std=config.exploration_noise * actor.action_scale,
-              ou_state=torch.zeros((config.num_envs, action_size), device=device),
-              losses={"critic_loss": nan, "actor_loss": nan, "q_value": nan})
+    run = Run(
+        context=context,
+        config=config,
+        first=first,
+        iterations=context.iterations(config.total_timesteps, config.num_envs),
+        envs=envs,
+        obs=obs,
+        actor=actor,
+        critic=critic,
+        # The targets start as copies and only ever move by soft updates: no optimiser, no gradients.
+        target_actor=copy.deepcopy(actor).requires_grad_(False),
+        target_critic=copy.deepcopy(critic).requires_grad_(False),
+        actor_optimizer=Adam(actor.parameters(), lr=config.actor_lr),
+        critic_optimizer=Adam(critic.parameters(), lr=config.critic_lr),
+        average_actor_gradients=GradientAverager(actor.parameters(), context),
+        average_critic_gradients=GradientAverager(critic.parameters(), context),
+        replay=ReplayBuffer(config.buffer_size, obs_size, action_size, device),
+        stats=EpisodeStats(config.num_envs, device),
+        low=actor.action_bias - actor.action_scale,
+        high=actor.action_bias + actor.action_scale,
+        noise_std=config.exploration_noise * actor.action_scale,
+        ou_state=torch.zeros((config.num_envs, action_size), device=device),
+        losses={"critic_loss": nan, "actor_loss": nan, "q_value": nan},
+    )
     run.begin_at(first)
     return run
 
@@ -319,18 +351,34 @@ def step(run: Run, iteration: int, actor_optimizer=None, critic_optimizer=None) 
         for _ in range(config.gradient_steps):
             batch = run.replay.sample(config.batch_size)
             losses["critic_loss"], losses["q_value"] = update_critic(
-                run.critic, critic_optimizer, run.target_actor, run.target_critic, batch, config.gamma,
-                run.average_critic_gradients)
+                run.critic,
+                critic_optimizer,
+                run.target_actor,
+                run.target_critic,
+                batch,
+                config.gamma,
+                run.average_critic_gradients,
+            )
             run.updates += 1
             if run.updates % config.policy_frequency == 0:
-                losses["actor_loss"] = update_actor(actor, actor_optimizer, run.critic, batch.obs,
-                                                    run.average_actor_gradients)
+                losses["actor_loss"] = update_actor(
+                    actor, actor_optimizer, run.critic, batch.obs, run.average_actor_gradients
+                )
                 soft_update(run.target_actor, actor, config.tau)
                 soft_update(run.target_critic, run.critic, config.tau)
 
 
-def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 1000, log=print_entry, save=None, resume: dict | None = None):
+def train(
+    env_id: str,
+    config: DDPGConfig = DDPGConfig(),
+    *,
+    device=None,
+    backend: str | None = None,
+    log_every: int = 1000,
+    log=print_entry,
+    save=None,
+    resume: dict | None = None,
+):
     """Train a fresh :class:`Actor` (and its critic) on ``env_id``; returns ``(actor, history)``, the
     history as ``ppo.train``'s (env steps, seconds, mean return of the episodes finished since the
     last log, and the last losses: NaN before the first update). ``log_every`` counts iterations
@@ -352,8 +400,9 @@ def train(env_id: str, config: DDPGConfig = DDPGConfig(), *, device=None, backen
     for iteration in range(run.first, run.iterations):
         step(run, iteration)
         if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
-            history.append(log_entry((iteration + 1) * run.steps_per_iteration, begin, run.stats, run.losses, log,
-                                     context=context))
+            history.append(
+                log_entry((iteration + 1) * run.steps_per_iteration, begin, run.stats, run.losses, log, context=context)
+            )
             if save is not None and context.is_main:
                 save(training_state(iteration + 1, history, context.world_size, **run.parts))
     run.envs.close()

@@ -85,8 +85,10 @@ class Context:
         steps ``steps_per_iteration`` per iteration; raises if that is not even one."""
         steps = steps_per_iteration * self.world_size
         if total_timesteps < steps:
-            raise ValueError(f"total_timesteps ({total_timesteps}) must cover one iteration of all {self.world_size} "
-                             f"ranks ({steps_per_iteration} env steps each, {steps} in all)")
+            raise ValueError(
+                f"total_timesteps ({total_timesteps}) must cover one iteration of all {self.world_size} "
+                f"ranks ({steps_per_iteration} env steps each, {steps} in all)"
+            )
         return total_timesteps // steps
 
     # -- collectives -----------------------------------------------------------------------------
@@ -204,8 +206,10 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
     local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
     rank_device = _rank_device(device, local_rank, world_size) if world_size > 1 else _as_device(device)
     if world_size > 1 and rank_device.type == "cpu" and dist.get_backend() == dist.Backend.NCCL:
-        raise ValueError("the process group uses NCCL, which needs CUDA tensors: train on device='cuda', or "
-                         "initialise the process group with the gloo backend for CPU training")
+        raise ValueError(
+            "the process group uses NCCL, which needs CUDA tensors: train on device='cuda', or "
+            "initialise the process group with the gloo backend for CPU training"
+        )
     if world_size > 1 and rank_device.type == "cuda":
         os.environ.setdefault("CUDA_DEVICE", str(rank_device.index))  # pycuda's kernels on this rank's GPU (above)
     return Context(dist.get_rank(), world_size, local_rank, rank_device)
@@ -224,9 +228,11 @@ def launch_problem() -> str | None:
     if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) == 0:
         return None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
-        return ("torchrun --max-restarts would restart the ranks on the first attempt's rendezvous store, where "
-                "they fail to connect (pytorch/pytorch#135712): export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use "
-                "the c10d rendezvous (--standalone, or --rdzv-backend c10d)")
+        return (
+            "torchrun --max-restarts would restart the ranks on the first attempt's rendezvous store, where "
+            "they fail to connect (pytorch/pytorch#135712): export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use "
+            "the c10d rendezvous (--standalone, or --rdzv-backend c10d)"
+        )
     if os.environ.get("TORCHELASTIC_RUN_ID", UNNAMED_JOB) == UNNAMED_JOB:
         return "torchrun --max-restarts needs a name for the job, to find its run again: pass --rdzv-id <unique id>"
     return None
@@ -261,8 +267,10 @@ def _rank_device(device, local_rank: int, world_size: int) -> torch.device:
     if requested.type != "cuda":
         return requested
     if requested.index is not None and requested.index != local_rank:
-        raise ValueError(f"with {world_size} ranks each rank trains on cuda:LOCAL_RANK (this one: cuda:{local_rank}), "
-                         f"not {requested}: pass device='cuda'")
+        raise ValueError(
+            f"with {world_size} ranks each rank trains on cuda:LOCAL_RANK (this one: cuda:{local_rank}), "
+            f"not {requested}: pass device='cuda'"
+        )
     return torch.device("cuda", local_rank)
 
 
@@ -283,14 +291,17 @@ class GradientAverager:
         self.in_graph = in_graph
         self.flat = None
         if context.enabled and self.parameters:
-            self.flat = torch.zeros(sum(p.numel() for p in self.parameters), dtype=self.parameters[0].dtype,
-                                    device=self.parameters[0].device)
+            self.flat = torch.zeros(
+                sum(p.numel() for p in self.parameters),
+                dtype=self.parameters[0].dtype,
+                device=self.parameters[0].device,
+            )
 
     def __call__(self) -> None:
         if self.flat is None:
             return
         grads = [p.grad for p in self.parameters if p.grad is not None]
-        flat = self.flat[:sum(g.numel() for g in grads)]
+        flat = self.flat[: sum(g.numel() for g in grads)]
         torch.cat([g.reshape(-1) for g in grads], out=flat)
         if self.in_graph:
             self._all_reduce()

@@ -56,14 +56,21 @@ def fusable(module: nn.Module) -> bool:
     if not isinstance(module, nn.Sequential) or len(module) != 5:
         return False
     first, tanh1, second, tanh2, last = module
-    if not (all(isinstance(m, nn.Linear) for m in (first, second, last))
-            and isinstance(tanh1, nn.Tanh) and isinstance(tanh2, nn.Tanh)):
+    if not (
+        all(isinstance(m, nn.Linear) for m in (first, second, last))
+        and isinstance(tanh1, nn.Tanh)
+        and isinstance(tanh2, nn.Tanh)
+    ):
         return False
     hidden = first.out_features
-    return (second.in_features == second.out_features == last.in_features == hidden
-            and 16 <= hidden <= MAX_HIDDEN and hidden & (hidden - 1) == 0
-            and first.in_features <= MAX_IO and last.out_features <= MAX_IO
-            and all(m.bias is not None and m.weight.dtype == torch.float32 for m in (first, second, last)))
+    return (
+        second.in_features == second.out_features == last.in_features == hidden
+        and 16 <= hidden <= MAX_HIDDEN
+        and hidden & (hidden - 1) == 0
+        and first.in_features <= MAX_IO
+        and last.out_features <= MAX_IO
+        and all(m.bias is not None and m.weight.dtype == torch.float32 for m in (first, second, last))
+    )
 
 
 def widths(module: nn.Sequential) -> str:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import torch
 
 
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-                gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns ``(T, ...)`` from a rollout of ``T`` steps.
 
     ``rewards[t]``, ``values[t]`` = V(obs[t]) and ``dones[t]`` (the transition of step t ended its

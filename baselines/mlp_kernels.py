@@ -19,8 +19,19 @@ def tanh(z):
 
 
 @triton.jit
-def hidden_layers(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, rows, row_ok, n_in,
-                  IN: tl.constexpr, H: tl.constexpr, PRECISION: tl.constexpr):
+def hidden_layers(
+    x_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    rows,
+    row_ok,
+    n_in,
+    IN: tl.constexpr,
+    H: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """A block's input and both hidden activations, ``(x, a1, a2)``; rows past the end read 0."""
     k = tl.arange(0, IN)
     h = tl.arange(0, H)
@@ -33,9 +44,24 @@ def hidden_layers(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, rows, row_ok, n_in,
 
 
 @triton.jit(do_not_specialize=SIZES)
-def forward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, out_ptr, n_rows, n_in, n_out,
-            IN: tl.constexpr, H: tl.constexpr, OUT: tl.constexpr, BLOCK: tl.constexpr,
-            PRECISION: tl.constexpr):
+def forward(
+    x_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    w3_ptr,
+    b3_ptr,
+    out_ptr,
+    n_rows,
+    n_in,
+    n_out,
+    IN: tl.constexpr,
+    H: tl.constexpr,
+    OUT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     row_ok = rows < n_rows
     _, _, a2 = hidden_layers(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, rows, row_ok, n_in, IN, H, PRECISION)
@@ -47,9 +73,24 @@ def forward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, out_ptr, n_ro
 
 
 @triton.jit(do_not_specialize=SIZES)
-def backward(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, dout_ptr, partial_ptr, n_rows, n_in, n_out,
-             IN: tl.constexpr, H: tl.constexpr, OUT: tl.constexpr, BLOCK: tl.constexpr,
-             PRECISION: tl.constexpr):
+def backward(
+    x_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    w3_ptr,
+    dout_ptr,
+    partial_ptr,
+    n_rows,
+    n_in,
+    n_out,
+    IN: tl.constexpr,
+    H: tl.constexpr,
+    OUT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """This block's share of every weight's and bias's gradient, into its row of ``partial``:
     dW1 (H, n_in), db1 (H), dW2 (H, H), db2 (H), dW3 (n_out, H), db3 (n_out), flattened in that order."""
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

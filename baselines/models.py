@@ -55,8 +55,13 @@ def mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) ->
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, observation_size: int, action_space: spaces.Space, hidden: tuple[int, ...] = (64, 64),
-                 normalize_observations: bool = False):
+    def __init__(
+        self,
+        observation_size: int,
+        action_space: spaces.Space,
+        hidden: tuple[int, ...] = (64, 64),
+        normalize_observations: bool = False,
+    ):
         """``normalize_observations``: the networks see observations scaled by their running mean
         and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
         the trainer updates it from each rollout)."""
@@ -89,10 +94,12 @@ class ActorCritic(nn.Module):
         Returns whether the kernels are used."""
         shaped = fused_mlp.fusable(self.actor) and fused_mlp.fusable(self.critic)
         if setting is True and not shaped:
-            raise ValueError(f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
-                             f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
-                             f"this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
-                             f"{fused_mlp.widths(self.critic)}")
+            raise ValueError(
+                f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
+                f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
+                f"this policy's actor is {fused_mlp.widths(self.actor)}, its critic "
+                f"{fused_mlp.widths(self.critic)}"
+            )
         self.fused = setting is True or (setting == "auto" and shaped and fused_mlp.available())
         return self.fused
 
@@ -106,8 +113,14 @@ class ActorCritic(nn.Module):
         return wide_mlp.aligned_input(obs, self.critic[0].in_features)
 
     def _fused_for(self, x: torch.Tensor) -> bool:
-        return (self.fused and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
-                and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling())
+        return (
+            self.fused
+            and x.is_cuda
+            and x.dtype == torch.float32
+            and not x.requires_grad
+            and not torch.is_autocast_enabled("cuda")
+            and not torch.compiler.is_compiling()
+        )
 
     def _run(self, network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         """``network`` on ``x`` (from :meth:`_inputs`)."""
@@ -137,8 +150,9 @@ class ActorCritic(nn.Module):
             uniform = uniform.clamp_(min=torch.finfo(uniform.dtype).tiny)
         return self._argmax(mask_logits(out - uniform.log().neg().log(), action_mask))
 
-    def action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None,
-                         action_mask: torch.Tensor | None = None):
+    def action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None, action_mask: torch.Tensor | None = None
+    ):
         """``(action, log_prob, entropy, value)``; the action is drawn where none is given. With a
         mask, the distribution is the softmax over the allowed actions only."""
         if action is None:
@@ -160,7 +174,7 @@ class ActorCritic(nn.Module):
             entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
             return action, log_prob, entropy, value
         log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
-        log_prob = sum(lp.gather(-1, parts[..., i:i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
+        log_prob = sum(lp.gather(-1, parts[..., i : i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
         return action, log_prob, entropy, value
 

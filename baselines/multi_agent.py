@@ -76,6 +76,7 @@ POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a bare TOML key, and a clean metr
 
 # -- configuration ---------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """One policy's algorithm and settings. Defaults: CleanRL's PPO."""
@@ -115,9 +116,11 @@ class PolicyConfig:
 
     def __post_init__(self):
         if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):
-            raise ValueError(f"{type(self).__name__}.ent_coef must be a number >= 0 or a list of [env_steps, value] "
-                             f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], "
-                             f"[50_000_000, 0.05]]; got {self.ent_coef!r}")
+            raise ValueError(
+                f"{type(self).__name__}.ent_coef must be a number >= 0 or a list of [env_steps, value] "
+                f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], "
+                f"[50_000_000, 0.05]]; got {self.ent_coef!r}"
+            )
         settings.check(self)
 
     def entropy_coefficient(self, env_steps: int) -> float:
@@ -135,9 +138,12 @@ def is_schedule(points: tuple) -> bool:
     if not pairs or len(pairs) != len(points):
         return False
     steps, values = zip(*pairs)
-    return (steps[0] == 0 and all(settings.matches(step, int) for step in steps)
-            and all(a < b for a, b in zip(steps, steps[1:]))
-            and all(settings.matches(v, float) and math.isfinite(v) and v >= 0 for v in values))
+    return (
+        steps[0] == 0
+        and all(settings.matches(step, int) for step in steps)
+        and all(a < b for a, b in zip(steps, steps[1:]))
+        and all(settings.matches(v, float) and math.isfinite(v) and v >= 0 for v in values)
+    )
 
 
 def _default_groups() -> dict[str, str]:
@@ -172,18 +178,23 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
         settings.check(self)
         self.check_sizes()
         if not self.groups:
-            raise ValueError("groups is empty: map every group of the game to a policy, e.g. "
-                             '[groups] taggers = "taggers", runners = "runners"')
+            raise ValueError(
+                "groups is empty: map every group of the game to a policy, e.g. "
+                '[groups] taggers = "taggers", runners = "runners"'
+            )
         for group, policy in self.groups.items():
             if policy not in self.policies:
-                raise ValueError(f"group {group!r} uses policy {policy!r}, which has no settings: add a "
-                                 f"[policies.{policy}] table (policies: {sorted(self.policies)})")
+                raise ValueError(
+                    f"group {group!r} uses policy {policy!r}, which has no settings: add a "
+                    f"[policies.{policy}] table (policies: {sorted(self.policies)})"
+                )
         for policy, policy_config in self.policies.items():
             if not POLICY_NAME.fullmatch(policy):
                 raise ValueError(f"policy name {policy!r} must use only letters, digits, '_' and '-'")
             if policy not in self.groups.values():
-                raise ValueError(f"policy {policy!r} serves no group: map a group to it in [groups] or remove "
-                                 f"[policies.{policy}]")
+                raise ValueError(
+                    f"policy {policy!r} serves no group: map a group to it in [groups] or remove [policies.{policy}]"
+                )
             if not isinstance(policy_config, PolicyConfig):
                 raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(policy_config).__name__}")
 
@@ -194,12 +205,17 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
         policies that do not name theirs. Errors name the table and the fix."""
         unknown = set(tables) - {"hyperparameters", "groups", "policies", "env_params"}
         if unknown:
-            raise ValueError(f"unknown tables {sorted(unknown)}; expected hyperparameters, groups, policies, env_params")
+            raise ValueError(
+                f"unknown tables {sorted(unknown)}; expected hyperparameters, groups, policies, env_params"
+            )
         run = dict(tables.get("hyperparameters", {}))
         run_keys = {f.name for f in fields(cls)} - {"groups", "policies", "env_params"}
         for key in sorted(set(run) - run_keys):
-            hint = (f"; {key} is a policy setting: put it in [policies.<name>] (--set policies.<name>.{key}=...)"
-                    if key in settings.field_types(PolicyConfig) else "")
+            hint = (
+                f"; {key} is a policy setting: put it in [policies.<name>] (--set policies.<name>.{key}=...)"
+                if key in settings.field_types(PolicyConfig)
+                else ""
+            )
             raise ValueError(f"unknown run setting {key!r} in [hyperparameters]; known: {sorted(run_keys)}{hint}")
         policies = {}
         policy_types = settings.field_types(PolicyConfig)
@@ -214,8 +230,9 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
             if values["algorithm"] == "a2c":
                 ppo_only = sorted(set(values) & set(PPO_ONLY))
                 if ppo_only:
-                    raise ValueError(f"{ppo_only} in [policies.{name}] apply to PPO only; remove them or set "
-                                     'algorithm = "ppo"')
+                    raise ValueError(
+                        f'{ppo_only} in [policies.{name}] apply to PPO only; remove them or set algorithm = "ppo"'
+                    )
             try:
                 policies[name] = PolicyConfig(**values)
             except ValueError as error:
@@ -227,11 +244,22 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict :meth:`from_dict` reads (every setting written out)."""
-        run = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("groups", "policies", "env_params")}
-        return {"hyperparameters": run, "env_params": dict(self.env_params), "groups": dict(self.groups),
-                "policies": {name: {key: value for key, value in asdict(settings).items()
-                                    if settings.algorithm == "ppo" or key not in PPO_ONLY}
-                             for name, settings in self.policies.items()}}
+        run = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("groups", "policies", "env_params")
+        }
+        return {
+            "hyperparameters": run,
+            "env_params": dict(self.env_params),
+            "groups": dict(self.groups),
+            "policies": {
+                name: {
+                    key: value
+                    for key, value in asdict(settings).items()
+                    if settings.algorithm == "ppo" or key not in PPO_ONLY
+                }
+                for name, settings in self.policies.items()
+            },
+        }
 
 
 def game_params(env_id: str, config: MultiAgentConfig):
@@ -246,8 +274,10 @@ def game_params(env_id: str, config: MultiAgentConfig):
     missing = [g for g in game_groups if g not in config.groups]
     unknown = [g for g in config.groups if g not in game_groups]
     if missing or unknown:
-        raise ValueError(f"[groups] must map exactly the groups of {game.id} {game_groups} to policies; "
-                         f"missing {missing}, unknown {unknown}")
+        raise ValueError(
+            f"[groups] must map exactly the groups of {game.id} {game_groups} to policies; "
+            f"missing {missing}, unknown {unknown}"
+        )
     return params
 
 
@@ -279,7 +309,8 @@ def policy_spaces(env_id: str, config: MultiAgentConfig) -> dict[str, tuple[spac
                 f"policy {name!r} serves groups {other!r} (observations {observation_spaces[other]}, actions "
                 f"{action_spaces[other]}) and {group!r} (observations {observation_spaces[group]}, actions "
                 f"{action_spaces[group]}), whose spaces differ: one network cannot serve both; map them to "
-                f"different policies in [groups]")
+                f"different policies in [groups]"
+            )
     return {name: (observation_spaces[group], action_spaces[group]) for name, group in first.items()}
 
 
@@ -292,8 +323,11 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
     policies = {}
     for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
         settings = config.policies[name]
-        module = models[name] if name in models else ActorCritic(observation_space.shape[0], action_space,
-                                                                 settings.hidden, settings.normalize_observations)
+        module = (
+            models[name]
+            if name in models
+            else ActorCritic(observation_space.shape[0], action_space, settings.hidden, settings.normalize_observations)
+        )
         policies[name] = module.to(device)
     return policies
 
@@ -305,6 +339,7 @@ def reported_group(config: MultiAgentConfig) -> str:
 
 
 # -- rollout storage -------------------------------------------------------------------------------
+
 
 def mask_argument(action_mask: torch.Tensor | None) -> dict:
     """``{"action_mask": action_mask}`` to pass to a policy's methods, or ``{}`` where the game has
@@ -336,19 +371,35 @@ class PolicyRollout:
     action_masks: torch.Tensor | None = None  # bool (..., n): the actions allowed at the step (games with masks)
 
     @classmethod
-    def allocate(cls, num_steps: int, num_envs: int, agents: int, obs_size: int, action_space: spaces.Space,
-                 device, episode_length: int, masked: bool = False) -> PolicyRollout:
+    def allocate(
+        cls,
+        num_steps: int,
+        num_envs: int,
+        agents: int,
+        obs_size: int,
+        action_space: spaces.Space,
+        device,
+        episode_length: int,
+        masked: bool = False,
+    ) -> PolicyRollout:
         """Zeroed storage; ``masked``: with room for the action masks (a ``Discrete`` action space)."""
         shape = (num_steps, num_envs, agents)
 
         def zeros(*extra, dtype=torch.float32):
             return torch.zeros((*shape, *extra), dtype=dtype, device=device)
 
-        return cls(obs=zeros(obs_size), actions=zeros(*action_space.shape, dtype=torch.int64), rewards=zeros(),
-                   terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool), final_obs=zeros(obs_size),
-                   weights=zeros(), game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
-                   max_truncations=math.ceil(num_steps / episode_length),
-                   action_masks=zeros(_mask_width(action_space), dtype=torch.bool) if masked else None)
+        return cls(
+            obs=zeros(obs_size),
+            actions=zeros(*action_space.shape, dtype=torch.int64),
+            rewards=zeros(),
+            terminated=zeros(dtype=torch.bool),
+            truncated=zeros(dtype=torch.bool),
+            final_obs=zeros(obs_size),
+            weights=zeros(),
+            game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
+            max_truncations=math.ceil(num_steps / episode_length),
+            action_masks=zeros(_mask_width(action_space), dtype=torch.bool) if masked else None,
+        )
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""
@@ -368,8 +419,9 @@ class PolicyRollout:
 
     def old_policy(self, act) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.old_policy`, under the stored action masks."""
-        return old_policy_outputs(functools.partial(act, **self.mask_argument()), self.flat("obs"),
-                                  self.flat("actions"), self.rewards.shape)
+        return old_policy_outputs(
+            functools.partial(act, **self.mask_argument()), self.flat("obs"), self.flat("actions"), self.rewards.shape
+        )
 
     def bootstrap(self, value, next_obs: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`rollout.Rollout.bootstrap`: an agent truncated while in the game is bootstrapped
@@ -403,10 +455,17 @@ class PolicyInputs:
             return cls(obs[first], infos[first]["active"], {}, infos[first]["action_mask"] if masked else None)
         num_envs, device = obs[first].shape[0], obs[first].device
         agents = sum(s.stop - s.start for s in groups.values())
-        mask = (torch.empty((num_envs, agents, infos[first]["action_mask"].shape[-1]), dtype=torch.bool,
-                            device=device) if masked else None)
-        inputs = cls(obs[first].new_empty((num_envs, agents, *obs[first].shape[2:])),
-                     torch.empty((num_envs, agents), dtype=torch.bool, device=device), dict(groups), mask)
+        mask = (
+            torch.empty((num_envs, agents, infos[first]["action_mask"].shape[-1]), dtype=torch.bool, device=device)
+            if masked
+            else None
+        )
+        inputs = cls(
+            obs[first].new_empty((num_envs, agents, *obs[first].shape[2:])),
+            torch.empty((num_envs, agents), dtype=torch.bool, device=device),
+            dict(groups),
+            mask,
+        )
         inputs.refresh(obs, infos)
         return inputs
 
@@ -418,9 +477,16 @@ class PolicyInputs:
                 self.action_mask[:, s].copy_(infos[group]["action_mask"])
 
 
-
-def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inputs: dict, stats: dict,
-            autocast=contextlib.nullcontext, branches: Branches | None = None) -> None:
+def collect(
+    env: GpuParallelEnv,
+    sample: dict,
+    slots: dict,
+    rollouts: dict,
+    inputs: dict,
+    stats: dict,
+    autocast=contextlib.nullcontext,
+    branches: Branches | None = None,
+) -> None:
     """Fill each policy's rollout from its inputs, stepping every game ``num_steps`` times;
     ``sample`` holds each policy's ``sample`` (run under ``autocast()``; given the action masks in
     games with masks, which the rollout stores for the update). A step only copies what
@@ -439,8 +505,9 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inpu
                     if rollout.action_masks is not None:
                         rollout.action_masks[t].copy_(policy_inputs.action_mask)
                     with torch.no_grad(), autocast():
-                        rollout.actions[t].copy_(sample[name](policy_inputs.obs,
-                                                              **mask_argument(policy_inputs.action_mask)))
+                        rollout.actions[t].copy_(
+                            sample[name](policy_inputs.obs, **mask_argument(policy_inputs.action_mask))
+                        )
                 actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
@@ -463,6 +530,7 @@ def collect(env: GpuParallelEnv, sample: dict, slots: dict, rollouts: dict, inpu
 
 # -- losses ----------------------------------------------------------------------------------------
 
+
 def masked_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """The mean of ``x`` over the rows of weight 1 (0 when there are none), without a host sync."""
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
@@ -473,8 +541,9 @@ def normalise(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (advantages - mean) / (masked_mean((advantages - mean) ** 2, weights).sqrt() + 1e-8)
 
 
-def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig,
-                    ent_coef, action_mask=None):
+def masked_ppo_loss(
+    policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig, ent_coef, action_mask=None
+):
     """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count;
     ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
     the rows' action masks, in games with masks."""
@@ -489,9 +558,13 @@ def masked_ppo_loss(policy, obs, actions, old_log_probs, advantages, returns, we
     entropy_loss = masked_mean(entropy, weights)
     loss = policy_loss - ent_coef * entropy_loss + config.vf_coef * value_loss
     with torch.no_grad():
-        stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-                 "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
-                 "clip_fraction": masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights)}
+        stats = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy_loss,
+            "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
+            "clip_fraction": masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights),
+        }
     return loss, stats
 
 
@@ -508,8 +581,21 @@ def masked_a2c_loss(log_probs, entropy, values, advantages, returns, weights, co
     return loss, stats
 
 
-def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, act, value, gae, config: PolicyConfig,
-           loss_fn, ent_coef, average_gradients, autocast=contextlib.nullcontext, sum_over_ranks=None) -> dict:
+def update(
+    policy,
+    optimizer,
+    rollout: PolicyRollout,
+    next_obs: torch.Tensor,
+    act,
+    value,
+    gae,
+    config: PolicyConfig,
+    loss_fn,
+    ent_coef,
+    average_gradients,
+    autocast=contextlib.nullcontext,
+    sum_over_ranks=None,
+) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
     algorithm's masked loss (each maybe compiled), the entropy weight ``ent_coef`` (a device
@@ -557,40 +643,70 @@ def update(policy, optimizer, rollout: PolicyRollout, next_obs: torch.Tensor, ac
         order = torch.rand(len(b_obs), device=b_obs.device).argsort()  # a permutation, capturable
         for idx in torch.tensor_split(order, config.num_minibatches):
             with autocast():
-                loss = loss_fn(policy, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx], b_returns[idx],
-                               b_weights[idx], config, ent_coef, **rollout.mask_argument(idx))
+                loss = loss_fn(
+                    policy,
+                    b_obs[idx],
+                    b_actions[idx],
+                    b_log_probs[idx],
+                    b_adv[idx],
+                    b_returns[idx],
+                    b_weights[idx],
+                    config,
+                    ent_coef,
+                    **rollout.mask_argument(idx),
+                )
             losses = step(*loss)
     return losses
 
 
 # -- logging ---------------------------------------------------------------------------------------
 
+
 def print_entry(entry: dict) -> None:
     """The default ``log`` of :func:`train`: one line per log interval, every group's return."""
-    returns = "  ".join(f"{key.split('/', 1)[1]} {value:8.2f}" for key, value in entry.items()
-                        if key.startswith("mean_return/"))
-    print(f"steps {entry['env_steps']:>11,d}  return per agent: {returns}  ({entry['episodes']} games)  "
-          f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s")
+    returns = "  ".join(
+        f"{key.split('/', 1)[1]} {value:8.2f}" for key, value in entry.items() if key.startswith("mean_return/")
+    )
+    print(
+        f"steps {entry['env_steps']:>11,d}  return per agent: {returns}  ({entry['episodes']} games)  "
+        f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s"
+    )
 
 
-def log_entry(env_steps: int, start: float, stats: dict, losses: dict, reported: str, log,
-              times: PhaseTimes, context: Context = SINGLE) -> dict:
+def log_entry(
+    env_steps: int,
+    start: float,
+    stats: dict,
+    losses: dict,
+    reported: str,
+    log,
+    times: PhaseTimes,
+    context: Context = SINGLE,
+) -> dict:
     """One history entry (the only host synchronisation of a run), handed to ``log`` if given.
     Every rank of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode
     returns pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls
     ``log``. ``env_steps``: of all ranks."""
     returns = {group: group_stats.read_and_clear(context) for group, group_stats in stats.items()}
-    seconds = context.max({"seconds": time.perf_counter() - start,
-                           **{f"{phase}_seconds": value for phase, value in times.read().items()}})
-    entry = {"env_steps": env_steps, "seconds": seconds.pop("seconds"), "mean_return": returns[reported][0],
-             "episodes": returns[reported][1], **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
-             **seconds, **context.mean(losses)}
+    seconds = context.max(
+        {"seconds": time.perf_counter() - start, **{f"{phase}_seconds": value for phase, value in times.read().items()}}
+    )
+    entry = {
+        "env_steps": env_steps,
+        "seconds": seconds.pop("seconds"),
+        "mean_return": returns[reported][0],
+        "episodes": returns[reported][1],
+        **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
+        **seconds,
+        **context.mean(losses),
+    }
     if log is not None and context.is_main:
         log(entry)
     return entry
 
 
 # -- training --------------------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -624,33 +740,50 @@ class Run:
     def parts(self) -> dict:
         """What a checkpoint holds besides the iteration and history: every policy, each trained
         policy's optimizer."""
-        return {**{f"policy/{name}": policy for name, policy in self.policies.items()},
-                **{f"optimizer/{name}": optimizer for name, optimizer in self.optimizers.items()}}
+        return {
+            **{f"policy/{name}": policy for name, policy in self.policies.items()},
+            **{f"optimizer/{name}": optimizer for name, optimizer in self.optimizers.items()},
+        }
 
     def restart(self, iteration: int) -> None:
         """Go on from ``iteration`` with the random numbers and fresh games that :func:`start` gives a
         run resumed there (for a state restored after the start, e.g. by Lightning)."""
         self.first = iteration
         torch.manual_seed(self.context.seed(self.config.seed, iteration))
-        obs, infos = self.env.reset_groups(seed=self.context.env_seed(self.config.seed, iteration,
-                                                                      self.config.num_envs))
+        obs, infos = self.env.reset_groups(
+            seed=self.context.env_seed(self.config.seed, iteration, self.config.num_envs)
+        )
         for policy_inputs in self.inputs.values():
             policy_inputs.refresh(obs, infos)
         for group_stats in self.stats.values():
             group_stats.running.zero_()
 
 
-def start(env_id: str, config: MultiAgentConfig, *, device=None, backend: str | None = None,
-          models: dict | None = None, resume: dict | None = None) -> Run:
+def start(
+    env_id: str,
+    config: MultiAgentConfig,
+    *,
+    device=None,
+    backend: str | None = None,
+    models: dict | None = None,
+    resume: dict | None = None,
+) -> Run:
     """Everything a run needs before its first iteration (``models`` as for :func:`train`)."""
     context = setup(device)
     first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
     torch.manual_seed(context.seed(config.seed, first))
     # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
-    env = GpuParallelEnv(env_id, config.num_envs, device=context.device, backend=backend,
-                         params=game_params(env_id, config), autoreset_mode=AutoresetMode.SAME_STEP,
-                         validate_actions=False, cuda_graph=False if config.cuda_graph else None)
+    env = GpuParallelEnv(
+        env_id,
+        config.num_envs,
+        device=context.device,
+        backend=backend,
+        params=game_params(env_id, config),
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        validate_actions=False,
+        cuda_graph=False if config.cuda_graph else None,
+    )
     device = env.device
     policies = make_policies(env_id, config, device, models)
     for name, policy in policies.items():
@@ -660,35 +793,62 @@ def start(env_id: str, config: MultiAgentConfig, *, device=None, backend: str | 
             minibatches = settings.num_minibatches if settings.algorithm == "ppo" else 1
             policy.use_fused_mlp(config.fused_mlp_setting(config.batch_size * agents // minibatches))
         elif config.fused_mlp is True:
-            raise ValueError(f"fused_mlp applies to the default policies (ActorCritic); {name!r} is "
-                             f"a {type(policy).__name__}")
+            raise ValueError(
+                f"fused_mlp applies to the default policies (ActorCritic); {name!r} is a {type(policy).__name__}"
+            )
     trained = {name: settings for name, settings in config.policies.items() if settings.train}
-    optimizers = {name: make_optimizer(Adam, policies[name].parameters(), settings.learning_rate, device,
-                                       captured=config.cuda_graph and device.type == "cuda", eps=1e-5)
-                  for name, settings in trained.items()}
+    optimizers = {
+        name: make_optimizer(
+            Adam,
+            policies[name].parameters(),
+            settings.learning_rate,
+            device,
+            captured=config.cuda_graph and device.type == "cuda",
+            eps=1e-5,
+        )
+        for name, settings in trained.items()
+    }
     # Storage: per policy, its groups side by side along the agent dimension.
     slots = policy_slots(env_id, config)
     rollouts = {}
     for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
         agents = sum(s.stop - s.start for s in slots[name].values())
-        rollouts[name] = PolicyRollout.allocate(config.num_steps, config.num_envs, agents, observation_space.shape[0],
-                                                action_space, device, env.params.episode_length,
-                                                masked=env.definition.has_action_masks)
+        rollouts[name] = PolicyRollout.allocate(
+            config.num_steps,
+            config.num_envs,
+            agents,
+            observation_space.shape[0],
+            action_space,
+            device,
+            env.params.episode_length,
+            masked=env.definition.has_action_masks,
+        )
     obs, infos = env.reset_groups(seed=context.env_seed(config.seed, first, config.num_envs))
-    return Run(context=context, config=config, first=first,
-               iterations=context.iterations(config.total_timesteps, config.batch_size), env=env,
-               policies=policies, trained=trained, optimizers=optimizers, slots=slots, rollouts=rollouts,
-               inputs={name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()},
-               stats={group: EpisodeStats(config.num_envs, device) for group in config.groups},
-               # The entropy weights, set before each iteration from their schedules (a captured update reads them).
-               ent_coefs={name: torch.zeros((), device=device) for name in trained},
-               sample={name: config.compiled(policy.sample) for name, policy in policies.items()},
-               act={name: config.compiled(policies[name].action_and_value) for name in trained},
-               value={name: config.compiled(policies[name].value) for name in trained},
-               gae=config.compiled(compute_gae),
-               loss_fns={"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)},
-               averagers={name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
-                          for name in trained})
+    return Run(
+        context=context,
+        config=config,
+        first=first,
+        iterations=context.iterations(config.total_timesteps, config.batch_size),
+        env=env,
+        policies=policies,
+        trained=trained,
+        optimizers=optimizers,
+        slots=slots,
+        rollouts=rollouts,
+        inputs={name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()},
+        stats={group: EpisodeStats(config.num_envs, device) for group in config.groups},
+        # The entropy weights, set before each iteration from their schedules (a captured update reads them).
+        ent_coefs={name: torch.zeros((), device=device) for name in trained},
+        sample={name: config.compiled(policy.sample) for name, policy in policies.items()},
+        act={name: config.compiled(policies[name].action_and_value) for name in trained},
+        value={name: config.compiled(policies[name].value) for name in trained},
+        gae=config.compiled(compute_gae),
+        loss_fns={"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)},
+        averagers={
+            name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
+            for name in trained
+        },
+    )
 
 
 class Phases:
@@ -710,8 +870,16 @@ class Phases:
         self._update_branches = Branches(() if cut else run.trained, device)
 
         def rollout():
-            collect(run.env, run.sample, run.slots, run.rollouts, run.inputs, run.stats,
-                    autocast=lambda: config.autocast(device), branches=rollout_branches)
+            collect(
+                run.env,
+                run.sample,
+                run.slots,
+                run.rollouts,
+                run.inputs,
+                run.stats,
+                autocast=lambda: config.autocast(device),
+                branches=rollout_branches,
+            )
             return {}
 
         def update():
@@ -728,10 +896,21 @@ class Phases:
 
     def update_policy(self, name: str) -> dict[str, torch.Tensor]:
         run, config, settings = self.run, self.run.config, self.run.trained[name]
-        terms = update(run.policies[name], run.optimizers[name], run.rollouts[name], run.inputs[name].obs,
-                       run.act[name], run.value[name], run.gae, settings, run.loss_fns[settings.algorithm],
-                       run.ent_coefs[name], run.averagers[name], autocast=lambda: config.autocast(run.device),
-                       sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce))
+        terms = update(
+            run.policies[name],
+            run.optimizers[name],
+            run.rollouts[name],
+            run.inputs[name].obs,
+            run.act[name],
+            run.value[name],
+            run.gae,
+            settings,
+            run.loss_fns[settings.algorithm],
+            run.ent_coefs[name],
+            run.averagers[name],
+            autocast=lambda: config.autocast(run.device),
+            sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce),
+        )
         return {f"{name}/{term}": tensor for term, tensor in terms.items()}
 
     def schedule(self, iteration: int) -> None:
@@ -741,8 +920,9 @@ class Phases:
         for name, policy in run.trained.items():
             if policy.anneal_lr:
                 set_learning_rate(run.optimizers[name], policy.learning_rate * (1.0 - iteration / run.iterations))
-            run.ent_coefs[name].fill_(policy.entropy_coefficient(
-                iteration * run.config.batch_size * run.context.world_size))
+            run.ent_coefs[name].fill_(
+                policy.entropy_coefficient(iteration * run.config.batch_size * run.context.world_size)
+            )
 
     def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
         """Iteration ``iteration``: its schedules, rollout and update; returns the update's losses."""
@@ -753,8 +933,18 @@ class Phases:
             return self.update()
 
 
-def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=None, backend: str | None = None,
-          models: dict | None = None, log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
+def train(
+    env_id: str,
+    config: MultiAgentConfig = MultiAgentConfig(),
+    *,
+    device=None,
+    backend: str | None = None,
+    models: dict | None = None,
+    log_every: int = 10,
+    log=print_entry,
+    save=None,
+    resume: dict | None = None,
+):
     """Train the config's policies on the game ``env_id``; returns ``(policies, history)``.
 
     ``policies`` maps each policy name to its module; ``history`` is a list of dicts (env steps,
@@ -787,8 +977,18 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
         for iteration in range(run.first, run.iterations):
             losses = phases(iteration)
             if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size * context.world_size, begin, run.stats,
-                                         losses, reported, log, phases.times, context))
+                history.append(
+                    log_entry(
+                        (iteration + 1) * config.batch_size * context.world_size,
+                        begin,
+                        run.stats,
+                        losses,
+                        reported,
+                        log,
+                        phases.times,
+                        context,
+                    )
+                )
                 if save is not None and context.is_main:
                     save(training_state(iteration + 1, history, context.world_size, **run.parts))
     run.env.close()
@@ -796,6 +996,7 @@ def train(env_id: str, config: MultiAgentConfig = MultiAgentConfig(), *, device=
 
 
 # -- evaluation ------------------------------------------------------------------------------------
+
 
 def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[str, torch.Tensor]:
     """Each group's greedy actions ``(num_envs, group_size, ...)`` from the env's outputs keyed by
@@ -813,8 +1014,16 @@ def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[
     return actions
 
 
-def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes: int = 16, *, device=None,
-             seed: int = 10_000, frames: list | None = None) -> dict[str, float]:
+def evaluate(
+    policies: dict,
+    env_id: str,
+    config: MultiAgentConfig,
+    num_episodes: int = 16,
+    *,
+    device=None,
+    seed: int = 10_000,
+    frames: list | None = None,
+) -> dict[str, float]:
     """Mean episode return per agent of each group over ``num_episodes`` games (one per env) with
     every policy's greedy actions (:func:`greedy_actions`, within the action masks in games with
     masks). With a list as ``frames``, appends the RGB frames of game 0's episode to it
@@ -823,9 +1032,15 @@ def evaluate(policies: dict, env_id: str, config: MultiAgentConfig, num_episodes
     ``policies`` as :func:`train` returns them, or from a checkpoint of ``gpu-marl-train``:
     ``gpu_marl_envs.baselines.train.load_policies(checkpoint.load_checkpoint(path), device)``
     gives ``(policies, env_id, config)``."""
-    env = GpuParallelEnv(env_id, num_episodes, device=device, params=game_params(env_id, config),
-                         autoreset_mode=AutoresetMode.DISABLED, validate_actions=False,
-                         render_mode=None if frames is None else "rgb_array")
+    env = GpuParallelEnv(
+        env_id,
+        num_episodes,
+        device=device,
+        params=game_params(env_id, config),
+        autoreset_mode=AutoresetMode.DISABLED,
+        validate_actions=False,
+        render_mode=None if frames is None else "rgb_array",
+    )
     slots = policy_slots(env_id, config)
     obs, infos = env.reset_groups(seed=seed)
     returns = {group: torch.zeros(num_episodes, device=env.device) for group in config.groups}

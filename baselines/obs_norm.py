@@ -34,21 +34,28 @@ class ObservationNormalizer(nn.Module):
         return scaled.clamp(-self.clip, self.clip)
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor, weights: torch.Tensor | None = None,
-               sum_over_ranks: Callable[[torch.Tensor], None] | None = None) -> None:
+    def update(
+        self,
+        obs: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        sum_over_ranks: Callable[[torch.Tensor], None] | None = None,
+    ) -> None:
         """Merge the rows of ``obs`` (``(..., size)``) into the statistics, each row counted with its
         ``weights`` (``obs.shape[:-1]``; rows of weight 0, e.g. agents out of their game, are left
         out). ``sum_over_ranks(t)``, where several processes train together, sums ``t`` in place over
         them, so that every rank merges the same moments. No host synchronisation."""
         rows = obs.reshape(-1, obs.shape[-1]).double()
-        w = torch.ones(len(rows), dtype=torch.float64, device=rows.device) if weights is None \
+        w = (
+            torch.ones(len(rows), dtype=torch.float64, device=rows.device)
+            if weights is None
             else weights.reshape(-1).double()
+        )
         # One tensor of sums, so that ranks add them up in one collective: count, sum, sum of squares.
         sums = torch.cat((w.sum().view(1), w @ rows, w @ (rows * rows)))
         if sum_over_ranks is not None:
             sum_over_ranks(sums)
         size = rows.shape[1]
-        n, total, squares = sums[0], sums[1:size + 1], sums[size + 1:]
+        n, total, squares = sums[0], sums[1 : size + 1], sums[size + 1 :]
         batch_mean = total / n.clamp(min=1)
         batch_var = (squares / n.clamp(min=1) - batch_mean * batch_mean).clamp(min=0)
         count = self.count + n

@@ -59,8 +59,15 @@ class Run:
         self.stats.running.zero_()
 
 
-def start(env_id: str, config, device, backend: str | None, resume: dict | None,
-          optimizer_type: type[Optimizer], **optimizer_options) -> Run:
+def start(
+    env_id: str,
+    config,
+    device,
+    backend: str | None,
+    resume: dict | None,
+    optimizer_type: type[Optimizer],
+    **optimizer_options,
+) -> Run:
     """Everything a run needs before its first iteration. ``config`` is a trainer's config (its
     ``RolloutSizes`` and ``CaptureOptions`` fields, ``seed``, ``hidden``, ``learning_rate``); the
     optimizer is ``optimizer_type(..., **optimizer_options)``."""
@@ -68,21 +75,43 @@ def start(env_id: str, config, device, backend: str | None, resume: dict | None,
     first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new episodes (see checkpoint.py).
     torch.manual_seed(context.seed(config.seed, first))
-    envs, obs = make_envs(env_id, config.num_envs, context.env_seed(config.seed, first, config.num_envs),
-                          device=context.device, backend=backend, captured=config.cuda_graph)
+    envs, obs = make_envs(
+        env_id,
+        config.num_envs,
+        context.env_seed(config.seed, first, config.num_envs),
+        device=context.device,
+        backend=backend,
+        captured=config.cuda_graph,
+    )
     device = envs.device
     agent = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space, config.hidden).to(device)
     # PPO splits each rollout into minibatches; A2C takes it whole.
     agent.use_fused_mlp(config.fused_mlp_setting(config.batch_size // getattr(config, "num_minibatches", 1)))
-    optimizer = make_optimizer(optimizer_type, agent.parameters(), config.learning_rate, device,
-                               captured=config.cuda_graph and device.type == "cuda", **optimizer_options)
-    return Run(context=context, config=config, first=first,
-               iterations=context.iterations(config.total_timesteps, config.batch_size),
-               envs=envs, obs=obs, device=device, agent=agent, optimizer=optimizer,
-               act=config.compiled(agent.action_and_value), value=config.compiled(agent.value),
-               gae=config.compiled(compute_gae),
-               average_gradients=GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce),
-               rollout=Rollout.allocate(config.num_steps, envs), stats=EpisodeStats(config.num_envs, device))
+    optimizer = make_optimizer(
+        optimizer_type,
+        agent.parameters(),
+        config.learning_rate,
+        device,
+        captured=config.cuda_graph and device.type == "cuda",
+        **optimizer_options,
+    )
+    return Run(
+        context=context,
+        config=config,
+        first=first,
+        iterations=context.iterations(config.total_timesteps, config.batch_size),
+        envs=envs,
+        obs=obs,
+        device=device,
+        agent=agent,
+        optimizer=optimizer,
+        act=config.compiled(agent.action_and_value),
+        value=config.compiled(agent.value),
+        gae=config.compiled(compute_gae),
+        average_gradients=GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce),
+        rollout=Rollout.allocate(config.num_steps, envs),
+        stats=EpisodeStats(config.num_envs, device),
+    )
 
 
 class Phases:
@@ -117,8 +146,9 @@ class Phases:
             return self.update()
 
 
-def iterate(run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save,
-            resume: dict | None) -> tuple[ActorCritic, list[dict]]:
+def iterate(
+    run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save, resume: dict | None
+) -> tuple[ActorCritic, list[dict]]:
     """The run's iterations (:class:`Phases`, ``update()`` returning its losses); a history entry
     (handed to ``log``, and the training state to ``save`` on rank 0) every ``log_every``
     iterations and at the end, and a fresh run's starting state to ``save`` before its first
@@ -134,8 +164,17 @@ def iterate(run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_ever
         for iteration in range(run.first, run.iterations):
             losses = phases(iteration)
             if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
-                history.append(log_entry((iteration + 1) * config.batch_size * run.context.world_size, begin,
-                                         run.stats, losses, log, phases.times, run.context))
+                history.append(
+                    log_entry(
+                        (iteration + 1) * config.batch_size * run.context.world_size,
+                        begin,
+                        run.stats,
+                        losses,
+                        log,
+                        phases.times,
+                        run.context,
+                    )
+                )
                 if save is not None and run.context.is_main:
                     save(training_state(iteration + 1, history, run.context.world_size, **run.parts))
     run.envs.close()

@@ -50,12 +50,16 @@ class Optimizer:
         if not params:
             raise ValueError(f"{type(self).__name__} got no parameters")
         if not all(isinstance(p, torch.Tensor) for p in params):
-            raise ValueError(f"{type(self).__name__} takes an iterable of tensors (one parameter group), "
-                             "not parameter-group dicts or named parameters")
+            raise ValueError(
+                f"{type(self).__name__} takes an iterable of tensors (one parameter group), "
+                "not parameter-group dicts or named parameters"
+            )
         kinds = {(p.device, p.dtype) for p in params}
         if len(kinds) != 1 or not params[0].is_floating_point():
-            raise ValueError(f"{type(self).__name__} needs floating-point parameters of one device and dtype, "
-                             f"got {sorted(map(str, kinds))}: make one optimizer per device and dtype")
+            raise ValueError(
+                f"{type(self).__name__} needs floating-point parameters of one device and dtype, "
+                f"got {sorted(map(str, kinds))}: make one optimizer per device and dtype"
+            )
         self._check_options(options)
         self.device = params[0].device
         # defaults: the hyperparameters as given, as torch.optim keeps them (Lightning reads them).
@@ -68,8 +72,10 @@ class Optimizer:
         update takes; a subclass checks its own ``others``."""
         if isinstance(lr, torch.Tensor):
             if lr.numel() != 1 or lr.device != self.device:
-                raise ValueError(f"a tensor lr must have one element on the parameters' device {self.device}, "
-                                 f"got shape {tuple(lr.shape)} on {lr.device}")
+                raise ValueError(
+                    f"a tensor lr must have one element on the parameters' device {self.device}, "
+                    f"got shape {tuple(lr.shape)} on {lr.device}"
+                )
             lr = lr.reshape(())
         elif lr >= 0.0:
             lr = float(lr)
@@ -83,11 +89,15 @@ class Optimizer:
     def _check_options(cls, options: dict) -> None:
         for name, value in options.items():
             if name not in cls.FIXED:
-                raise ValueError(f"{cls.__name__} has no option {name!r}; it implements only "
-                                 f"{', '.join(cls.HYPERPARAMETERS)} (use torch.optim.{cls.__name__} for more)")
+                raise ValueError(
+                    f"{cls.__name__} has no option {name!r}; it implements only "
+                    f"{', '.join(cls.HYPERPARAMETERS)} (use torch.optim.{cls.__name__} for more)"
+                )
             if value != cls.FIXED[name]:
-                raise ValueError(f"{cls.__name__} implements only {name}={cls.FIXED[name]!r}, got {value!r} "
-                                 f"(use torch.optim.{cls.__name__} for that)")
+                raise ValueError(
+                    f"{cls.__name__} implements only {name}={cls.FIXED[name]!r}, got {value!r} "
+                    f"(use torch.optim.{cls.__name__} for that)"
+                )
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -127,9 +137,10 @@ class Optimizer:
             if p.grad.is_sparse:
                 raise ValueError(f"{type(self).__name__} does not support sparse gradients")
             if p not in self.state:
-                self.state[p] = {"step": torch.zeros((), dtype=_STEP_DTYPE, device=p.device),
-                                 **{name: torch.zeros_like(p, memory_format=torch.preserve_format)
-                                    for name in self.STATE}}
+                self.state[p] = {
+                    "step": torch.zeros((), dtype=_STEP_DTYPE, device=p.device),
+                    **{name: torch.zeros_like(p, memory_format=torch.preserve_format) for name in self.STATE},
+                }
         if params:
             with torch.no_grad():
                 self._update(params, [p.grad for p in params], [self.state[p] for p in params])
@@ -144,9 +155,17 @@ class Optimizer:
         group = self.param_groups[0]
         index = {p: i for i, p in enumerate(group["params"])}
         flags = self._torch_flags(isinstance(group["lr"], torch.Tensor))
-        return {"state": {index[p]: dict(state) for p, state in self.state.items()},
-                "param_groups": [{**{name: group[name] for name in self.HYPERPARAMETERS}, **self.FIXED, **flags,
-                                  "params": list(range(len(group["params"])))}]}
+        return {
+            "state": {index[p]: dict(state) for p, state in self.state.items()},
+            "param_groups": [
+                {
+                    **{name: group[name] for name in self.HYPERPARAMETERS},
+                    **self.FIXED,
+                    **flags,
+                    "params": list(range(len(group["params"]))),
+                }
+            ],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a state dict of this class or of the same ``torch.optim`` optimizer (fused,
@@ -157,15 +176,22 @@ class Optimizer:
         used an option this class does not implement or had other parameters."""
         groups = state_dict["param_groups"]
         if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
-            raise ValueError(f"the saved optimizer had parameter groups of {[len(g['params']) for g in groups]} "
-                             f"parameters; this one has one group of {len(self.params)}")
+            raise ValueError(
+                f"the saved optimizer had parameter groups of {[len(g['params']) for g in groups]} "
+                f"parameters; this one has one group of {len(self.params)}"
+            )
         saved = groups[0]
         missing = [name for name in self.HYPERPARAMETERS if name not in saved]
         if missing:
             raise ValueError(f"the saved optimizer has no {missing}: was it a torch.optim.{type(self).__name__}?")
         implementation = set(self._torch_flags(False))
-        self._check_options({name: value for name, value in saved.items()
-                             if name not in (*self.HYPERPARAMETERS, "params", *implementation)})
+        self._check_options(
+            {
+                name: value
+                for name, value in saved.items()
+                if name not in (*self.HYPERPARAMETERS, "params", *implementation)
+            }
+        )
         values = {name: saved[name] for name in self.HYPERPARAMETERS}
         if isinstance(values["lr"], torch.Tensor):
             values["lr"] = values["lr"].detach().to(self.device, copy=True)
@@ -175,11 +201,15 @@ class Optimizer:
         for index, tensors in state_dict["state"].items():
             p = self.params[position[index]]
             if set(tensors) != {"step", *self.STATE}:
-                raise ValueError(f"the saved state of parameter {index} holds {sorted(tensors)}, "
-                                 f"not {sorted(['step', *self.STATE])}")
-            state[p] = {name: torch.as_tensor(value).to(device=p.device, copy=True,
-                                                         dtype=_STEP_DTYPE if name == "step" else p.dtype)
-                        for name, value in tensors.items()}
+                raise ValueError(
+                    f"the saved state of parameter {index} holds {sorted(tensors)}, not {sorted(['step', *self.STATE])}"
+                )
+            state[p] = {
+                name: torch.as_tensor(value).to(
+                    device=p.device, copy=True, dtype=_STEP_DTYPE if name == "step" else p.dtype
+                )
+                for name, value in tensors.items()
+            }
         self.param_groups[0].update(hyperparameters)
         self.state = state
 
@@ -188,8 +218,9 @@ class Optimizer:
         that ``torch.optim`` continues with the same kernels; ignored when loading)."""
         raise NotImplementedError
 
-    def _update(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                states: list[dict[str, torch.Tensor]]) -> None:
+    def _update(
+        self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict[str, torch.Tensor]]
+    ) -> None:
         """The update of ``params`` (all with gradients ``grads``) and their ``states``."""
         raise NotImplementedError
 
@@ -201,12 +232,23 @@ class Adam(Optimizer):
     weight decay, AMSGrad or maximisation (``ValueError`` if asked for)."""
 
     HYPERPARAMETERS = ("lr", "betas", "eps")
-    FIXED = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "differentiable": False,
-             "decoupled_weight_decay": False}
+    FIXED = {
+        "weight_decay": 0.0,
+        "amsgrad": False,
+        "maximize": False,
+        "differentiable": False,
+        "decoupled_weight_decay": False,
+    }
     STATE = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, **options) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        **options,
+    ) -> None:
         super().__init__(params, options, lr=lr, betas=betas, eps=eps)
 
     def _checked(self, betas, **others) -> dict:
@@ -222,10 +264,23 @@ class Adam(Optimizer):
         steps = [state["step"] for state in states]
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
-        torch._fused_adam_(params, grads, [state["exp_avg"] for state in states],
-                           [state["exp_avg_sq"] for state in states], [], steps, amsgrad=False, lr=group["lr"],
-                           beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], maximize=False,
-                           grad_scale=None, found_inf=None)
+        torch._fused_adam_(
+            params,
+            grads,
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
 
 
 class RMSprop(Optimizer):
@@ -241,8 +296,14 @@ class RMSprop(Optimizer):
     FIXED = {"weight_decay": 0.0, "momentum": 0.0, "centered": False, "maximize": False, "differentiable": False}
     STATE = ("square_avg",)
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor = 1e-2, alpha: float = 0.99,
-                 eps: float = 1e-8, **options) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float | torch.Tensor = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        **options,
+    ) -> None:
         super().__init__(params, options, lr=lr, alpha=alpha, eps=eps)
 
     def _checked(self, alpha, **others) -> dict:

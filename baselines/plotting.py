@@ -39,7 +39,7 @@ def curves(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
     """The ``(env steps, mean return)`` points of each group (``""`` for a single-agent run),
     without the entries in which no episode finished."""
     finished = [h for h in history if h["episodes"] > 0]
-    groups = [key[len(GROUP_PREFIX):] for key in (history[0] if history else {}) if key.startswith(GROUP_PREFIX)]
+    groups = [key[len(GROUP_PREFIX) :] for key in (history[0] if history else {}) if key.startswith(GROUP_PREFIX)]
     if not groups:
         return {"": [(h["env_steps"], h["mean_return"]) for h in finished]}
     return {group: [(h["env_steps"], h[GROUP_PREFIX + group]) for h in finished] for group in groups}

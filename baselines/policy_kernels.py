@@ -27,8 +27,20 @@ def tanh_backward_and_bias(dy_ptr, y_ptr, dz_ptr, partial_ptr, n_rows, N: tl.con
 
 
 @triton.jit
-def _gumbel_scores(logits_ptr, mask_ptr, rows, rows_ok, row_stride, c, q, k: tl.constexpr, u,
-                   COMPONENTS: tl.constexpr, N: tl.constexpr, MASKED: tl.constexpr):
+def _gumbel_scores(
+    logits_ptr,
+    mask_ptr,
+    rows,
+    rows_ok,
+    row_stride,
+    c,
+    q,
+    k: tl.constexpr,
+    u,
+    COMPONENTS: tl.constexpr,
+    N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Logits plus Gumbel noise of entries ``4 q + k`` of component ``c`` (-inf where masked or
     past the end), from the uniform draws ``u``."""
     j = 4 * q + k
@@ -51,9 +63,19 @@ def _keep_best(best, action, scores, k: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n_rows", "row_stride"])
-def gumbel_argmax(logits_ptr, mask_ptr, seed_ptr, actions_ptr, n_rows, row_stride,
-                  COMPONENTS: tl.constexpr, N: tl.constexpr, QUARTER: tl.constexpr, MASKED: tl.constexpr,
-                  BLOCK: tl.constexpr):
+def gumbel_argmax(
+    logits_ptr,
+    mask_ptr,
+    seed_ptr,
+    actions_ptr,
+    n_rows,
+    row_stride,
+    COMPONENTS: tl.constexpr,
+    N: tl.constexpr,
+    QUARTER: tl.constexpr,
+    MASKED: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """For each row and component: ``argmax(logits + Gumbel noise)`` over the component's ``N``
     entries (a draw from the softmax of the logits), masked entries excluded. Row ``r``'s
     component ``c`` reads ``logits[r * row_stride + c * N + j]`` and ``mask[r * COMPONENTS * N +
@@ -81,8 +103,7 @@ def gumbel_argmax(logits_ptr, mask_ptr, seed_ptr, actions_ptr, n_rows, row_strid
 
 
 @triton.jit(do_not_specialize=ROWS)
-def tanh_value_head_backward(dv_ptr, h_ptr, w_ptr, dz_ptr, partial_ptr, n_rows, N: tl.constexpr,
-                             BLOCK: tl.constexpr):
+def tanh_value_head_backward(dv_ptr, h_ptr, w_ptr, dz_ptr, partial_ptr, n_rows, N: tl.constexpr, BLOCK: tl.constexpr):
     """The backward of ``v = tanh(z) @ w + c`` (a critic's last hidden layer and its single output)
     for a block of rows, from ``dv`` (one per row) and ``h = tanh(z)``: ``dz = dv w (1 - h^2)``
     (stored in dz's dtype) without writing ``dv w`` to memory first, and the block's shares of the

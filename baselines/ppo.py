@@ -54,8 +54,10 @@ class PPOConfig(RolloutSizes, CaptureOptions):
         settings.check(self)
         self.check_sizes()
         if self.batch_size % self.num_minibatches:
-            raise ValueError(f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
-                             f"= {self.num_minibatches}")
+            raise ValueError(
+                f"num_envs * num_steps = {self.batch_size} must be a multiple of num_minibatches "
+                f"= {self.num_minibatches}"
+            )
 
 
 def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig):
@@ -65,8 +67,9 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
     ratio = log_ratio.exp()
     if config.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss = torch.max(-advantages * ratio,
-                            -advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)).mean()
+    policy_loss = torch.max(
+        -advantages * ratio, -advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)
+    ).mean()
     if config.clip_vloss:
         clipped = old_values + (values - old_values).clamp(-config.clip_coef, config.clip_coef)
         value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
@@ -75,14 +78,19 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
     entropy_loss = entropy.mean()
     loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
     with torch.no_grad():
-        stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-                 "approx_kl": ((ratio - 1) - log_ratio).mean(),
-                 "clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean()}
+        stats = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy_loss,
+            "approx_kl": ((ratio - 1) - log_ratio).mean(),
+            "clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean(),
+        }
     return loss, stats
 
 
-def start(env_id: str, config: PPOConfig, *, device=None, backend: str | None = None,
-          resume: dict | None = None) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
+def start(
+    env_id: str, config: PPOConfig, *, device=None, backend: str | None = None, resume: dict | None = None
+) -> tuple[on_policy.Run, Callable[[], dict[str, torch.Tensor]]]:
     """A run's pieces (:func:`on_policy.start`, with PPO's optimizer) and its update phase: GAE,
     then ``update_epochs`` passes of shuffled minibatches, each a clipped gradient step; the phase
     returns the last step's loss terms."""
@@ -104,10 +112,18 @@ def start(env_id: str, config: PPOConfig, *, device=None, backend: str | None = 
         for _ in range(config.update_epochs):
             order = torch.rand(config.batch_size, device=run.device).argsort()  # a permutation, capturable
             for first in range(0, config.batch_size, minibatch):
-                idx = order[first:first + minibatch]
+                idx = order[first : first + minibatch]
                 with config.autocast(run.device):
-                    loss, losses = loss_fn(agent, b_obs[idx], b_actions[idx], b_log_probs[idx], b_adv[idx],
-                                           b_returns[idx], b_values[idx], config)
+                    loss, losses = loss_fn(
+                        agent,
+                        b_obs[idx],
+                        b_actions[idx],
+                        b_log_probs[idx],
+                        b_adv[idx],
+                        b_returns[idx],
+                        b_values[idx],
+                        config,
+                    )
                 optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
                 loss.backward()
                 run.average_gradients()
@@ -118,8 +134,17 @@ def start(env_id: str, config: PPOConfig, *, device=None, backend: str | None = 
     return run, update
 
 
-def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend: str | None = None,
-          log_every: int = 10, log=print_entry, save=None, resume: dict | None = None):
+def train(
+    env_id: str,
+    config: PPOConfig = PPOConfig(),
+    *,
+    device=None,
+    backend: str | None = None,
+    log_every: int = 10,
+    log=print_entry,
+    save=None,
+    resume: dict | None = None,
+):
     """Train a fresh :class:`ActorCritic` on ``env_id``; returns ``(agent, history)``, the history a
     list of dicts (env steps, mean return of the episodes finished since the last log, seconds spent
     in rollouts and updates, losses), each also handed to ``log`` when it is made.
@@ -137,8 +162,9 @@ def train(env_id: str, config: PPOConfig = PPOConfig(), *, device=None, backend:
 
 def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: int = 10_000) -> torch.Tensor:
     """Returns of ``num_episodes`` episodes (one per env) with the agent's greedy actions."""
-    envs = GpuVectorEnv(env_id, num_episodes, device=device, autoreset_mode=AutoresetMode.DISABLED,
-                        validate_actions=False)
+    envs = GpuVectorEnv(
+        env_id, num_episodes, device=device, autoreset_mode=AutoresetMode.DISABLED, validate_actions=False
+    )
     obs, _ = envs.reset(seed=seed)
     returns = torch.zeros(num_episodes, device=envs.device)
     running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
@@ -147,11 +173,11 @@ def evaluate(agent, env_id: str, num_episodes: int = 16, *, device=None, seed: i
         with torch.no_grad():
             action = agent.greedy(obs)
         if isinstance(space, spaces.Box):
-            action = action.clamp(torch.as_tensor(space.low, device=envs.device),
-                                  torch.as_tensor(space.high, device=envs.device))
+            action = action.clamp(
+                torch.as_tensor(space.low, device=envs.device), torch.as_tensor(space.high, device=envs.device)
+            )
         obs, reward, terminated, truncated, _ = envs.step(action)
         returns += reward * running
         running &= ~(terminated | truncated)
     envs.close()
     return returns
-

@@ -43,17 +43,30 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
-            terminated: torch.Tensor) -> None:
+    def add(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+    ) -> None:
         """Store a batch of ``B`` transitions (``B <= capacity``); the values are copied."""
         batch = obs.shape[0] if obs.dim() > 0 else -1
-        expected = {"obs": (batch, self.obs_size), "actions": (batch, self.action_size), "rewards": (batch,),
-                    "next_obs": (batch, self.obs_size), "terminated": (batch,)}
+        expected = {
+            "obs": (batch, self.obs_size),
+            "actions": (batch, self.action_size),
+            "rewards": (batch,),
+            "next_obs": (batch, self.obs_size),
+            "terminated": (batch,),
+        }
         given = {"obs": obs, "actions": actions, "rewards": rewards, "next_obs": next_obs, "terminated": terminated}
         for name, tensor in given.items():
             if tuple(tensor.shape) != expected[name]:
-                raise ValueError(f"ReplayBuffer.add: {name} has shape {tuple(tensor.shape)}, expected "
-                                 f"{expected[name]} (a batch of B transitions, B taken from obs)")
+                raise ValueError(
+                    f"ReplayBuffer.add: {name} has shape {tuple(tensor.shape)}, expected "
+                    f"{expected[name]} (a batch of B transitions, B taken from obs)"
+                )
         if batch > self.capacity:
             raise ValueError(f"ReplayBuffer.add: a batch of {batch} transitions exceeds the capacity {self.capacity}")
         # Slots position, position + 1, ... wrapping round; distinct since batch <= capacity.
@@ -71,15 +84,20 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         """The stored items (not the empty slots) and the write position, for checkpoints."""
         # Copies, so that a saved file holds only the stored items, not the whole preallocated ring.
-        return {"position": self.position, **{name: getattr(self, name)[:self.size].clone() for name in self.FIELDS}}
+        return {"position": self.position, **{name: getattr(self, name)[: self.size].clone() for name in self.FIELDS}}
 
     def load_state_dict(self, state: dict) -> None:
         size = state["obs"].shape[0]
-        if size > self.capacity or state["obs"].shape[1:] != self.obs.shape[1:] \
-                or state["actions"].shape[1:] != self.actions.shape[1:]:
-            raise ValueError(f"cannot load a replay state of {size} items of obs {tuple(state['obs'].shape[1:])} and "
-                             f"actions {tuple(state['actions'].shape[1:])} into a buffer of {self.capacity} items of "
-                             f"obs {tuple(self.obs.shape[1:])} and actions {tuple(self.actions.shape[1:])}")
+        if (
+            size > self.capacity
+            or state["obs"].shape[1:] != self.obs.shape[1:]
+            or state["actions"].shape[1:] != self.actions.shape[1:]
+        ):
+            raise ValueError(
+                f"cannot load a replay state of {size} items of obs {tuple(state['obs'].shape[1:])} and "
+                f"actions {tuple(state['actions'].shape[1:])} into a buffer of {self.capacity} items of "
+                f"obs {tuple(self.obs.shape[1:])} and actions {tuple(self.actions.shape[1:])}"
+            )
         for name in self.FIELDS:
             getattr(self, name)[:size] = state[name]
         self.size, self.position = size, int(state["position"])
@@ -92,5 +110,6 @@ class ReplayBuffer:
             raise ValueError("ReplayBuffer.sample: the buffer is empty; add transitions first")
         # Drawn on the device (the generator, if given, must live there too): no host round trip.
         idx = torch.randint(self.size, (batch_size,), device=self.device, generator=generator)
-        return Transitions(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx],
-                           self.terminated[idx])
+        return Transitions(
+            self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
+        )

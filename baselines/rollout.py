@@ -40,15 +40,23 @@ class RolloutSizes:
             raise ValueError(f"total_timesteps ({self.total_timesteps}) must cover one rollout ({self.batch_size})")
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None,
-              captured: bool = False):
+def make_envs(
+    env_id: str, num_envs: int, seed: int, *, device=None, backend: str | None = None, captured: bool = False
+):
     """The training envs and a persistent tensor holding their current observations.
 
     ``captured``: the trainer captures whole rollouts in CUDA graphs, so the env must not replay
     its own graph inside them (graphs do not nest); its backend's launches are captured instead.
     """
-    envs = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP,
-                        validate_actions=False, cuda_graph=False if captured else None)
+    envs = GpuVectorEnv(
+        env_id,
+        num_envs,
+        device=device,
+        backend=backend,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        validate_actions=False,
+        cuda_graph=False if captured else None,
+    )
     obs, _ = envs.reset(seed=seed)
     return envs, obs.clone()
 
@@ -74,13 +82,15 @@ class Rollout:
         shape = (num_steps, envs.num_envs)
         obs_shape = (*shape, *envs.single_observation_space.shape)
         action_dtype = torch.float32 if isinstance(space, spaces.Box) else torch.int64
-        return cls(obs=torch.zeros(obs_shape, device=device),
-                   actions=torch.zeros((*shape, *space.shape), dtype=action_dtype, device=device),
-                   rewards=torch.zeros(shape, device=device),
-                   dones=torch.zeros(shape, dtype=torch.bool, device=device),
-                   truncated=torch.zeros(shape, dtype=torch.bool, device=device),
-                   final_obs=torch.zeros(obs_shape, device=device),
-                   max_truncations=math.ceil(num_steps / envs.params.max_episode_steps))
+        return cls(
+            obs=torch.zeros(obs_shape, device=device),
+            actions=torch.zeros((*shape, *space.shape), dtype=action_dtype, device=device),
+            rewards=torch.zeros(shape, device=device),
+            dones=torch.zeros(shape, dtype=torch.bool, device=device),
+            truncated=torch.zeros(shape, dtype=torch.bool, device=device),
+            final_obs=torch.zeros(obs_shape, device=device),
+            max_truncations=math.ceil(num_steps / envs.params.max_episode_steps),
+        )
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step and env dimensions merged (a view)."""
@@ -121,7 +131,8 @@ def bootstrap_values(value, final_obs: torch.Tensor, mask: torch.Tensor, max_per
             return value(final_obs.flatten(0, columns - 1)).float().view(mask.shape) * mask
         steps = mask.float().topk(max_per_column, dim=0).indices  # every set step, then unset ones
         index = steps.view(*steps.shape, *[1] * (final_obs.dim() - columns)).expand(
-            *steps.shape, *final_obs.shape[columns:])
+            *steps.shape, *final_obs.shape[columns:]
+        )
         picked = final_obs.gather(0, index)
         values = value(picked.flatten(0, columns - 1)).float().view(steps.shape) * mask.gather(0, steps)
         return torch.zeros(mask.shape, device=mask.device).scatter_(0, steps, values)
@@ -149,8 +160,9 @@ class EpisodeStats:
         self.total += ((sums - before) * done).sum()
         self.count += done.sum()
         end = last[-1]
-        self.running.copy_(torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0],
-                                       self.running + sums[-1]))
+        self.running.copy_(
+            torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0], self.running + sums[-1])
+        )
 
     def read_and_clear(self, context: Context = SINGLE) -> tuple[float, int]:
         """Mean return and number of the episodes finished since the last call (on all ranks of
@@ -161,8 +173,14 @@ class EpisodeStats:
         return total / max(count, 1.0), int(count)
 
 
-def collect(sample, envs: GpuVectorEnv, rollout: Rollout, obs: torch.Tensor, stats: EpisodeStats,
-            autocast=contextlib.nullcontext) -> None:
+def collect(
+    sample,
+    envs: GpuVectorEnv,
+    rollout: Rollout,
+    obs: torch.Tensor,
+    stats: EpisodeStats,
+    autocast=contextlib.nullcontext,
+) -> None:
     """Fill ``rollout`` with actions drawn by ``sample`` (a policy's ``sample``, run under
     ``autocast()``) from ``obs``, which is advanced in place. Each step writes straight into the
     rollout's rows (``out=``, ``copy_``): in a captured rollout every kernel counts."""
@@ -220,12 +238,21 @@ class PhaseTimes:
 
 def print_entry(entry: dict) -> None:
     """The default ``log`` of the trainers: one line per log interval."""
-    print(f"steps {entry['env_steps']:>9,d}  return {entry['mean_return']:8.1f}  ({entry['episodes']} episodes)  "
-          f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s")
+    print(
+        f"steps {entry['env_steps']:>9,d}  return {entry['mean_return']:8.1f}  ({entry['episodes']} episodes)  "
+        f"{entry['env_steps'] / entry['seconds']:,.0f} steps/s"
+    )
 
 
-def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, log,
-              times: PhaseTimes | None = None, context: Context = SINGLE) -> dict:
+def log_entry(
+    env_steps: int,
+    start: float,
+    stats: EpisodeStats,
+    losses: dict,
+    log,
+    times: PhaseTimes | None = None,
+    context: Context = SINGLE,
+) -> dict:
     """One history entry (the only host synchronisation of a run), handed to ``log`` if given;
     with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...). Every rank
     of ``context`` calls it: episode returns are pooled over the ranks, losses averaged, seconds
@@ -233,8 +260,14 @@ def log_entry(env_steps: int, start: float, stats: EpisodeStats, losses: dict, l
     mean_return, episodes = stats.read_and_clear(context)
     phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
     seconds = context.max({"seconds": time.perf_counter() - start, **phases})
-    entry = {"env_steps": env_steps, "seconds": seconds.pop("seconds"), "mean_return": mean_return,
-             "episodes": episodes, **seconds, **context.mean(losses)}
+    entry = {
+        "env_steps": env_steps,
+        "seconds": seconds.pop("seconds"),
+        "mean_return": mean_return,
+        "episodes": episodes,
+        **seconds,
+        **context.mean(losses),
+    }
     if log is not None and context.is_main:
         log(entry)
     return entry

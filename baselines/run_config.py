@@ -29,13 +29,21 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 # algorithm -> (config type, train function, the policy class its checkpoints hold)
-ALGORITHMS = {"ppo": (ppo.PPOConfig, ppo.train, ActorCritic), "a2c": (a2c.A2CConfig, a2c.train, ActorCritic),
-              "ddpg": (ddpg.DDPGConfig, ddpg.train, ddpg.Actor)}
+ALGORITHMS = {
+    "ppo": (ppo.PPOConfig, ppo.train, ActorCritic),
+    "a2c": (a2c.A2CConfig, a2c.train, ActorCritic),
+    "ddpg": (ddpg.DDPGConfig, ddpg.train, ddpg.Actor),
+}
 CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
-DEFAULT_CONFIGS = {"CartPole-v1": "cartpole_ppo.toml", "Acrobot-v1": "acrobot_ppo.toml",
-                   "Pendulum-v1": "pendulum_ddpg.toml", "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml",
-                   "TagContinuous-v0": "tag_continuous_ppo.toml", "TagGridworld-v0": "tag_gridworld_a2c.toml",
-                   "CovidEconomy-v0": "covid_economy_ppo.toml"}
+DEFAULT_CONFIGS = {
+    "CartPole-v1": "cartpole_ppo.toml",
+    "Acrobot-v1": "acrobot_ppo.toml",
+    "Pendulum-v1": "pendulum_ddpg.toml",
+    "MountainCarContinuous-v0": "mountain_car_continuous_ddpg.toml",
+    "TagContinuous-v0": "tag_continuous_ppo.toml",
+    "TagGridworld-v0": "tag_gridworld_a2c.toml",
+    "CovidEconomy-v0": "covid_economy_ppo.toml",
+}
 MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
 
 
@@ -46,8 +54,9 @@ class ConfigError(ValueError):
 def read_config(path=None, env: str | None = None) -> dict:
     if path is None:
         if env not in DEFAULT_CONFIGS:
-            raise ConfigError(f"no shipped config for env {env!r}; shipped: {sorted(DEFAULT_CONFIGS)} "
-                              "(or pass --config FILE)")
+            raise ConfigError(
+                f"no shipped config for env {env!r}; shipped: {sorted(DEFAULT_CONFIGS)} (or pass --config FILE)"
+            )
         text = (CONFIGS / DEFAULT_CONFIGS[env]).read_text()
     else:
         try:
@@ -60,8 +69,10 @@ def read_config(path=None, env: str | None = None) -> dict:
         raise ConfigError(f"config {path or DEFAULT_CONFIGS[env]} is not valid TOML: {error}") from None
     unknown = set(raw) - {"env", "algorithm", "hyperparameters", *MULTI_AGENT_TABLES}
     if unknown:
-        raise ConfigError(f"unknown top-level keys {sorted(unknown)}; expected env, algorithm, [hyperparameters] "
-                          "(and, for a multi-agent game, [env_params], [groups], [policies.<name>])")
+        raise ConfigError(
+            f"unknown top-level keys {sorted(unknown)}; expected env, algorithm, [hyperparameters] "
+            "(and, for a multi-agent game, [env_params], [groups], [policies.<name>])"
+        )
     for name in ("hyperparameters", *MULTI_AGENT_TABLES):
         if not isinstance(raw.get(name, {}), dict):
             raise ConfigError(f"{name} must be a table ([{name}]), got {raw[name]!r}")
@@ -83,8 +94,7 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
         return build_multi_agent_config(raw, overrides, seed)
     tables = sorted(set(MULTI_AGENT_TABLES) & set(raw))
     if tables:
-        raise ConfigError(f"{tables} apply to multi-agent games only ({', '.join(GAMES)}), "
-                          f"not {raw.get('env')!r}")
+        raise ConfigError(f"{tables} apply to multi-agent games only ({', '.join(GAMES)}), not {raw.get('env')!r}")
     algorithm = raw.get("algorithm")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
@@ -114,21 +124,28 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
     """
     algorithm, env = raw.get("algorithm"), raw["env"]
     if algorithm not in multi_agent.ALGORITHMS:
-        raise ConfigError(f"algorithm of a multi-agent config (the default of its policies) must be one of "
-                          f"{list(multi_agent.ALGORITHMS)}, got {algorithm!r}")
+        raise ConfigError(
+            f"algorithm of a multi-agent config (the default of its policies) must be one of "
+            f"{list(multi_agent.ALGORITHMS)}, got {algorithm!r}"
+        )
     tables = {name: copy.deepcopy(raw.get(name, {})) for name in ("hyperparameters", *MULTI_AGENT_TABLES)}
     # The type of a setting each table's keys name.
-    types = {"hyperparameters": settings.field_types(multi_agent.MultiAgentConfig),
-             "policies": settings.field_types(multi_agent.PolicyConfig),
-             "env_params": settings.field_types(get_game(env).params_type), "groups": {}}
+    types = {
+        "hyperparameters": settings.field_types(multi_agent.MultiAgentConfig),
+        "policies": settings.field_types(multi_agent.PolicyConfig),
+        "env_params": settings.field_types(get_game(env).params_type),
+        "groups": {},
+    }
     for text in overrides:
         key, value = parse_override(text)
         path = key.split(".")
         if len(path) == 1:
             path = ["hyperparameters", *path]
         if path[0] not in tables or len(path) != (3 if path[0] == "policies" else 2):
-            raise ConfigError(f"--set {key}: use a run setting (num_envs=8) or a dotted key into a table: "
-                              "policies.<name>.<setting>, env_params.<field>, groups.<group>")
+            raise ConfigError(
+                f"--set {key}: use a run setting (num_envs=8) or a dotted key into a table: "
+                "policies.<name>.<setting>, env_params.<field>, groups.<group>"
+            )
         table = tables[path[0]]
         if path[0] == "policies":
             table = table.setdefault(path[1], {})

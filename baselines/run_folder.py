@@ -25,8 +25,15 @@ from typing import BinaryIO
 LIGHTNING_CHECKPOINT = "lightning.ckpt"
 """Lightning's checkpoint of a ``gpu-marl-train --lightning`` run (:mod:`gpu_marl_envs.baselines.lightning.command`)."""
 
-RUN_FILES = ("checkpoint.pt", "config.toml", "metrics.csv", "learning_curve.png", "tensorboard", "animation.gif",
-             LIGHTNING_CHECKPOINT)
+RUN_FILES = (
+    "checkpoint.pt",
+    "config.toml",
+    "metrics.csv",
+    "learning_curve.png",
+    "tensorboard",
+    "animation.gif",
+    LIGHTNING_CHECKPOINT,
+)
 """What a run leaves in its folder (``animation.gif``: ``--evaluate`` of a Tag run)."""
 
 

@@ -44,14 +44,26 @@ def gumbel_max_kernel(logits: torch.Tensor, components: int, action_mask: torch.
     rows = logits.reshape(-1, width)  # a view for the rollout's and the update's layouts
     n_rows, quarter = rows.shape[0], max(1, 1 << ((n + 3) // 4 - 1).bit_length())  # Philox draws per component
     if n_rows * components * quarter >= 2**31:
-        raise ValueError(f"{n_rows:,} rows of {components} x {n} choices overflow the kernel's 32-bit "
-                         "noise counters; sample in chunks")
+        raise ValueError(
+            f"{n_rows:,} rows of {components} x {n} choices overflow the kernel's 32-bit "
+            "noise counters; sample in chunks"
+        )
     actions = torch.empty(n_rows, components, dtype=torch.int64, device=logits.device)
     seed = torch.randint(2**62, (1,), device=logits.device)
     if action_mask is not None:
         action_mask = action_mask.reshape(n_rows, width).contiguous()
     if n_rows:
         policy_kernels.gumbel_argmax[((n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS,)](
-            rows, action_mask if action_mask is not None else rows, seed, actions, n_rows, rows.stride(0),
-            COMPONENTS=components, N=n, QUARTER=quarter, MASKED=action_mask is not None, BLOCK=BLOCK_ROWS)
+            rows,
+            action_mask if action_mask is not None else rows,
+            seed,
+            actions,
+            n_rows,
+            rows.stride(0),
+            COMPONENTS=components,
+            N=n,
+            QUARTER=quarter,
+            MASKED=action_mask is not None,
+            BLOCK=BLOCK_ROWS,
+        )
     return actions.view(*batch, components)

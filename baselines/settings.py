@@ -34,21 +34,37 @@ def _finite_at_least(low: float, strict: bool = False):
 
 # field name -> (what it must be, the test its value passes), checked after its type.
 RANGES = {
-    **dict.fromkeys(("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs", "buffer_size",
-                     "batch_size", "gradient_steps", "policy_frequency"), ("an int >= 1", lambda v: v >= 1)),
+    **dict.fromkeys(
+        (
+            "num_envs",
+            "num_steps",
+            "total_timesteps",
+            "num_minibatches",
+            "update_epochs",
+            "buffer_size",
+            "batch_size",
+            "gradient_steps",
+            "policy_frequency",
+        ),
+        ("an int >= 1", lambda v: v >= 1),
+    ),
     "learning_starts": ("an int >= 0", lambda v: v >= 0),
     # Seeds as numpy's: every seed derived from it (ranks, resumes, sub-envs) stays far inside int64.
-    "seed": ("an int in [0, 2**32 - 1]", lambda v: 0 <= v < 2 ** 32),
-    **dict.fromkeys(("learning_rate", "actor_lr", "critic_lr", "rms_prop_eps", "clip_coef"),
-                    ("a finite number > 0", _finite_at_least(0, strict=True))),
+    "seed": ("an int in [0, 2**32 - 1]", lambda v: 0 <= v < 2**32),
+    **dict.fromkeys(
+        ("learning_rate", "actor_lr", "critic_lr", "rms_prop_eps", "clip_coef"),
+        ("a finite number > 0", _finite_at_least(0, strict=True)),
+    ),
     **dict.fromkeys(("gamma", "gae_lambda"), ("a number in [0, 1]", lambda v: 0 <= v <= 1)),
     **dict.fromkeys(("tau", "ou_theta"), ("a number in (0, 1]", lambda v: 0 < v <= 1)),
     **dict.fromkeys(("vf_coef", "exploration_noise"), ("a finite number >= 0", _finite_at_least(0))),
     # A schedule (a tuple of points, PolicyConfig's) is checked by PolicyConfig.
     "ent_coef": ("a finite number >= 0", lambda v: isinstance(v, tuple) or _finite_at_least(0)(v)),
     "max_grad_norm": ("a number > 0 (inf: no clipping)", lambda v: v > 0),
-    "hidden": ("a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64])",
-               lambda v: len(v) > 0 and min(v) >= 1),
+    "hidden": (
+        "a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64])",
+        lambda v: len(v) > 0 and min(v) >= 1,
+    ),
 }
 
 
@@ -60,8 +76,9 @@ def check(config) -> None:
         value, annotation = getattr(config, f.name), hints[f.name]
         rule = RANGES.get(f.name)
         if not matches(value, annotation) or (rule is not None and not rule[1](value)):
-            raise ValueError(f"{type(config).__name__}.{f.name} must be {rule[0] if rule else describe(annotation)}, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"{type(config).__name__}.{f.name} must be {rule[0] if rule else describe(annotation)}, got {value!r}"
+            )
 
 
 def matches(value, annotation) -> bool:
@@ -120,7 +137,8 @@ def accepts_bool(annotation) -> bool:
     if annotation is bool:
         return True
     return typing.get_origin(annotation) in (Union, types.UnionType) and any(
-        accepts_bool(option) for option in typing.get_args(annotation))
+        accepts_bool(option) for option in typing.get_args(annotation)
+    )
 
 
 def read(text: str, annotation=None):

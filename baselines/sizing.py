@@ -45,7 +45,7 @@ def iteration_steps(config) -> int:
 def candidates(device) -> list[int]:
     """The counts a sweep tries: 256 to 1,048,576 on a GPU, 4 to 1,024 on the CPU."""
     cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
-    return [2 ** k for k in (range(8, 21) if cuda else range(2, 11))]
+    return [2**k for k in (range(8, 21) if cuda else range(2, 11))]
 
 
 def trial_config(config, num_envs: int, world_size: int = 1):
@@ -80,8 +80,17 @@ def measure(train, env_id: str, config, *, device=None, backend: str | None = No
     return trial
 
 
-def choose_num_envs(train, env_id: str, config, *, device=None, backend: str | None = None,
-                    memory_budget: int | None = None, counts: list[int] | None = None, report=print) -> int:
+def choose_num_envs(
+    train,
+    env_id: str,
+    config,
+    *,
+    device=None,
+    backend: str | None = None,
+    memory_budget: int | None = None,
+    counts: list[int] | None = None,
+    report=print,
+) -> int:
     """The env count per rank for ``config`` (an algorithm's config, its ``num_envs`` ignored)
     trained by ``train`` (``ppo.train``, ``a2c.train``, ``ddpg.train``, ``multi_agent.train``):
     see the module docstring. ``memory_budget``: bytes of GPU memory a trainer may hold (default:
@@ -89,8 +98,11 @@ def choose_num_envs(train, env_id: str, config, *, device=None, backend: str | N
     :func:`candidates`); ``report(line)`` receives the table and the decision (on rank 0 only).
     Counts too large for ``total_timesteps`` to cover one iteration are not tried."""
     context = setup(device)
-    device = context.device if context.device is not None else (
-        torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    device = (
+        context.device
+        if context.device is not None
+        else (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    )
     cuda = device.type == "cuda"
     if cuda and memory_budget is None:
         memory_budget = int(BUDGET_FRACTION * torch.cuda.mem_get_info(device)[0])
@@ -127,23 +139,31 @@ def choose_num_envs(train, env_id: str, config, *, device=None, backend: str | N
             break
     eligible = [t for t in trials if t.env_steps_per_s is not None and not t.note]
     if not eligible:
-        raise ValueError("num_envs = \"auto\" found no env count to use: " + "; ".join(
-            f"{t.num_envs}: {t.note}" for t in trials) + " (set num_envs to a number)")
+        raise ValueError(
+            'num_envs = "auto" found no env count to use: '
+            + "; ".join(f"{t.num_envs}: {t.note}" for t in trials)
+            + " (set num_envs to a number)"
+        )
     best = max(eligible, key=lambda t: t.env_steps_per_s)
-    chosen = min((t for t in eligible if t.env_steps_per_s >= NEAR_BEST * best.env_steps_per_s),
-                 key=lambda t: t.num_envs)
-    say(f"num_envs = \"auto\": a sweep of {TRIAL_ITERATIONS}-iteration trials on {device}"
+    chosen = min(
+        (t for t in eligible if t.env_steps_per_s >= NEAR_BEST * best.env_steps_per_s), key=lambda t: t.num_envs
+    )
+    say(
+        f'num_envs = "auto": a sweep of {TRIAL_ITERATIONS}-iteration trials on {device}'
         + (f" ({context.world_size} ranks, env-steps/s of all)" if context.enabled else "")
-        + (f", memory budget {_gib(memory_budget)}" if cuda else ""))
+        + (f", memory budget {_gib(memory_budget)}" if cuda else "")
+    )
     for t in trials:
         speed = f"{t.env_steps_per_s:>14,.0f} env-steps/s" if t.env_steps_per_s is not None else " " * 26
         memory = f"  {_gib(t.peak_bytes):>10}" if t.peak_bytes is not None else ""
         say(f"  {t.num_envs:>9,d} envs {speed}{memory}  {t.note}".rstrip())
-    say(f"num_envs = {chosen.num_envs:,}: the smallest count within {1 - NEAR_BEST:.0%} of the best throughput "
+    say(
+        f"num_envs = {chosen.num_envs:,}: the smallest count within {1 - NEAR_BEST:.0%} of the best throughput "
         f"measured ({best.env_steps_per_s:,.0f} env-steps/s with {best.num_envs:,} envs)"
-        + ("" if best is chosen else "; more envs would buy little speed and cost updates"))
+        + ("" if best is chosen else "; more envs would buy little speed and cost updates")
+    )
     return chosen.num_envs
 
 
 def _gib(count: float) -> str:
-    return f"{count / 2 ** 30:.2f} GiB"
+    return f"{count / 2**30:.2f} GiB"

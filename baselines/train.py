@@ -101,6 +101,7 @@ HEADER = ("algorithm", "env", "config", "written_by")
 
 # -- what a run will do, checked before anything is written ----------------------------------------
 
+
 @dataclass(frozen=True)
 class Plan:
     """A training command's run, decided before anything is written."""
@@ -129,13 +130,16 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
         check_checkpoint(resume, args.resume, training=True)
         changed = sorted({parse_override(text)[0] for text in args.set} - {"total_timesteps"})
         if changed or args.seed is not None:
-            raise ConfigError(f"a resumed run keeps its config; only --set total_timesteps=N may change "
-                              f"(got {changed or ['--seed']})")
+            raise ConfigError(
+                f"a resumed run keeps its config; only --set total_timesteps=N may change (got {changed or ['--seed']})"
+            )
         algorithm, env, config = build_config(raw_config(resume), args.set, None)
         source = Path(args.resume)
         if args.out is None and source.name != CHECKPOINT:
-            raise RunFolderError(f"--resume {source}: pass --out, the folder to continue the run in (a run's "
-                                 f"folder holds its checkpoint as {CHECKPOINT})")
+            raise RunFolderError(
+                f"--resume {source}: pass --out, the folder to continue the run in (a run's "
+                f"folder holds its checkpoint as {CHECKPOINT})"
+            )
         folder = Path(args.out) if args.out else source.parent
         in_place = source.name == CHECKPOINT and folder.resolve() == source.parent.resolve()
         auto = False
@@ -163,8 +167,10 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
     else:
         held = held_files(folder)
         if held and not args.overwrite:
-            raise RunFolderError(f"{folder} holds a run already ({', '.join(held)}): continue it with --resume "
-                                 f"{folder / CHECKPOINT}, replace it with --overwrite, or pass another --out")
+            raise RunFolderError(
+                f"{folder} holds a run already ({', '.join(held)}): continue it with --resume "
+                f"{folder / CHECKPOINT}, replace it with --overwrite, or pass another --out"
+            )
         plan = Plan(algorithm, env, config, folder, resume=resume, overwrite=bool(held), auto=auto)
     try:
         steps = sizing.iteration_steps(plan.config)
@@ -195,17 +201,21 @@ def check_device(device: str, local_processes: int = 1) -> None:
     if parsed.type != "cuda":
         raise ConfigError(f"--device {device}: the trainers run on cpu or cuda[:N]")
     if not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: torch sees no CUDA GPU here (torch.cuda.is_available() is False); "
-                          "train with --device cpu")
+        raise ConfigError(
+            f"--device {device}: torch sees no CUDA GPU here (torch.cuda.is_available() is False); "
+            "train with --device cpu"
+        )
     count = torch.cuda.device_count()
     if parsed.index is not None and parsed.index >= count:
         raise ConfigError(f"--device {device}: this host has {count} GPU(s), cuda:0 to cuda:{count - 1}")
     if local_processes > count:
-        raise ConfigError(f"{local_processes} processes on this host need as many GPUs; it has {count} "
-                          "(or train on --device cpu)")
+        raise ConfigError(
+            f"{local_processes} processes on this host need as many GPUs; it has {count} (or train on --device cpu)"
+        )
     if local_processes > 1 and parsed.index is not None:
-        raise ConfigError(f"--device {device}: with several processes each trains on cuda:LOCAL_RANK; "
-                          "pass --device cuda")
+        raise ConfigError(
+            f"--device {device}: with several processes each trains on cuda:LOCAL_RANK; pass --device cuda"
+        )
 
 
 def check_lightning() -> None:
@@ -213,8 +223,9 @@ def check_lightning() -> None:
     try:
         import lightning.pytorch  # noqa: F401
     except ImportError as error:
-        raise ConfigError(f"--lightning needs PyTorch Lightning ({error}): pip install 'gpu_marl_envs[lightning]'") \
-            from None
+        raise ConfigError(
+            f"--lightning needs PyTorch Lightning ({error}): pip install 'gpu_marl_envs[lightning]'"
+        ) from None
 
 
 def check_checkpoint(checkpoint: dict, path, training: bool = False) -> None:
@@ -228,6 +239,7 @@ def check_checkpoint(checkpoint: dict, path, training: bool = False) -> None:
 
 
 # -- training --------------------------------------------------------------------------------------
+
 
 class RunWriter:
     """Rank 0's writes into the run's folder. Nothing is written until the trainer hands over its
@@ -298,25 +310,38 @@ def run_training(plan: Plan, device, context: Context, lightning: bool = False) 
         return None
     writer = RunWriter(plan, header, state)
     earlier = [] if state is None else state["history"]
-    with tqdm(total=config.total_timesteps, initial=earlier[-1]["env_steps"] if earlier else 0, unit="step",
-              unit_scale=True, desc=f"{algorithm} {env}") as bar:
+    with tqdm(
+        total=config.total_timesteps,
+        initial=earlier[-1]["env_steps"] if earlier else 0,
+        unit="step",
+        unit_scale=True,
+        desc=f"{algorithm} {env}",
+    ) as bar:
+
         def log(entry: dict) -> None:
             writer.log(entry)
             bar.update(entry["env_steps"] - bar.n)
             bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
 
         try:
-            agent, history = train(env, config, device=device, log=log, save=writer.save, resume=state,
-                                   log_every=log_every)
+            agent, history = train(
+                env, config, device=device, log=log, save=writer.save, resume=state, log_every=log_every
+            )
             writer.ensure_started()
         finally:
             writer.close()  # a trainer that failed before handing anything over leaves no folder
-    plot_learning_curve(history, folder / "learning_curve.png", f"{algorithm} on {env} (seed {config.seed})"
-                        + (f", {context.world_size} ranks" if context.enabled else ""))
+    plot_learning_curve(
+        history,
+        folder / "learning_curve.png",
+        f"{algorithm} on {env} (seed {config.seed})" + (f", {context.world_size} ranks" if context.enabled else ""),
+    )
     if multi:
         returns = multi_agent.evaluate(agent, env, config, device=device)
-        return {"mean_return": returns[multi_agent.reported_group(config)], "group_returns": returns,
-                "checkpoint": folder / CHECKPOINT}
+        return {
+            "mean_return": returns[multi_agent.reported_group(config)],
+            "group_returns": returns,
+            "checkpoint": folder / CHECKPOINT,
+        }
     returns = ppo.evaluate(agent, env, device=device)
     return {"mean_return": returns.mean().item(), "checkpoint": folder / CHECKPOINT}
 
@@ -332,23 +357,32 @@ def train_command(args) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             checkpoint_path = args.resume or plan.folder / CHECKPOINT  # (a torchrun restart's own checkpoint)
             steps = plan.resume["history"][-1]["env_steps"] if plan.resume["history"] else 0
-            print(f"{plan.folder}: the run has finished ({steps:,} env steps of total_timesteps "
-                  f"{plan.config.total_timesteps:,}); nothing to train. Train it further with --resume "
-                  f"{checkpoint_path} --set total_timesteps=N (N > {plan.config.total_timesteps:,}), or evaluate it "
-                  f"with --evaluate {checkpoint_path}", flush=True)
+            print(
+                f"{plan.folder}: the run has finished ({steps:,} env steps of total_timesteps "
+                f"{plan.config.total_timesteps:,}); nothing to train. Train it further with --resume "
+                f"{checkpoint_path} --set total_timesteps=N (N > {plan.config.total_timesteps:,}), or evaluate it "
+                f"with --evaluate {checkpoint_path}",
+                flush=True,
+            )
         return 0
     context = setup(args.device, args.collective_timeout)  # under torchrun: this rank's GPU, the process group
     # Every rank continues the same checkpoint (a folder each host reads, or none).
     if len(set(context.gather(None if plan.resume is None else plan.resume[DIGEST]))) > 1:
-        raise ConfigError(f"the ranks found different checkpoints to continue in {plan.folder}: keep the run "
-                          "folder on a filesystem every host shares")
+        raise ConfigError(
+            f"the ranks found different checkpoints to continue in {plan.folder}: keep the run "
+            "folder on a filesystem every host shares"
+        )
     if plan.restart and context.is_main:
-        print(f"torchrun restarted the job: {plan.folder} continues from its checkpoint at "
-              f"{plan.resume['history'][-1]['env_steps'] if plan.resume['history'] else 0:,} env steps", flush=True)
+        print(
+            f"torchrun restarted the job: {plan.folder} continues from its checkpoint at "
+            f"{plan.resume['history'][-1]['env_steps'] if plan.resume['history'] else 0:,} env steps",
+            flush=True,
+        )
     device = context.device if context.device is not None else args.device
     if plan.auto:
-        num_envs = sizing.choose_num_envs(train_function(plan.algorithm, plan.config), plan.env, plan.config,
-                                          device=device)
+        num_envs = sizing.choose_num_envs(
+            train_function(plan.algorithm, plan.config), plan.env, plan.config, device=device
+        )
         plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
     result = run_training(plan, device, context, lightning=args.lightning)
     teardown()  # only after a run that ended well: a failed rank must not wait for the others
@@ -363,6 +397,7 @@ def train_command(args) -> int:
 
 
 # -- evaluation ------------------------------------------------------------------------------------
+
 
 def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.MultiAgentConfig]:
     """The policies, game and config of a (loaded) multi-agent checkpoint written by this command."""
@@ -380,8 +415,11 @@ def evaluate_policies(checkpoint: dict, path: Path, episodes: int, device) -> No
     frames = None if game_renderer(get_game(env).id) is None else []
     returns = multi_agent.evaluate(policies, env, config, episodes, device=device, frames=frames)
     drawn = "" if frames is None else f"; game 0 drawn in {save_animation(frames, path.with_name('animation.gif'))}"
-    print(f"{env}: greedy mean return per agent over {episodes} games: "
-          + ", ".join(f"{group} {value:.2f}" for group, value in returns.items()) + drawn)
+    print(
+        f"{env}: greedy mean return per agent over {episodes} games: "
+        + ", ".join(f"{group} {value:.2f}" for group, value in returns.items())
+        + drawn
+    )
 
 
 def load_agent(checkpoint: dict, device) -> tuple[torch.nn.Module, str]:
@@ -390,8 +428,9 @@ def load_agent(checkpoint: dict, device) -> tuple[torch.nn.Module, str]:
 
     probe = GpuVectorEnv(checkpoint["env"], 1, device="cpu")
     policy_type = ALGORITHMS[checkpoint["algorithm"]][2]
-    agent = policy_type(probe.single_observation_space.shape[0], probe.single_action_space,
-                        tuple(checkpoint["config"]["hidden"]))
+    agent = policy_type(
+        probe.single_observation_space.shape[0], probe.single_action_space, tuple(checkpoint["config"]["hidden"])
+    )
     agent.load_state_dict(checkpoint["model"])
     return agent.to(device), checkpoint["env"]
 
@@ -407,11 +446,14 @@ def evaluate_command(args) -> None:
         return
     agent, env = load_agent(checkpoint, args.device)
     returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
-    print(f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
-          f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})")
+    print(
+        f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
+        f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})"
+    )
 
 
 # -- several processes -----------------------------------------------------------------------------
+
 
 def launch(args, argv: list[str]) -> int:
     """``--nproc-per-node N``: check the run here, then start ``torch.distributed.run`` (what the
@@ -432,8 +474,18 @@ def launch(args, argv: list[str]) -> int:
     # The restarted ranks must not meet the first attempt's rendezvous store (distributed.launch_problem).
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     try:
-        torchrun(["--standalone", "--nproc-per-node", str(args.nproc_per_node), "--max-restarts", str(restarts),
-                  "-m", __spec__.name, *rest])
+        torchrun(
+            [
+                "--standalone",
+                "--nproc-per-node",
+                str(args.nproc_per_node),
+                "--max-restarts",
+                str(restarts),
+                "-m",
+                __spec__.name,
+                *rest,
+            ]
+        )
     except ChildFailedError as error:
         print(error, file=sys.stderr)
         return 1
@@ -460,39 +512,70 @@ def shipped_config_env(env: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu-marl-train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog="gpu-marl-train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--env", type=shipped_config_env,
-                        help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)}; with or "
-                             "without the gpu_marl_envs/ prefix)")
+    source.add_argument(
+        "--env",
+        type=shipped_config_env,
+        help=f"train with the shipped config of this env ({', '.join(DEFAULT_CONFIGS)}; with or "
+        "without the gpu_marl_envs/ prefix)",
+    )
     source.add_argument("--config", help="train with this TOML config")
     source.add_argument("--evaluate", metavar="CHECKPOINT", help="evaluate a checkpoint and exit")
-    source.add_argument("--resume", metavar="CHECKPOINT",
-                        help="continue the run of a checkpoint, in its folder unless --out is given "
-                             "(--set total_timesteps=N lengthens it)")
+    source.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue the run of a checkpoint, in its folder unless --out is given "
+        "(--set total_timesteps=N lengthens it)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyper-parameter")
     parser.add_argument("--seed", type=int, help="the run's seed (overrides the config's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", help="run folder (default runs/<env>-<algorithm>-seed<seed>); one that holds a run "
-                                      "is refused, unless --resume continues it or --overwrite replaces it")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run in --out (its checkpoint, config, metrics, curve and TensorBoard "
-                             "events are removed when the new run writes its first file)")
+    parser.add_argument(
+        "--out",
+        help="run folder (default runs/<env>-<algorithm>-seed<seed>); one that holds a run "
+        "is refused, unless --resume continues it or --overwrite replaces it",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out (its checkpoint, config, metrics, curve and TensorBoard "
+        "events are removed when the new run writes its first file)",
+    )
     parser.add_argument("--episodes", type=int, default=16, help="evaluation episodes")
-    parser.add_argument("--nproc-per-node", type=int, metavar="N",
-                        help="train with N processes on this host (one per GPU) through torchrun; "
-                             "num_envs is per process")
-    parser.add_argument("--max-restarts", type=int, metavar="K",
-                        help="with --nproc-per-node: restart the processes up to K times after a failure; the "
-                             "run continues from its last checkpoint")
-    parser.add_argument("--lightning", action="store_true",
-                        help="train through PyTorch Lightning's Trainer (pip install 'gpu_marl_envs[lightning]'): the "
-                             "same run folder and numbers, plus lightning.ckpt, Lightning's checkpoint of the run")
-    parser.add_argument("--collective-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help="with several processes: how long one waits for the others in a collective before "
-                             f"the job (or a restart) fails, which bounds a dead or frozen process (default "
-                             f"{DEFAULT_TIMEOUT:.0f})")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="train with N processes on this host (one per GPU) through torchrun; num_envs is per process",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="K",
+        help="with --nproc-per-node: restart the processes up to K times after a failure; the "
+        "run continues from its last checkpoint",
+    )
+    parser.add_argument(
+        "--lightning",
+        action="store_true",
+        help="train through PyTorch Lightning's Trainer (pip install 'gpu_marl_envs[lightning]'): the "
+        "same run folder and numbers, plus lightning.ckpt, Lightning's checkpoint of the run",
+    )
+    parser.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="with several processes: how long one waits for the others in a collective before "
+        f"the job (or a restart) fails, which bounds a dead or frozen process (default "
+        f"{DEFAULT_TIMEOUT:.0f})",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     try:

@@ -112,7 +112,7 @@ def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tenso
     else:
         y = F.linear(x, weight, bias)
         y = torch.tanh(y) if tanh else y
-    return y[..., :layer.out_features] if pad_out else y
+    return y[..., : layer.out_features] if pad_out else y
 
 
 def kernels_apply(rows: int) -> bool:
@@ -125,17 +125,28 @@ def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor 
     """Whether a tanh layer of ``width`` outputs over ``rows`` rows takes :class:`_LinearTanh`: a
     gradient will be taken, the width is a power of two the kernel holds in a block (16 to 1,024),
     and :func:`kernels_apply`."""
-    return (torch.is_grad_enabled() and bias is not None and (weight.requires_grad or bias.requires_grad)
-            and 16 <= width <= 1024 and width & (width - 1) == 0 and kernels_apply(rows))
+    return (
+        torch.is_grad_enabled()
+        and bias is not None
+        and (weight.requires_grad or bias.requires_grad)
+        and 16 <= width <= 1024
+        and width & (width - 1) == 0
+        and kernels_apply(rows)
+    )
 
 
 def value_head_applies(layer: nn.Linear, head: nn.Module, x: torch.Tensor) -> bool:
     """Whether a network's last ``layer, Tanh, head`` run as :func:`tanh_value_head`: ``head`` is a
     ``Linear`` with a single output and a bias, ``layer`` takes its input unpadded, and the fused
     backward applies (:func:`fused_backward_applies`)."""
-    return (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None
-            and x.shape[-1] == layer.in_features and layer.in_features % ALIGN == 0
-            and fused_backward_applies(layer.out_features, layer.weight, layer.bias, row_count(x)))
+    return (
+        isinstance(head, nn.Linear)
+        and head.out_features == 1
+        and head.bias is not None
+        and x.shape[-1] == layer.in_features
+        and layer.in_features % ALIGN == 0
+        and fused_backward_applies(layer.out_features, layer.weight, layer.bias, row_count(x))
+    )
 
 
 def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -163,8 +174,7 @@ def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     dz = torch.empty_like(dy)
     partial = torch.empty(blocks, width, dtype=torch.float32, device=y.device)
     if blocks:
-        policy_kernels.tanh_backward_and_bias[(blocks,)](dy, y, dz, partial, n_rows, N=width, BLOCK=block,
-                                                         num_warps=8)
+        policy_kernels.tanh_backward_and_bias[(blocks,)](dy, y, dz, partial, n_rows, N=width, BLOCK=block, num_warps=8)
     return dz, partial.sum(0)
 
 
@@ -222,8 +232,13 @@ class _TanhValueHead(torch.autograd.Function):
         dz = torch.empty_like(h2)
         partial = torch.empty(blocks, 2 * width + 1, dtype=torch.float32, device=h.device)
         if blocks:
-            policy_kernels.tanh_value_head_backward[(blocks,)](dv.contiguous().view(-1), h2, head_weight, dz, partial,
-                                                               n_rows, N=width, BLOCK=block, num_warps=8)
+            policy_kernels.tanh_value_head_backward[(blocks,)](
+                dv.contiguous().view(-1), h2, head_weight, dz, partial, n_rows, N=width, BLOCK=block, num_warps=8
+            )
         sums = partial.sum(0).to(weight.dtype)
-        return (*layer_gradients(ctx, dz, x, weight, h.shape), sums[:width], sums[width:2 * width].view(1, width),
-                sums[2 * width:])
+        return (
+            *layer_gradients(ctx, dz, x, weight, h.shape),
+            sums[:width],
+            sums[width : 2 * width].view(1, width),
+            sums[2 * width :],
+        )

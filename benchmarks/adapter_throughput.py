@@ -80,6 +80,7 @@ def rate(step: Callable[[int], None], num_envs: int, device: torch.device, min_s
 
 # -- step: raw env and each adapter ----------------------------------------------------------------
 
+
 def sample(space: spaces.Space, batch: tuple[int, ...], generator: torch.Generator, device) -> torch.Tensor:
     """Uniform valid actions of ``space`` with leading dims ``batch``, in the env's dtype."""
     if isinstance(space, spaces.Discrete):
@@ -93,8 +94,13 @@ def sample(space: spaces.Space, batch: tuple[int, ...], generator: torch.Generat
 def group_action_pool(env, device) -> list[dict[str, torch.Tensor]]:
     """``POOL`` sets of a game's actions keyed by group, ``(num_envs, group_size, ...)``."""
     generator = torch.Generator(device=device).manual_seed(0)
-    return [{group: sample(env.action_space(agents[0]), (env.num_envs, len(agents)), generator, device)
-             for group, agents in env.groups.items()} for _ in range(POOL)]
+    return [
+        {
+            group: sample(env.action_space(agents[0]), (env.num_envs, len(agents)), generator, device)
+            for group, agents in env.groups.items()
+        }
+        for _ in range(POOL)
+    ]
 
 
 def vector_action_pool(env, device) -> list[torch.Tensor]:
@@ -102,8 +108,9 @@ def vector_action_pool(env, device) -> list[torch.Tensor]:
     return [sample(env.single_action_space, (env.num_envs,), generator, device) for _ in range(POOL)]
 
 
-def raw_step(env_id: str, num_envs: int, device: torch.device,
-             backend: str | None) -> tuple[Callable[[int], None], str]:
+def raw_step(
+    env_id: str, num_envs: int, device: torch.device, backend: str | None
+) -> tuple[Callable[[int], None], str]:
     """``step`` (``step_groups`` for a game) of the env the adapters wrap, made as they make it, and
     the name of the backend it chose."""
     env = make_batched_env(env_id, num_envs, device=device, backend=backend)
@@ -135,8 +142,10 @@ def sb3_step(env_id: str, num_envs: int, device: torch.device, backend: str | No
 def torchrl_action_pool(env, env_id: str, device: torch.device) -> list[dict]:
     """``POOL`` sets of actions keyed as the TorchRL adapter's tensordicts hold them."""
     if is_multi_agent(env_id):
-        return [{(group, "action"): actions for group, actions in grouped.items()}
-                for grouped in group_action_pool(env, device)]
+        return [
+            {(group, "action"): actions for group, actions in grouped.items()}
+            for grouped in group_action_pool(env, device)
+        ]
     return [{"action": actions} for actions in vector_action_pool(env, device)]
 
 
@@ -163,8 +172,7 @@ def torchrl_step(env_id: str, num_envs: int, device: torch.device, backend: str 
     return torchrl_loop(env, torchrl_action_pool(env._env, env_id, device))
 
 
-def torchrl_floor_step(env_id: str, num_envs: int, device: torch.device,
-                       backend: str | None) -> Callable[[int], None]:
+def torchrl_floor_step(env_id: str, num_envs: int, device: torch.device, backend: str | None) -> Callable[[int], None]:
     """TorchRL's own ``EnvBase.step_and_maybe_reset`` on an env that does nothing: the TorchRL
     adapter with its specs, but with TorchRL's own ``step`` and ``step_and_maybe_reset`` and a
     ``_step`` that hands back outputs made once (nothing ends, so nothing resets). What TorchRL's
@@ -201,9 +209,14 @@ def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | N
         return actions.unsqueeze(-1) if isinstance(space, spaces.Discrete) else actions
 
     if is_multi_agent(env_id):
-        pool = [{agent: skrl_form(grouped[group][:, i].contiguous(), env.action_space(agent))
-                 for group, agents in env.groups.items() for i, agent in enumerate(agents)}
-                for grouped in group_action_pool(env._env, device)]
+        pool = [
+            {
+                agent: skrl_form(grouped[group][:, i].contiguous(), env.action_space(agent))
+                for group, agents in env.groups.items()
+                for i, agent in enumerate(agents)
+            }
+            for grouped in group_action_pool(env._env, device)
+        ]
     else:
         pool = [skrl_form(actions, env.action_space) for actions in vector_action_pool(env._env, device)]
     return lambda k: env.step(pool[k % POOL])
@@ -211,7 +224,11 @@ def skrl_step(env_id: str, num_envs: int, device: torch.device, backend: str | N
 
 # name -> (env_id, num_envs, device, backend) -> step(k)
 ADAPTERS: dict[str, Callable[[str, int, torch.device, str | None], Callable[[int], None]]] = {
-    "sb3": sb3_step, "torchrl": torchrl_step, "torchrl-floor": torchrl_floor_step, "skrl": skrl_step}
+    "sb3": sb3_step,
+    "torchrl": torchrl_step,
+    "torchrl-floor": torchrl_floor_step,
+    "skrl": skrl_step,
+}
 SINGLE_AGENT_ONLY = {"sb3"}  # see the module docstring
 
 
@@ -235,6 +252,7 @@ def sb3_dummy_vec_env_rate(num_envs: int, min_seconds: float, repeats: int) -> f
 
 # -- training: SB3 PPO -------------------------------------------------------------------------------
 
+
 def sb3_ppo(vec_env, n_steps: int, timesteps: int, seed: int) -> dict:
     """SB3 PPO with rl-zoo's CartPole-v1 settings (batch 256 per minibatch, 20 epochs), its policy on
     the CPU; wall time of ``learn`` and the deterministic mean return over 16 episodes after it."""
@@ -242,16 +260,33 @@ def sb3_ppo(vec_env, n_steps: int, timesteps: int, seed: int) -> dict:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    model = PPO("MlpPolicy", vec_env, n_steps=n_steps, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-                ent_coef=0.0, learning_rate=lambda p: 1e-3 * p, clip_range=lambda p: 0.2 * p, seed=seed,
-                device="cpu")
+    model = PPO(
+        "MlpPolicy",
+        vec_env,
+        n_steps=n_steps,
+        batch_size=256,
+        n_epochs=20,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        learning_rate=lambda p: 1e-3 * p,
+        clip_range=lambda p: 0.2 * p,
+        seed=seed,
+        device="cpu",
+    )
     start = time.perf_counter()
     model.learn(timesteps)
     seconds = time.perf_counter() - start
-    mean, std = evaluate_policy(model, make_vec_env(ENV_ID, n_envs=16, seed=1000), n_eval_episodes=16,
-                                deterministic=True)
-    return {"seconds": seconds, "env_steps_per_s": model.num_timesteps / seconds, "timesteps": model.num_timesteps,
-            "eval_return_mean": mean, "eval_return_std": std}
+    mean, std = evaluate_policy(
+        model, make_vec_env(ENV_ID, n_envs=16, seed=1000), n_eval_episodes=16, deterministic=True
+    )
+    return {
+        "seconds": seconds,
+        "env_steps_per_s": model.num_timesteps / seconds,
+        "timesteps": model.num_timesteps,
+        "eval_return_mean": mean,
+        "eval_return_std": std,
+    }
 
 
 def sb3_training(device: torch.device, timesteps: int, seed: int) -> list[dict]:
@@ -273,6 +308,7 @@ def sb3_training(device: torch.device, timesteps: int, seed: int) -> list[dict]:
 
 # -- report --------------------------------------------------------------------------------------------
 
+
 def hardware(device: torch.device) -> dict:
     import skrl
     import stable_baselines3
@@ -281,39 +317,61 @@ def hardware(device: torch.device) -> dict:
 
     return {
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "torch": torch.__version__, "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__,
-        "torchrl": torchrl.__version__, "tensordict": tensordict.__version__, "skrl": skrl.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "stable_baselines3": stable_baselines3.__version__,
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "skrl": skrl.__version__,
         "gpu_marl_envs": gpu_marl_envs.__version__,
     }
 
 
 def markdown(report: dict) -> str:
     hw = report["hardware"]
-    lines = [f"# Adapter overhead: {hw['gpu'] or 'CPU'}", "",
-             f"torch {hw['torch']}, Gymnasium {hw['gymnasium']}, Stable-Baselines3 {hw['stable_baselines3']}, "
-             f"TorchRL {hw['torchrl']} (TensorDict {hw['tensordict']}), skrl {hw['skrl']}, "
-             f"Python {hw['python']}. `{report['command']}`", "",
-             "## Step: adapter against the raw step", "",
-             "An env-step of a game steps all its agents. `torchrl-floor`: TorchRL's own "
-             "`step_and_maybe_reset` on an env that does nothing, with the TorchRL adapter's specs (the most "
-             "any TorchRL env can reach).", "",
-             "| adapter | env (backend) | sub-envs | raw step env-steps/s | adapter env-steps/s | adapter / raw |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"# Adapter overhead: {hw['gpu'] or 'CPU'}",
+        "",
+        f"torch {hw['torch']}, Gymnasium {hw['gymnasium']}, Stable-Baselines3 {hw['stable_baselines3']}, "
+        f"TorchRL {hw['torchrl']} (TensorDict {hw['tensordict']}), skrl {hw['skrl']}, "
+        f"Python {hw['python']}. `{report['command']}`",
+        "",
+        "## Step: adapter against the raw step",
+        "",
+        "An env-step of a game steps all its agents. `torchrl-floor`: TorchRL's own "
+        "`step_and_maybe_reset` on an env that does nothing, with the TorchRL adapter's specs (the most "
+        "any TorchRL env can reach).",
+        "",
+        "| adapter | env (backend) | sub-envs | raw step env-steps/s | adapter env-steps/s | adapter / raw |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for row in report["steps"]:
-        lines.append(f"| {row['adapter']} | {row['env_id']} ({row['backend']}) | {row['num_envs']:,} | "
-                     f"{row['raw_env_steps_per_s']:,.0f} | {row['adapter_env_steps_per_s']:,.0f} | "
-                     f"{row['ratio']:.0%} |")
+        lines.append(
+            f"| {row['adapter']} | {row['env_id']} ({row['backend']}) | {row['num_envs']:,} | "
+            f"{row['raw_env_steps_per_s']:,.0f} | {row['adapter_env_steps_per_s']:,.0f} | "
+            f"{row['ratio']:.0%} |"
+        )
     base = report["baseline"]
-    lines += ["", f"Baseline: SB3 `DummyVecEnv` of {base['num_envs']} Gymnasium CartPoles (CPU): "
-              f"{base['env_steps_per_s']:,.0f} env-steps/s.", ""]
+    lines += [
+        "",
+        f"Baseline: SB3 `DummyVecEnv` of {base['num_envs']} Gymnasium CartPoles (CPU): "
+        f"{base['env_steps_per_s']:,.0f} env-steps/s.",
+        "",
+    ]
     if report["training"]:
-        lines += [f"## SB3 PPO on {ENV_ID}, {report['training'][0]['timesteps']:,} env steps", "",
-                  "| setup | sub-envs x steps per rollout | wall s | env-steps/s | eval return |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            f"## SB3 PPO on {ENV_ID}, {report['training'][0]['timesteps']:,} env steps",
+            "",
+            "| setup | sub-envs x steps per rollout | wall s | env-steps/s | eval return |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for row in report["training"]:
-            lines.append(f"| {row['setup']} | {row['n_envs']:,} x {row['n_steps']} | {row['seconds']:.1f} | "
-                         f"{row['env_steps_per_s']:,.0f} | {row['eval_return_mean']:.1f} ± {row['eval_return_std']:.1f} |")
+            lines.append(
+                f"| {row['setup']} | {row['n_envs']:,} x {row['n_steps']} | {row['seconds']:.1f} | "
+                f"{row['env_steps_per_s']:,.0f} | {row['eval_return_mean']:.1f} ± {row['eval_return_std']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -346,16 +404,28 @@ def main() -> None:
                 adapted = rate(step, num_envs, device, args.min_seconds, args.repeats)
                 del step
                 release(device)
-                row = {"adapter": name, "env_id": env_id, "backend": backend, "num_envs": num_envs,
-                       "raw_env_steps_per_s": raw, "adapter_env_steps_per_s": adapted, "ratio": adapted / raw}
+                row = {
+                    "adapter": name,
+                    "env_id": env_id,
+                    "backend": backend,
+                    "num_envs": num_envs,
+                    "raw_env_steps_per_s": raw,
+                    "adapter_env_steps_per_s": adapted,
+                    "ratio": adapted / raw,
+                }
                 print(json.dumps(row), flush=True)
                 steps.append(row)
     baseline = {"num_envs": 64, "env_steps_per_s": sb3_dummy_vec_env_rate(64, args.min_seconds, args.repeats)}
     print(json.dumps({"baseline": baseline}), flush=True)
     training = sb3_training(device, args.train_timesteps, args.seed) if args.train_timesteps else []
 
-    report = {"hardware": hardware(device), "command": " ".join(["python", *sys.argv]), "steps": steps,
-              "baseline": baseline, "training": training}
+    report = {
+        "hardware": hardware(device),
+        "command": " ".join(["python", *sys.argv]),
+        "steps": steps,
+        "baseline": baseline,
+        "training": training,
+    }
     text = markdown(report)
     save(args, text, report)
     print(text)

@@ -41,8 +41,18 @@ def bytes_per_env_step(env: GpuParallelEnv) -> int:
         return tensor[0].numel() * tensor.element_size()
 
     moved = per_env(env._actions)
-    moved += sum(per_env(t) for t in (b.observations, b.action_masks, b.rewards, b.agent_terminated,
-                                      b.agent_truncated, b.terminated, b.truncated))
+    moved += sum(
+        per_env(t)
+        for t in (
+            b.observations,
+            b.action_masks,
+            b.rewards,
+            b.agent_terminated,
+            b.agent_truncated,
+            b.terminated,
+            b.truncated,
+        )
+    )
     moved += 2 * per_env(b.running_returns)
     for name in env.state_fields:
         tensor = getattr(state, name)
@@ -56,8 +66,11 @@ def bytes_per_env_step(env: GpuParallelEnv) -> int:
 
 def state_bytes_per_env(env: GpuParallelEnv) -> int:
     """Resident bytes per env: the state and every buffer of the batch."""
-    return sum(t[0].numel() * t.element_size() for t in env._buffers.tensors().values()
-               if isinstance(t, torch.Tensor) and t.dim() > 0)
+    return sum(
+        t[0].numel() * t.element_size()
+        for t in env._buffers.tensors().values()
+        if isinstance(t, torch.Tensor) and t.dim() > 0
+    )
 
 
 def measure(num_envs: int, backend: str, validate: bool, min_seconds: float, repeats: int) -> dict:
@@ -72,9 +85,18 @@ def measure(num_envs: int, backend: str, validate: bool, min_seconds: float, rep
     num_agents = env.max_num_agents
     env.close()
     rate = num_envs * steps / seconds
-    return {"num_envs": num_envs, "backend": backend, "validate_actions": validate, "steps": steps,
-            "us_per_step": 1e6 * seconds / steps, "env_steps_per_s": rate, "agent_steps_per_s": rate * num_agents,
-            "bytes_per_env_step": moved, "bytes_per_env": resident, "bytes_per_s": rate * moved}
+    return {
+        "num_envs": num_envs,
+        "backend": backend,
+        "validate_actions": validate,
+        "steps": steps,
+        "us_per_step": 1e6 * seconds / steps,
+        "env_steps_per_s": rate,
+        "agent_steps_per_s": rate * num_agents,
+        "bytes_per_env_step": moved,
+        "bytes_per_env": resident,
+        "bytes_per_s": rate * moved,
+    }
 
 
 def main() -> None:
@@ -103,21 +125,29 @@ def main() -> None:
                 continue
             r["roofline_fraction"] = r["bytes_per_s"] / ceiling
             results.append(r)
-            print(f"{num_envs:7d} {backend:7s} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
-                  f"{r['env_steps_per_s'] / 1e6:9.3f} M env-steps/s {r['agent_steps_per_s'] / 1e6:9.1f} M agent-steps/s "
-                  f"{r['bytes_per_s'] / 1e9:7.0f} GB/s ({100 * r['roofline_fraction']:.0f}% of copy)", flush=True)
+            print(
+                f"{num_envs:7d} {backend:7s} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
+                f"{r['env_steps_per_s'] / 1e6:9.3f} M env-steps/s {r['agent_steps_per_s'] / 1e6:9.1f} M agent-steps/s "
+                f"{r['bytes_per_s'] / 1e9:7.0f} GB/s ({100 * r['roofline_fraction']:.0f}% of copy)",
+                flush=True,
+            )
 
     first = results[0] if results else {}
-    lines = [f"Hardware: {hardware}; device-to-device copy {ceiling / 1e9:.0f} GB/s (bytes read + written), "
-             "measured in the same run. Command: `python benchmarks/covid_throughput.py`. Torch = the reference "
-             f"backend (CUDA-graphed). A step must move {first.get('bytes_per_env_step', 0):,} bytes per env; "
-             f"an env holds {first.get('bytes_per_env', 0):,} bytes (state and buffers).", "",
-             "| envs | backend | validate | µs/step | env-steps/s | agent-steps/s | GB/s moved | of copy bandwidth |",
-             "|---:|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Hardware: {hardware}; device-to-device copy {ceiling / 1e9:.0f} GB/s (bytes read + written), "
+        "measured in the same run. Command: `python benchmarks/covid_throughput.py`. Torch = the reference "
+        f"backend (CUDA-graphed). A step must move {first.get('bytes_per_env_step', 0):,} bytes per env; "
+        f"an env holds {first.get('bytes_per_env', 0):,} bytes (state and buffers).",
+        "",
+        "| envs | backend | validate | µs/step | env-steps/s | agent-steps/s | GB/s moved | of copy bandwidth |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
-        lines.append(f"| {r['num_envs']:,} | {r['backend']} | {r['validate_actions']} | {r['us_per_step']:.1f} | "
-                     f"{r['env_steps_per_s'] / 1e6:.3f} M | {r['agent_steps_per_s'] / 1e6:.1f} M | "
-                     f"{r['bytes_per_s'] / 1e9:.0f} | {100 * r['roofline_fraction']:.0f}% |")
+        lines.append(
+            f"| {r['num_envs']:,} | {r['backend']} | {r['validate_actions']} | {r['us_per_step']:.1f} | "
+            f"{r['env_steps_per_s'] / 1e6:.3f} M | {r['agent_steps_per_s'] / 1e6:.1f} M | "
+            f"{r['bytes_per_s'] / 1e9:.0f} | {100 * r['roofline_fraction']:.0f}% |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     save(args, table, {"hardware": hardware, "copy_bytes_per_s": ceiling, "results": results})

@@ -45,8 +45,13 @@ def child(seed: int, device: str) -> dict:
         ppo.train("CartPole-v1", ppo.PPOConfig(seed=seed), device=device, log=log, log_every=1)
     except Reached:
         pass
-    return {"seed": seed, "import_torch_s": imported, "to_threshold_s": reached.get("seconds"),
-            "env_steps": reached.get("env_steps"), "dynamo_imported": "torch._dynamo" in sys.modules}
+    return {
+        "seed": seed,
+        "import_torch_s": imported,
+        "to_threshold_s": reached.get("seconds"),
+        "env_steps": reached.get("env_steps"),
+        "dynamo_imported": "torch._dynamo" in sys.modules,
+    }
 
 
 def main() -> None:
@@ -59,12 +64,19 @@ def main() -> None:
         print(json.dumps(child(args.child, args.device)))
         return
     for seed in args.seeds:
-        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--child", str(seed)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--device", args.device, "--child", str(seed)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         to = "not reached" if r["to_threshold_s"] is None else f"{r['to_threshold_s']:.2f} s ({r['env_steps']:,} steps)"
-        print(f"seed {seed}: to {THRESHOLD:g}: {to}; import torch {r['import_torch_s']:.2f} s; "
-              f"torch._dynamo imported: {r['dynamo_imported']}", flush=True)
+        print(
+            f"seed {seed}: to {THRESHOLD:g}: {to}; import torch {r['import_torch_s']:.2f} s; "
+            f"torch._dynamo imported: {r['dynamo_imported']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

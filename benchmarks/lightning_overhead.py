@@ -41,11 +41,17 @@ WARM_UP_ENTRIES = 3
 
 def cases(iterations: int):
     """(label, trainer module, env, config, backend)."""
-    cartpole = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128,
-                                   total_timesteps=4096 * 128 * iterations)
+    cartpole = dataclasses.replace(
+        ppo.PPOConfig(), num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * iterations
+    )
     yield "PPO CartPole 4096x128", ppo, "CartPole-v1", cartpole, None
-    yield ("A2C TagContinuous 1000x50 (WarpDrive config), pycuda", multi_agent, "TagContinuous-v0",
-           tag_a2c(1000, 50, iterations), "pycuda")
+    yield (
+        "A2C TagContinuous 1000x50 (WarpDrive config), pycuda",
+        multi_agent,
+        "TagContinuous-v0",
+        tag_a2c(1000, 50, iterations),
+        "pycuda",
+    )
 
 
 def throughput(history: list[dict]) -> float:
@@ -68,8 +74,9 @@ def release_last_run() -> None:
 
 def run_train(trainer_module, env_id, config, backend, log_every):
     release_last_run()
-    trained, history = trainer_module.train(env_id, config, device="cuda", backend=backend, log_every=log_every,
-                                            log=None)
+    trained, history = trainer_module.train(
+        env_id, config, device="cuda", backend=backend, log_every=log_every, log=None
+    )
     torch.cuda.synchronize()
     return throughput(history), flat(trained)
 
@@ -78,12 +85,22 @@ def run_lightning(env_id, config, backend, log_every, defaults: bool):
     release_last_run()
     module = training_module(env_id, config, backend=backend)
     with tempfile.TemporaryDirectory() as folder:
-        options = ({"logger": CSVLogger(folder), "callbacks": [TrainingStats(verbose=False)]} if defaults else
-                   # gpu-marl-train --lightning's Trainer: the command logs and shows progress itself.
-                   {"logger": False, "enable_progress_bar": False})
-        trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=1, log_every_n_steps=log_every,
-                             enable_checkpointing=False, enable_model_summary=False, default_root_dir=folder,
-                             **options)
+        options = (
+            {"logger": CSVLogger(folder), "callbacks": [TrainingStats(verbose=False)]}
+            if defaults
+            # gpu-marl-train --lightning's Trainer: the command logs and shows progress itself.
+            else {"logger": False, "enable_progress_bar": False}
+        )
+        trainer = pl.Trainer(
+            accelerator="gpu",
+            devices=1,
+            max_epochs=1,
+            log_every_n_steps=log_every,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            default_root_dir=folder,
+            **options,
+        )
         trainer.fit(module)
     torch.cuda.synchronize()
     return throughput(module.history), flat(module.trained())
@@ -91,8 +108,12 @@ def run_lightning(env_id, config, backend, log_every, defaults: bool):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=60,
-                        help="iterations of each run (default 60: the warm-up and two entries at --log-every 10)")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=60,
+        help="iterations of each run (default 60: the warm-up and two entries at --log-every 10)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per row (default 3)")
     parser.add_argument("--log-every", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--out", help="markdown table")
@@ -113,28 +134,44 @@ def main() -> None:
                 rate, _ = run_lightning(env_id, config, backend, log_every, defaults=True)
                 rates["lightning defaults"].append(rate)
             median = {kind: statistics.median(values) for kind, values in rates.items()}
-            row = {"case": label, "log_every": log_every, "runs": rates, "median": median,
-                   "overhead": 1 - median["lightning"] / median["train"],
-                   "overhead_defaults": 1 - median["lightning defaults"] / median["train"],
-                   "same_parameters": torch.equal(expected, bare)}
+            row = {
+                "case": label,
+                "log_every": log_every,
+                "runs": rates,
+                "median": median,
+                "overhead": 1 - median["lightning"] / median["train"],
+                "overhead_defaults": 1 - median["lightning defaults"] / median["train"],
+                "same_parameters": torch.equal(expected, bare),
+            }
             rows.append(row)
-            print(f"{label}, log every {log_every}: train {median['train'] / 1e6:.3f} M env-steps/s, Lightning "
-                  f"{median['lightning'] / 1e6:.3f} M ({100 * row['overhead']:+.1f}% overhead), with defaults "
-                  f"{median['lightning defaults'] / 1e6:.3f} M ({100 * row['overhead_defaults']:+.1f}%), same "
-                  f"parameters: {row['same_parameters']}", flush=True)
-    lines = [f"Lightning's overhead on {hardware}, lightning {lightning.__version__}, measured "
-             f"{time.strftime('%Y-%m-%d')} with `python benchmarks/{' '.join(sys.argv)}` "
-             f"({args.iterations} iterations a run, median of {args.repeats}; overhead = 1 - Lightning / train):", "",
-             "| configuration | log every | `train` (gpu-marl-train) | Lightning (`--lightning`) | overhead | "
-             "Lightning, progress bar + CSV logger + TrainingStats | overhead | same parameters |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+            print(
+                f"{label}, log every {log_every}: train {median['train'] / 1e6:.3f} M env-steps/s, Lightning "
+                f"{median['lightning'] / 1e6:.3f} M ({100 * row['overhead']:+.1f}% overhead), with defaults "
+                f"{median['lightning defaults'] / 1e6:.3f} M ({100 * row['overhead_defaults']:+.1f}%), same "
+                f"parameters: {row['same_parameters']}",
+                flush=True,
+            )
+    lines = [
+        f"Lightning's overhead on {hardware}, lightning {lightning.__version__}, measured "
+        f"{time.strftime('%Y-%m-%d')} with `python benchmarks/{' '.join(sys.argv)}` "
+        f"({args.iterations} iterations a run, median of {args.repeats}; overhead = 1 - Lightning / train):",
+        "",
+        "| configuration | log every | `train` (gpu-marl-train) | Lightning (`--lightning`) | overhead | "
+        "Lightning, progress bar + CSV logger + TrainingStats | overhead | same parameters |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for row in rows:
         m = row["median"]
-        lines.append(f"| {row['case']} | {row['log_every']} | {m['train'] / 1e6:.3f} M | {m['lightning'] / 1e6:.3f} M "
-                     f"| {100 * row['overhead']:.1f}% | {m['lightning defaults'] / 1e6:.3f} M | "
-                     f"{100 * row['overhead_defaults']:.1f}% | {'yes' if row['same_parameters'] else 'no'} |")
-    save(args, "\n".join(lines) + "\n", {"hardware": hardware, "lightning": lightning.__version__,
-                                         "command": sys.argv, "rows": rows})
+        lines.append(
+            f"| {row['case']} | {row['log_every']} | {m['train'] / 1e6:.3f} M | {m['lightning'] / 1e6:.3f} M "
+            f"| {100 * row['overhead']:.1f}% | {m['lightning defaults'] / 1e6:.3f} M | "
+            f"{100 * row['overhead_defaults']:.1f}% | {'yes' if row['same_parameters'] else 'no'} |"
+        )
+    save(
+        args,
+        "\n".join(lines) + "\n",
+        {"hardware": hardware, "lightning": lightning.__version__, "command": sys.argv, "rows": rows},
+    )
 
 
 if __name__ == "__main__":

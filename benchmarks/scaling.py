@@ -40,8 +40,9 @@ def sample(space: spaces.Space, shape: tuple, device, generator) -> torch.Tensor
     if isinstance(space, spaces.Discrete):
         return torch.randint(int(space.n), shape, generator=generator, device=device) + int(space.start)
     if isinstance(space, spaces.MultiDiscrete):
-        return torch.stack([torch.randint(int(n), shape, generator=generator, device=device)
-                            for n in space.nvec.ravel()], dim=-1).view(*shape, *space.shape)
+        return torch.stack(
+            [torch.randint(int(n), shape, generator=generator, device=device) for n in space.nvec.ravel()], dim=-1
+        ).view(*shape, *space.shape)
     if isinstance(space, spaces.Box):
         low = torch.as_tensor(space.low, device=device)
         high = torch.as_tensor(space.high, device=device)
@@ -55,12 +56,20 @@ def make(env_id: str, num_envs: int, backend: str, device: str):
     if not is_game(env_id):
         env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=False)
         env.reset(seed=0)
-        return env, env.step, [sample(env.single_action_space, (num_envs,), device, generator)
-                               for _ in range(ACTION_POOL)]
+        return (
+            env,
+            env.step,
+            [sample(env.single_action_space, (num_envs,), device, generator) for _ in range(ACTION_POOL)],
+        )
     env = GpuParallelEnv(env_id, num_envs, device=device, backend=backend, validate_actions=False)
     env.reset(seed=0)
-    pool = [{group: sample(env.action_space(agents[0]), (num_envs, len(agents)), device, generator)
-             for group, agents in env.groups.items()} for _ in range(ACTION_POOL)]
+    pool = [
+        {
+            group: sample(env.action_space(agents[0]), (num_envs, len(agents)), device, generator)
+            for group, agents in env.groups.items()
+        }
+        for _ in range(ACTION_POOL)
+    ]
     return env, env.step_groups, pool
 
 
@@ -94,12 +103,26 @@ def measure(env_id: str, num_envs: int, backend: str, device: str, min_seconds: 
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    return {"env": env_id, "backend": backend, "num_envs": num_envs, "env_steps_per_s": num_envs * steps / seconds,
-            "us_per_step": 1e6 * seconds / steps, "memory_bytes": memory}
+    return {
+        "env": env_id,
+        "backend": backend,
+        "num_envs": num_envs,
+        "env_steps_per_s": num_envs * steps / seconds,
+        "us_per_step": 1e6 * seconds / steps,
+        "memory_bytes": memory,
+    }
 
 
-def sweep(env_id: str, backend: str, device: str, min_envs: int, max_envs: int, budget: int | None,
-          min_seconds: float, repeats: int) -> list[dict]:
+def sweep(
+    env_id: str,
+    backend: str,
+    device: str,
+    min_envs: int,
+    max_envs: int,
+    budget: int | None,
+    min_seconds: float,
+    repeats: int,
+) -> list[dict]:
     points, num_envs = [], min_envs
     while num_envs <= max_envs:
         if budget is not None and points and points[-1]["memory_bytes"] * num_envs / points[-1]["num_envs"] > budget:
@@ -110,9 +133,11 @@ def sweep(env_id: str, backend: str, device: str, min_envs: int, max_envs: int, 
             torch.cuda.empty_cache()
             break
         points.append(point)
-        memory = f"{point['memory_bytes'] / 2 ** 20:10.1f} MiB" if point["memory_bytes"] is not None else ""
-        print(f"{env_id:26s} {backend:7s} {num_envs:>10,} {point['env_steps_per_s'] / 1e6:12.2f} M env-steps/s "
-              f"{memory}", flush=True)
+        memory = f"{point['memory_bytes'] / 2**20:10.1f} MiB" if point["memory_bytes"] is not None else ""
+        print(
+            f"{env_id:26s} {backend:7s} {num_envs:>10,} {point['env_steps_per_s'] / 1e6:12.2f} M env-steps/s {memory}",
+            flush=True,
+        )
         num_envs *= 2
     return points
 
@@ -121,8 +146,8 @@ def binary_count(value: float, _position=None) -> str:
     """Env counts (powers of 2) with binary prefixes, exact at every tick: 256, 4Ki, 1Mi (a decimal
     prefix would print 1.04858M)."""
     for exponent, prefix in ((20, "Mi"), (10, "Ki")):
-        if value >= 2 ** exponent:
-            return f"{value / 2 ** exponent:g}{prefix}"
+        if value >= 2**exponent:
+            return f"{value / 2**exponent:g}{prefix}"
     return f"{value:g}"
 
 
@@ -160,34 +185,48 @@ def plot(env_id: str, curves: dict[str, list[dict]], hardware: str, path: Path) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values())
-                        + sorted(spec.definition.id for spec in gpu_marl_envs.GAMES.values()))
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        default=sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values())
+        + sorted(spec.definition.id for spec in gpu_marl_envs.GAMES.values()),
+    )
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the device")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--min-envs", type=int, default=64)
-    parser.add_argument("--max-envs", type=int, default=2 ** 24, help="single-agent envs; games stop at 1/64 of it")
-    parser.add_argument("--budget-gib", type=float, default=None,
-                        help="device memory an env may take (default: 80%% of the free memory)")
+    parser.add_argument("--max-envs", type=int, default=2**24, help="single-agent envs; games stop at 1/64 of it")
+    parser.add_argument(
+        "--budget-gib",
+        type=float,
+        default=None,
+        help="device memory an env may take (default: 80%% of the free memory)",
+    )
     parser.add_argument("--min-seconds", type=float, default=0.2, help="length of one timed repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="docs/scaling", help="folder for <env>.png and scaling.json")
     args = parser.parse_args()
     cuda = torch.device(args.device).type == "cuda"
     backends = args.backends or gpu_marl_envs.available_backends(args.device)
-    budget = int(args.budget_gib * 2 ** 30) if args.budget_gib else (
-        int(0.8 * torch.cuda.mem_get_info()[0]) if cuda else None)
+    budget = (
+        int(args.budget_gib * 2**30) if args.budget_gib else (int(0.8 * torch.cuda.mem_get_info()[0]) if cuda else None)
+    )
     hardware = torch.cuda.get_device_name() if cuda else "CPU"
     out = Path(args.out)
     results = {}
     for env_id in args.envs:
         # A game's env holds many agents: its sizes stop sooner.
         max_envs = max(args.min_envs, args.max_envs // 64) if is_game(env_id) else args.max_envs
-        curves = {backend: sweep(env_id, backend, args.device, args.min_envs, max_envs, budget, args.min_seconds,
-                                 args.repeats) for backend in backends}
+        curves = {
+            backend: sweep(
+                env_id, backend, args.device, args.min_envs, max_envs, budget, args.min_seconds, args.repeats
+            )
+            for backend in backends
+        }
         results[env_id] = curves
         print(f"wrote {plot(env_id, curves, hardware, out / f'{env_id}.png')}", flush=True)
-        (out / "scaling.json").write_text(json.dumps({"hardware": hardware, "torch": torch.__version__,
-                                                      "results": results}, indent=1))
+        (out / "scaling.json").write_text(
+            json.dumps({"hardware": hardware, "torch": torch.__version__, "results": results}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ WARPDRIVE = {  # published points: (games, agents, env-steps/s)
 def continuous_params(agents: int) -> TagContinuousParams:
     """The agent sweep's game: 10 taggers (1 in games under 50 agents), every agent in play."""
     taggers = 10 if agents >= 50 else 1
-    return TagContinuousParams(num_taggers=taggers, num_runners=agents - taggers,
-                               num_other_agents_observed=min(10, agents - 1), runner_exits_game_after_tagged=False)
+    return TagContinuousParams(
+        num_taggers=taggers,
+        num_runners=agents - taggers,
+        num_other_agents_observed=min(10, agents - 1),
+        runner_exits_game_after_tagged=False,
+    )
 
 
 def point(env_id, num_envs, params, backend, args) -> dict | None:
@@ -59,8 +63,11 @@ def point(env_id, num_envs, params, backend, args) -> dict | None:
         print(f"{env_id} {num_envs} x {params.num_agents} {backend}: {str(error).splitlines()[0]}", flush=True)
         torch.cuda.empty_cache()
         return None
-    print(f"{env_id:18s} {backend:7s} {num_envs:6d} games x {params.num_agents:6d} agents "
-          f"{r['us_per_step']:10.1f} µs/step {r['env_steps_per_s'] / 1e6:10.3f} M env-steps/s", flush=True)
+    print(
+        f"{env_id:18s} {backend:7s} {num_envs:6d} games x {params.num_agents:6d} agents "
+        f"{r['us_per_step']:10.1f} µs/step {r['env_steps_per_s'] / 1e6:10.3f} M env-steps/s",
+        flush=True,
+    )
     return r
 
 
@@ -92,23 +99,47 @@ def plot(record: dict, images: Path) -> list[Path]:
         if name == "games":
             series = {(r["env"], r["backend"]) for r in record["games"]}
             for env_id, backend in sorted(series):
-                rows = sorted((r for r in record["games"] if (r["env"], r["backend"]) == (env_id, backend)),
-                              key=lambda r: r["num_envs"])
-                ax.plot([r["num_envs"] for r in rows], [r["env_steps_per_s"] for r in rows], marker="o", ms=3,
-                        label=f"ours: {env_id.removesuffix('-v0')} ({rows[0]['num_agents']} agents), {backend}")
+                rows = sorted(
+                    (r for r in record["games"] if (r["env"], r["backend"]) == (env_id, backend)),
+                    key=lambda r: r["num_envs"],
+                )
+                ax.plot(
+                    [r["num_envs"] for r in rows],
+                    [r["env_steps_per_s"] for r in rows],
+                    marker="o",
+                    ms=3,
+                    label=f"ours: {env_id.removesuffix('-v0')} ({rows[0]['num_agents']} agents), {backend}",
+                )
             marks = [(g, v, "TagGridworld") for g, n, v in WARPDRIVE["TagGridworld-v0"]]
         else:
             for num_envs in AGENT_SWEEP_GAMES:
                 rows = sorted((r for r in record["agents"] if r["num_envs"] == num_envs), key=lambda r: r["num_agents"])
-                ax.plot([r["num_agents"] for r in rows], [r["env_steps_per_s"] for r in rows], marker="o", ms=3,
-                        label=f"ours: TagContinuous, {num_envs} game{'s' * (num_envs > 1)}, every agent in play")
+                ax.plot(
+                    [r["num_agents"] for r in rows],
+                    [r["env_steps_per_s"] for r in rows],
+                    marker="o",
+                    ms=3,
+                    label=f"ours: TagContinuous, {num_envs} game{'s' * (num_envs > 1)}, every agent in play",
+                )
             marks = [(n, v, f"TagContinuous, {g} games") for g, n, v in WARPDRIVE["TagContinuous-v0"]]
-            ax.annotate("WarpDrive, 1 game: 15x slower at 820 agents than at 5", xy=(0.02, 0.03),
-                        xycoords="axes fraction", fontsize="small", color="tab:red")
+            ax.annotate(
+                "WarpDrive, 1 game: 15x slower at 820 agents than at 5",
+                xy=(0.02, 0.03),
+                xycoords="axes fraction",
+                fontsize="small",
+                color="tab:red",
+            )
         for x, value, what in marks:
             ax.scatter([x], [value], marker="*", s=120, color="tab:red", zorder=3)
-            ax.annotate(f"WarpDrive (A100): {what}", (x, value), textcoords="offset points", xytext=(-8, 8),
-                        ha="right" if name == "agents" else "left", fontsize="small", color="tab:red")
+            ax.annotate(
+                f"WarpDrive (A100): {what}",
+                (x, value),
+                textcoords="offset points",
+                xytext=(-8, 8),
+                ha="right" if name == "agents" else "left",
+                fontsize="small",
+                color="tab:red",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(EngFormatter(sep=""))
@@ -124,11 +155,17 @@ def plot(record: dict, images: Path) -> list[Path]:
 
 
 def table(record: dict) -> str:
-    lines = [f"Hardware: {record['hardware']}. Command: `python benchmarks/tag_scaling.py`.", "",
-             "| env | backend | games | agents | µs/step | env-steps/s | agent-steps/s |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Hardware: {record['hardware']}. Command: `python benchmarks/tag_scaling.py`.",
+        "",
+        "| env | backend | games | agents | µs/step | env-steps/s | agent-steps/s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in record["games"] + record["agents"]:
-        lines.append(f"| {r['env']} | {r['backend']} | {r['num_envs']} | {r['num_agents']} | {r['us_per_step']:.1f} | "
-                     f"{r['env_steps_per_s'] / 1e6:.3f} M | {r['agent_steps_per_s'] / 1e6:.1f} M |")
+        lines.append(
+            f"| {r['env']} | {r['backend']} | {r['num_envs']} | {r['num_agents']} | {r['us_per_step']:.1f} | "
+            f"{r['env_steps_per_s'] / 1e6:.3f} M | {r['agent_steps_per_s'] / 1e6:.1f} M |"
+        )
     return "\n".join(lines) + "\n"
 
 

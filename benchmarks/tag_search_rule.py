@@ -40,8 +40,13 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     hardware = gpu_hardware()
-    lines = [f"Hardware: {hardware}. Command: `python benchmarks/tag_search_rule.py`. TagContinuous, CUDA C, "
-             "`step_groups`, M env-steps/s.", "", "| agents | games | scan | grid | grid / scan |", "|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Hardware: {hardware}. Command: `python benchmarks/tag_search_rule.py`. TagContinuous, CUDA C, "
+        "`step_groups`, M env-steps/s.",
+        "",
+        "| agents | games | scan | grid | grid / scan |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for n in AGENTS:
         for num_envs in GAMES:
             params = TagContinuousParams(num_runners=n - 10)
@@ -49,16 +54,22 @@ def main() -> None:
             grid = rate(num_envs, dataclasses.replace(params, neighbour_search="grid"), args)
             lines.append(f"| {n} | {num_envs} | {scan / 1e6:.3f} | {grid / 1e6:.3f} | {grid / scan:.2f} |")
             print(lines[-1], flush=True)
-    lines += ["", "Grid cells sized for this many agents each (every agent in play):", "",
-              "| agents | games | " + " | ".join(f"{d:g}" for d in DENSITIES) + " |",
-              "|---:|---:|" + "---:|" * len(DENSITIES)]
+    lines += [
+        "",
+        "Grid cells sized for this many agents each (every agent in play):",
+        "",
+        "| agents | games | " + " | ".join(f"{d:g}" for d in DENSITIES) + " |",
+        "|---:|---:|" + "---:|" * len(DENSITIES),
+    ]
     chosen = tc.AGENTS_PER_CELL
     for n, num_envs in DENSITY_GAMES.items():
         rates = []
         for density in DENSITIES:
             tc.AGENTS_PER_CELL = density
             pycuda_backend._module.cache_clear()  # the kernels are built per params; the constant is not one
-            rates.append(rate(num_envs, TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=False), args))
+            rates.append(
+                rate(num_envs, TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=False), args)
+            )
         lines.append(f"| {n} | {num_envs} | " + " | ".join(f"{r / 1e6:.3f}" for r in rates) + " |")
         print(lines[-1], flush=True)
     tc.AGENTS_PER_CELL = chosen

@@ -35,10 +35,20 @@ CONFIGS = [
     ("TagContinuous 1000x110", "TagContinuous-v0", 1000, TagContinuousParams(), (1.17e6, "WarpDrive Numba")),
     ("TagGridworld 2000x5", "TagGridworld-v0", 2000, TagGridworldParams(), (8.8e6, "WarpDrive Numba")),
     ("TagGridworld 65536x5", "TagGridworld-v0", 65536, TagGridworldParams(), (654e6, "JaxMARL simple_tag")),
-    ("TagContinuous 2000x1000", "TagContinuous-v0", 2000, TagContinuousParams(num_runners=990),
-     (2.9e6, "WarpDrive A100")),
-    ("TagContinuous 2000x1000 all in play", "TagContinuous-v0", 2000,
-     TagContinuousParams(num_runners=990, runner_exits_game_after_tagged=False), (2.9e6, "WarpDrive A100")),
+    (
+        "TagContinuous 2000x1000",
+        "TagContinuous-v0",
+        2000,
+        TagContinuousParams(num_runners=990),
+        (2.9e6, "WarpDrive A100"),
+    ),
+    (
+        "TagContinuous 2000x1000 all in play",
+        "TagContinuous-v0",
+        2000,
+        TagContinuousParams(num_runners=990, runner_exits_game_after_tagged=False),
+        (2.9e6, "WarpDrive A100"),
+    ),
     ("TagContinuous 100x10000", "TagContinuous-v0", 100, TagContinuousParams(num_runners=9990), None),
 ]
 # The torch reference's nearest-others search holds E x N^2 pairs: run it only where they fit.
@@ -56,8 +66,9 @@ def pool(env: GpuParallelEnv, by_agent: bool) -> list[dict]:
 
     if by_agent:
         return [{a: draw(env.num_envs) for a in env.possible_agents} for _ in range(ACTION_POOL)]
-    return [{group: draw(env.num_envs, len(agents)) for group, agents in env.groups.items()}
-            for _ in range(ACTION_POOL)]
+    return [
+        {group: draw(env.num_envs, len(agents)) for group, agents in env.groups.items()} for _ in range(ACTION_POOL)
+    ]
 
 
 def time_steps(step, actions: list[dict], steps: int, repeats: int) -> float:
@@ -84,9 +95,19 @@ def measure(env_id, num_envs, params, backend, api, validate, min_seconds, repea
     write = time_steps(lambda _: env._buffers.observations.zero_(), actions, steps, repeats)
     env.close()
     rate = num_envs * steps / seconds
-    return {"env": env_id, "num_envs": num_envs, "num_agents": params.num_agents, "backend": backend, "api": api,
-            "validate_actions": validate, "steps": steps, "us_per_step": 1e6 * seconds / steps,
-            "us_obs_write": 1e6 * write / steps, "env_steps_per_s": rate, "agent_steps_per_s": rate * params.num_agents}
+    return {
+        "env": env_id,
+        "num_envs": num_envs,
+        "num_agents": params.num_agents,
+        "backend": backend,
+        "api": api,
+        "validate_actions": validate,
+        "steps": steps,
+        "us_per_step": 1e6 * seconds / steps,
+        "us_obs_write": 1e6 * write / steps,
+        "env_steps_per_s": rate,
+        "agent_steps_per_s": rate * params.num_agents,
+    }
 
 
 def main() -> None:
@@ -106,8 +127,11 @@ def main() -> None:
     for label, env_id, num_envs, params, peer in CONFIGS:
         if args.configs and label not in args.configs:
             continue
-        runs = [(b, "step_groups", False) for b in backends
-                if b != "torch" or num_envs * params.num_agents**2 <= TORCH_MAX_PAIRS]
+        runs = [
+            (b, "step_groups", False)
+            for b in backends
+            if b != "torch" or num_envs * params.num_agents**2 <= TORCH_MAX_PAIRS
+        ]
         runs += [(backends[0], "step_groups", True)]
         if params.num_agents <= 110 and num_envs <= 1000:
             runs += [(backends[0], "step", False)]
@@ -126,21 +150,29 @@ def main() -> None:
                 r["peer_env_steps_per_s"], r["peer"] = peer
                 r["vs_peer"] = r["env_steps_per_s"] / peer[0]
             results.append(r)
-            print(f"{label:36s} {backend:7s} {api:11s} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
-                  f"{r['env_steps_per_s'] / 1e6:10.2f} M env-steps/s {r['agent_steps_per_s'] / 1e6:10.1f} M agent-steps/s"
-                  + (f"  {r['vs_peer']:.1f}x {peer[1]}" if peer else ""), flush=True)
+            print(
+                f"{label:36s} {backend:7s} {api:11s} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
+                f"{r['env_steps_per_s'] / 1e6:10.2f} M env-steps/s {r['agent_steps_per_s'] / 1e6:10.1f} M agent-steps/s"
+                + (f"  {r['vs_peer']:.1f}x {peer[1]}" if peer else ""),
+                flush=True,
+            )
 
-    lines = [f"Hardware: {hardware}. Command: `python benchmarks/tag_throughput.py`. Torch = the reference backend "
-             "(CUDA-graphed) in the same run; peers: the issues' numbers on an H200, WarpDrive's 2000 x 1000 on an A100 "
-             "(its paper).", "",
-             "| config (E x N) | backend | API | validate | µs/step | obs write µs | env-steps/s | agent-steps/s "
-             "| vs peer |",
-             "|---|---|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"Hardware: {hardware}. Command: `python benchmarks/tag_throughput.py`. Torch = the reference backend "
+        "(CUDA-graphed) in the same run; peers: the issues' numbers on an H200, WarpDrive's 2000 x 1000 on an A100 "
+        "(its paper).",
+        "",
+        "| config (E x N) | backend | API | validate | µs/step | obs write µs | env-steps/s | agent-steps/s "
+        "| vs peer |",
+        "|---|---|---|---|---:|---:|---:|---:|---|",
+    ]
     for r in results:
         vs = f"{r['vs_peer']:.1f}x {r['peer']} ({r['peer_env_steps_per_s'] / 1e6:g} M)" if "peer" in r else "-"
-        lines.append(f"| {r['label']} | {r['backend']} | {r['api']} | {r['validate_actions']} | {r['us_per_step']:.1f} | "
-                     f"{r['us_obs_write']:.1f} | "
-                     f"{r['env_steps_per_s'] / 1e6:.2f} M | {r['agent_steps_per_s'] / 1e6:.1f} M | {vs} |")
+        lines.append(
+            f"| {r['label']} | {r['backend']} | {r['api']} | {r['validate_actions']} | {r['us_per_step']:.1f} | "
+            f"{r['us_obs_write']:.1f} | "
+            f"{r['env_steps_per_s'] / 1e6:.2f} M | {r['agent_steps_per_s'] / 1e6:.1f} M | {vs} |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     save(args, table, {"hardware": hardware, "results": results})

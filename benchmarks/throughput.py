@@ -56,14 +56,20 @@ def random_actions(env: GpuVectorEnv, seed: int) -> list[torch.Tensor]:
     g = torch.Generator(device=env.device).manual_seed(seed)
     space = env.single_action_space
     if not space.shape:
-        return [torch.randint(0, int(space.n), (env.num_envs,), generator=g, device=env.device) for _ in range(ACTION_POOL)]
+        return [
+            torch.randint(0, int(space.n), (env.num_envs,), generator=g, device=env.device) for _ in range(ACTION_POOL)
+        ]
     low = torch.as_tensor(space.low, device=env.device)
     high = torch.as_tensor(space.high, device=env.device)
-    return [low + (high - low) * torch.rand((env.num_envs, *space.shape), generator=g, device=env.device)
-            for _ in range(ACTION_POOL)]
+    return [
+        low + (high - low) * torch.rand((env.num_envs, *space.shape), generator=g, device=env.device)
+        for _ in range(ACTION_POOL)
+    ]
 
 
-def measure(env_id: str, backend: str, num_envs: int, device: str, validate: bool, min_seconds: float, repeats: int) -> dict:
+def measure(
+    env_id: str, backend: str, num_envs: int, device: str, validate: bool, min_seconds: float, repeats: int
+) -> dict:
     env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=validate)
     env.reset(seed=0)
     actions = random_actions(env, 0)
@@ -74,9 +80,15 @@ def measure(env_id: str, backend: str, num_envs: int, device: str, validate: boo
     seconds = time_steps(env, actions, steps, repeats)
     rate = num_envs * steps / seconds
     result = {
-        "env": env_id, "backend": backend, "num_envs": num_envs, "validate_actions": validate,
-        "steps": steps, "seconds": seconds, "us_per_step": 1e6 * seconds / steps,
-        "env_steps_per_s": rate, "bytes_per_env_step": bytes_per_step(env),
+        "env": env_id,
+        "backend": backend,
+        "num_envs": num_envs,
+        "validate_actions": validate,
+        "steps": steps,
+        "seconds": seconds,
+        "us_per_step": 1e6 * seconds / steps,
+        "env_steps_per_s": rate,
+        "bytes_per_env_step": bytes_per_step(env),
         "achieved_GBps": rate * bytes_per_step(env) / 1e9,
     }
     env.close()
@@ -113,8 +125,12 @@ def gymnasium_numpy_cartpole(num_envs: int, min_seconds: float) -> float:
 
 
 def markdown(results: list[dict], header: str) -> str:
-    lines = [header, "", "| env | backend | num_envs | validate_actions | µs/step | env-steps/s | bytes/env-step | GB/s |",
-             "|---|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        header,
+        "",
+        "| env | backend | num_envs | validate_actions | µs/step | env-steps/s | bytes/env-step | GB/s |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
     for r in results:
         lines.append(
             f"| {r['env']} | {r['backend']} | {r['num_envs']:,} | {r['validate_actions']} | {r['us_per_step']:.1f} | "
@@ -129,8 +145,12 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the device")
     parser.add_argument("--num-envs", nargs="+", type=int, default=[4096, 65536, 1048576])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--validate", choices=["off", "on", "both"], default="off",
-                        help="validate_actions setting(s) to time (on adds one host sync per step)")
+    parser.add_argument(
+        "--validate",
+        choices=["off", "on", "both"],
+        default="off",
+        help="validate_actions setting(s) to time (on adds one host sync per step)",
+    )
     parser.add_argument("--min-seconds", type=float, default=0.25, help="length of one timed repeat")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", help="write a markdown table here")
@@ -147,8 +167,11 @@ def main() -> None:
         hardware = f"CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}"
         ceiling, baseline = None, "no GPU"
     numpy_rate = gymnasium_numpy_cartpole(4096, 1.0)
-    print(f"# {hardware}\n# baseline: {baseline}; Gymnasium numpy CartPoleVectorEnv (4096 envs, 1 CPU process): "
-          f"{numpy_rate / 1e6:.1f} M env-steps/s", flush=True)
+    print(
+        f"# {hardware}\n# baseline: {baseline}; Gymnasium numpy CartPoleVectorEnv (4096 envs, 1 CPU process): "
+        f"{numpy_rate / 1e6:.1f} M env-steps/s",
+        flush=True,
+    )
 
     results = []
     for env_id in args.envs:
@@ -159,11 +182,16 @@ def main() -> None:
                     if ceiling:
                         r["fraction_of_copy_bandwidth"] = r["achieved_GBps"] * 1e9 / ceiling
                     results.append(r)
-                    print(f"{env_id:26s} {backend:7s} {n:>9,} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
-                          f"{r['env_steps_per_s'] / 1e9:8.3f} G env-steps/s {r['achieved_GBps']:7.0f} GB/s", flush=True)
+                    print(
+                        f"{env_id:26s} {backend:7s} {n:>9,} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
+                        f"{r['env_steps_per_s'] / 1e9:8.3f} G env-steps/s {r['achieved_GBps']:7.0f} GB/s",
+                        flush=True,
+                    )
 
-    header = (f"Hardware: {hardware}.  \nBaselines in the same run: {baseline}; Gymnasium's numpy "
-              f"CartPoleVectorEnv, 4096 envs, one CPU process: {numpy_rate / 1e6:.1f} M env-steps/s.")
+    header = (
+        f"Hardware: {hardware}.  \nBaselines in the same run: {baseline}; Gymnasium's numpy "
+        f"CartPoleVectorEnv, 4096 envs, one CPU process: {numpy_rate / 1e6:.1f} M env-steps/s."
+    )
     table = markdown(results, header)
     print(table)
     save(args, table, {"hardware": hardware, "baseline": baseline, "gymnasium_numpy": numpy_rate, "results": results})

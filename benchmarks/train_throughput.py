@@ -55,8 +55,12 @@ def run(algorithm, env_id: str, config, *, backend=None, stop_at_threshold: bool
 
     def log(entry):
         history.append(entry)
-        if (env_id == "CartPole-v1" and entry["mean_return"] >= THRESHOLD and entry["episodes"]
-                and "seconds" not in reached):
+        if (
+            env_id == "CartPole-v1"
+            and entry["mean_return"] >= THRESHOLD
+            and entry["episodes"]
+            and "seconds" not in reached
+        ):
             reached.update(seconds=time.perf_counter() - begin, env_steps=entry["env_steps"])
             if stop_at_threshold:
                 raise StopIteration
@@ -71,9 +75,15 @@ def run(algorithm, env_id: str, config, *, backend=None, stop_at_threshold: bool
 
 def summary(algorithm, env_id: str, backend, config, history: list[dict], reached: dict) -> dict:
     """A run's throughput after its third iteration, rollout/update shares, time to threshold."""
-    result = {"algorithm": algorithm, "env": env_id, "backend": backend, "config": dataclasses.asdict(config),
-              "time_to_threshold_s": reached.get("seconds"), "steps_to_threshold": reached.get("env_steps"),
-              "first_two_iterations_s": history[1]["seconds"] if len(history) > 1 else None}
+    result = {
+        "algorithm": algorithm,
+        "env": env_id,
+        "backend": backend,
+        "config": dataclasses.asdict(config),
+        "time_to_threshold_s": reached.get("seconds"),
+        "steps_to_threshold": reached.get("env_steps"),
+        "first_two_iterations_s": history[1]["seconds"] if len(history) > 1 else None,
+    }
     if len(history) > 3:
         first, last = history[2], history[-1]
         seconds = last["seconds"] - first["seconds"]
@@ -82,7 +92,8 @@ def summary(algorithm, env_id: str, backend, config, history: list[dict], reache
             iteration_ms=1000 * seconds / (len(history) - 3),
             rollout_share=(last["rollout_seconds"] - first["rollout_seconds"]) / seconds,
             update_share=(last["update_seconds"] - first["update_seconds"]) / seconds,
-            final_return=last["mean_return"])
+            final_return=last["mean_return"],
+        )
     return result
 
 
@@ -90,32 +101,78 @@ def tag_a2c(num_envs: int, num_steps: int, iterations: int):
     """WarpDrive's published TagContinuous A2C configuration (the shipped tag_continuous_a2c.toml)
     at another number of games."""
     _, _, config = build_config(read_config(CONFIGS / "tag_continuous_a2c.toml"), [], None)
-    return dataclasses.replace(config, num_envs=num_envs, num_steps=num_steps,
-                               total_timesteps=num_envs * num_steps * iterations)
+    return dataclasses.replace(
+        config, num_envs=num_envs, num_steps=num_steps, total_timesteps=num_envs * num_steps * iterations
+    )
 
 
 def cases(quick: bool):
     """(label, algorithm, env, config, backend, stop at the threshold)."""
     purejaxrl = ppo.PPOConfig()  # PureJaxRL's CartPole defaults: 4 envs x 128 steps
-    big = dataclasses.replace(purejaxrl, num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * (8 if quick else 30))
+    big = dataclasses.replace(
+        purejaxrl, num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * (8 if quick else 30)
+    )
     # The first run of a process also pays for CUDA's and cuBLAS's start and the env kernel's compilation.
-    yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475, first run in the process", "ppo", "CartPole-v1", \
-        purejaxrl, None, True
+    yield (
+        "PPO CartPole 4x128 (PureJaxRL defaults), to 475, first run in the process",
+        "ppo",
+        "CartPole-v1",
+        purejaxrl,
+        None,
+        True,
+    )
     yield "PPO CartPole 4x128 (PureJaxRL defaults), to 475", "ppo", "CartPole-v1", purejaxrl, None, True
     yield "PPO CartPole 4x128, to 475, seed 1", "ppo", "CartPole-v1", dataclasses.replace(purejaxrl, seed=1), None, True
-    yield "PPO CartPole 4x128, eager (baseline), to 475", "ppo", "CartPole-v1", dataclasses.replace(
-        purejaxrl, cuda_graph=False, fused_mlp=False), None, True
+    yield (
+        "PPO CartPole 4x128, eager (baseline), to 475",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(purejaxrl, cuda_graph=False, fused_mlp=False),
+        None,
+        True,
+    )
     yield "PPO CartPole 4096x128", "ppo", "CartPole-v1", big, None, False
-    yield "PPO CartPole 4096x128, eager (baseline)", "ppo", "CartPole-v1", dataclasses.replace(
-        big, cuda_graph=False, fused_mlp=False, total_timesteps=4096 * 128 * 6), None, False
-    yield "PPO CartPole 4096x128, full float32 (no TF32)", "ppo", "CartPole-v1", dataclasses.replace(
-        big, tf32=False), None, False
+    yield (
+        "PPO CartPole 4096x128, eager (baseline)",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(big, cuda_graph=False, fused_mlp=False, total_timesteps=4096 * 128 * 6),
+        None,
+        False,
+    )
+    yield (
+        "PPO CartPole 4096x128, full float32 (no TF32)",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(big, tf32=False),
+        None,
+        False,
+    )
     yield "PPO CartPole 4096x128, bf16 updates", "ppo", "CartPole-v1", dataclasses.replace(big, bf16=True), None, False
-    yield "PPO CartPole 4096x128, PyTorch's layers (fused_mlp=false)", "ppo", "CartPole-v1", dataclasses.replace(
-        big, fused_mlp=False), None, False
-    yield "PPO CartPole 4096x128, torch.compile", "ppo", "CartPole-v1", dataclasses.replace(big, compile=True), None, False
-    yield "PPO CartPole 4096x128, bf16 updates + torch.compile", "ppo", "CartPole-v1", dataclasses.replace(
-        big, bf16=True, compile=True), None, False
+    yield (
+        "PPO CartPole 4096x128, PyTorch's layers (fused_mlp=false)",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(big, fused_mlp=False),
+        None,
+        False,
+    )
+    yield (
+        "PPO CartPole 4096x128, torch.compile",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(big, compile=True),
+        None,
+        False,
+    )
+    yield (
+        "PPO CartPole 4096x128, bf16 updates + torch.compile",
+        "ppo",
+        "CartPole-v1",
+        dataclasses.replace(big, bf16=True, compile=True),
+        None,
+        False,
+    )
     cartpole_10k = a2c.A2CConfig(num_envs=10_000, num_steps=5, total_timesteps=10_000 * 5 * (20 if quick else 200))
     yield "A2C CartPole 10000x5", "a2c", "CartPole-v1", cartpole_10k, None, False
     iterations = 4 if quick else 12
@@ -124,17 +181,48 @@ def cases(quick: bool):
     for num_envs, num_steps in ((100, 500), (1000, 50)):
         config = tag_a2c(num_envs, num_steps, iterations)
         for backend in ("pycuda", "numba"):
-            yield (f"A2C TagContinuous {num_envs}x{num_steps} (WarpDrive config), {backend}", "multi_agent",
-                   "TagContinuous-v0", config, backend, False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, float32 passes on TF32 (bf16=false)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, bf16=False), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, + torch.compile", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, compile=True), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32, bf16=false)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, bf16=False, tf32=False), "pycuda", False)
-        yield (f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager float32 (baseline)", "multi_agent",
-               "TagContinuous-v0", dataclasses.replace(config, cuda_graph=False, fused_mlp=False, bf16=False,
-                                                       total_timesteps=num_envs * num_steps * 5), "pycuda", False)
+            yield (
+                f"A2C TagContinuous {num_envs}x{num_steps} (WarpDrive config), {backend}",
+                "multi_agent",
+                "TagContinuous-v0",
+                config,
+                backend,
+                False,
+            )
+        yield (
+            f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, float32 passes on TF32 (bf16=false)",
+            "multi_agent",
+            "TagContinuous-v0",
+            dataclasses.replace(config, bf16=False),
+            "pycuda",
+            False,
+        )
+        yield (
+            f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, + torch.compile",
+            "multi_agent",
+            "TagContinuous-v0",
+            dataclasses.replace(config, compile=True),
+            "pycuda",
+            False,
+        )
+        yield (
+            f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, full float32 (no TF32, bf16=false)",
+            "multi_agent",
+            "TagContinuous-v0",
+            dataclasses.replace(config, bf16=False, tf32=False),
+            "pycuda",
+            False,
+        )
+        yield (
+            f"A2C TagContinuous {num_envs}x{num_steps}, pycuda, eager float32 (baseline)",
+            "multi_agent",
+            "TagContinuous-v0",
+            dataclasses.replace(
+                config, cuda_graph=False, fused_mlp=False, bf16=False, total_timesteps=num_envs * num_steps * 5
+            ),
+            "pycuda",
+            False,
+        )
 
 
 def gpu_counts() -> list[int]:
@@ -152,19 +240,33 @@ def gpu_cases(quick: bool):
     GPUs, so every count runs the same number of iterations."""
     iterations = 8 if quick else 30
     # Each config's run on one GPU; on N GPUs, N times the env steps (the same iterations).
-    cartpole = dataclasses.replace(ppo.PPOConfig(), num_envs=4096, num_steps=128,
-                                   total_timesteps=4096 * 128 * iterations)
+    cartpole = dataclasses.replace(
+        ppo.PPOConfig(), num_envs=4096, num_steps=128, total_timesteps=4096 * 128 * iterations
+    )
     tag = tag_a2c(1000, 50, 4 if quick else 12)
     for case, algorithm, env_id, per_gpu, backend in (
-            ("PPO CartPole 4096x128 per GPU", "ppo", "CartPole-v1", cartpole, None),
-            ("A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda", "multi_agent", "TagContinuous-v0", tag,
-             "pycuda")):
+        ("PPO CartPole 4096x128 per GPU", "ppo", "CartPole-v1", cartpole, None),
+        (
+            "A2C TagContinuous 1000x50 per GPU (WarpDrive config), pycuda",
+            "multi_agent",
+            "TagContinuous-v0",
+            tag,
+            "pycuda",
+        ),
+    ):
         for gpus in gpu_counts():
             config = dataclasses.replace(per_gpu, total_timesteps=per_gpu.total_timesteps * gpus)
             yield f"{case}, {gpus} GPU", case, algorithm, env_id, config, backend, gpus
             if gpus > 1:
-                yield (f"{case}, {gpus} GPU, all-reduce between graph replays", case, algorithm, env_id,
-                       dataclasses.replace(config, graph_allreduce=False), backend, gpus)
+                yield (
+                    f"{case}, {gpus} GPU, all-reduce between graph replays",
+                    case,
+                    algorithm,
+                    env_id,
+                    dataclasses.replace(config, graph_allreduce=False),
+                    backend,
+                    gpus,
+                )
 
 
 CURVE_ENVS = 16_384
@@ -181,8 +283,9 @@ def curve_cases(quick: bool):
     (``CURVE_ENVS`` x 128) and schedule on every count of :func:`gpu_counts`, for the learning curves."""
     iterations = 12 if quick else 40
     for gpus in gpu_counts():
-        config = dataclasses.replace(CURVE_CONFIG, num_envs=CURVE_ENVS // gpus,
-                                     total_timesteps=CURVE_ENVS * 128 * iterations)
+        config = dataclasses.replace(
+            CURVE_CONFIG, num_envs=CURVE_ENVS // gpus, total_timesteps=CURVE_ENVS * 128 * iterations
+        )
         yield f"{CURVE_CASE}, {gpus} GPU", CURVE_CASE, "ppo", "CartPole-v1", config, None, gpus
 
 
@@ -191,7 +294,8 @@ def gpu_worker(label: str, quick: bool, result_path: str) -> None:
     agree, and on rank 0 write the summary and history to ``result_path``."""
     context = setup("cuda")
     _, _, algorithm, env_id, config, backend, _ = next(
-        case for case in (*gpu_cases(quick), *curve_cases(quick)) if case[0] == label)
+        case for case in (*gpu_cases(quick), *curve_cases(quick)) if case[0] == label
+    )
     module = {"ppo": ppo, "a2c": a2c, "multi_agent": multi_agent}[algorithm]
     trained, history = module.train(env_id, config, device="cuda", backend=backend, log_every=1, log=None)
     torch.cuda.synchronize()
@@ -203,8 +307,9 @@ def gpu_worker(label: str, quick: bool, result_path: str) -> None:
         dist.all_gather(everyone, mine)
     if context.is_main:
         result = summary(algorithm, env_id, backend, config, history, {})
-        result.update(gpus=context.world_size, history=history,
-                      ranks_agree=all(torch.equal(mine, other) for other in everyone))
+        result.update(
+            gpus=context.world_size, history=history, ranks_agree=all(torch.equal(mine, other) for other in everyone)
+        )
         Path(result_path).write_text(json.dumps(result))
     teardown()
 
@@ -220,8 +325,18 @@ def run_gpu_cases(args) -> None:
             continue
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "result.json"
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                       __file__, "--worker", label, "--result", str(path)] + (["--quick"] if args.quick else [])
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={gpus}",
+                __file__,
+                "--worker",
+                label,
+                "--result",
+                str(path),
+            ] + (["--quick"] if args.quick else [])
             done = subprocess.run(command)
             if done.returncode != 0 or not path.exists():
                 print(f"{label}: failed (exit {done.returncode})", flush=True)
@@ -233,28 +348,44 @@ def run_gpu_cases(args) -> None:
             one_gpu[case] = sps
         speedup = f"{sps / one_gpu[case]:.2f}x" if gpus > 1 and sps and one_gpu.get(case) else "—"
         final = result.get("final_return")
-        row = (f"| {label} | {gpus} | {f'{sps / 1e6:.3g} M' if sps else '—'} | {speedup} | "
-               f"{f'{final:.1f}' if final is not None else '—'} | {'yes' if result['ranks_agree'] else '**no**'} |")
+        row = (
+            f"| {label} | {gpus} | {f'{sps / 1e6:.3g} M' if sps else '—'} | {speedup} | "
+            f"{f'{final:.1f}' if final is not None else '—'} | {'yes' if result['ranks_agree'] else '**no**'} |"
+        )
         print(row, flush=True)
         rows.append(row)
         save_gpus(args, gpu, rows, results)
-    curves = {f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}, {r['config']['num_envs']:,} envs each": r["history"]
-              for r in results if r["case"] == CURVE_CASE}
+    curves = {
+        f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}, {r['config']['num_envs']:,} envs each": r["history"]
+        for r in results
+        if r["case"] == CURVE_CASE
+    }
     if args.curves and curves:
-        plot_learning_curves(curves, args.curves, f"PPO on CartPole-v1, the same total batch "
-                                                  f"({CURVE_ENVS:,} envs x 128 steps)\n{gpu}")
+        plot_learning_curves(
+            curves, args.curves, f"PPO on CartPole-v1, the same total batch ({CURVE_ENVS:,} envs x 128 steps)\n{gpu}"
+        )
         print(f"learning curves: {args.curves}")
 
 
 def save_gpus(args, gpu: str, rows: list[str], results: list[dict]) -> None:
     counts = ", ".join(map(str, gpu_counts()))
-    lines = [f"Training on {counts} x {gpu} (torch {torch.__version__}), torchrun, one process per GPU", "",
-             "| configuration | GPUs | env-steps/s (all GPUs) | vs 1 GPU | final mean return | ranks agree |",
-             "|---|---:|---:|---:|---:|---|", *rows]
-    save(args, "\n".join(lines) + "\n",
-         {"gpu": gpu, "torch": torch.__version__,
-          "results": [{k: v for k, v in r.items() if k != "history"} for r in results],
-          "histories": {r["label"]: r["history"] for r in results}})
+    lines = [
+        f"Training on {counts} x {gpu} (torch {torch.__version__}), torchrun, one process per GPU",
+        "",
+        "| configuration | GPUs | env-steps/s (all GPUs) | vs 1 GPU | final mean return | ranks agree |",
+        "|---|---:|---:|---:|---:|---|",
+        *rows,
+    ]
+    save(
+        args,
+        "\n".join(lines) + "\n",
+        {
+            "gpu": gpu,
+            "torch": torch.__version__,
+            "results": [{k: v for k, v in r.items() if k != "history"} for r in results],
+            "histories": {r["label"]: r["history"] for r in results},
+        },
+    )
 
 
 def main() -> None:
@@ -263,11 +394,16 @@ def main() -> None:
     parser.add_argument("--json", help="raw results")
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--only", help="run the cases whose label contains this text")
-    parser.add_argument("--gpus", action="store_true",
-                        help="the multi-GPU scaling cases (torchrun) on 1, 2, 4, ... GPUs, up to the GPUs here, instead")
-    parser.add_argument("--curves", metavar="PNG",
-                        help="the learning curves of 1, 2, 4, ... GPUs at the same total batch, drawn to PNG "
-                             "(alone or with --gpus)")
+    parser.add_argument(
+        "--gpus",
+        action="store_true",
+        help="the multi-GPU scaling cases (torchrun) on 1, 2, 4, ... GPUs, up to the GPUs here, instead",
+    )
+    parser.add_argument(
+        "--curves",
+        metavar="PNG",
+        help="the learning curves of 1, 2, 4, ... GPUs at the same total batch, drawn to PNG (alone or with --gpus)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one rank of the --gpus case of this label
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -297,9 +433,13 @@ def main() -> None:
 
 
 def table(gpu: str, rows: list[str]) -> list[str]:
-    return [f"Training speed on {gpu} (torch {torch.__version__})", "",
-            "| configuration | env-steps/s | rollout / update | time to mean return 475 | first 2 iterations |",
-            "|---|---:|---:|---:|---:|", *rows]
+    return [
+        f"Training speed on {gpu} (torch {torch.__version__})",
+        "",
+        "| configuration | env-steps/s | rollout / update | time to mean return 475 | first 2 iterations |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def save_one_gpu(args, gpu: str, rows: list[str], results: list[dict]) -> None:

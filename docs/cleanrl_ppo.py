@@ -112,8 +112,13 @@ def main(args: Args) -> dict[str, float]:
     episodes that ended in it, ``nan`` if none did)."""
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    envs = gym.make_vec(args.env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point",
-                        device=device, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = gym.make_vec(
+        args.env_id,
+        num_envs=args.num_envs,
+        vectorization_mode="vector_entry_point",
+        device=device,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
     if isinstance(envs.single_action_space, gym.spaces.Box):
         envs = wrappers.ClipAction(envs)
     agent = Agent(envs.single_observation_space, envs.single_action_space).to(device)
@@ -125,8 +130,9 @@ def main(args: Args) -> dict[str, float]:
     minibatch_size = batch_size // args.num_minibatches
     iterations = args.total_timesteps // batch_size
     obs_buf = torch.zeros((T, N, *envs.single_observation_space.shape), device=device)
-    actions_buf = torch.zeros((T, N, *envs.single_action_space.shape), device=device,
-                              dtype=torch.int64 if agent.discrete else torch.float32)
+    actions_buf = torch.zeros(
+        (T, N, *envs.single_action_space.shape), device=device, dtype=torch.int64 if agent.discrete else torch.float32
+    )
     logprobs, rewards, dones, values = (torch.zeros((T, N), device=device) for _ in range(4))
     episode_return = torch.zeros(N, device=device)
 
@@ -181,8 +187,9 @@ def main(args: Args) -> dict[str, float]:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
                 clipped_value = b_values[idx] + (new_value - b_values[idx]).clamp(-args.clip_coef, args.clip_coef)
-                value_loss = 0.5 * torch.max((new_value - b_returns[idx]) ** 2,
-                                             (clipped_value - b_returns[idx]) ** 2).mean()
+                value_loss = (
+                    0.5 * torch.max((new_value - b_returns[idx]) ** 2, (clipped_value - b_returns[idx]) ** 2).mean()
+                )
                 loss = policy_loss - args.ent_coef * entropy.mean() + args.vf_coef * value_loss
                 optimizer.zero_grad()
                 loss.backward()
@@ -190,11 +197,17 @@ def main(args: Args) -> dict[str, float]:
                 optimizer.step()
 
         # One host sync per iteration, for the log line.
-        stats = {"iteration": iteration, "global_step": iteration * batch_size,
-                 "episodic_return": (finished_returns / finished).item(), "episodes": int(finished.item()),
-                 "steps_per_second": iteration * batch_size / (time.time() - start)}
-        print(f"iteration {iteration}/{iterations}  step {stats['global_step']}  episodic_return "
-              f"{stats['episodic_return']:.1f} ({stats['episodes']} episodes)  {stats['steps_per_second']:.0f} steps/s")
+        stats = {
+            "iteration": iteration,
+            "global_step": iteration * batch_size,
+            "episodic_return": (finished_returns / finished).item(),
+            "episodes": int(finished.item()),
+            "steps_per_second": iteration * batch_size / (time.time() - start),
+        }
+        print(
+            f"iteration {iteration}/{iterations}  step {stats['global_step']}  episodic_return "
+            f"{stats['episodic_return']:.1f} ({stats['episodes']} episodes)  {stats['steps_per_second']:.0f} steps/s"
+        )
     envs.close()
     return stats
 

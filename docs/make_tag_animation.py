@@ -32,10 +32,13 @@ def continuous_frames(size: int = 384) -> list:
     frames = [rendering.render_tag_continuous(p, state, size=size)]
     done = False
     while not done:
-        actions = torch.stack([
-            torch.randint(0, p.num_acceleration_levels + 1, (1, p.num_agents), generator=gen),
-            torch.randint(0, p.num_turn_levels + 1, (1, p.num_agents), generator=gen),
-        ], dim=-1)
+        actions = torch.stack(
+            [
+                torch.randint(0, p.num_acceleration_levels + 1, (1, p.num_agents), generator=gen),
+                torch.randint(0, p.num_turn_levels + 1, (1, p.num_agents), generator=gen),
+            ],
+            dim=-1,
+        )
         state, _, terminated, truncated = tc.step(p, state, actions)
         frames.append(rendering.render_tag_continuous(p, state, size=size))
         done = bool(terminated[0] | truncated[0])

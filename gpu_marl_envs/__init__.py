@@ -43,7 +43,26 @@ from gpu_marl_envs.tag_parallel_env import TagParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 __version__ = "0.1.0"
-__all__ = ["ENVS", "GAMES", "AcrobotParams", "BackendUnavailableError", "CartPoleParams", "CovidEconomyParams",
-           "GpuEnv", "GpuParallelEnv", "GpuVectorEnv", "MountainCarContinuousParams", "MountainCarParams",
-           "PendulumParams", "PettingZooParallelEnv", "TagContinuousParams", "TagGridworldParams", "TagParallelEnv",
-           "available_backends", "check_env", "make_parallel", "register_env", "register_game"]
+__all__ = [
+    "ENVS",
+    "GAMES",
+    "AcrobotParams",
+    "BackendUnavailableError",
+    "CartPoleParams",
+    "CovidEconomyParams",
+    "GpuEnv",
+    "GpuParallelEnv",
+    "GpuVectorEnv",
+    "MountainCarContinuousParams",
+    "MountainCarParams",
+    "PendulumParams",
+    "PettingZooParallelEnv",
+    "TagContinuousParams",
+    "TagGridworldParams",
+    "TagParallelEnv",
+    "available_backends",
+    "check_env",
+    "make_parallel",
+    "register_env",
+    "register_game",
+]

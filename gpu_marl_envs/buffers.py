@@ -17,13 +17,32 @@ import torch
 THREADS_PER_BLOCK = 256
 
 STEP_ARGUMENTS = (
-    "num_envs", "state", "actions", "observations", "rewards", "terminated", "truncated",
-    "final_observations", "final_observation_mask", "elapsed_steps", "needs_reset", "episodes",
-    "seeds", "autoreset_mode", "params",
+    "num_envs",
+    "state",
+    "actions",
+    "observations",
+    "rewards",
+    "terminated",
+    "truncated",
+    "final_observations",
+    "final_observation_mask",
+    "elapsed_steps",
+    "needs_reset",
+    "episodes",
+    "seeds",
+    "autoreset_mode",
+    "params",
 )
 RESET_ARGUMENTS = (
-    "num_envs", "state", "observations", "reset_mask", "elapsed_steps", "needs_reset", "episodes",
-    "seeds", "params",
+    "num_envs",
+    "state",
+    "observations",
+    "reset_mask",
+    "elapsed_steps",
+    "needs_reset",
+    "episodes",
+    "seeds",
+    "params",
 )
 
 

@@ -46,9 +46,19 @@ from gpu_marl_envs.registration import RegisteredEnv, env_spec, game_spec, is_ga
 NVCC_ARCH = "sm_90"
 
 
-def check_env(env_id: str, params=None, *, num_envs: int = 3, num_steps: int = 8, seed: int = 7,
-              device="cpu", backends: list[str] | None = None, start: Callable[[dict], dict] | None = None,
-              rtol: float = 0.0, atol: float = 0.0) -> None:
+def check_env(
+    env_id: str,
+    params=None,
+    *,
+    num_envs: int = 3,
+    num_steps: int = 8,
+    seed: int = 7,
+    device="cpu",
+    backends: list[str] | None = None,
+    start: Callable[[dict], dict] | None = None,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+) -> None:
     """Check a registered env or game (see the module docstring); returns None when every check passes.
 
     Args:
@@ -83,8 +93,10 @@ def check_env(env_id: str, params=None, *, num_envs: int = 3, num_steps: int = 8
         for mode in AutoresetMode:
             ended += comparison(spec, params, device, backend, mode, num_envs, seed, rtol, atol).run(num_steps, start)
         if not ended:
-            raise AssertionError(f"{spec.id}: no episode ended within {num_steps} steps, so autoreset went "
-                                 "unchecked: pass params with shorter episodes, or more num_steps")
+            raise AssertionError(
+                f"{spec.id}: no episode ended within {num_steps} steps, so autoreset went "
+                "unchecked: pass params with shorter episodes, or more num_steps"
+            )
     for backend in ["torch", *twins]:
         _check_bad_input(spec, params, device, backend)
     _check_api(spec, params)
@@ -105,19 +117,25 @@ def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str
         path = Path(folder) / spec.kernels.cuda.name
         path.write_text(source)
         includes = [f"-I{d}" for d in pycuda_backend.include_dirs(spec.kernels.cuda)]
-        result = subprocess.run(["nvcc", "-ptx", f"-arch={arch}", *includes, str(path), "-o", str(path) + ".ptx"],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["nvcc", "-ptx", f"-arch={arch}", *includes, str(path), "-o", str(path) + ".ptx"],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0 or "warning" in result.stderr.lower():
             raise AssertionError(f"{spec.id}: nvcc failed on {spec.kernels.cuda} with {params}:\n{result.stderr}")
         ptx = Path(str(path) + ".ptx").read_text()
     for kind in ("step", "reset"):
         if f".entry {spec.kernel_name}_{kind}(" not in ptx:
             macro = "GME_MULTI_AGENT_KERNELS(YourGame)" if spec.is_game else "GME_CLASSIC_KERNELS(YourEnv)"
-            raise AssertionError(f"{spec.kernels.cuda} defines no kernel {spec.kernel_name}_{kind}: end it with {macro}")
+            raise AssertionError(
+                f"{spec.kernels.cuda} defines no kernel {spec.kernel_name}_{kind}: end it with {macro}"
+            )
     return ptx
 
 
 # -- comparisons ---------------------------------------------------------------------------------
+
 
 def first_difference(expected: torch.Tensor, actual: torch.Tensor, rtol: float = 0.0, atol: float = 0.0):
     """The index of the first element where ``actual`` differs from ``expected`` (exactly, or beyond
@@ -127,8 +145,11 @@ def first_difference(expected: torch.Tensor, actual: torch.Tensor, rtol: float =
         raise AssertionError(f"shapes differ: {tuple(expected.shape)} vs {tuple(actual.shape)}")
     if expected.is_floating_point():
         both_nan = torch.isnan(expected) & torch.isnan(actual)
-        close = torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol) if rtol or atol \
+        close = (
+            torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
+            if rtol or atol
             else actual == expected
+        )
         bad = ~(close | both_nan)
     else:
         bad = expected != actual
@@ -166,8 +187,9 @@ class _Comparison:
             self.copy_state()
             actions = self.random_actions()
             where = f"step {t}"
-            self.compare_outputs(tuple(_clone(self.step(env, actions)) for env in (self.reference, self.twin)),
-                                 where, before)
+            self.compare_outputs(
+                tuple(_clone(self.step(env, actions)) for env in (self.reference, self.twin)), where, before
+            )
             self.compare_states(where, before)
             buffers = self.reference._buffers
             ended += int(buffers.terminated.sum() + buffers.truncated.sum())
@@ -187,9 +209,11 @@ class _Comparison:
             return
         index, count = found
         expected_value, actual_value = expected.cpu()[index].item(), actual.cpu()[index].item()
-        message = (f"{self.context}, {where}: {name} differs first at [{', '.join(map(str, index))}] "
-                   f"({self.describe(name, index)}): reference {expected_value!r}, twin {actual_value!r}; "
-                   f"{count} element(s) differ")
+        message = (
+            f"{self.context}, {where}: {name} differs first at [{', '.join(map(str, index))}] "
+            f"({self.describe(name, index)}): reference {expected_value!r}, twin {actual_value!r}; "
+            f"{count} element(s) differ"
+        )
         if before is not None and index:
             env = index[0]
             state = {field: _shortened(value[env].tolist()) for field, value in before.items()}
@@ -215,8 +239,16 @@ class _EnvComparison(_Comparison):
         from gpu_marl_envs.vector_env import GpuVectorEnv
 
         # Unvalidated: the random actions go past the bounds, to compare the backends' clipping.
-        return GpuVectorEnv(spec.id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode,
-                            cuda_graph=False, validate_actions=False)
+        return GpuVectorEnv(
+            spec.id,
+            num_envs,
+            device=device,
+            backend=backend,
+            params=params,
+            autoreset_mode=mode,
+            cuda_graph=False,
+            validate_actions=False,
+        )
 
     @staticmethod
     def step(env, actions):
@@ -226,8 +258,13 @@ class _EnvComparison(_Comparison):
         return self.twin._buffers.state[self.twin.state_fields.index(name)]
 
     def random_actions(self) -> torch.Tensor:
-        return random_actions(self.reference.single_action_space, self.reference.num_envs, self.generator,
-                              self.reference.device, past_bounds=0.5)
+        return random_actions(
+            self.reference.single_action_space,
+            self.reference.num_envs,
+            self.generator,
+            self.reference.device,
+            past_bounds=0.5,
+        )
 
     def describe(self, name: str, index: tuple[int, ...]) -> str:
         return f"env {index[0]}" + (f", element {index[1:]}" if len(index) > 1 else "")
@@ -243,16 +280,18 @@ class _EnvComparison(_Comparison):
             mask = expected[4]["_final_obs"]
             self.compare("infos['_final_obs']", mask, actual[4]["_final_obs"], where, before)
             self.compare("infos['final_obs']", expected[4]["final_obs"][mask], actual[4]["final_obs"][mask], where)
-        self.compare("elapsed_steps", self.reference._buffers.elapsed_steps, self.twin._buffers.elapsed_steps, where,
-                     before)
+        self.compare(
+            "elapsed_steps", self.reference._buffers.elapsed_steps, self.twin._buffers.elapsed_steps, where, before
+        )
 
 
 class _GameComparison(_Comparison):
     def make(self, spec, params, device, backend, mode, num_envs):
         from gpu_marl_envs.parallel_env import GpuParallelEnv
 
-        return GpuParallelEnv(spec.id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode,
-                              cuda_graph=False)
+        return GpuParallelEnv(
+            spec.id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode, cuda_graph=False
+        )
 
     def reset(self, **kwargs):
         return tuple(_clone(env.reset_groups(**kwargs)) for env in (self.reference, self.twin))
@@ -276,8 +315,11 @@ class _GameComparison(_Comparison):
 
     def compare_outputs(self, outputs, where: str, before=None) -> None:
         expected, actual = outputs
-        names = ("observations", "infos") if len(expected) == 2 else \
-            ("observations", "rewards", "terminations", "truncations", "infos")
+        names = (
+            ("observations", "infos")
+            if len(expected) == 2
+            else ("observations", "rewards", "terminations", "truncations", "infos")
+        )
         for name, e, a in zip(names, expected, actual):
             if name != "infos":
                 for group in e:
@@ -285,20 +327,31 @@ class _GameComparison(_Comparison):
                 continue
             for group, info in e.items():
                 if info.keys() != a[group].keys():
-                    raise AssertionError(f"{self.context}, {where}: infos[{group}] has keys {sorted(a[group])}, "
-                                         f"the reference {sorted(info)}")
+                    raise AssertionError(
+                        f"{self.context}, {where}: infos[{group}] has keys {sorted(a[group])}, "
+                        f"the reference {sorted(info)}"
+                    )
                 for key, value in info.items():
                     other = a[group][key]
                     if key == "final_obs":  # meaningful where an episode ended
                         value, other = value[info["_final_obs"]], other[info["_final_obs"]]
                     if key == "episode":  # the returns and totals of the episodes that ended
                         for metric in value:
-                            self.compare(f"infos[{group}][episode][{metric}]", value[metric][info["_episode"]],
-                                         other[metric][info["_episode"]], where)
+                            self.compare(
+                                f"infos[{group}][episode][{metric}]",
+                                value[metric][info["_episode"]],
+                                other[metric][info["_episode"]],
+                                where,
+                            )
                         continue
                     self.compare(f"infos[{group}][{key}]", value, other, where, before)
-        self.compare("running_returns", self.reference._buffers.running_returns, self.twin._buffers.running_returns,
-                     where, before)
+        self.compare(
+            "running_returns",
+            self.reference._buffers.running_returns,
+            self.twin._buffers.running_returns,
+            where,
+            before,
+        )
 
 
 def _shortened(values, most: int = 16):
@@ -315,8 +368,9 @@ def _clone(value):
     return tuple(_clone(v) for v in value)
 
 
-def random_actions(space: spaces.Space, num_envs: int, generator: torch.Generator, device="cpu",
-                   past_bounds: float = 0.0) -> torch.Tensor:
+def random_actions(
+    space: spaces.Space, num_envs: int, generator: torch.Generator, device="cpu", past_bounds: float = 0.0
+) -> torch.Tensor:
     """Valid discrete actions; continuous ones uniform within the bounds scaled by ``1 + past_bounds``
     (``0.5``: spread 50% past them, to exercise the dynamics' clipping in envs made with
     ``validate_actions=False``, which refuses them otherwise)."""
@@ -334,13 +388,16 @@ def random_group_actions(env, generator: torch.Generator) -> dict[str, torch.Ten
     for group, agents in env.groups.items():
         space = env.action_space(agents[0])
         highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
-        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=generator.device)
-                   for h in highs]
+        columns = [
+            torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=generator.device)
+            for h in highs
+        ]
         actions[group] = (columns[0] if space.shape == () else torch.stack(columns, dim=-1)).to(env.device)
     return actions
 
 
 # -- bad input, API tests --------------------------------------------------------------------------
+
 
 def _check_bad_input(spec: RegisteredEnv, params, device, backend: str) -> None:
     """Each bad action raises, before anything is stepped: the state is unchanged."""
@@ -352,10 +409,12 @@ def _check_bad_input(spec: RegisteredEnv, params, device, backend: str) -> None:
         env.reset(seed=0)
         good = random_group_actions(env, torch.Generator().manual_seed(0))
         group = next(iter(good))
-        bad = {"out of range": {**good, group: good[group] + 10_000},
-               "negative": {**good, group: good[group] - 10_000},
-               "of the wrong shape": {**good, group: good[group][:1]},
-               "of the wrong dtype": {**good, group: good[group].to(torch.int32)}}
+        bad = {
+            "out of range": {**good, group: good[group] + 10_000},
+            "negative": {**good, group: good[group] - 10_000},
+            "of the wrong shape": {**good, group: good[group][:1]},
+            "of the wrong dtype": {**good, group: good[group].to(torch.int32)},
+        }
         step = env.step_groups
     else:
         from gpu_marl_envs.vector_env import GpuVectorEnv
@@ -364,13 +423,19 @@ def _check_bad_input(spec: RegisteredEnv, params, device, backend: str) -> None:
         env.reset(seed=0)
         good = random_actions(env.single_action_space, 2, torch.Generator().manual_seed(0), env.device)
         if isinstance(env.single_action_space, spaces.Discrete):
-            bad = {"out of range": good + int(env.single_action_space.n), "negative": good - 10_000,
-                   "of the wrong dtype": good.to(torch.int32)}
+            bad = {
+                "out of range": good + int(env.single_action_space.n),
+                "negative": good - 10_000,
+                "of the wrong dtype": good.to(torch.int32),
+            }
         else:
             high = torch.as_tensor(env.single_action_space.high, device=env.device)
-            bad = {"NaN": torch.full_like(good, math.nan), "infinite": torch.full_like(good, -math.inf),
-                   "beyond the bounds": torch.where(torch.isfinite(high), high + high.abs() + 1, good).expand_as(good),
-                   "of the wrong dtype": good.double()}
+            bad = {
+                "NaN": torch.full_like(good, math.nan),
+                "infinite": torch.full_like(good, -math.inf),
+                "beyond the bounds": torch.where(torch.isfinite(high), high + high.abs() + 1, good).expand_as(good),
+                "of the wrong dtype": good.double(),
+            }
         bad["of the wrong shape"] = good[:1]
         step = env.step
     before = env.get_state()
@@ -403,4 +468,3 @@ def _check_api(spec: RegisteredEnv, params) -> None:
     from gpu_marl_envs.single_env import GpuEnv
 
     gymnasium_check_env(GpuEnv(spec.id, params=params), skip_render_check=True)
-

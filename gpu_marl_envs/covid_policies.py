@@ -23,7 +23,8 @@ The policies:
 
 - :func:`real_world` — the data's stringency levels and federal subsidies (the calibration's
   series; beyond its last day, 2021-06-01 in the shipped one, the last value holds: that day's
-  stringency levels, and no new payment, so the last payment's level ends 90 days after it was paid). The day ``tau`` of an episode from ``start_date`` gets the level of the date
+  stringency levels, and no new payment, so the last payment's level ends 90 days after it was
+  paid). The day ``tau`` of an episode from ``start_date`` gets the level of the date
   ``start_date + tau``. Stringency follows the data *exactly*, every day, as the AI Economist's
   real-world baseline does (its ``use_real_world_policies`` sets the level from the data each day
   and opens every mask): so a governor changes level inside its cooldown when the data does, which
@@ -90,15 +91,18 @@ class SchedulePolicy:
 
     def to(self, device) -> SchedulePolicy:
         """This policy with its tables on ``device``."""
-        return SchedulePolicy(self.name, self.params, self.stringency.to(device), self.subsidy.to(device),
-                              self.within_masks)
+        return SchedulePolicy(
+            self.name, self.params, self.stringency.to(device), self.subsidy.to(device), self.within_masks
+        )
 
     def __call__(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         p = self.params
         governors, planner = observations["governors"], observations["planner"]
         if governors.device != self.device:
-            raise ValueError(f"observations are on {governors.device} but the policy on {self.device}; "
-                             f"use policy.to('{governors.device}')")
+            raise ValueError(
+                f"observations are on {governors.device} but the policy on {self.device}; "
+                f"use policy.to('{governors.device}')"
+            )
         t, levels = observed_day_and_levels(p, governors)
         day = t + 1
         target = self.stringency[torch.clamp(day, max=len(self.stringency) - 1)]  # (E, S)
@@ -113,8 +117,13 @@ class SchedulePolicy:
 
 
 def _policy(name, p: CovidEconomyParams, stringency, subsidy, device, within_masks=True) -> SchedulePolicy:
-    return SchedulePolicy(name, p, torch.as_tensor(np.asarray(stringency), dtype=torch.int64, device=device),
-                          torch.as_tensor(np.asarray(subsidy), dtype=torch.int64, device=device), within_masks)
+    return SchedulePolicy(
+        name,
+        p,
+        torch.as_tensor(np.asarray(stringency), dtype=torch.int64, device=device),
+        torch.as_tensor(np.asarray(subsidy), dtype=torch.int64, device=device),
+        within_masks,
+    )
 
 
 def real_world_subsidy_levels(p: CovidEconomyParams, num_days: int) -> np.ndarray:
@@ -138,7 +147,7 @@ def real_world(p: CovidEconomyParams, within_masks: bool = False, device=None) -
     c = p.calibration
     days = np.arange(p.episode_length + 1)  # tau = 0 .. T
     stringency = c.policy_levels(np.minimum(p.start_index + days, c.num_days - 1))  # the last day's levels hold
-    daily = real_world_subsidy_levels(p, p.start_index + p.episode_length + 1)[p.start_index:]  # tau = 0 .. T
+    daily = real_world_subsidy_levels(p, p.start_index + p.episode_length + 1)[p.start_index :]  # tau = 0 .. T
     # The interval starting on day tau: days tau .. tau + M - 1 (days past T count as day T).
     window = np.minimum(days[:, None] + np.arange(p.subsidy_interval), p.episode_length)
     subsidy = np.clip(np.round(daily[window].mean(axis=1)), 0, p.num_subsidy_levels)
@@ -153,8 +162,13 @@ def all_open(p: CovidEconomyParams, device=None) -> SchedulePolicy:
 
 def all_closed(p: CovidEconomyParams, device=None) -> SchedulePolicy:
     """Level 10 everywhere, the full subsidy."""
-    return _policy("all closed, full subsidy", p, np.full((1, p.num_states), p.num_stringency_levels),
-                   [p.num_subsidy_levels], device)
+    return _policy(
+        "all closed, full subsidy",
+        p,
+        np.full((1, p.num_states), p.num_stringency_levels),
+        [p.num_subsidy_levels],
+        device,
+    )
 
 
 def closed_then_open(p: CovidEconomyParams, closed_days: int = 60, device=None) -> SchedulePolicy:
@@ -168,5 +182,10 @@ def closed_then_open(p: CovidEconomyParams, closed_days: int = 60, device=None) 
 
 def scripted_policies(p: CovidEconomyParams, closed_days: int = 60, device=None) -> list[SchedulePolicy]:
     """Every scripted policy, in the report's order."""
-    return [real_world(p, device=device), real_world(p, within_masks=True, device=device), all_open(p, device),
-            all_closed(p, device), closed_then_open(p, closed_days, device)]
+    return [
+        real_world(p, device=device),
+        real_world(p, within_masks=True, device=device),
+        all_open(p, device),
+        all_closed(p, device),
+        closed_then_open(p, closed_days, device),
+    ]

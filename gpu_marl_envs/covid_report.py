@@ -98,20 +98,24 @@ class Episode:
     seconds: float
 
 
-def day_values(p: ce.CovidEconomyParams, state: dict[str, torch.Tensor], population: torch.Tensor,
-               start_deaths: torch.Tensor) -> torch.Tensor:
+def day_values(
+    p: ce.CovidEconomyParams, state: dict[str, torch.Tensor], population: torch.Tensor, start_deaths: torch.Tensor
+) -> torch.Tensor:
     """(len(QUANTITIES),) float64 on the state's device: :data:`QUANTITIES` of the state's day,
     averaged over envs."""
     envs = torch.arange(len(state["t"]), device=state["t"].device)
     level = state["stringency"][envs, state["t"].long() % p.calibration.beta_delay].double()  # (E, S)
-    values = torch.stack([
-        state["infected"].double().sum(1),
-        state["deaths"].double().sum(1) - start_deaths,
-        state["unemployed"].double().sum(1),
-        state["productivity"].double().sum(1),
-        (level * population).sum(1) / population.sum(),
-        state["subsidy_level"].double(),
-    ], dim=1)
+    values = torch.stack(
+        [
+            state["infected"].double().sum(1),
+            state["deaths"].double().sum(1) - start_deaths,
+            state["unemployed"].double().sum(1),
+            state["productivity"].double().sum(1),
+            (level * population).sum(1) / population.sum(),
+            state["subsidy_level"].double(),
+        ],
+        dim=1,
+    )
     return values.mean(0)
 
 
@@ -124,12 +128,21 @@ def outside_masks(actions: dict[str, torch.Tensor], infos: dict) -> torch.Tensor
     return count
 
 
-def run_episode(name: str, act: Act, p: ce.CovidEconomyParams, num_envs: int = 1, *, device="cpu",
-                backend: str | None = None, progress: tqdm | None = None) -> Episode:
+def run_episode(
+    name: str,
+    act: Act,
+    p: ce.CovidEconomyParams,
+    num_envs: int = 1,
+    *,
+    device="cpu",
+    backend: str | None = None,
+    progress: tqdm | None = None,
+) -> Episode:
     """One episode of ``num_envs`` envs under ``act``; the series and the episode's summary."""
     start = time.perf_counter()
-    env = make_parallel(ENV_ID, num_envs, device=device, backend=backend, params=p,
-                        autoreset_mode=AutoresetMode.DISABLED)
+    env = make_parallel(
+        ENV_ID, num_envs, device=device, backend=backend, params=p, autoreset_mode=AutoresetMode.DISABLED
+    )
     observations, infos = env.reset_groups(seed=0)
     population = torch.tensor(ce.constants(p)["POPULATION"], dtype=torch.float64, device=env.device)
     start_deaths = env.get_state()["deaths"].double().sum(1)
@@ -143,8 +156,9 @@ def run_episode(name: str, act: Act, p: ce.CovidEconomyParams, num_envs: int = 1
             progress.update(1)
     if not bool(infos["planner"]["_episode"].all()):  # else "episode" would hold an earlier episode's values
         raise RuntimeError("the episode did not end after episode_length steps")
-    episode = {group: {key: value.double().mean().item() for key, value in infos[group]["episode"].items()}
-               for group in infos}
+    episode = {
+        group: {key: value.double().mean().item() for key, value in infos[group]["episode"].items()} for group in infos
+    }
     series = torch.stack(days).cpu().numpy()
     env.close()
     summary = {
@@ -176,14 +190,17 @@ def load_trained(path: Path, device) -> tuple[Act, ce.CovidEconomyParams]:
         raise ReportError(f"--checkpoint: {error} (gpu-marl-train writes <run>/checkpoint.pt)") from None
     env_id = checkpoint.get("env")
     if not isinstance(env_id, str) or env_id.split("/")[-1] != ce.COVID_ECONOMY.id:
-        raise ReportError(f"--checkpoint {path} is not a gpu-marl-train checkpoint of {ce.COVID_ECONOMY.id} "
-                          f"(its env: {env_id!r})")
+        raise ReportError(
+            f"--checkpoint {path} is not a gpu-marl-train checkpoint of {ce.COVID_ECONOMY.id} (its env: {env_id!r})"
+        )
     policies, env_id, config = load_policies(checkpoint, device)
     slots = multi_agent.policy_slots(env_id, config)
     for policy in policies.values():
         policy.eval()
-    return (lambda observations, infos: multi_agent.greedy_actions(policies, slots, observations, infos),
-            multi_agent.game_params(env_id, config))
+    return (
+        lambda observations, infos: multi_agent.greedy_actions(policies, slots, observations, infos),
+        multi_agent.game_params(env_id, config),
+    )
 
 
 def dates(p: ce.CovidEconomyParams) -> list[datetime.date]:
@@ -240,9 +257,15 @@ def table_rows(episodes: list[Episode]) -> list[dict]:
 
 
 def markdown_table(episodes: list[Episode]) -> str:
-    formats = {"social_welfare": "{:.2f}", "governors_mean_return": "{:.2f}", "deaths": "{:,.0f}",
-               "mean_unemployed": "{:,.0f}", "subsidies": "{:.3g}", "productivity": "{:.4g}",
-               "actions_outside_masks": "{:.0f}"}
+    formats = {
+        "social_welfare": "{:.2f}",
+        "governors_mean_return": "{:.2f}",
+        "deaths": "{:,.0f}",
+        "mean_unemployed": "{:,.0f}",
+        "subsidies": "{:.3g}",
+        "productivity": "{:.4g}",
+        "actions_outside_masks": "{:.0f}",
+    }
     lines = ["| " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" + "---:|" * (len(COLUMNS) - 1)]
     for row in table_rows(episodes):
         cells = [row["policy"]] + [formats[key].format(row[key]) for key in list(COLUMNS)[1:]]
@@ -253,23 +276,40 @@ def markdown_table(episodes: list[Episode]) -> str:
 def write_tables(episodes: list[Episode], settings: dict, out: Path) -> list[Path]:
     """``covid_report.md``, ``.csv``, ``.json``; returns the paths."""
     paths = [out / "covid_report.md", out / "covid_report.csv", out / "covid_report.json"]
-    paths[0].write_text(f"# CovidEconomy-v0: one episode per policy\n\n{markdown_table(episodes)}\n"
-                        f"Settings: {json.dumps(settings)}\n")
+    paths[0].write_text(
+        f"# CovidEconomy-v0: one episode per policy\n\n{markdown_table(episodes)}\nSettings: {json.dumps(settings)}\n"
+    )
     with open(paths[1], "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(COLUMNS))
         writer.writeheader()
         writer.writerows(table_rows(episodes))
-    paths[2].write_text(json.dumps({"settings": settings, "policies": [
-        {**row, "seconds": episode.seconds} for row, episode in zip(table_rows(episodes), episodes)]}, indent=2) + "\n")
+    paths[2].write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "policies": [
+                    {**row, "seconds": episode.seconds} for row, episode in zip(table_rows(episodes), episodes)
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return paths
 
 
 def settings_of(p: ce.CovidEconomyParams, args: argparse.Namespace, device, backend: str) -> dict:
     fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "calibration"}
-    return {"env": ENV_ID, "params": fields, "calibration": "shipped" if p.calibration is
-            covid_calibration.default_calibration() else "custom", "num_envs": args.num_envs, "device": str(device),
-            "backend": backend, "closed_days": args.closed_days,
-            "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
+    return {
+        "env": ENV_ID,
+        "params": fields,
+        "calibration": "shipped" if p.calibration is covid_calibration.default_calibration() else "custom",
+        "num_envs": args.num_envs,
+        "device": str(device),
+        "backend": backend,
+        "closed_days": args.closed_days,
+        "checkpoint": None if args.checkpoint is None else str(args.checkpoint),
+    }
 
 
 def positive_int(text: str) -> int:
@@ -283,17 +323,25 @@ def positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu-marl-covid-report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gpu-marl-covid-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--checkpoint", type=Path, help="a gpu-marl-train checkpoint of CovidEconomy-v0 to add")
     parser.add_argument("--out", type=Path, default=Path("covid-report"), help="output folder (default: covid-report)")
     parser.add_argument("--device", default="cpu", help="torch device of the envs and policies (default: cpu)")
-    parser.add_argument("--backend", choices=("torch", "numba", "pycuda"),
-                        help="the env's backend (default: the fastest available on the device)")
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "numba", "pycuda"),
+        help="the env's backend (default: the fastest available on the device)",
+    )
     parser.add_argument("--num-envs", type=positive_int, default=1, help="envs per policy (default: 1)")
     parser.add_argument("--episode-length", type=positive_int, help="days per episode (default: the params', 540)")
-    parser.add_argument("--closed-days", type=positive_int, default=60,
-                        help="days closed of the 'closed, then open' policy (default: 60)")
+    parser.add_argument(
+        "--closed-days",
+        type=positive_int,
+        default=60,
+        help="days closed of the 'closed, then open' policy (default: 60)",
+    )
     args = parser.parse_args(argv)
     try:
         device = resolve_device(args.device)
@@ -312,19 +360,21 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportError(f"--out {args.out} exists and is not a folder")
     except (ValueError, RuntimeError) as error:  # ReportError, and the runtime's errors, which name the fix
         parser.error(str(error))
-    acts = [(policy.name, scripted(policy)) for policy in
-            covid_policies.scripted_policies(p, args.closed_days, device)] + acts
+    acts = [
+        (policy.name, scripted(policy)) for policy in covid_policies.scripted_policies(p, args.closed_days, device)
+    ] + acts
     args.out.mkdir(parents=True, exist_ok=True)
     episodes = []
     with tqdm(total=len(acts) * p.episode_length, unit="day", desc="covid report") as progress:
         for name, act in acts:
             progress.set_postfix_str(name)
-            episodes.append(run_episode(name, act, p, args.num_envs, device=device, backend=backend,
-                                        progress=progress))
+            episodes.append(run_episode(name, act, p, args.num_envs, device=device, backend=backend, progress=progress))
     paths = plot(episodes, p, args.out) + write_tables(episodes, settings_of(p, args, device, backend), args.out)
     print(markdown_table(episodes))
-    print(f"{sum(e.seconds for e in episodes):.1f} s for {len(episodes)} episodes of {p.episode_length} days "
-          f"x {args.num_envs} env(s) on {device}; wrote {', '.join(str(path) for path in paths)}")
+    print(
+        f"{sum(e.seconds for e in episodes):.1f} s for {len(episodes)} episodes of {p.episode_length} days "
+        f"x {args.num_envs} env(s) on {device}; wrote {', '.join(str(path) for path in paths)}"
+    )
     return 0
 
 

@@ -31,7 +31,9 @@ def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
     elapsed = 0.0
     for _ in tqdm(range(steps), desc=f"{env_id:26s}", unit="step", leave=False):
         if space.shape:
-            actions = (torch.rand((num_envs, *space.shape), generator=generator, device=env.device) * 2 - 1) * float(space.high[0])
+            actions = (torch.rand((num_envs, *space.shape), generator=generator, device=env.device) * 2 - 1) * float(
+                space.high[0]
+            )
         else:
             actions = torch.randint(0, int(space.n), (num_envs,), generator=generator, device=env.device)
         sync()
@@ -46,8 +48,14 @@ def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
         finished += done.sum()
         episode_return *= ~done
     episodes = int(finished.item())
-    return {"env": env_id, "backend": env.backend, "device": str(env.device), "rate": num_envs * steps / elapsed,
-            "mean_return": (finished_return / finished).item() if episodes else None, "episodes": episodes}
+    return {
+        "env": env_id,
+        "backend": env.backend,
+        "device": str(env.device),
+        "rate": num_envs * steps / elapsed,
+        "mean_return": (finished_return / finished).item() if episodes else None,
+        "episodes": episodes,
+    }
 
 
 def random_group_actions(env, infos: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -62,8 +70,9 @@ def random_group_actions(env, infos: dict, generator: torch.Generator) -> dict[s
             actions[group] = draws.view(mask.shape[:2])
             continue
         highs = [int(space.n)] if not space.shape else [int(n) for n in space.nvec]
-        columns = [torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device)
-                   for h in highs]
+        columns = [
+            torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device) for h in highs
+        ]
         actions[group] = torch.stack(columns, dim=-1) if space.shape else columns[0]
     return actions
 
@@ -84,10 +93,16 @@ def run_game(env_id: str, num_games: int, steps: int, device: str) -> dict:
         elapsed += time.perf_counter() - start
         for group in env.groups:
             reward_sums[group] += rewards[group].sum()
-    per_agent_step = {group: reward_sums[group].item() / (num_games * steps * len(agents))
-                      for group, agents in env.groups.items()}
-    return {"env": env_id, "backend": env.backend, "rate": num_games * steps / elapsed,
-            "rewards": per_agent_step, "agents": env.max_num_agents}
+    per_agent_step = {
+        group: reward_sums[group].item() / (num_games * steps * len(agents)) for group, agents in env.groups.items()
+    }
+    return {
+        "env": env_id,
+        "backend": env.backend,
+        "rate": num_games * steps / elapsed,
+        "rewards": per_agent_step,
+        "agents": env.max_num_agents,
+    }
 
 
 def main() -> None:
@@ -99,22 +114,29 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if gpu else "cpu")
     args = parser.parse_args()
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU (no GPU found: torch backend)"
-    print(f"gpu_marl_envs {gpu_marl_envs.__version__} on {where}: {args.num_envs:,} envs x {args.steps} steps, random actions")
+    print(
+        f"gpu_marl_envs {gpu_marl_envs.__version__} on {where}: {args.num_envs:,} envs x {args.steps} steps, "
+        "random actions"
+    )
     print(f"{'env':26s} {'backend':8s} {'env-steps/s':>14s} {'episodes':>10s} {'mean return':>12s}")
     for env_id in sorted(spec.definition.id for spec in gpu_marl_envs.ENVS.values()):
         r = run(env_id, args.num_envs, args.steps, args.device)
         # No episode may end within --steps (MountainCar's last 200): then there is no mean to show.
         mean = f"{r['mean_return']:12.1f}" if r["episodes"] else f"{'none ended':>12s}"
         print(f"{r['env']:26s} {r['backend']:8s} {r['rate']:14,.0f} {r['episodes']:10,d} {mean}")
-    print(f"\nMulti-agent games, {args.num_games:,} games x {args.steps} steps, random actions (allowed ones where "
-          "a game masks actions)")
+    print(
+        f"\nMulti-agent games, {args.num_games:,} games x {args.steps} steps, random actions (allowed ones where "
+        "a game masks actions)"
+    )
     print(f"{'env':26s} {'backend':8s} {'agents':>6s} {'env-steps/s':>14s}  reward per agent and step, by group")
     for env_id in sorted(spec.definition.id for spec in gpu_marl_envs.GAMES.values()):
         r = run_game(env_id, args.num_games, args.steps, args.device)
         rewards = ", ".join(f"{group} {value:.3f}" for group, value in r["rewards"].items())
         print(f"{r['env']:26s} {r['backend']:8s} {r['agents']:6d} {r['rate']:14,.0f}  {rewards}")
-    print("(env-steps/s times step() alone; benchmarks/throughput.py, tag_throughput.py and covid_throughput.py "
-          "measure it properly)")
+    print(
+        "(env-steps/s times step() alone; benchmarks/throughput.py, tag_throughput.py and covid_throughput.py "
+        "measure it properly)"
+    )
 
 
 if __name__ == "__main__":

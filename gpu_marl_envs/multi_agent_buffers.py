@@ -33,8 +33,9 @@ def shared_memory_limit(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
-def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.device, backend: str,
-                        static_bytes: int = 0) -> None:
+def check_shared_memory(
+    definition: MultiAgentDefinition, params, device: torch.device, backend: str, static_bytes: int = 0
+) -> None:
     """Refuse a game whose kernels need more shared memory per block than ``device`` gives one
     (which is what bounds the agents per game), naming the limit: the game's dynamic shared memory,
     and the kernels' static shared memory (``static_bytes``) once they are compiled."""
@@ -43,16 +44,45 @@ def check_shared_memory(definition: MultiAgentDefinition, params, device: torch.
     limit = MAX_SHARED_BYTES if static_bytes > MAX_SHARED_BYTES else shared_memory_limit(device)
     if static_bytes + dynamic > limit:
         where = "this GPU's" if device.type == "cuda" else "the CPU simulator's (any GPU's default)"
-        raise ValueError(f"{params.num_agents} agents per env need {static_bytes + dynamic} bytes of shared memory "
-                         f"per block in the {backend} kernels of {definition.id}, more than {where} limit of {limit} "
-                         "bytes; use fewer agents or backend='torch'")
+        raise ValueError(
+            f"{params.num_agents} agents per env need {static_bytes + dynamic} bytes of shared memory "
+            f"per block in the {backend} kernels of {definition.id}, more than {where} limit of {limit} "
+            "bytes; use fewer agents or backend='torch'"
+        )
 
 
-STEP_ARGUMENTS = ("num_envs", "state", "actions", "observations", "action_masks", "rewards", "agent_terminated",
-                  "agent_truncated", "terminated", "truncated", "running_returns", "episode_returns", "episode_totals",
-                  "final_observations", "final_observation_mask", "needs_reset", "episodes", "seeds", "autoreset_mode")
-RESET_ARGUMENTS = ("num_envs", "state", "observations", "action_masks", "running_returns", "reset_mask", "needs_reset",
-                   "episodes", "seeds")
+STEP_ARGUMENTS = (
+    "num_envs",
+    "state",
+    "actions",
+    "observations",
+    "action_masks",
+    "rewards",
+    "agent_terminated",
+    "agent_truncated",
+    "terminated",
+    "truncated",
+    "running_returns",
+    "episode_returns",
+    "episode_totals",
+    "final_observations",
+    "final_observation_mask",
+    "needs_reset",
+    "episodes",
+    "seeds",
+    "autoreset_mode",
+)
+RESET_ARGUMENTS = (
+    "num_envs",
+    "state",
+    "observations",
+    "action_masks",
+    "running_returns",
+    "reset_mask",
+    "needs_reset",
+    "episodes",
+    "seeds",
+)
 
 
 @dataclass
@@ -76,8 +106,9 @@ class MultiAgentBuffers:
     reset_mask: torch.Tensor  # (num_envs,) bool, input of the reset kernel
 
     @classmethod
-    def allocate(cls, definition: MultiAgentDefinition, params, num_envs: int,
-                 device: torch.device) -> MultiAgentBuffers:
+    def allocate(
+        cls, definition: MultiAgentDefinition, params, num_envs: int, device: torch.device
+    ) -> MultiAgentBuffers:
         def zeros(*shape, dtype=torch.float32):
             return torch.zeros(shape, dtype=dtype, device=device)
 
@@ -85,13 +116,15 @@ class MultiAgentBuffers:
         num_metrics = len(definition.episode_metrics(params))
         # A valid state to start from (the seed is irrelevant: reset() overwrites it).
         state = definition.reset(params, torch.zeros(num_envs, dtype=torch.int64, device=device), num_envs)
-        state = definition.state_type(**{name: getattr(state, name).clone().contiguous()
-                                         for name in definition.state_fields})
+        state = definition.state_type(
+            **{name: getattr(state, name).clone().contiguous() for name in definition.state_fields}
+        )
         return cls(
             state=state,
             observations=zeros(num_envs, obs_size),
             action_masks=zeros(num_envs, definition.mask_size(params), dtype=torch.bool)
-            if definition.has_action_masks else None,
+            if definition.has_action_masks
+            else None,
             rewards=zeros(num_envs, n),
             agent_terminated=zeros(num_envs, n, dtype=torch.bool),
             agent_truncated=zeros(num_envs, n, dtype=torch.bool),

@@ -41,8 +41,9 @@ class Sides:
     observations."""
 
     def __init__(self, buffers, count: int, build: Callable[[Any], tuple[Any, Any]]):
-        copies = [buffers] + [dataclasses.replace(buffers, observations=torch.zeros_like(buffers.observations))
-                              for _ in range(count - 1)]
+        copies = [buffers] + [
+            dataclasses.replace(buffers, observations=torch.zeros_like(buffers.observations)) for _ in range(count - 1)
+        ]
         self.all = tuple(Side(copy, *build(copy)) for copy in copies)
         self.index = 0
 

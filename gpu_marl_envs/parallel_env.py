@@ -86,10 +86,22 @@ class GpuParallelEnv:
     # The class cannot know the game: an instance's metadata lists its game's render modes.
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP, "is_parallelizable": True}
 
-    def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
-                 autoreset_mode=AutoresetMode.NEXT_STEP, params=None, validate_actions: bool = True,
-                 cuda_graph: bool | None = None, render_mode: str | None = None, render_env_index: int = 0,
-                 observation_buffers: int = 1, **settings):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 1,
+        *,
+        device=None,
+        backend: str | None = None,
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+        params=None,
+        validate_actions: bool = True,
+        cuda_graph: bool | None = None,
+        render_mode: str | None = None,
+        render_env_index: int = 0,
+        observation_buffers: int = 1,
+        **settings,
+    ):
         spec = game_spec(env_id)
         self.definition = d = spec.definition
         self.num_envs = check_num_envs(num_envs)
@@ -103,19 +115,26 @@ class GpuParallelEnv:
         render_modes = [] if self._draw is None else ["rgb_array"]
         if render_mode is not None and render_mode not in render_modes:
             raise ValueError(f"render_mode must be None or one of {render_modes} for {d.id}, got {render_mode!r}")
-        if isinstance(render_env_index, bool) or not isinstance(render_env_index, int) \
-                or not 0 <= render_env_index < self.num_envs:
+        if (
+            isinstance(render_env_index, bool)
+            or not isinstance(render_env_index, int)
+            or not 0 <= render_env_index < self.num_envs
+        ):
             raise ValueError(f"render_env_index must be an int in [0, {self.num_envs - 1}], got {render_env_index!r}")
         self.render_mode = render_mode
         self.render_env_index = render_env_index
-        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode,
-                         "name": snake_case(d.id), "render_modes": render_modes}
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": self.autoreset_mode,
+            "name": snake_case(d.id),
+            "render_modes": render_modes,
+        }
 
         self.possible_agents = d.agent_names(self.params)
         self.agents = list(self.possible_agents)
         self._ids = {agent: i for i, agent in enumerate(self.possible_agents)}
         self._group_ids = d.agent_groups(self.params)
-        self.groups = {group: self.possible_agents[ids.start:ids.stop] for group, ids in self._group_ids.items()}
+        self.groups = {group: self.possible_agents[ids.start : ids.stop] for group, ids in self._group_ids.items()}
         self._group_of = {agent: group for group, agents in self.groups.items() for agent in agents}
         self._observation_spaces = d.observation_spaces(self.params)
         self._action_spaces = d.action_spaces(self.params)
@@ -139,8 +158,11 @@ class GpuParallelEnv:
             if self._actions is None:
                 self._actions = getattr(backend, "actions_buffer", None)
                 if self._actions is None:
-                    self._actions = torch.zeros((self.num_envs, self.params.num_agents, *self._action_shape),
-                                                dtype=torch.int64, device=self.device)
+                    self._actions = torch.zeros(
+                        (self.num_envs, self.params.num_agents, *self._action_shape),
+                        dtype=torch.int64,
+                        device=self.device,
+                    )
             return backend, GraphedStep(backend, side_buffers, self._actions) if cuda_graph else backend
 
         self.observation_buffers = check_observation_buffers(observation_buffers)
@@ -148,11 +170,13 @@ class GpuParallelEnv:
         self._buffers, self._backend, self._launcher = self._sides.current
         self.backend = self._backend.name
         self._action_high = d.action_high(self.params).to(self.device)  # for validate_actions
-        self._group_action_shapes = {name: (self.num_envs, len(ids), *self._action_shape)
-                                     for name, ids in self._group_ids.items()}
+        self._group_action_shapes = {
+            name: (self.num_envs, len(ids), *self._action_shape) for name, ids in self._group_ids.items()
+        }
         # The strides of one env's row of a group's actions when that row is contiguous.
-        self._group_row_strides = {name: torch.empty(shape[1:]).stride()
-                                   for name, shape in self._group_action_shapes.items()}
+        self._group_row_strides = {
+            name: torch.empty(shape[1:]).stride() for name, shape in self._group_action_shapes.items()
+        }
         # A tensor that stays valid: the live in-game flags, or constant ones for games without exits.
         self.active = d.in_game(self.params, b.state)
         self._set_seeds(rng.random_seed(), None)
@@ -173,30 +197,41 @@ class GpuParallelEnv:
 
         def flat_by_agent(tensor, layout):
             # Agent k of a group: its `size` values from start + k * size of the env's flat row.
-            return {agent: tensor[:, s.start + k * s.size:s.start + (k + 1) * s.size]
-                    for group, s in layout.items() for k, agent in enumerate(self.groups[group])}
+            return {
+                agent: tensor[:, s.start + k * s.size : s.start + (k + 1) * s.size]
+                for group, s in layout.items()
+                for k, agent in enumerate(self.groups[group])
+            }
 
         def flat_by_group(tensor, layout):
-            return {group: tensor[:, s.start:s.stop].unflatten(1, (s.count, s.size)) for group, s in layout.items()}
+            return {group: tensor[:, s.start : s.stop].unflatten(1, (s.count, s.size)) for group, s in layout.items()}
 
         obs_layout = d.observation_layout(p)
         agent_rest = tuple(by_agent(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated))
         group_rest = tuple(by_group(t) for t in (b.rewards, b.agent_terminated, b.agent_truncated))
         # Per side (observation_buffers): the views of its observations, with the shared rest.
-        self._side_views = tuple(((flat_by_agent(side.buffers.observations, obs_layout), *agent_rest),
-                                  (flat_by_group(side.buffers.observations, obs_layout), *group_rest))
-                                 for side in self._sides.all)
+        self._side_views = tuple(
+            (
+                (flat_by_agent(side.buffers.observations, obs_layout), *agent_rest),
+                (flat_by_group(side.buffers.observations, obs_layout), *group_rest),
+            )
+            for side in self._sides.all
+        )
         self._agent_views, self._group_views = self._side_views[self._sides.index]
         self._agent_infos = {agent: {"active": active} for agent, active in by_agent(self.active).items()}
         self._group_infos = {group: {"active": active} for group, active in by_group(self.active).items()}
         if d.has_action_masks:
-            for infos, masks in ((self._agent_infos, flat_by_agent(b.action_masks, d.mask_layout(p))),
-                                 (self._group_infos, flat_by_group(b.action_masks, d.mask_layout(p)))):
+            for infos, masks in (
+                (self._agent_infos, flat_by_agent(b.action_masks, d.mask_layout(p))),
+                (self._group_infos, flat_by_group(b.action_masks, d.mask_layout(p))),
+            ):
                 for key, info in infos.items():
                     info["action_mask"] = masks[key]
         if final:
-            for infos, final_obs in ((self._agent_infos, flat_by_agent(b.final_observations, obs_layout)),
-                                     (self._group_infos, flat_by_group(b.final_observations, obs_layout))):
+            for infos, final_obs in (
+                (self._agent_infos, flat_by_agent(b.final_observations, obs_layout)),
+                (self._group_infos, flat_by_group(b.final_observations, obs_layout)),
+            ):
                 for key, info in infos.items():
                     info.update(final_obs=final_obs[key], _final_obs=b.final_observation_mask)
         # Where an episode ended on the last step: SAME_STEP records it in final_observation_mask,
@@ -205,11 +240,13 @@ class GpuParallelEnv:
         totals = {name: b.episode_totals[:, k] for k, name in enumerate(d.episode_metrics(p))}
         self._agent_step_infos = {
             agent: {**info, "episode": {"return": b.episode_returns[:, self._ids[agent]], **totals}, "_episode": ended}
-            for agent, info in self._agent_infos.items()}
+            for agent, info in self._agent_infos.items()
+        }
         returns = by_group(b.episode_returns)
         self._group_step_infos = {
             group: {**info, "episode": {"return": returns[group], **totals}, "_episode": ended}
-            for group, info in self._group_infos.items()}
+            for group, info in self._group_infos.items()
+        }
 
     # -- PettingZoo API --------------------------------------------------------------------------
 
@@ -264,9 +301,14 @@ class GpuParallelEnv:
         # At small batches the step is bound by host time: the CUDA C step kernel reads each group's
         # actions where they lie (one launch, no gather). The other backends, and validate_actions,
         # read one buffer of every agent's actions.
-        if hasattr(self._launcher, "step_groups") and not self.validate_actions and all(
+        if (
+            hasattr(self._launcher, "step_groups")
+            and not self.validate_actions
+            and all(
                 value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name]
-                for name, value in zip(names, group_actions)):
+                for name, value in zip(names, group_actions)
+            )
+        ):
             self._advance()
             self._launcher.step_groups(group_actions)
         else:
@@ -313,8 +355,10 @@ class GpuParallelEnv:
         missing = set(self.state_fields) - set(state)
         unknown = set(state) - set(self.state_fields)
         if missing or unknown:
-            raise ValueError(f"state needs exactly the fields {list(self.state_fields)}; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+            raise ValueError(
+                f"state needs exactly the fields {list(self.state_fields)}; "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
         b, d = self._buffers, self.definition
         rows = {}
         for name in self.state_fields:
@@ -326,8 +370,9 @@ class GpuParallelEnv:
             try:
                 value = torch.broadcast_to(value, (len(ids), *buffer.shape[1:]))
             except RuntimeError:
-                raise ValueError(f"state[{name!r}] has shape {tuple(value.shape)}; "
-                                 f"expected {(len(ids), *buffer.shape[1:])}") from None
+                raise ValueError(
+                    f"state[{name!r}] has shape {tuple(value.shape)}; expected {(len(ids), *buffer.shape[1:])}"
+                ) from None
             if value.is_floating_point() and not torch.isfinite(value).all():
                 raise ValueError(f"state[{name!r}] must be finite")
             rows[name] = value
@@ -376,8 +421,10 @@ class GpuParallelEnv:
         if bad.any():
             env, agent = (int(v) for v in bad.view(self.num_envs, self.params.num_agents, -1).any(2).nonzero()[0])
             name = self.possible_agents[agent]
-            raise ValueError(f"actions of {name} in env {env}: {self._actions[env, agent].tolist()} not in "
-                             f"{self.action_space(name)} (no env was stepped)")
+            raise ValueError(
+                f"actions of {name} in env {env}: {self._actions[env, agent].tolist()} not in "
+                f"{self.action_space(name)} (no env was stepped)"
+            )
 
     def _agent_outputs(self):
         return [dict(view) for view in self._agent_views]
@@ -408,19 +455,26 @@ class GpuParallelEnv:
         if actions.keys() != set(expected):
             missing = [key for key in expected if key not in actions]
             unknown = [key for key in actions if key not in expected]
-            raise ValueError(f"actions need exactly one tensor per {what}; missing {missing[:10]}, "
-                             f"unknown {unknown[:10]}")
+            raise ValueError(
+                f"actions need exactly one tensor per {what}; missing {missing[:10]}, unknown {unknown[:10]}"
+            )
         return expected
 
     def _check_tensor(self, key: str, value, shape: tuple[int, ...]) -> None:
         """``actions[key]``: its type, device, shape and dtype."""
-        if (type(value) is torch.Tensor and value.dtype is torch.int64 and value.shape == shape
-                and value.device == self.device):
+        if (
+            type(value) is torch.Tensor
+            and value.dtype is torch.int64
+            and value.shape == shape
+            and value.device == self.device
+        ):
             return  # the usual case, tested first: the checks below cost host time every step
         name = f"actions[{key!r}]"
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, dtype torch.int64 on "
-                            f"{self.device}, got {type(value).__name__}")
+            raise TypeError(
+                f"{name} must be a torch.Tensor of shape {shape}, dtype torch.int64 on "
+                f"{self.device}, got {type(value).__name__}"
+            )
         if value.device != self.device:
             raise ValueError(f"{name} is on {value.device} but the env is on {self.device}; use .to('{self.device}')")
         if tuple(value.shape) != shape:
@@ -433,8 +487,10 @@ class GpuParallelEnv:
             raise RuntimeError("the env is closed")
         if not self._ready:
             never = (~self._initialised).nonzero().flatten().tolist()
-            raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
-                               "were never reset nor given a state")
+            raise RuntimeError(
+                f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
+                "were never reset nor given a state"
+            )
 
     def _mark_initialised(self, ids) -> None:
         if ids is None:

@@ -76,8 +76,17 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
 
     metadata = {"render_modes": [], "is_parallelizable": True}
 
-    def __init__(self, env_id: str, params=None, render_mode: str | None = None, *, max_cycles: int | None = None,
-                 device="cpu", backend: str | None = None, **settings):
+    def __init__(
+        self,
+        env_id: str,
+        params=None,
+        render_mode: str | None = None,
+        *,
+        max_cycles: int | None = None,
+        device="cpu",
+        backend: str | None = None,
+        **settings,
+    ):
         definition = get_game(env_id)
         params = definition.make_params(params, **settings)
         if max_cycles is not None:
@@ -85,12 +94,22 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")
             params = dataclasses.replace(params, episode_length=int(max_cycles))
         # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
-        self._env = GpuParallelEnv(env_id, 1, device=device, backend=backend, params=params,
-                                   render_mode=render_mode, autoreset_mode=AutoresetMode.DISABLED)
+        self._env = GpuParallelEnv(
+            env_id,
+            1,
+            device=device,
+            backend=backend,
+            params=params,
+            render_mode=render_mode,
+            autoreset_mode=AutoresetMode.DISABLED,
+        )
         self.params = self._env.params
         self.render_mode = render_mode
-        self.metadata = {**type(self).metadata, "name": self._env.metadata["name"],
-                         "render_modes": self._env.metadata["render_modes"]}
+        self.metadata = {
+            **type(self).metadata,
+            "name": self._env.metadata["name"],
+            "render_modes": self._env.metadata["render_modes"],
+        }
         self.possible_agents = list(self._env.possible_agents)
         self.agents = []
         self._groups = self._env.groups  # group -> its agents, in agent-id order
@@ -183,8 +202,11 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
                 out[agent]["action_mask"] = masks[agent]
         if ended:
             returns = self._by_agent({g: info["episode"]["return"] for g, info in infos.items()}, agents)
-            totals = {name: float(value[0]) for name, value in next(iter(infos.values()))["episode"].items()
-                      if name != "return"}
+            totals = {
+                name: float(value[0])
+                for name, value in next(iter(infos.values()))["episode"].items()
+                if name != "return"
+            }
             for agent in agents:
                 out[agent]["episode"] = {"return": float(returns[agent]), **totals}
         return out

@@ -103,8 +103,11 @@ def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba:
     replaces the entry, with a warning (as Gymnasium does).
     """
     if not isinstance(definition, EnvDefinition):
-        hint = "; a MultiAgentDefinition registers with register_game" if isinstance(
-            definition, MultiAgentDefinition) else ""
+        hint = (
+            "; a MultiAgentDefinition registers with register_game"
+            if isinstance(definition, MultiAgentDefinition)
+            else ""
+        )
         raise TypeError(f"register_env takes an EnvDefinition, got {type(definition).__name__}{hint}")
     _check_env(definition)
     entry = _entry(definition, namespace, cuda, numba, ENVS, GAMES)
@@ -122,8 +125,9 @@ def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba:
     return entry
 
 
-def register_game(definition: MultiAgentDefinition, *, namespace: str, cuda=None,
-                  numba: str | None = None) -> RegisteredEnv:
+def register_game(
+    definition: MultiAgentDefinition, *, namespace: str, cuda=None, numba: str | None = None
+) -> RegisteredEnv:
     """Register a multi-agent game as ``"<namespace>/<definition.id>"`` here and with PettingZoo.
     The arguments are :func:`register_env`'s, with a :class:`MultiAgentDefinition`."""
     if not isinstance(definition, MultiAgentDefinition):
@@ -132,23 +136,33 @@ def register_game(definition: MultiAgentDefinition, *, namespace: str, cuda=None
     _check_game(definition)
     entry = _entry(definition, namespace, cuda, numba, GAMES, ENVS)
     if entry.id not in pettingzoo.parallel_registry:  # registering twice would warn
-        pettingzoo.register("parallel", entry.id, entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
-                            kwargs={"env_id": entry.id})
+        pettingzoo.register(
+            "parallel",
+            entry.id,
+            entry_point="gpu_marl_envs.pettingzoo_env:PettingZooParallelEnv",
+            kwargs={"env_id": entry.id},
+        )
     # In Gymnasium's registry too, with entry points that say where to make it: as Gymnasium itself
     # registers ids it cannot make (Reacher-v2 raises, naming mujoco-py).
     if entry.id not in gymnasium.registry:
-        gymnasium.register(id=entry.id, entry_point="gpu_marl_envs.registration:game_in_gymnasium",
-                           vector_entry_point="gpu_marl_envs.registration:game_in_gymnasium",
-                           max_episode_steps=None, kwargs={"env_id": entry.id})
+        gymnasium.register(
+            id=entry.id,
+            entry_point="gpu_marl_envs.registration:game_in_gymnasium",
+            vector_entry_point="gpu_marl_envs.registration:game_in_gymnasium",
+            max_episode_steps=None,
+            kwargs={"env_id": entry.id},
+        )
     return entry
 
 
 def game_in_gymnasium(env_id: str, **_) -> None:
     """The entry points of a game's id in Gymnasium's registry: a game is no Gymnasium env, and
     ``gymnasium.make``/``make_vec`` of its id say so and where to make it (any arguments ignored)."""
-    raise ValueError(f"{env_id} is a multi-agent game, not a Gymnasium env: make it with "
-                     f"gpu_marl_envs.make_parallel({env_id!r}, num_envs) (batched, torch) or "
-                     f"pettingzoo.make('parallel', {env_id!r}) (one game, numpy)")
+    raise ValueError(
+        f"{env_id} is a multi-agent game, not a Gymnasium env: make it with "
+        f"gpu_marl_envs.make_parallel({env_id!r}, num_envs) (batched, torch) or "
+        f"pettingzoo.make('parallel', {env_id!r}) (one game, numpy)"
+    )
 
 
 def _defaults(definition):
@@ -162,12 +176,16 @@ def _check_env(definition: EnvDefinition) -> None:
     """What the runtime relies on, checked where it is cheap (``check_env`` tests the rest)."""
     params = _defaults(definition)
     if "max_episode_steps" not in definition.kernel_params:
-        raise ValueError(f"{definition.id}: kernel_params must include 'max_episode_steps' (an int field of "
-                         f"{definition.params_type.__name__}): the kernels truncate episodes by it")
+        raise ValueError(
+            f"{definition.id}: kernel_params must include 'max_episode_steps' (an int field of "
+            f"{definition.params_type.__name__}): the kernels truncate episodes by it"
+        )
     names = (*definition.state_fields, *definition.kernel_params)
     if not definition.state_fields or not all(name.isidentifier() for name in names):
-        raise ValueError(f"{definition.id}: state_fields (not empty) and kernel_params must be identifiers: they "
-                         f"name kernel variables; got {names}")
+        raise ValueError(
+            f"{definition.id}: state_fields (not empty) and kernel_params must be identifiers: they "
+            f"name kernel variables; got {names}"
+        )
     definition.kernel_values(params)  # every kernel param is a number of its declared type
 
 
@@ -179,44 +197,59 @@ def _check_game(definition: MultiAgentDefinition) -> None:
     for attribute in ("num_agents", "episode_length"):
         value = getattr(params, attribute, None)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{definition.id}: {definition.params_type.__name__} needs an int attribute "
-                             f"{attribute} >= 1 (a field or a property), got {value!r}")
+            raise ValueError(
+                f"{definition.id}: {definition.params_type.__name__} needs an int attribute "
+                f"{attribute} >= 1 (a field or a property), got {value!r}"
+            )
     groups = definition.agent_groups(params)
     ids = [i for group in groups.values() for i in group]
     if ids != list(range(params.num_agents)) or any(group.step != 1 for group in groups.values()):
-        raise ValueError(f"{definition.id}: agent_groups must give contiguous ranges covering 0 .. num_agents - 1 "
-                         f"= {params.num_agents - 1} in order, got {groups}")
+        raise ValueError(
+            f"{definition.id}: agent_groups must give contiguous ranges covering 0 .. num_agents - 1 "
+            f"= {params.num_agents - 1} in order, got {groups}"
+        )
     fields = definition.state_fields
-    runtime = {field.name for field in dataclasses.fields(MultiAgentBuffers)} | {"num_envs", "actions",
-                                                                                   "autoreset_mode"}
+    runtime = {field.name for field in dataclasses.fields(MultiAgentBuffers)} | {
+        "num_envs",
+        "actions",
+        "autoreset_mode",
+    }
     if "t" not in fields or not all(f.isidentifier() and f not in runtime for f in fields):
-        raise ValueError(f"{definition.id}: {definition.state_type.__name__} needs the int32 field t, and fields "
-                         f"named as identifiers, none as the runtime's buffers ({sorted(runtime)}); got {fields}")
+        raise ValueError(
+            f"{definition.id}: {definition.state_type.__name__} needs the int32 field t, and fields "
+            f"named as identifiers, none as the runtime's buffers ({sorted(runtime)}); got {fields}"
+        )
 
 
 def _entry(definition, namespace, cuda, numba, registry: dict, other: dict) -> RegisteredEnv:
     if not isinstance(namespace, str) or not re.fullmatch(r"[\w.-]+", namespace):
-        raise ValueError(f"namespace must be a name of letters, digits, '_', '.' or '-' (your package's name), "
-                         f"got {namespace!r}")
+        raise ValueError(
+            f"namespace must be a name of letters, digits, '_', '.' or '-' (your package's name), got {namespace!r}"
+        )
     env_id = f"{namespace}/{definition.id}"
     try:
         parsed = parse_env_id(env_id)
     except gymnasium.error.Error:
         parsed = None
     if parsed is None or parsed[0] != namespace or parsed[2] is None:
-        raise ValueError(f"{type(definition).__name__}.id must be a name and a version, as 'Cover-v0', "
-                         f"got {definition.id!r}")
+        raise ValueError(
+            f"{type(definition).__name__}.id must be a name and a version, as 'Cover-v0', got {definition.id!r}"
+        )
     if isinstance(cuda, (str, os.PathLike)):
         cuda = Path(cuda)
     if cuda is not None:
         if not all(hasattr(cuda, name) for name in ("is_file", "read_text", "name")):
-            raise TypeError(f"cuda must be the path of a .cu file (a pathlib.Path or an importlib.resources file), "
-                            f"got {type(cuda).__name__}")
+            raise TypeError(
+                f"cuda must be the path of a .cu file (a pathlib.Path or an importlib.resources file), "
+                f"got {type(cuda).__name__}"
+            )
         if not cuda.is_file() or not cuda.name.endswith(".cu"):
             raise ValueError(f"cuda must be the path of a .cu file; {cuda} is not one")
     if numba is not None and not isinstance(numba, str):
-        raise TypeError(f"numba must be the dotted name of the Numba module (e.g. 'cover.cover_numba'), imported "
-                        f"only when the numba backend is used; got {type(numba).__name__}")
+        raise TypeError(
+            f"numba must be the dotted name of the Numba module (e.g. 'cover.cover_numba'), imported "
+            f"only when the numba backend is used; got {type(numba).__name__}"
+        )
     if env_id in other:
         raise ValueError(f"{env_id} is already registered as a {'game' if other is GAMES else 'single-agent env'}")
     entry = RegisteredEnv(env_id, definition, KernelSources(cuda, numba))

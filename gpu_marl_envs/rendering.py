@@ -115,20 +115,32 @@ def _canvas(size: int, caption: str, legend: Legend) -> tuple[Image.Image, Image
     return image, draw
 
 
-def render_tag_continuous(params: TagContinuousParams, state: TagContinuousState, env_index: int = 0,
-                          size: int = 512) -> np.ndarray:
+def render_tag_continuous(
+    params: TagContinuousParams, state: TagContinuousState, env_index: int = 0, size: int = 512
+) -> np.ndarray:
     """One env of a TagContinuous state as a ``(size, size, 3)`` uint8 RGB frame."""
     _check(params, state, env_index, size, TagContinuousParams, TagContinuousState)
     # One row of one env crosses to the host: the batch may be large and on a GPU.
-    x, y, direction, speed = torch.stack([
-        state.x[env_index], state.y[env_index], state.direction[env_index], state.speed[env_index],
-    ]).to(torch.float64).cpu().numpy()
+    x, y, direction, speed = (
+        torch.stack(
+            [
+                state.x[env_index],
+                state.y[env_index],
+                state.direction[env_index],
+                state.speed[env_index],
+            ]
+        )
+        .to(torch.float64)
+        .cpu()
+        .numpy()
+    )
     in_game = state.in_game[env_index].cpu().numpy().astype(bool)
     t = int(state.t[env_index].cpu())
     g = params.num_taggers
     caption = f"t = {t}  runners left: {int(in_game[g:].sum())}/{params.num_runners}"
-    image, draw = _canvas(size, caption, [("tagger", TAGGER, "disc"), ("runner", RUNNER, "disc"),
-                                          ("out", OUT_OF_GAME, "ring")])
+    image, draw = _canvas(
+        size, caption, [("tagger", TAGGER, "disc"), ("runner", RUNNER, "disc"), ("out", OUT_OF_GAME, "ring")]
+    )
 
     left, top, side = _layout(size)
     scale = side / params.grid_length
@@ -153,8 +165,9 @@ def render_tag_continuous(params: TagContinuousParams, state: TagContinuousState
     return np.asarray(image, dtype=np.uint8)
 
 
-def render_tag_gridworld(params: TagGridworldParams, state: TagGridworldState, env_index: int = 0,
-                         size: int = 512) -> np.ndarray:
+def render_tag_gridworld(
+    params: TagGridworldParams, state: TagGridworldState, env_index: int = 0, size: int = 512
+) -> np.ndarray:
     """One env of a TagGridworld state as a ``(size, size, 3)`` uint8 RGB frame."""
     _check(params, state, env_index, size, TagGridworldParams, TagGridworldState)
     cells = torch.stack([state.x[env_index], state.y[env_index]]).cpu().numpy()
@@ -216,8 +229,9 @@ def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathl
             import imageio.v2 as imageio
             import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg plugin needs it)
         except ImportError as error:
-            raise RuntimeError(f"writing .mp4 needs imageio and its ffmpeg plugin: pip install imageio[ffmpeg] "
-                               f"({error})") from error
+            raise RuntimeError(
+                f"writing .mp4 needs imageio and its ffmpeg plugin: pip install imageio[ffmpeg] ({error})"
+            ) from error
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same directory, so os.replace is an atomic rename; the suffix lets ffmpeg pick the container.
@@ -226,8 +240,15 @@ def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathl
     try:
         if suffix == ".gif":
             images = [Image.fromarray(f) for f in frames]
-            images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                           duration=round(1000 / fps), optimize=True)
+            images[0].save(
+                tmp,
+                format="GIF",
+                save_all=True,
+                append_images=images[1:],
+                loop=0,
+                duration=round(1000 / fps),
+                optimize=True,
+            )
         else:
             imageio.mimwrite(tmp, frames, format="FFMPEG", fps=fps)
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
@@ -240,6 +261,7 @@ def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathl
 
 
 # -- classic control --------------------------------------------------------------------------------
+
 
 def _cartpole(env, p, action) -> None:
     env.x_threshold, env.length = p.x_threshold, p.length  # the track's width and the pole's length
@@ -285,8 +307,9 @@ class ClassicRenderer:
         try:
             import pygame  # noqa: F401  (Gymnasium's renderer imports it; fail here with our extra's name)
         except ImportError as error:
-            raise RuntimeError(f"rendering {definition.gymnasium_original} needs pygame: "
-                               f"pip install gpu_marl_envs[render] ({error})") from error
+            raise RuntimeError(
+                f"rendering {definition.gymnasium_original} needs pygame: pip install gpu_marl_envs[render] ({error})"
+            ) from error
         import gymnasium
 
         self._env = gymnasium.make(definition.gymnasium_original, render_mode="rgb_array").unwrapped

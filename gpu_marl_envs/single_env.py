@@ -30,15 +30,34 @@ class GpuEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, env_id: str, *, device="cpu", backend: str | None = None, params=None,
-                 max_episode_steps: int | None = None, render_mode: str | None = None, **settings):
-        self._batch = GpuVectorEnv(env_id, 1, device=device, backend=backend, params=params,
-                                   max_episode_steps=max_episode_steps, autoreset_mode=AutoresetMode.DISABLED,
-                                   render_mode=render_mode, **settings)
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        device="cpu",
+        backend: str | None = None,
+        params=None,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        **settings,
+    ):
+        self._batch = GpuVectorEnv(
+            env_id,
+            1,
+            device=device,
+            backend=backend,
+            params=params,
+            max_episode_steps=max_episode_steps,
+            autoreset_mode=AutoresetMode.DISABLED,
+            render_mode=render_mode,
+            **settings,
+        )
         self.render_mode = render_mode
         # The batch's render modes and frame rate (none for an env without frames).
-        self.metadata = {**type(self).metadata, **{key: value for key, value in self._batch.metadata.items()
-                                                   if key in ("render_modes", "render_fps")}}
+        self.metadata = {
+            **type(self).metadata,
+            **{key: value for key, value in self._batch.metadata.items() if key in ("render_modes", "render_fps")},
+        }
         self.observation_space = self._batch.single_observation_space
         self.action_space = self._batch.single_action_space
         self._discrete = isinstance(self.action_space, spaces.Discrete)

@@ -73,10 +73,20 @@ class TagParallelEnv(PettingZooParallelEnv):
 
     metadata = {"name": "tag_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
 
-    def __init__(self, game: str = "continuous", params=None, render_mode: str | None = None, *,
-                 max_cycles: int | None = None, device="cpu", backend: str | None = None, **settings):
+    def __init__(
+        self,
+        game: str = "continuous",
+        params=None,
+        render_mode: str | None = None,
+        *,
+        max_cycles: int | None = None,
+        device="cpu",
+        backend: str | None = None,
+        **settings,
+    ):
         if game not in _GAMES:
             raise ValueError(f"game must be one of {sorted(_GAMES)}, got {game!r}")
-        super().__init__(_GAMES[game], params, render_mode, max_cycles=max_cycles, device=device, backend=backend,
-                         **settings)
+        super().__init__(
+            _GAMES[game], params, render_mode, max_cycles=max_cycles, device=device, backend=backend, **settings
+        )
         self.game = game

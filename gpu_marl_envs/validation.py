@@ -55,8 +55,9 @@ def exact_cast(value: torch.Tensor, dtype: torch.dtype, what: str) -> torch.Tens
         return value.to(dtype)
     info = torch.iinfo(dtype)
     if value.min() < info.min or value.max() > info.max:
-        raise ValueError(f"{what} must lie in [{info.min}, {info.max}] ({dtype}), got {value.min().item()} to "
-                         f"{value.max().item()}")
+        raise ValueError(
+            f"{what} must lie in [{info.min}, {info.max}] ({dtype}), got {value.min().item()} to {value.max().item()}"
+        )
     return value.to(dtype)
 
 
@@ -85,8 +86,14 @@ def action_bounds(space: spaces.Space, device: torch.device) -> tuple[torch.Tens
     return torch.as_tensor(space.low, device=device), torch.as_tensor(space.high, device=device)
 
 
-def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.device, check_values: bool,
-                  bounds: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def check_actions(
+    actions,
+    space: spaces.Space,
+    num_envs: int,
+    device: torch.device,
+    check_values: bool,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """``actions`` checked for type, device, shape and dtype; with ``check_values``, values too:
     discrete ones in range, continuous ones finite and within the ``Box``'s ``bounds`` (from
     :func:`action_bounds`). Nothing is stepped when a check fails."""
@@ -104,7 +111,9 @@ def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.dev
     if actions.device != device:
         raise ValueError(f"actions are on {actions.device} but the env is on {device}; use actions.to('{device}')")
     if tuple(actions.shape) != shape:
-        raise ValueError(f"actions must have shape {shape} (num_envs, *single_action_space.shape), got {tuple(actions.shape)}")
+        raise ValueError(
+            f"actions must have shape {shape} (num_envs, *single_action_space.shape), got {tuple(actions.shape)}"
+        )
     if actions.dtype != dtype:
         fix = "actions.long()" if discrete else "actions.float()"
         raise TypeError(f"actions must have dtype {dtype}, got {actions.dtype}; use {fix}")
@@ -125,10 +134,13 @@ def check_actions(actions, space: spaces.Space, num_envs: int, device: torch.dev
                 element = index[1:]
                 value = actions[index].item()
                 lo, hi = low[element].item(), high[element].item()
-                where = f"env {index[0]}" + (f", element {element[0] if len(element) == 1 else element}"
-                                             if actions.dim() > 1 else "")
-                raise ValueError(f"actions must be finite and lie in the action space's bounds [{lo}, {hi}]; {where} "
-                                 f"got {value} (no env was stepped)")
+                where = f"env {index[0]}" + (
+                    f", element {element[0] if len(element) == 1 else element}" if actions.dim() > 1 else ""
+                )
+                raise ValueError(
+                    f"actions must be finite and lie in the action space's bounds [{lo}, {hi}]; {where} "
+                    f"got {value} (no env was stepped)"
+                )
     return actions.contiguous()
 
 
@@ -153,8 +165,9 @@ def check_reset_mask(mask, num_envs: int, device: torch.device) -> torch.Tensor 
         return None
     mask = torch.as_tensor(mask, device=device)
     if mask.dtype != torch.bool or tuple(mask.shape) != (num_envs,):
-        raise ValueError(f"reset_mask must be a bool tensor of shape ({num_envs},), "
-                         f"got {mask.dtype} {tuple(mask.shape)}")
+        raise ValueError(
+            f"reset_mask must be a bool tensor of shape ({num_envs},), got {mask.dtype} {tuple(mask.shape)}"
+        )
     if not mask.any():
         raise ValueError("reset_mask selects no sub-env; pass at least one True (or no reset_mask)")
     return mask

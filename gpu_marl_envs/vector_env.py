@@ -62,11 +62,17 @@ def gymnasium_render_fps(env_id: str) -> int:
 def check_render_env_indices(indices, num_envs: int) -> tuple[int, ...]:
     """A tuple of distinct sub-env indices from an int or a sequence of ints."""
     values = (indices,) if isinstance(indices, (int, np.integer)) else indices
-    if (isinstance(indices, bool) or not isinstance(values, Sequence) or not values
-            or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < num_envs for i in values)
-            or len(set(values)) != len(values)):
-        raise ValueError(f"render_env_indices must be an int or a non-empty sequence of distinct ints in "
-                         f"[0, {num_envs - 1}], got {indices!r}")
+    if (
+        isinstance(indices, bool)
+        or not isinstance(values, Sequence)
+        or not values
+        or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < num_envs for i in values)
+        or len(set(values)) != len(values)
+    ):
+        raise ValueError(
+            f"render_env_indices must be an int or a non-empty sequence of distinct ints in "
+            f"[0, {num_envs - 1}], got {indices!r}"
+        )
     return tuple(int(i) for i in values)
 
 
@@ -121,10 +127,23 @@ class GpuVectorEnv(VectorEnv):
 
     metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, env_id: str, num_envs: int = 1, *, device=None, backend: str | None = None,
-                 autoreset_mode=AutoresetMode.NEXT_STEP, params=None, max_episode_steps: int | None = None,
-                 validate_actions: bool = True, cuda_graph: bool | None = None, render_mode: str | None = None,
-                 render_env_indices: int | Sequence[int] = 0, observation_buffers: int = 1, **settings):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 1,
+        *,
+        device=None,
+        backend: str | None = None,
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+        params=None,
+        max_episode_steps: int | None = None,
+        validate_actions: bool = True,
+        cuda_graph: bool | None = None,
+        render_mode: str | None = None,
+        render_env_indices: int | Sequence[int] = 0,
+        observation_buffers: int = 1,
+        **settings,
+    ):
         spec = env_spec(env_id)
         self.definition = spec.definition
         self.num_envs = check_num_envs(num_envs)
@@ -135,12 +154,16 @@ class GpuVectorEnv(VectorEnv):
         # and must pass without the optional [render] extra.
         render_modes = ["rgb_array"] if original is not None and can_draw() else []
         if render_mode == "rgb_array" and original is not None and not render_modes:
-            raise ValueError(f"{spec.id}'s rgb_array frames are drawn by Gymnasium's renderer, which needs pygame: "
-                             "pip install gpu_marl_envs[render] (or pygame)")
+            raise ValueError(
+                f"{spec.id}'s rgb_array frames are drawn by Gymnasium's renderer, which needs pygame: "
+                "pip install gpu_marl_envs[render] (or pygame)"
+            )
         if render_mode is not None and render_mode not in render_modes:
-            raise ValueError(f"{spec.id} draws {'only rgb_array frames (no window)' if render_modes else 'no frames'}, "
-                             f"got render_mode={render_mode!r}; use render_mode=None"
-                             f"{' or rgb_array' if render_modes else ''}")
+            raise ValueError(
+                f"{spec.id} draws {'only rgb_array frames (no window)' if render_modes else 'no frames'}, "
+                f"got render_mode={render_mode!r}; use render_mode=None"
+                f"{' or rgb_array' if render_modes else ''}"
+            )
         self.render_mode = render_mode
         self.render_env_indices = check_render_env_indices(render_env_indices, self.num_envs)
         overrides = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
@@ -205,10 +228,13 @@ class GpuVectorEnv(VectorEnv):
         device with :func:`gpu_marl_envs.wrappers.sample_actions`)."""
         if not self._ready:
             never = (~self._initialised).nonzero().flatten().tolist()
-            raise RuntimeError(f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
-                               "were never reset nor given a state")
-        actions = check_actions(actions, self.single_action_space, self.num_envs, self.device, self.validate_actions,
-                                self._action_bounds)
+            raise RuntimeError(
+                f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
+                "were never reset nor given a state"
+            )
+        actions = check_actions(
+            actions, self.single_action_space, self.num_envs, self.device, self.validate_actions, self._action_bounds
+        )
         if self.observation_buffers > 1:  # the next observation buffer in turn
             self._buffers, self._backend, self._step_launcher = self._sides.advance()
         self._step_launcher.step(actions)
@@ -235,8 +261,10 @@ class GpuVectorEnv(VectorEnv):
         started = (b.elapsed_steps[self._render_ids] > 0).cpu().numpy()
         actions = None if self._render_actions is None else self._render_actions.cpu().numpy()
         # A sub-env that has not stepped since its reset has no last action (Gymnasium: None).
-        return tuple(self._renderer.render(state, actions[k] if actions is not None and started[k] else None)
-                     for k, state in enumerate(states))
+        return tuple(
+            self._renderer.render(state, actions[k] if actions is not None and started[k] else None)
+            for k, state in enumerate(states)
+        )
 
     def close_extras(self, **kwargs):
         self._backend = self._step_launcher = self._buffers = self._renderer = self._sides = None
@@ -267,8 +295,10 @@ class GpuVectorEnv(VectorEnv):
         missing = set(self.state_fields) - set(state)
         unknown = set(state) - set(self.state_fields)
         if missing or unknown:
-            raise ValueError(f"state needs exactly the fields {list(self.state_fields)}; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+            raise ValueError(
+                f"state needs exactly the fields {list(self.state_fields)}; "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
         rows = []
         for name in self.state_fields:
             value = torch.as_tensor(state[name], dtype=torch.float32, device=self.device)
@@ -303,14 +333,17 @@ class GpuVectorEnv(VectorEnv):
         try:
             steps = torch.as_tensor(elapsed_steps, device=self.device)
         except (RuntimeError, TypeError, ValueError):  # beyond int64 (ValueError), or not numbers
-            raise ValueError(f"elapsed_steps must be integers in [0, {self.params.max_episode_steps - 1}], "
-                             f"got {elapsed_steps!r}") from None
+            raise ValueError(
+                f"elapsed_steps must be integers in [0, {self.params.max_episode_steps - 1}], got {elapsed_steps!r}"
+            ) from None
         if steps.dtype in (torch.bool,) or steps.is_floating_point() or steps.is_complex():
             raise ValueError(f"elapsed_steps must be integers, got {steps.dtype}")
         try:
             steps = torch.broadcast_to(steps, ids.shape)
         except RuntimeError:
-            raise ValueError(f"elapsed_steps has shape {tuple(steps.shape)}; expected ({len(ids)},) or a scalar") from None
+            raise ValueError(
+                f"elapsed_steps has shape {tuple(steps.shape)}; expected ({len(ids)},) or a scalar"
+            ) from None
         # Checked before the cast to the buffer's int32, which would wrap 2**40 to 0.
         if (steps < 0).any() or (steps >= self.params.max_episode_steps).any():
             raise ValueError(f"elapsed_steps must lie in [0, {self.params.max_episode_steps - 1}]")

@@ -43,8 +43,15 @@ from gymnasium.wrappers.utils import rescale_box
 
 from gpu_marl_envs.validation import actions_on_device
 
-__all__ = ["ClipAction", "NormalizeObservation", "NormalizeReward", "RecordEpisodeStatistics", "RescaleAction",
-           "RunningMeanStd", "sample_actions"]
+__all__ = [
+    "ClipAction",
+    "NormalizeObservation",
+    "NormalizeReward",
+    "RecordEpisodeStatistics",
+    "RescaleAction",
+    "RunningMeanStd",
+    "sample_actions",
+]
 
 
 def env_device(env: VectorEnv) -> torch.device:
@@ -52,8 +59,10 @@ def env_device(env: VectorEnv) -> torch.device:
     attributes, the base env has ``device``."""
     device = getattr(env.unwrapped, "device", None)
     if device is None:
-        raise TypeError(f"{env.unwrapped} has no device attribute: these wrappers are for torch-tensor vector envs "
-                        "such as gpu_marl_envs' GpuVectorEnv; for numpy envs use gymnasium.wrappers.vector")
+        raise TypeError(
+            f"{env.unwrapped} has no device attribute: these wrappers are for torch-tensor vector envs "
+            "such as gpu_marl_envs' GpuVectorEnv; for numpy envs use gymnasium.wrappers.vector"
+        )
     return torch.device(device)
 
 
@@ -80,9 +89,11 @@ def sample_actions(env: VectorEnv, generator: torch.Generator | None = None) -> 
         exponential = torch.empty(shape, device=device, dtype=dtype).exponential_(generator=generator)
         normal = torch.randn(shape, device=device, dtype=dtype, generator=generator)
         bounded_below, bounded_above = torch.isfinite(low), torch.isfinite(high)
-        return torch.where(bounded_below & bounded_above, uniform,
-                           torch.where(bounded_below, low + exponential,
-                                       torch.where(bounded_above, high - exponential, normal)))
+        return torch.where(
+            bounded_below & bounded_above,
+            uniform,
+            torch.where(bounded_below, low + exponential, torch.where(bounded_above, high - exponential, normal)),
+        )
     raise TypeError(f"sample_actions draws Discrete, MultiDiscrete and float Box actions, got {space}")
 
 
@@ -112,8 +123,11 @@ class RunningMeanStd:
         delta = batch_mean.to(self.mean.dtype) - self.mean
         total = self.count + batch_count
         new_mean = self.mean + delta * batch_count / total
-        m2 = (self.var * self.count + batch_var.to(self.var.dtype) * batch_count
-              + delta**2 * self.count * batch_count / total)
+        m2 = (
+            self.var * self.count
+            + batch_var.to(self.var.dtype) * batch_count
+            + delta**2 * self.count * batch_count / total
+        )
         new_var = m2 / total
         if mask is None:
             self.mean, self.var, self.count = new_mean, new_var, total
@@ -180,12 +194,16 @@ class RecordEpisodeStatistics(VectorWrapper):
         if dones.any():  # the one read-back of every step (Gymnasium's wrapper branches here too)
             key = self._stats_key
             if key in infos or f"_{key}" in infos:
-                raise ValueError(f"Attempted to add episode stats with key '{key}' but this key already exists in "
-                                 f"info: {list(infos.keys())}")
+                raise ValueError(
+                    f"Attempted to add episode stats with key '{key}' but this key already exists in "
+                    f"info: {list(infos.keys())}"
+                )
             elapsed = torch.round(time.perf_counter() - self.episode_start_times, decimals=6)
-            infos[key] = {"r": torch.where(dones, self.episode_returns, 0.0),
-                          "l": torch.where(dones, self.episode_lengths, 0),
-                          "t": torch.where(dones, elapsed, 0.0)}
+            infos[key] = {
+                "r": torch.where(dones, self.episode_returns, 0.0),
+                "l": torch.where(dones, self.episode_lengths, 0),
+                "t": torch.where(dones, elapsed, 0.0),
+            }
             infos[f"_{key}"] = self.prev_dones
             ended = dones.nonzero().flatten()
             self.episode_count += len(ended)
@@ -221,8 +239,9 @@ class NormalizeObservation(VectorObservationWrapper):
     def reset(self, *, seed=None, options: dict[str, Any] | None = None):
         mask = None if options is None else options.get("reset_mask")
         if mask is not None and not bool(torch.as_tensor(mask).all()):
-            raise ValueError("NormalizeObservation does not support partial resets. The 'reset_mask' must contain all "
-                             "True values.")
+            raise ValueError(
+                "NormalizeObservation does not support partial resets. The 'reset_mask' must contain all True values."
+            )
         return super().reset(seed=seed, options=options)
 
     def observations(self, observations: torch.Tensor) -> torch.Tensor:
@@ -310,8 +329,10 @@ class RescaleAction(VectorActionWrapper):
             raise TypeError(f"RescaleAction needs a Box action space, got {space}")
         new_space, _, _ = rescale_box(space, min_action, max_action)
         if np.any(new_space.low == new_space.high):
-            raise InvalidBound(f"Min action ({min_action}) must be strictly smaller than max action ({max_action}), "
-                               "the rescaling has no inverse where they are equal")
+            raise InvalidBound(
+                f"Min action ({min_action}) must be strictly smaller than max action ({max_action}), "
+                "the rescaling has no inverse where they are equal"
+            )
         gradient, intercept = _rescale_coefficients(space, new_space.low, new_space.high)
         self.device = env_device(env)
         self._gradient = torch.as_tensor(gradient, device=self.device)

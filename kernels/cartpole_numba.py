@@ -38,8 +38,12 @@ def step(state, n, i, actions, p):
     state[n + i] = x_dot
     state[2 * n + i] = theta
     state[3 * n + i] = theta_dot
-    terminated = (x < -p.x_threshold or x > p.x_threshold
-                  or theta < -p.theta_threshold_radians or theta > p.theta_threshold_radians)
+    terminated = (
+        x < -p.x_threshold
+        or x > p.x_threshold
+        or theta < -p.theta_threshold_radians
+        or theta > p.theta_threshold_radians
+    )
     if p.sutton_barto_reward:  # Gymnasium's sutton_barto_reward: 0 per step, -1 for the terminating one
         return np.float32(-1.0) if terminated else np.float32(0.0), terminated
     return np.float32(1.0), terminated

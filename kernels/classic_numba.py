@@ -34,14 +34,29 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: s
         elapsed_steps[i] = 0
         needs_reset[i] = False
 
-    def step(num_envs, state, actions, observations, rewards, terminated, truncated, final_observations,
-             final_observation_mask, elapsed_steps, needs_reset, episodes, seeds, autoreset_mode, params):
+    def step(
+        num_envs,
+        state,
+        actions,
+        observations,
+        rewards,
+        terminated,
+        truncated,
+        final_observations,
+        final_observation_mask,
+        elapsed_steps,
+        needs_reset,
+        episodes,
+        seeds,
+        autoreset_mode,
+        params,
+    ):
         # Observations are staged in shared memory and written back by the whole block, so that
         # consecutive threads store consecutive words (see classic.cuh).
         staged = cuda.shared.array(staged_size, dtype=float32)
         tid = cuda.threadIdx.x
         i = cuda.grid(1)
-        obs = staged[tid * obs_dim:(tid + 1) * obs_dim]
+        obs = staged[tid * obs_dim : (tid + 1) * obs_dim]
         p = params[0]
         if i < num_envs:
             if autoreset_mode == NEXT_STEP and needs_reset[i]:

@@ -119,9 +119,25 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         # The starting state: deterministic, so the seed and episode are not used.
-        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
-         total_productivity, t) = state
+        (
+            susceptible,
+            infected,
+            recovered,
+            vaccinated,
+            deaths,
+            unemployed,
+            productivity,
+            stringency,
+            stringency_changes,
+            filter_sums,
+            cooldown,
+            subsidy_level,
+            total_deaths,
+            total_unemployed,
+            total_subsidy,
+            total_productivity,
+            t,
+        ) = state
         for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
             susceptible[e, i] = INITIAL_SUSCEPTIBLE[i]
             infected[e, i] = INITIAL_INFECTED[i]
@@ -165,9 +181,25 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         # Spec steps 1-7 of env e.
-        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
-         total_productivity, t) = state
+        (
+            susceptible,
+            infected,
+            recovered,
+            vaccinated,
+            deaths,
+            unemployed,
+            productivity,
+            stringency,
+            stringency_changes,
+            filter_sums,
+            cooldown,
+            subsidy_level,
+            total_deaths,
+            total_unemployed,
+            total_subsidy,
+            total_productivity,
+            t,
+        ) = state
         sums = sh[0]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -230,8 +262,9 @@ def game_functions(c) -> GameFunctions:
             stringency_changes[e, slot, i] = change
             signal = ZERO
             for k in range(K):
-                filtered = add_rn(add_rn(mul_rn(FILTER_DECAY[k], old_sums[k]), np.float32(change)),
-                                  -mul_rn(FILTER_DROP[k], dropped))
+                filtered = add_rn(
+                    add_rn(mul_rn(FILTER_DECAY[k], old_sums[k]), np.float32(change)), -mul_rn(FILTER_DROP[k], dropped)
+                )
                 filter_sums[e, k, i] = filtered
                 weighted = mul_rn(FILTER_WEIGHTS[k, i], filtered)
                 signal = weighted if k == 0 else add_rn(signal, weighted)
@@ -242,8 +275,10 @@ def game_functions(c) -> GameFunctions:
             new_unemployed = mul_rn(add_rn(excess, UNEMPLOYMENT_BIAS[i]), UNEMPLOYED_PER_PERCENT[i])
 
             # 6. Economy.
-            cant_work = add_rn(mul_rn(add_rn(mul_rn(TOO_SICK_TO_WORK_RATE, new_infected), new_deaths_total),
-                                      WORKING_AGE_SHARE), new_unemployed)
+            cant_work = add_rn(
+                mul_rn(add_rn(mul_rn(TOO_SICK_TO_WORK_RATE, new_infected), new_deaths_total), WORKING_AGE_SHARE),
+                new_unemployed,
+            )
             production = add_rn(mul_rn(max(add_rn(WORKERS[i], -cant_work), ZERO), PRODUCTION_PER_WORKER), subsidy)
 
             # 7. The governor's reward; its values for the planner's sums.
@@ -293,9 +328,25 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
-        (susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity, stringency,
-         stringency_changes, filter_sums, cooldown, subsidy_level, total_deaths, total_unemployed, total_subsidy,
-         total_productivity, t) = state
+        (
+            susceptible,
+            infected,
+            recovered,
+            vaccinated,
+            deaths,
+            unemployed,
+            productivity,
+            stringency,
+            stringency_changes,
+            filter_sums,
+            cooldown,
+            subsidy_level,
+            total_deaths,
+            total_unemployed,
+            total_subsidy,
+            total_productivity,
+            t,
+        ) = state
         governor_tails = sh[1]
         planner = sh[2]
         now = t[e]
@@ -310,9 +361,17 @@ def game_functions(c) -> GameFunctions:
             population = POPULATION[i]
             lag_next = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
             current = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
-            features = (susceptible[e, i] / population, infected[e, i] / population, recovered[e, i] / population,
-                        deaths[e, i] / population, vaccinated[e, i] / population, unemployed[e, i] / population,
-                        productivity[e, i] / MAX_PRODUCTIVITY[i], lag_next, current)
+            features = (
+                susceptible[e, i] / population,
+                infected[e, i] / population,
+                recovered[e, i] / population,
+                deaths[e, i] / population,
+                vaccinated[e, i] / population,
+                unemployed[e, i] / population,
+                productivity[e, i] / MAX_PRODUCTIVITY[i],
+                lag_next,
+                current,
+            )
             for f in range(8):
                 governor_tails[i, f] = features[f]
             governor_tails[i, 8] = time

@@ -80,8 +80,10 @@ def typed_constants(constants: dict[str, Any]):
             integral = all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value)
             values[name] = np.array(value, dtype=np.int32 if integral and value else np.float32)
         else:
-            raise TypeError(f"kernel constant {name} is a {type(value).__name__}; a constant is a bool, an int, "
-                            "a float or a tuple of numbers")
+            raise TypeError(
+                f"kernel constant {name} is a {type(value).__name__}; a constant is a bool, an int, "
+                "a float or a tuple of numbers"
+            )
     return namedtuple("Constants", values)(**values)
 
 
@@ -89,8 +91,13 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
     """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents."""
     n = num_agents
     shared, reset_env, step_env, in_game, observe_env, totals_env = (
-        functions.shared, functions.reset_env, functions.step_env, functions.in_game, functions.observe_env,
-        functions.totals_env)
+        functions.shared,
+        functions.reset_env,
+        functions.step_env,
+        functions.in_game,
+        functions.observe_env,
+        functions.totals_env,
+    )
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -104,9 +111,27 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         if cuda.threadIdx.x == 0:
             episodes[e] = episode + np.int32(1)
 
-    def step(num_envs, state, actions, observations, action_masks, rewards, agent_terminated, agent_truncated,
-             terminated, truncated, running_returns, episode_returns, episode_totals, final_observations,
-             final_observation_mask, needs_reset, episodes, seeds, autoreset_mode):
+    def step(
+        num_envs,
+        state,
+        actions,
+        observations,
+        action_masks,
+        rewards,
+        agent_terminated,
+        agent_truncated,
+        terminated,
+        truncated,
+        running_returns,
+        episode_returns,
+        episode_totals,
+        final_observations,
+        final_observation_mask,
+        needs_reset,
+        episodes,
+        seeds,
+        autoreset_mode,
+    ):
         sh = shared()
         e = cuda.blockIdx.x
         if e >= num_envs:

@@ -8,8 +8,16 @@ from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-__all__ = ["cuda", "NumbaPerformanceWarning", "add_rn", "allow_dynamic_shared_memory", "inline_device", "mul_rn",
-           "named_kernel", "static_shared_bytes"]
+__all__ = [
+    "cuda",
+    "NumbaPerformanceWarning",
+    "add_rn",
+    "allow_dynamic_shared_memory",
+    "inline_device",
+    "mul_rn",
+    "named_kernel",
+    "static_shared_bytes",
+]
 
 
 def named_kernel(function, name: str):

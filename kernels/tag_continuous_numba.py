@@ -119,10 +119,18 @@ def game_functions(c) -> GameFunctions:
         ints = cuda.shared.array(0, int32)
         flags = cuda.shared.array(0, boolean)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
-        x = floats[POSITIONS:POSITIONS + 2 * N:2]  # the x of each (x, y) pair
-        y = floats[POSITIONS + 1:POSITIONS + 2 * N:2]
-        return (x, y, ints[IDS:IDS + NUM_IDS], ints[ENDS:ENDS + NUM_ENDS], ints[TAGS:TAGS + G],
-                ints[OBSERVED:OBSERVED + NUM_OBSERVED], flags[IN_GAME:IN_GAME + N], runners_left)
+        x = floats[POSITIONS : POSITIONS + 2 * N : 2]  # the x of each (x, y) pair
+        y = floats[POSITIONS + 1 : POSITIONS + 2 * N : 2]
+        return (
+            x,
+            y,
+            ints[IDS : IDS + NUM_IDS],
+            ints[ENDS : ENDS + NUM_ENDS],
+            ints[TAGS : TAGS + G],
+            ints[OBSERVED : OBSERVED + NUM_OBSERVED],
+            flags[IN_GAME : IN_GAME + N],
+            runners_left,
+        )
 
     @cuda.jit(device=True)
     def cell_of(v):

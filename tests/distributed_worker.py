@@ -36,25 +36,61 @@ from gpu_marl_envs.baselines.distributed import setup, teardown
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 CASES = {
-    "ppo": (ppo, ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 6, num_minibatches=2,
-                               update_epochs=2, hidden=(16,)), "CartPole-v1"),
-    "a2c": (a2c, a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=2 * 4 * 5 * 6, anneal_lr=True, hidden=(16,)),
-            "Acrobot-v1"),
-    "ddpg": (ddpg, ddpg.DDPGConfig(num_envs=4, total_timesteps=2 * 4 * 6, learning_starts=16, batch_size=8,
-                                   buffer_size=64, hidden=(16, 16)), "Pendulum-v1"),
-    "tag": (multi_agent, multi_agent.MultiAgentConfig.from_dict({
-        "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 2 * 8 * 6},
-        "groups": {"taggers": "taggers", "runners": "runners"},
-        "policies": {"taggers": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 2,
-                                 "normalize_observations": True},
-                     "runners": {"algorithm": "a2c", "hidden": [16]}},
-        "env_params": {"grid_length": 4, "episode_length": 8}}), "TagGridworld-v0"),
-    "covid": (multi_agent, multi_agent.MultiAgentConfig.from_dict({
-        "hyperparameters": {"num_envs": 2, "num_steps": 5, "total_timesteps": 2 * 2 * 5 * 6},
-        "groups": {"planner": "planner", "governors": "governors"},
-        "policies": {"planner": {"algorithm": "a2c", "hidden": [16]},
-                     "governors": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 1}},
-        "env_params": {"episode_length": 5}}), "CovidEconomy-v0"),
+    "ppo": (
+        ppo,
+        ppo.PPOConfig(
+            num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 6, num_minibatches=2, update_epochs=2, hidden=(16,)
+        ),
+        "CartPole-v1",
+    ),
+    "a2c": (
+        a2c,
+        a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=2 * 4 * 5 * 6, anneal_lr=True, hidden=(16,)),
+        "Acrobot-v1",
+    ),
+    "ddpg": (
+        ddpg,
+        ddpg.DDPGConfig(
+            num_envs=4, total_timesteps=2 * 4 * 6, learning_starts=16, batch_size=8, buffer_size=64, hidden=(16, 16)
+        ),
+        "Pendulum-v1",
+    ),
+    "tag": (
+        multi_agent,
+        multi_agent.MultiAgentConfig.from_dict(
+            {
+                "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 2 * 8 * 6},
+                "groups": {"taggers": "taggers", "runners": "runners"},
+                "policies": {
+                    "taggers": {
+                        "algorithm": "ppo",
+                        "hidden": [16],
+                        "num_minibatches": 2,
+                        "update_epochs": 2,
+                        "normalize_observations": True,
+                    },
+                    "runners": {"algorithm": "a2c", "hidden": [16]},
+                },
+                "env_params": {"grid_length": 4, "episode_length": 8},
+            }
+        ),
+        "TagGridworld-v0",
+    ),
+    "covid": (
+        multi_agent,
+        multi_agent.MultiAgentConfig.from_dict(
+            {
+                "hyperparameters": {"num_envs": 2, "num_steps": 5, "total_timesteps": 2 * 2 * 5 * 6},
+                "groups": {"planner": "planner", "governors": "governors"},
+                "policies": {
+                    "planner": {"algorithm": "a2c", "hidden": [16]},
+                    "governors": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 1},
+                },
+                "env_params": {"episode_length": 5},
+            }
+        ),
+        "CovidEconomy-v0",
+    ),
 }
 
 
@@ -119,22 +155,37 @@ def main() -> None:
     state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
     # Resuming a finished run restores it and trains no more: every rank holds the file's policy.
     restored, _ = module.train(env_id, half, device=args.device, log=None, resume=state)
-    restored_matches = all(torch.equal(value.cpu(), state[key][name]) for key, module_ in modules(restored).items()
-                           for name, value in module_.state_dict().items())
+    restored_matches = all(
+        torch.equal(value.cpu(), state[key][name])
+        for key, module_ in modules(restored).items()
+        for name, value in module_.state_dict().items()
+    )
     # Resuming it with the full length trains on.
-    trained, history = module.train(env_id, config, device=args.device, log_every=1, log=logged.append,
-                                   resume=state, save=save)
+    trained, history = module.train(
+        env_id, config, device=args.device, log_every=1, log=logged.append, resume=state, save=save
+    )
     for hook in hooks:
         hook.remove()
-    reductions = {"sums": context.read_sums(torch.tensor([1.0, context.rank + 1.0])),
-                  "mean": context.mean({"x": torch.tensor(float(context.rank))}),
-                  "max": context.max({"seconds": float(context.rank)})}
-    result = {"rank": context.rank, "world_size": context.world_size, **seen, "first_history": first_history,
-              "restored_matches_checkpoint": restored_matches, "history": history, "logged": len(logged),
-              "saved": saved, "reductions": reductions,
-              "parameters": torch.cat([p.detach().reshape(-1).cpu() for m in modules(trained).values()
-                                       for p in m.parameters()]).tolist(),
-              "buffers": [b.reshape(-1).cpu().tolist() for m in modules(trained).values() for b in m.buffers()]}
+    reductions = {
+        "sums": context.read_sums(torch.tensor([1.0, context.rank + 1.0])),
+        "mean": context.mean({"x": torch.tensor(float(context.rank))}),
+        "max": context.max({"seconds": float(context.rank)}),
+    }
+    result = {
+        "rank": context.rank,
+        "world_size": context.world_size,
+        **seen,
+        "first_history": first_history,
+        "restored_matches_checkpoint": restored_matches,
+        "history": history,
+        "logged": len(logged),
+        "saved": saved,
+        "reductions": reductions,
+        "parameters": torch.cat(
+            [p.detach().reshape(-1).cpu() for m in modules(trained).values() for p in m.parameters()]
+        ).tolist(),
+        "buffers": [b.reshape(-1).cpu().tolist() for m in modules(trained).values() for b in m.buffers()],
+    }
     (out / f"rank{context.rank}.json").write_text(json.dumps(result))
     teardown()
 

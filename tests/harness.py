@@ -26,8 +26,10 @@ def assert_close(name: str, expected: torch.Tensor, actual: torch.Tensor, contex
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
         where = f"env {index[0]}" + (f", feature {index[1]}" if len(index) > 1 else "")
-        raise AssertionError(f"{context}: {name} differ first at {where}: expected {expected[index].item()!r}, "
-                             f"got {actual[index].item()!r} ({int(bad.sum())} elements differ)")
+        raise AssertionError(
+            f"{context}: {name} differ first at {where}: expected {expected[index].item()!r}, "
+            f"got {actual[index].item()!r} ({int(bad.sum())} elements differ)"
+        )
 
 
 def compare_step(reference, twin, context: str) -> None:
@@ -44,7 +46,13 @@ def compare_step(reference, twin, context: str) -> None:
 def snapshot(step_result):
     """Clone a step's outputs (the env overwrites them in place on the next call)."""
     obs, rewards, terminated, truncated, infos = step_result
-    return (obs.clone(), rewards.clone(), terminated.clone(), truncated.clone(), {k: v.clone() for k, v in infos.items()})
+    return (
+        obs.clone(),
+        rewards.clone(),
+        terminated.clone(),
+        truncated.clone(),
+        {k: v.clone() for k, v in infos.items()},
+    )
 
 
 def state_matrix(env) -> np.ndarray:

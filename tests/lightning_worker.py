@@ -24,14 +24,28 @@ from gpu_marl_envs.baselines import multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import teardown
 
 CASES = {
-    "ppo": (ppo, "CartPole-v1", ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 4,
-                                              num_minibatches=2, update_epochs=2, hidden=(16,))),
-    "tag": (multi_agent, "TagContinuous-v0", multi_agent.MultiAgentConfig.from_dict({
-        "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 2 * 8 * 3},
-        "groups": {"taggers": "taggers", "runners": "runners"},
-        "policies": {"taggers": {"algorithm": "ppo", "hidden": [8], "num_minibatches": 2, "update_epochs": 1},
-                     "runners": {"algorithm": "a2c", "hidden": [8]}},
-        "env_params": {"num_taggers": 1, "num_runners": 2, "num_other_agents_observed": 2}})),
+    "ppo": (
+        ppo,
+        "CartPole-v1",
+        ppo.PPOConfig(
+            num_envs=4, num_steps=16, total_timesteps=2 * 4 * 16 * 4, num_minibatches=2, update_epochs=2, hidden=(16,)
+        ),
+    ),
+    "tag": (
+        multi_agent,
+        "TagContinuous-v0",
+        multi_agent.MultiAgentConfig.from_dict(
+            {
+                "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 2 * 8 * 3},
+                "groups": {"taggers": "taggers", "runners": "runners"},
+                "policies": {
+                    "taggers": {"algorithm": "ppo", "hidden": [8], "num_minibatches": 2, "update_epochs": 1},
+                    "runners": {"algorithm": "a2c", "hidden": [8]},
+                },
+                "env_params": {"num_taggers": 1, "num_runners": 2, "num_other_agents_observed": 2},
+            }
+        ),
+    ),
 }
 
 
@@ -72,16 +86,30 @@ def main() -> None:
     result = {}
     for name, (trainer_module, env_id, config) in CASES.items():
         module, compare = training_module(env_id, config), CompareRanks()
-        trainer = pl.Trainer(accelerator="gpu" if args.device == "cuda" else "cpu", devices=2, strategy="ddp",
-                             max_epochs=1, log_every_n_steps=1, logger=False, enable_progress_bar=False,
-                             enable_checkpointing=False, enable_model_summary=False, callbacks=[compare])
+        trainer = pl.Trainer(
+            accelerator="gpu" if args.device == "cuda" else "cpu",
+            devices=2,
+            strategy="ddp",
+            max_epochs=1,
+            log_every_n_steps=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            callbacks=[compare],
+        )
         trainer.fit(module)
         trained, history = trainer_module.train(env_id, config, device=args.device, log_every=1, log=None)
         trained = trained.values() if isinstance(trained, dict) else [trained]
-        result[name] = {"steps": compare.steps, "mismatched": compare.mismatched, "first_obs": compare.first_obs,
-                        "global_step": trainer.global_step, "iterations": module.next_iteration,
-                        "same_as_train": torch.equal(flat(module.networks), flat(trained)),
-                        "same_history": strip(module.history) == strip(history)}
+        result[name] = {
+            "steps": compare.steps,
+            "mismatched": compare.mismatched,
+            "first_obs": compare.first_obs,
+            "global_step": trainer.global_step,
+            "iterations": module.next_iteration,
+            "same_as_train": torch.equal(flat(module.networks), flat(trained)),
+            "same_history": strip(module.history) == strip(history),
+        }
     (Path(args.out) / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     teardown()  # every rank leaves the process group together (not at interpreter exit, one by one)
 

@@ -37,9 +37,8 @@ def sample(vec_env, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(space.low, space.high, (vec_env.num_envs, *space.shape)).astype(np.float32)
 
 
-
-
 # -- SB3's checker and wrappers --------------------------------------------------------------------
+
 
 # SB3 advises a symmetric [-1, 1] Box for continuous actions; ours are Gymnasium's own bounds.
 @pytest.mark.filterwarnings("ignore:We recommend you to use a symmetric and normalized Box")
@@ -82,8 +81,12 @@ def test_evaluate_policy_finds_episode_statistics_without_a_warning():
 # Sub-envs 1, 3 and 4 of the batch start one step before their episode ends: 1 leaves the track
 # (terminated), 3 reaches the time limit (truncated), 4 does both at once.
 CRAFTED_IDS = [1, 3, 4]
-CRAFTED_STATES = {"x": [2.39, 0.0, 2.39], "x_dot": [1.0, 0.0, 1.0], "theta": [0.0, 0.01, 0.0],
-                  "theta_dot": [0.0, 0.0, 0.0]}
+CRAFTED_STATES = {
+    "x": [2.39, 0.0, 2.39],
+    "x_dot": [1.0, 0.0, 1.0],
+    "theta": [0.0, 0.01, 0.0],
+    "theta_dot": [0.0, 0.0, 0.0],
+}
 CRAFTED_ELAPSED = [0, MAX_STEPS - 1, MAX_STEPS - 1]
 
 
@@ -146,6 +149,7 @@ def test_attributes_and_methods_reach_the_batched_env():
 
 # -- multi-agent: parameter sharing and black death ------------------------------------------------
 
+
 def test_black_death_on_tag_continuous():
     """Runners that are tagged observe zeros with reward 0 and stay not-done until their game ends;
     then every chosen agent of that game is done at once, terminated if it had left and truncated if
@@ -175,11 +179,17 @@ def test_black_death_on_tag_continuous():
     assert tagged > 0
 
 
-@pytest.mark.parametrize("env_id, groups, params", [
-    ("TagGridworld-v0", None, None),
-    ("TagContinuous-v0", ["taggers"], TagContinuousParams(num_taggers=4, num_runners=8, grid_length=4.0,
-                                                          episode_length=12)),
-])
+@pytest.mark.parametrize(
+    "env_id, groups, params",
+    [
+        ("TagGridworld-v0", None, None),
+        (
+            "TagContinuous-v0",
+            ["taggers"],
+            TagContinuousParams(num_taggers=4, num_runners=8, grid_length=4.0, episode_length=12),
+        ),
+    ],
+)
 def test_ppo_with_parameter_sharing_on_tag(env_id, groups, params, one_thread):
     """SB3 PPO trains a few iterations with one policy over every chosen agent; its rollout buffer
     holds one row per (game, agent) and starts episodes only where whole games do."""
@@ -203,13 +213,17 @@ def test_parallel_adapter_refuses_groups_with_different_spaces():
 
 # -- bad use ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("actions, error, message", [
-    (np.zeros(N + 1, dtype=np.int64), ValueError, f"actions must have shape ({N},)"),
-    (np.zeros((N, 1), dtype=np.int64), ValueError, f"actions must have shape ({N},)"),
-    (np.zeros(N, dtype=np.float32), TypeError, "must be integers, got dtype float32; use actions.astype(np.int64)"),
-    (np.array([0, 1, 2, 0, 1, 0]), ValueError, "actions of sub-env 2: 2 not in Discrete(2) (no env was stepped)"),
-    (torch.zeros(N, dtype=torch.int64), TypeError, "SB3 VecEnvs take numpy actions; pass actions.cpu().numpy()"),
-])
+
+@pytest.mark.parametrize(
+    "actions, error, message",
+    [
+        (np.zeros(N + 1, dtype=np.int64), ValueError, f"actions must have shape ({N},)"),
+        (np.zeros((N, 1), dtype=np.int64), ValueError, f"actions must have shape ({N},)"),
+        (np.zeros(N, dtype=np.float32), TypeError, "must be integers, got dtype float32; use actions.astype(np.int64)"),
+        (np.array([0, 1, 2, 0, 1, 0]), ValueError, "actions of sub-env 2: 2 not in Discrete(2) (no env was stepped)"),
+        (torch.zeros(N, dtype=torch.int64), TypeError, "SB3 VecEnvs take numpy actions; pass actions.cpu().numpy()"),
+    ],
+)
 def test_bad_actions_are_refused_before_stepping(actions, error, message):
     vec_env = make_sb3_env("CartPole-v1", N, device="cpu")
     vec_env.reset()
@@ -247,6 +261,7 @@ def test_bad_construction():
 
 # -- learning ---------------------------------------------------------------------------------------
 
+
 def linear(start: float):
     return lambda progress_remaining: progress_remaining * start
 
@@ -258,8 +273,20 @@ def test_ppo_learns_cartpole(one_thread):
     episodes; seeds and the spread seen over seeds are in docs/adapters.md."""
     started = time.perf_counter()
     vec_env = make_sb3_env("CartPole-v1", 16, device="cpu")
-    model = PPO("MlpPolicy", vec_env, n_steps=16, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-                ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=0, device="cpu")
+    model = PPO(
+        "MlpPolicy",
+        vec_env,
+        n_steps=16,
+        batch_size=256,
+        n_epochs=20,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=0,
+        device="cpu",
+    )
     model.learn(50_000)
     evaluation = make_sb3_env("CartPole-v1", 16, device="cpu")
     evaluation.seed(1000)
@@ -268,6 +295,7 @@ def test_ppo_learns_cartpole(one_thread):
 
 
 # -- GPU ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_adapter_on_cuda_matches_cpu_and_copies_once_per_step(cuda_device):

@@ -57,8 +57,7 @@ def skrl_key(seed: int):
 
 
 def vector_pair(env_id, num_envs=3):
-    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", max_episode_steps=MAX_STEPS, **SKRL_ENV)
-            for _ in range(2)]
+    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", max_episode_steps=MAX_STEPS, **SKRL_ENV) for _ in range(2)]
     with skrl_key(SEED):
         adapter = SkrlVectorEnv(envs[0])
     adapter.reset()
@@ -90,11 +89,15 @@ def test_outputs_have_skrls_shapes_and_spaces(env_id):
     # skrl's own space utilities read the observations back unchanged.
     assert torch.equal(flatten_tensorized_space(tensorize_space(env.observation_space, observations)), observations)
     outputs = env.step(skrl_actions(env.action_space, 5, torch.Generator().manual_seed(0)))
-    for name, value, shape, dtype in zip(("observations", "rewards", "terminated", "truncated"), outputs[:4],
-                                         ((5, *env.observation_space.shape), (5, 1), (5, 1), (5, 1)),
-                                         (torch.float32, torch.float32, torch.bool, torch.bool)):
-        assert value.shape == shape and value.dtype == dtype and value.device == env.device, \
+    for name, value, shape, dtype in zip(
+        ("observations", "rewards", "terminated", "truncated"),
+        outputs[:4],
+        ((5, *env.observation_space.shape), (5, 1), (5, 1), (5, 1)),
+        (torch.float32, torch.float32, torch.bool, torch.bool),
+    ):
+        assert value.shape == shape and value.dtype == dtype and value.device == env.device, (
             f"{name}: {tuple(value.shape)} {value.dtype} on {value.device}"
+        )
     assert env.state() is None
 
 
@@ -241,17 +244,34 @@ def test_ppo_learns_cartpole(seed, tmp_path):
     num_envs, rollouts, frames, epochs = 32, 64, 150_000, 4
     set_seed(seed)
     env = make_skrl_env("CartPole-v1", num_envs, device="cpu")
-    models = {"policy": Policy(env.observation_space, env.action_space, env.device),
-              "value": Value(env.observation_space, env.action_space, env.device)}
+    models = {
+        "policy": Policy(env.observation_space, env.action_space, env.device),
+        "value": Value(env.observation_space, env.action_space, env.device),
+    }
     updates = frames // (num_envs * rollouts)
     # skrl steps its learning-rate scheduler once per epoch: anneal to 0 over every epoch of the run.
-    cfg = experiment(PPO_CFG(rollouts=rollouts, learning_epochs=epochs, mini_batches=4, learning_rate=2.5e-3,
-                             learning_rate_scheduler=torch.optim.lr_scheduler.LinearLR,
-                             learning_rate_scheduler_kwargs={"start_factor": 1.0, "end_factor": 0.0,
-                                                             "total_iters": updates * epochs},
-                             entropy_loss_scale=0.01, value_loss_scale=0.5, value_clip=0.0), tmp_path)
-    agent = PPO(models=models, memory=RandomMemory(memory_size=rollouts, num_envs=num_envs, device=env.device),
-                observation_space=env.observation_space, action_space=env.action_space, device=env.device, cfg=cfg)
+    cfg = experiment(
+        PPO_CFG(
+            rollouts=rollouts,
+            learning_epochs=epochs,
+            mini_batches=4,
+            learning_rate=2.5e-3,
+            learning_rate_scheduler=torch.optim.lr_scheduler.LinearLR,
+            learning_rate_scheduler_kwargs={"start_factor": 1.0, "end_factor": 0.0, "total_iters": updates * epochs},
+            entropy_loss_scale=0.01,
+            value_loss_scale=0.5,
+            value_clip=0.0,
+        ),
+        tmp_path,
+    )
+    agent = PPO(
+        models=models,
+        memory=RandomMemory(memory_size=rollouts, num_envs=num_envs, device=env.device),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=env.device,
+        cfg=cfg,
+    )
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 4 * rollouts, **TRAINER})
     start, results = time.perf_counter(), []
     for done in range(4, updates + 1, 4):
@@ -268,8 +288,7 @@ def test_ppo_learns_cartpole(seed, tmp_path):
 
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
 def test_agent_outputs_match_the_game(env_id):
-    games = [make_parallel(env_id, 4, device="cpu", params=SMALL_TAG[env_id], **SKRL_ENV)
-             for _ in range(2)]
+    games = [make_parallel(env_id, 4, device="cpu", params=SMALL_TAG[env_id], **SKRL_ENV) for _ in range(2)]
     with skrl_key(SEED):
         adapter = SkrlParallelEnv(games[0])
     twin = games[1]
@@ -288,7 +307,9 @@ def test_agent_outputs_match_the_game(env_id):
         outputs = adapter.step(skrl_form)
         expected = twin.step(actions)
         for agent in twin.possible_agents:
-            for name, want, got in zip(("observations", "rewards", "terminated", "truncated"), expected[:4], outputs[:4]):
+            for name, want, got in zip(
+                ("observations", "rewards", "terminated", "truncated"), expected[:4], outputs[:4]
+            ):
                 want = want[agent] if name == "observations" else want[agent].unsqueeze(-1)
                 assert_equal(f"step {step}, {agent}: {name}", want, got[agent])
             assert got[agent].shape[-1] == 1
@@ -299,8 +320,10 @@ def test_agent_outputs_match_the_game(env_id):
 def test_agent_observations_outlive_the_next_step_and_actions_come_in_either_form():
     # Per-agent views of the env's two observation buffers, used in turn; a group's actions are
     # checked on their stack, and agent by agent where agents give different forms or shapes.
-    games = [make_parallel("TagGridworld-v0", 4, device="cpu", **SKRL_ENV,
-                           params=SMALL_TAG["TagGridworld-v0"]) for _ in range(2)]
+    games = [
+        make_parallel("TagGridworld-v0", 4, device="cpu", **SKRL_ENV, params=SMALL_TAG["TagGridworld-v0"])
+        for _ in range(2)
+    ]
     with skrl_key(SEED):
         adapter = SkrlParallelEnv(games[0])
     twin = games[1]
@@ -343,22 +366,43 @@ def run_ippo(env_id, device, tmp_path):
         obs_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
         policy_type = MultiPolicy if isinstance(action_space, spaces.MultiDiscrete) else Policy
         # One policy and one critic per group: the group's agents share the model instances.
-        shared = {"policy": policy_type(obs_space, action_space, env.device),
-                  "value": Value(obs_space, action_space, env.device, hidden=32)}
+        shared = {
+            "policy": policy_type(obs_space, action_space, env.device),
+            "value": Value(obs_space, action_space, env.device, hidden=32),
+        }
         models.update({agent: shared for agent in agents})
     memories = {agent: RandomMemory(memory_size=8, num_envs=16, device=env.device) for agent in env.possible_agents}
     # skrl 2.1.1 reads an empty dict as a per-agent mapping that lacks every agent: give its
     # keyword-argument fields one (empty) entry per agent.
-    no_kwargs = {name: {agent: {} for agent in env.possible_agents} for name in (
-        "learning_rate_scheduler_kwargs", "observation_preprocessor_kwargs", "state_preprocessor_kwargs",
-        "value_preprocessor_kwargs")}
-    cfg = experiment(IPPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3,
-                              entropy_loss_scale=0.01, **no_kwargs), tmp_path)
-    agent = IPPO(possible_agents=env.possible_agents, models=models, memories=memories,
-                 observation_spaces=env.observation_spaces, state_spaces=env.state_spaces, action_spaces=env.action_spaces,
-                 device=env.device, cfg=cfg)
-    before = {group: [p.detach().clone() for p in models[agents[0]]["policy"].parameters()]
-              for group, agents in groups.items()}
+    no_kwargs = {
+        name: {agent: {} for agent in env.possible_agents}
+        for name in (
+            "learning_rate_scheduler_kwargs",
+            "observation_preprocessor_kwargs",
+            "state_preprocessor_kwargs",
+            "value_preprocessor_kwargs",
+        )
+    }
+    cfg = experiment(
+        IPPO_CFG(
+            rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3, entropy_loss_scale=0.01, **no_kwargs
+        ),
+        tmp_path,
+    )
+    agent = IPPO(
+        possible_agents=env.possible_agents,
+        models=models,
+        memories=memories,
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
+    )
+    before = {
+        group: [p.detach().clone() for p in models[agents[0]]["policy"].parameters()]
+        for group, agents in groups.items()
+    }
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3 * 8, **TRAINER}).train()
     for group, agents in groups.items():
         policy = models[agents[0]]["policy"]
@@ -377,8 +421,10 @@ def test_steps_without_host_synchronisation_on_cuda(env_id, cuda_device):
     env.reset()
     generator = torch.Generator().manual_seed(0)
     if isinstance(env, SkrlParallelEnv):
-        actions = [{a: game_actions(env.action_space(a), env.num_envs, generator).to(cuda_device)
-                    for a in env.possible_agents} for _ in range(4)]
+        actions = [
+            {a: game_actions(env.action_space(a), env.num_envs, generator).to(cuda_device) for a in env.possible_agents}
+            for _ in range(4)
+        ]
     else:
         actions = [skrl_actions(env.action_space, env.num_envs, generator).to(cuda_device) for _ in range(4)]
     for k in range(3):  # warm-up: kernel compilation, CUDA-graph capture
@@ -406,10 +452,17 @@ def test_ppo_and_ippo_train_on_cuda(cuda_device, tmp_path):
     run_ippo("TagContinuous-v0", cuda_device, tmp_path)
     set_seed(0)
     env = make_skrl_env("CartPole-v1", 1024, device=cuda_device)
-    models = {"policy": Policy(env.observation_space, env.action_space, env.device),
-              "value": Value(env.observation_space, env.action_space, env.device)}
-    agent = PPO(models=models, memory=RandomMemory(memory_size=16, num_envs=1024, device=env.device),
-                observation_space=env.observation_space, action_space=env.action_space, device=env.device,
-                cfg=experiment(PPO_CFG(rollouts=16), tmp_path))
+    models = {
+        "policy": Policy(env.observation_space, env.action_space, env.device),
+        "value": Value(env.observation_space, env.action_space, env.device),
+    }
+    agent = PPO(
+        models=models,
+        memory=RandomMemory(memory_size=16, num_envs=1024, device=env.device),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=env.device,
+        cfg=experiment(PPO_CFG(rollouts=16), tmp_path),
+    )
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 48, **TRAINER}).train()
     assert all(p.is_cuda and torch.isfinite(p).all() for p in models["policy"].parameters())

@@ -36,18 +36,24 @@ SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP
 # Small games: every rule (tags, exits, game ends by tagging and by time) within a few steps.
 SMALL_TAG = {
-    "TagContinuous-v0": TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4,
-                                            grid_length=3.0, tagging_distance=0.3, episode_length=12),
+    "TagContinuous-v0": TagContinuousParams(
+        num_taggers=2,
+        num_runners=3,
+        num_other_agents_observed=4,
+        grid_length=3.0,
+        tagging_distance=0.3,
+        episode_length=12,
+    ),
     "TagGridworld-v0": TagGridworldParams(num_taggers=3, grid_length=4, episode_length=12),
 }
 
 
-
-
 def vector_pair(env_id, num_envs=3, **kwargs):
     """An adapter and a twin env of the same id and seed, stepped by hand for reference."""
-    envs = [GpuVectorEnv(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, max_episode_steps=MAX_STEPS,
-                         **kwargs) for _ in range(2)]
+    envs = [
+        GpuVectorEnv(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, max_episode_steps=MAX_STEPS, **kwargs)
+        for _ in range(2)
+    ]
     adapter = TorchRLVectorEnv(envs[0])
     adapter.set_seed(SEED)
     envs[1].reset(seed=SEED)
@@ -55,8 +61,10 @@ def vector_pair(env_id, num_envs=3, **kwargs):
 
 
 def parallel_pair(env_id, num_envs=4):
-    envs = [make_parallel(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, params=SMALL_TAG[env_id])
-            for _ in range(2)]
+    envs = [
+        make_parallel(env_id, num_envs, device="cpu", autoreset_mode=SAME_STEP, params=SMALL_TAG[env_id])
+        for _ in range(2)
+    ]
     adapter = TorchRLParallelEnv(envs[0])
     adapter.set_seed(SEED)
     envs[1].reset_groups(seed=SEED)
@@ -68,8 +76,10 @@ def assert_equal(name, expected, actual):
     bad = expected != actual
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
-        raise AssertionError(f"{name} differs first at {index}: {actual[index].item()!r}, expected "
-                             f"{expected[index].item()!r} ({int(bad.sum())} elements differ)")
+        raise AssertionError(
+            f"{name} differs first at {index}: {actual[index].item()!r}, expected "
+            f"{expected[index].item()!r} ({int(bad.sum())} elements differ)"
+        )
 
 
 # -- TorchRL's checker, specs ---------------------------------------------------------------------
@@ -159,15 +169,21 @@ def test_the_generic_reset_path_agrees_with_the_fast_one():
     policy = TensorDictModule(lambda obs: (obs[:, 2] > 0).long(), in_keys=["observation"], out_keys=["action"])
     runs = [env.rollout(40, policy, break_when_any_done=False) for env in (fast, generic)]
     assert runs[0]["next", "done"].sum() > 6, "episodes must end inside the rollout"
-    for key in ("observation", ("next", "observation"), ("next", "reward"), ("next", "terminated"),
-                ("next", "truncated")):
+    for key in (
+        "observation",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+    ):
         assert_equal(str(key), runs[0][key], runs[1][key])
 
 
 def assert_same_tensordicts(context, expected, actual):
     keys = set(expected.keys(True, True))
-    assert set(actual.keys(True, True)) == keys, f"{context}: keys {sorted(map(str, actual.keys(True, True)))}, " \
-                                                  f"expected {sorted(map(str, keys))}"
+    assert set(actual.keys(True, True)) == keys, (
+        f"{context}: keys {sorted(map(str, actual.keys(True, True)))}, expected {sorted(map(str, keys))}"
+    )
     for key in keys:
         assert actual[key].dtype == expected[key].dtype, f"{context}: {key} dtype"
         assert_equal(f"{context}: {key}", expected[key], actual[key])
@@ -282,8 +298,11 @@ def test_agent_outputs_match_the_game(env_id):
         assert_equal(f"{context}: terminated", (ended & ~game_truncated).unsqueeze(-1), data["next", "terminated"])
         for group in twin.groups:
             final = ended.view(-1, 1, 1)
-            assert_equal(f"{context}: {group} observation", torch.where(final, infos[group]["final_obs"], obs[group]),
-                         data["next", group, "observation"])
+            assert_equal(
+                f"{context}: {group} observation",
+                torch.where(final, infos[group]["final_obs"], obs[group]),
+                data["next", group, "observation"],
+            )
             assert_equal(f"{context}: {group} reward", rewards[group].unsqueeze(-1), data["next", group, "reward"])
             assert_equal(f"{context}: {group} terminated", term[group].unsqueeze(-1), data["next", group, "terminated"])
             assert_equal(f"{context}: {group} truncated", trunc[group].unsqueeze(-1), data["next", group, "truncated"])
@@ -358,8 +377,9 @@ def test_wrapping_needs_same_step_autoreset():
 
 
 def mlp(n_in: int, n_out: int, hidden: int = 64) -> nn.Module:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, n_out))
+    return nn.Sequential(
+        nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out)
+    )
 
 
 def first_episode_returns(env, policy, steps: int) -> torch.Tensor:
@@ -388,16 +408,32 @@ def test_ppo_learns_cartpole(seed, one_thread):
     torch.manual_seed(seed)
     env = make_torchrl_env("CartPole-v1", num_envs, device="cpu")
     env.set_seed(seed)
-    actor = ProbabilisticActor(TensorDictModule(mlp(4, 2), in_keys=["observation"], out_keys=["logits"]),
-                               in_keys=["logits"], distribution_class=torch.distributions.Categorical,
-                               spec=env.action_spec, return_log_prob=True)
+    actor = ProbabilisticActor(
+        TensorDictModule(mlp(4, 2), in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        spec=env.action_spec,
+        return_log_prob=True,
+    )
     critic = ValueOperator(mlp(4, 1), in_keys=["observation"])
     iterations = frames // (num_envs * steps)
-    collector = Collector(env, actor, frames_per_batch=num_envs * steps, total_frames=iterations * num_envs * steps,
-                          auto_register_policy_transforms=False)
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=num_envs * steps,
+        total_frames=iterations * num_envs * steps,
+        auto_register_policy_transforms=False,
+    )
     advantage = GAE(gamma=0.99, lmbda=0.95, value_network=critic, average_gae=True)
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.0, critic_coeff=0.5, loss_critic_type="l2",
-                       normalize_advantage=True)
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=0.2,
+        entropy_coeff=0.0,
+        critic_coeff=0.5,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
     optimizer = torch.optim.Adam(loss.parameters(), lr=2.5e-3)
     schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, total_iters=iterations)
     evaluation = make_torchrl_env("CartPole-v1", 64, device="cpu")
@@ -416,12 +452,13 @@ def test_ppo_learns_cartpole(seed, one_thread):
         schedule.step()
         if iteration >= 8 and iteration % 4 == 0:
             evaluation.set_seed(10_000 + seed)
-            results.append(((iteration + 1) * num_envs * steps, first_episode_returns(evaluation, actor, 500).mean().item()))
+            results.append(
+                ((iteration + 1) * num_envs * steps, first_episode_returns(evaluation, actor, 500).mean().item())
+            )
             if results[-1][1] >= 475:
                 break
     collector.shutdown()
-    assert results[-1][1] >= 475, (f"seed {seed}: (frames, mean return) {results} in "
-                                   f"{time.perf_counter() - start:.0f} s")
+    assert results[-1][1] >= 475, f"seed {seed}: (frames, mean return) {results} in {time.perf_counter() - start:.0f} s"
 
 
 # -- multi-agent: per-group policies on Tag ------------------------------------------------------
@@ -435,8 +472,11 @@ def group_actor(env, group: str) -> ProbabilisticActor:
     n_agents = env.observation_spec[group, "observation"].shape[-2]
     multi = isinstance(spec, MultiCategorical)  # (a subclass of Categorical)
     nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]] if multi else [int(spec.n)]
-    net = MultiAgentMLP(obs_dim, sum(nvec), n_agents=n_agents, centralized=False, share_params=True, depth=1, num_cells=32)
+    net = MultiAgentMLP(
+        obs_dim, sum(nvec), n_agents=n_agents, centralized=False, share_params=True, depth=1, num_cells=32
+    )
     if not multi:
+
         def distribution(logits):
             return torch.distributions.Categorical(logits=logits)
     else:
@@ -444,11 +484,18 @@ def group_actor(env, group: str) -> ProbabilisticActor:
 
         def distribution(logits):
             return torch.distributions.Independent(
-                torch.distributions.Categorical(logits=logits.unflatten(-1, (len(nvec), nvec[0]))), 1)
+                torch.distributions.Categorical(logits=logits.unflatten(-1, (len(nvec), nvec[0]))), 1
+            )
+
     module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")])
-    return ProbabilisticActor(module, in_keys={"logits": (group, "logits")}, out_keys=[(group, "action")],
-                              distribution_class=distribution, return_log_prob=True,
-                              log_prob_key=(group, "log_prob"))
+    return ProbabilisticActor(
+        module,
+        in_keys={"logits": (group, "logits")},
+        out_keys=[(group, "action")],
+        distribution_class=distribution,
+        return_log_prob=True,
+        log_prob_key=(group, "log_prob"),
+    )
 
 
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
@@ -462,19 +509,43 @@ def run_per_group_ppo(env_id, device):
     torch.manual_seed(0)
     env = make_torchrl_env(env_id, 16, device=device, params=SMALL_TAG[env_id])
     actors = {group: group_actor(env, group).to(device) for group in env.group_map}
-    critics = {group: TensorDictModule(
-        MultiAgentMLP(env.observation_spec[group, "observation"].shape[-1], 1, n_agents=len(agents), centralized=True,
-                      share_params=True, depth=1, num_cells=32, device=device),
-        in_keys=[(group, "observation")], out_keys=[(group, "state_value")]) for group, agents in env.group_map.items()}
-    collector = Collector(env, TensorDictSequential(*actors.values()), frames_per_batch=16 * 8, total_frames=16 * 8 * 3,
-                          auto_register_policy_transforms=False)
+    critics = {
+        group: TensorDictModule(
+            MultiAgentMLP(
+                env.observation_spec[group, "observation"].shape[-1],
+                1,
+                n_agents=len(agents),
+                centralized=True,
+                share_params=True,
+                depth=1,
+                num_cells=32,
+                device=device,
+            ),
+            in_keys=[(group, "observation")],
+            out_keys=[(group, "state_value")],
+        )
+        for group, agents in env.group_map.items()
+    }
+    collector = Collector(
+        env,
+        TensorDictSequential(*actors.values()),
+        frames_per_batch=16 * 8,
+        total_frames=16 * 8 * 3,
+        auto_register_policy_transforms=False,
+    )
     losses, optimizers = {}, {}
     for group in env.group_map:
         losses[group] = ClipPPOLoss(actors[group], critics[group], entropy_coeff=0.01, normalize_advantage=False)
-        losses[group].set_keys(action=(group, "action"), sample_log_prob=(group, "log_prob"),
-                               value=(group, "state_value"), reward=(group, "reward"), done=(group, "done"),
-                               terminated=(group, "terminated"), advantage=(group, "advantage"),
-                               value_target=(group, "value_target"))
+        losses[group].set_keys(
+            action=(group, "action"),
+            sample_log_prob=(group, "log_prob"),
+            value=(group, "state_value"),
+            reward=(group, "reward"),
+            done=(group, "done"),
+            terminated=(group, "terminated"),
+            advantage=(group, "advantage"),
+            value_target=(group, "value_target"),
+        )
         losses[group].make_value_estimator(gamma=0.99, lmbda=0.95)
         optimizers[group] = torch.optim.Adam(losses[group].parameters(), lr=3e-3)
     before = {group: [p.detach().clone() for p in losses[group].parameters()] for group in env.group_map}
@@ -484,8 +555,11 @@ def run_per_group_ppo(env_id, device):
         for group, agents in env.group_map.items():
             assert batch["next", group, "reward"].shape == (16, 8, len(agents), 1)
             with torch.no_grad():
-                losses[group].value_estimator(batch, params=losses[group].critic_network_params,
-                                              target_params=losses[group].target_critic_network_params)
+                losses[group].value_estimator(
+                    batch,
+                    params=losses[group].critic_network_params,
+                    target_params=losses[group].target_critic_network_params,
+                )
             out = losses[group](batch)
             total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
             assert torch.isfinite(total), f"{group}: loss {total}"
@@ -542,14 +616,19 @@ def test_actions_on_another_device_are_refused_on_cuda(cuda_device):
 @pytest.mark.gpu
 def test_collector_and_ppo_loss_run_on_cuda(cuda_device):
     env = make_torchrl_env("CartPole-v1", 1024, device=cuda_device)
-    actor = ProbabilisticActor(TensorDictModule(mlp(4, 2).to(cuda_device), in_keys=["observation"], out_keys=["logits"]),
-                               in_keys=["logits"], distribution_class=torch.distributions.Categorical,
-                               spec=env.action_spec, return_log_prob=True)
+    actor = ProbabilisticActor(
+        TensorDictModule(mlp(4, 2).to(cuda_device), in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        spec=env.action_spec,
+        return_log_prob=True,
+    )
     critic = ValueOperator(mlp(4, 1).to(cuda_device), in_keys=["observation"])
     loss = ClipPPOLoss(actor, critic)
     advantage = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-    collector = Collector(env, actor, frames_per_batch=1024 * 32, total_frames=1024 * 32 * 3,
-                          auto_register_policy_transforms=False)
+    collector = Collector(
+        env, actor, frames_per_batch=1024 * 32, total_frames=1024 * 32 * 3, auto_register_policy_transforms=False
+    )
     for batch in collector:
         assert batch.device == cuda_device or batch["observation"].is_cuda
         advantage(batch)

@@ -83,8 +83,17 @@ def twins(env_id) -> Twins:
 
 # -- actions --------------------------------------------------------------------------------------
 
-ACTION_CASES = ["numpy_dtype", "list", "too_few_rows", "extra_dimension", "dtype", "device_meta", "bad_value_env1",
-                "bad_value_env2", "bad_value_env2_inf"]
+ACTION_CASES = [
+    "numpy_dtype",
+    "list",
+    "too_few_rows",
+    "extra_dimension",
+    "dtype",
+    "device_meta",
+    "bad_value_env1",
+    "bad_value_env2",
+    "bad_value_env2_inf",
+]
 
 
 def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
@@ -115,10 +124,19 @@ def bad_actions(case: str, good: torch.Tensor, space: spaces.Space):
         return bad, ValueError, re.escape(f"actions must lie in [0, {n - 1}]; env {env} got {int(bad[env])}")
     # NaN, past the bounds (Pendulum's torque 5.0 of at most 2), or infinite: each refused, naming the bounds.
     low, high = float(space.low[0]), float(space.high[0])
-    bad[env] = {"bad_value_env1": float("nan"), "bad_value_env2": high + abs(high) + 1,
-                "bad_value_env2_inf": -float("inf")}[case]
-    return bad, ValueError, re.escape(f"actions must be finite and lie in the action space's bounds [{low}, {high}]; "
-                                      f"env {env}, element 0 got {bad[env, 0].item()} (no env was stepped)")
+    bad[env] = {
+        "bad_value_env1": float("nan"),
+        "bad_value_env2": high + abs(high) + 1,
+        "bad_value_env2_inf": -float("inf"),
+    }[case]
+    return (
+        bad,
+        ValueError,
+        re.escape(
+            f"actions must be finite and lie in the action space's bounds [{low}, {high}]; "
+            f"env {env}, element 0 got {bad[env, 0].item()} (no env was stepped)"
+        ),
+    )
 
 
 @pytest.mark.parametrize("case", ACTION_CASES)
@@ -229,7 +247,9 @@ def test_unknown_backend(env_id):
 
 
 def test_unavailable_backend_says_what_to_change(env_id):
-    with pytest.raises(BackendUnavailableError, match=r"backend 'pycuda' is not available on cpu: .*needs a CUDA device"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"backend 'pycuda' is not available on cpu: .*needs a CUDA device"
+    ):
         make(env_id, backend="pycuda")
 
 
@@ -277,8 +297,9 @@ def test_bad_max_episode_steps(env_id, max_episode_steps):
         make(env_id, max_episode_steps=max_episode_steps)
 
 
-@pytest.mark.parametrize("field, value", [("masscart", -1.0), ("length", 0.0), ("tau", float("nan")),
-                                          ("reset_bound", -0.1)])
+@pytest.mark.parametrize(
+    "field, value", [("masscart", -1.0), ("length", 0.0), ("tau", float("nan")), ("reset_bound", -0.1)]
+)
 def test_bad_cartpole_params(field, value):
     # CartPole's own rules; each env's params dataclass checks its fields the same way.
     with pytest.raises(ValueError, match=rf"CartPoleParams\.{field} must be"):
@@ -295,7 +316,7 @@ def test_params_refuse_numbers_the_kernels_cannot_hold(env_id, value):
             with pytest.raises(ValueError, match=rf"{params_type.__name__}\.{field.name} must be"):
                 params_type(**{field.name: value})
     with pytest.raises(ValueError, match=rf"{params_type.__name__}\.max_episode_steps must fit in int32"):
-        params_type(max_episode_steps=2 ** 40)
+        params_type(max_episode_steps=2**40)
 
 
 def test_render_mode_human_is_refused(env_id):
@@ -313,17 +334,32 @@ def test_render_mode_human_is_refused(env_id):
 # -- reset ----------------------------------------------------------------------------------------
 
 RESET_CASES = {
-    "unknown_option": (dict(options={"bogus": 1}), ValueError,
-                       re.escape("unknown reset options ['bogus']; supported: ['reset_mask']")),
+    "unknown_option": (
+        dict(options={"bogus": 1}),
+        ValueError,
+        re.escape("unknown reset options ['bogus']; supported: ['reset_mask']"),
+    ),
     "options_not_a_dict": (dict(options=["reset_mask"]), TypeError, "options must be a dict or None"),
-    "mask_too_long": (dict(options={"reset_mask": torch.ones(N + 1, dtype=torch.bool)}), ValueError,
-                      re.escape(f"reset_mask must be a bool tensor of shape ({N},)")),
-    "mask_2d": (dict(options={"reset_mask": torch.ones(1, N, dtype=torch.bool)}), ValueError,
-                re.escape(f"reset_mask must be a bool tensor of shape ({N},)")),
-    "mask_int": (dict(options={"reset_mask": torch.ones(N, dtype=torch.int64)}), ValueError,
-                 re.escape(f"reset_mask must be a bool tensor of shape ({N},)")),
-    "mask_float_numpy": (dict(options={"reset_mask": np.ones(N)}), ValueError,
-                         re.escape(f"reset_mask must be a bool tensor of shape ({N},)")),
+    "mask_too_long": (
+        dict(options={"reset_mask": torch.ones(N + 1, dtype=torch.bool)}),
+        ValueError,
+        re.escape(f"reset_mask must be a bool tensor of shape ({N},)"),
+    ),
+    "mask_2d": (
+        dict(options={"reset_mask": torch.ones(1, N, dtype=torch.bool)}),
+        ValueError,
+        re.escape(f"reset_mask must be a bool tensor of shape ({N},)"),
+    ),
+    "mask_int": (
+        dict(options={"reset_mask": torch.ones(N, dtype=torch.int64)}),
+        ValueError,
+        re.escape(f"reset_mask must be a bool tensor of shape ({N},)"),
+    ),
+    "mask_float_numpy": (
+        dict(options={"reset_mask": np.ones(N)}),
+        ValueError,
+        re.escape(f"reset_mask must be a bool tensor of shape ({N},)"),
+    ),
     # Gymnasium's SyncVectorEnv refuses a mask that resets nothing.
     "mask_all_false": (dict(options={"reset_mask": torch.zeros(N, dtype=torch.bool)}), ValueError, "reset_mask"),
     "seed_negative": (dict(seed=-1), ValueError, re.escape("seed must lie in [0, 2**63 - num_envs]")),
@@ -334,8 +370,11 @@ RESET_CASES = {
     "seed_list_too_short": (dict(seed=[1, 2]), ValueError, f"seed must be None, an int or a sequence of {N} ints"),
     "seed_list_of_floats": (dict(seed=[1.0, 2.0, 3.0]), ValueError, f"a sequence of {N} ints"),
     "seed_list_negative": (dict(seed=[1, -2, 3]), ValueError, re.escape("seeds must lie in [0, 2**63 - 1]")),
-    "seed_bad_with_mask": (dict(seed=-1, options={"reset_mask": torch.tensor([True, False, True])}), ValueError,
-                           "seed must lie in"),
+    "seed_bad_with_mask": (
+        dict(seed=-1, options={"reset_mask": torch.tensor([True, False, True])}),
+        ValueError,
+        "seed must lie in",
+    ),
 }
 
 
@@ -355,50 +394,111 @@ def bad_set_state(case: str, state: dict[str, torch.Tensor], fields):
     first = fields[0]
     needs = re.escape(f"state needs exactly the fields {list(fields)}")
     cases = {
-        "missing_field": (dict(state={k: v for k, v in state.items() if k != first}), ValueError,
-                          needs + ".*" + re.escape(f"missing [{first!r}]")),
-        "unknown_field": (dict(state={**state, "bogus": state[first]}), ValueError,
-                          needs + ".*" + re.escape("unknown ['bogus']")),
-        "wrong_shape": (dict(state={**state, first: torch.zeros(N + 1)}), ValueError,
-                        re.escape(f"state[{first!r}] has shape ({N + 1},); expected ({N},)")),
-        "wrong_shape_for_env_ids": (dict(state=state, env_ids=[0, 2]), ValueError,
-                                    re.escape(f"state[{first!r}] has shape ({N},); expected (2,)")),
-        "nan": (dict(state={**state, first: torch.tensor([0.0, float("nan"), 0.0])}), ValueError,
-                "state values must be finite"),
-        "inf": (dict(state={**state, first: torch.tensor([0.0, 0.0, float("-inf")])}), ValueError,
-                "state values must be finite"),
-        "env_ids_out_of_range": (dict(state=state, env_ids=[0, 1, N]), ValueError,
-                                 re.escape(f"env_ids must lie in [0, {N - 1}]")),
-        "env_ids_negative": (dict(state=state, env_ids=[-1, 0, 1]), ValueError,
-                             re.escape(f"env_ids must lie in [0, {N - 1}]")),
+        "missing_field": (
+            dict(state={k: v for k, v in state.items() if k != first}),
+            ValueError,
+            needs + ".*" + re.escape(f"missing [{first!r}]"),
+        ),
+        "unknown_field": (
+            dict(state={**state, "bogus": state[first]}),
+            ValueError,
+            needs + ".*" + re.escape("unknown ['bogus']"),
+        ),
+        "wrong_shape": (
+            dict(state={**state, first: torch.zeros(N + 1)}),
+            ValueError,
+            re.escape(f"state[{first!r}] has shape ({N + 1},); expected ({N},)"),
+        ),
+        "wrong_shape_for_env_ids": (
+            dict(state=state, env_ids=[0, 2]),
+            ValueError,
+            re.escape(f"state[{first!r}] has shape ({N},); expected (2,)"),
+        ),
+        "nan": (
+            dict(state={**state, first: torch.tensor([0.0, float("nan"), 0.0])}),
+            ValueError,
+            "state values must be finite",
+        ),
+        "inf": (
+            dict(state={**state, first: torch.tensor([0.0, 0.0, float("-inf")])}),
+            ValueError,
+            "state values must be finite",
+        ),
+        "env_ids_out_of_range": (
+            dict(state=state, env_ids=[0, 1, N]),
+            ValueError,
+            re.escape(f"env_ids must lie in [0, {N - 1}]"),
+        ),
+        "env_ids_negative": (
+            dict(state=state, env_ids=[-1, 0, 1]),
+            ValueError,
+            re.escape(f"env_ids must lie in [0, {N - 1}]"),
+        ),
         "env_ids_repeated": (dict(state=state, env_ids=[0, 0, 1]), ValueError, "env_ids must not repeat"),
-        "env_ids_float": (dict(state=state, env_ids=[0.0, 1.0, 2.0]), ValueError,
-                          "env_ids must be a 1-D sequence of ints or a bool mask"),
-        "env_ids_2d": (dict(state=state, env_ids=[[0, 1, 2]]), ValueError,
-                       "env_ids must be a 1-D sequence of ints or a bool mask"),
-        "env_ids_mask_wrong_shape": (dict(state=state, env_ids=[True, False]), ValueError,
-                                     re.escape(f"a bool env_ids mask must have shape ({N},)")),
-        "elapsed_negative": (dict(state=state, elapsed_steps=-1), ValueError,
-                             re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
-        "elapsed_at_limit": (dict(state=state, elapsed_steps=MAX_STEPS), ValueError,
-                             re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
+        "env_ids_float": (
+            dict(state=state, env_ids=[0.0, 1.0, 2.0]),
+            ValueError,
+            "env_ids must be a 1-D sequence of ints or a bool mask",
+        ),
+        "env_ids_2d": (
+            dict(state=state, env_ids=[[0, 1, 2]]),
+            ValueError,
+            "env_ids must be a 1-D sequence of ints or a bool mask",
+        ),
+        "env_ids_mask_wrong_shape": (
+            dict(state=state, env_ids=[True, False]),
+            ValueError,
+            re.escape(f"a bool env_ids mask must have shape ({N},)"),
+        ),
+        "elapsed_negative": (
+            dict(state=state, elapsed_steps=-1),
+            ValueError,
+            re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]"),
+        ),
+        "elapsed_at_limit": (
+            dict(state=state, elapsed_steps=MAX_STEPS),
+            ValueError,
+            re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]"),
+        ),
         "elapsed_wrong_shape": (dict(state=state, elapsed_steps=[1, 2]), ValueError, "elapsed_steps"),
         "elapsed_not_integral": (dict(state=state, elapsed_steps=1.5), ValueError, "elapsed_steps"),
         # Values the buffers' dtypes cannot hold: 2**40 wrapped to 0 in the int32 elapsed steps.
-        "elapsed_beyond_int32": (dict(state=state, elapsed_steps=2 ** 40), ValueError,
-                                 re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]")),
-        "elapsed_beyond_int64": (dict(state=state, elapsed_steps=2 ** 70), ValueError,
-                                 "elapsed_steps must be integers"),
-        "beyond_float32": (dict(state={**state, first: torch.tensor([0.0, 1e39, 0.0], dtype=torch.float64)}),
-                           ValueError, "state values must be finite"),
+        "elapsed_beyond_int32": (
+            dict(state=state, elapsed_steps=2**40),
+            ValueError,
+            re.escape(f"elapsed_steps must lie in [0, {MAX_STEPS - 1}]"),
+        ),
+        "elapsed_beyond_int64": (dict(state=state, elapsed_steps=2**70), ValueError, "elapsed_steps must be integers"),
+        "beyond_float32": (
+            dict(state={**state, first: torch.tensor([0.0, 1e39, 0.0], dtype=torch.float64)}),
+            ValueError,
+            "state values must be finite",
+        ),
     }
     return cases[case]
 
 
-SET_STATE_CASES = ["missing_field", "unknown_field", "wrong_shape", "wrong_shape_for_env_ids", "nan", "inf",
-                   "env_ids_out_of_range", "env_ids_negative", "env_ids_repeated", "env_ids_float", "env_ids_2d",
-                   "env_ids_mask_wrong_shape", "elapsed_negative", "elapsed_at_limit", "elapsed_wrong_shape",
-                   "elapsed_not_integral", "elapsed_beyond_int32", "elapsed_beyond_int64", "beyond_float32"]
+SET_STATE_CASES = [
+    "missing_field",
+    "unknown_field",
+    "wrong_shape",
+    "wrong_shape_for_env_ids",
+    "nan",
+    "inf",
+    "env_ids_out_of_range",
+    "env_ids_negative",
+    "env_ids_repeated",
+    "env_ids_float",
+    "env_ids_2d",
+    "env_ids_mask_wrong_shape",
+    "elapsed_negative",
+    "elapsed_at_limit",
+    "elapsed_wrong_shape",
+    "elapsed_not_integral",
+    "elapsed_beyond_int32",
+    "elapsed_beyond_int64",
+    "beyond_float32",
+]
 
 
 @pytest.mark.parametrize("case", SET_STATE_CASES)

@@ -44,8 +44,13 @@ def test_an_error_inside_a_capture_is_the_error_raised(cuda_device):
     """A phase's error during its capture is the error raised, also where ending the capture then
     fails as well (a stream of the phase's own left unjoined: "capturing stream has unjoined work")."""
     # Run from outside the checkout, whose gpu_marl_envs/ folder would shadow the installed package.
-    done = subprocess.run([sys.executable, "-c", UNJOINED_STREAM, str(cuda_device)], capture_output=True, text=True,
-                          timeout=120, cwd=tempfile.gettempdir())
+    done = subprocess.run(
+        [sys.executable, "-c", UNJOINED_STREAM, str(cuda_device)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tempfile.gettempdir(),
+    )
     assert done.returncode == 0, done.stderr
     assert "raised: out of memory in a stream left unjoined" in done.stdout
 

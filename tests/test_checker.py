@@ -23,8 +23,9 @@ def broken(tmp_path, monkeypatch):
 
     def register(definition, module: str, source: str):
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        register = registration.register_game if isinstance(definition, type(TAG_GRIDWORLD)) else \
-            registration.register_env
+        register = (
+            registration.register_game if isinstance(definition, type(TAG_GRIDWORLD)) else registration.register_env
+        )
         return register(definition, namespace=NAMESPACE, numba=module).id
 
     yield register
@@ -36,7 +37,10 @@ def broken(tmp_path, monkeypatch):
 
 
 def test_a_kernel_that_differs_is_named_with_the_step_and_state(broken):
-    env_id = broken(CARTPOLE, "broken_cartpole_numba", """
+    env_id = broken(
+        CARTPOLE,
+        "broken_cartpole_numba",
+        """
         import numpy as np
         from gpu_marl_envs.kernels.cartpole_numba import observe, reset, step as reference_step
         from gpu_marl_envs.kernels.numba_api import cuda
@@ -45,15 +49,22 @@ def test_a_kernel_that_differs_is_named_with_the_step_and_state(broken):
         def step(state, n, i, actions, p):
             reward, terminated = reference_step(state, n, i, actions, p)
             return reward * np.float32(2.0), terminated
-    """)
-    with pytest.raises(AssertionError, match=r"CartPole-v1 numba NEXT_STEP, step 0: rewards differs first at \[0\] "
-                                             r"\(env 0\): reference 1.0, twin 2.0; 3 element\(s\) differ\. Env 0's "
-                                             r"state before this step: \{'x': "):
+    """,
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"CartPole-v1 numba NEXT_STEP, step 0: rewards differs first at \[0\] "
+        r"\(env 0\): reference 1.0, twin 2.0; 3 element\(s\) differ\. Env 0's "
+        r"state before this step: \{'x': ",
+    ):
         check_env(env_id, CARTPOLE.make_params(max_episode_steps=5), num_steps=8, rtol=1e-5, atol=1e-5)
 
 
 def test_a_game_kernel_that_differs_names_the_agent(broken):
-    env_id = broken(TAG_GRIDWORLD, "broken_gridworld_numba", """
+    env_id = broken(
+        TAG_GRIDWORLD,
+        "broken_gridworld_numba",
+        """
         from gpu_marl_envs.kernels import tag_gridworld_numba
         from gpu_marl_envs.kernels.numba_api import cuda
 
@@ -69,11 +80,15 @@ def test_a_game_kernel_that_differs_names_the_agent(broken):
                 return step_env(state, sh, e, actions, rewards)
 
             return functions._replace(step_env=wrong_way)
-    """)
+    """,
+    )
     params = TagGridworldParams(num_taggers=2, grid_length=3, episode_length=4, random_start=True)
     # Every agent observes the runner's cell (the full observation): the taggers' rows differ first.
-    with pytest.raises(AssertionError, match=r"NEXT_STEP, step 0: observations\[taggers\] differs first at "
-                                             r"\[\d+, 0, 2\] \(env \d+, tagger_0, element \(2,\)\)"):
+    with pytest.raises(
+        AssertionError,
+        match=r"NEXT_STEP, step 0: observations\[taggers\] differs first at "
+        r"\[\d+, 0, 2\] \(env \d+, tagger_0, element \(2,\)\)",
+    ):
         check_env(env_id, params, num_envs=4, num_steps=8)
 
 

@@ -86,8 +86,12 @@ def test_bad_render_env_indices(indices):
 
 
 def test_gymnasium_record_video(tmp_path):
-    env = gymnasium.wrappers.RecordVideo(gymnasium.make("gpu_marl_envs/CartPole-v1", render_mode="rgb_array"),
-                                         str(tmp_path / "videos"), episode_trigger=lambda episode: True, disable_logger=True)
+    env = gymnasium.wrappers.RecordVideo(
+        gymnasium.make("gpu_marl_envs/CartPole-v1", render_mode="rgb_array"),
+        str(tmp_path / "videos"),
+        episode_trigger=lambda episode: True,
+        disable_logger=True,
+    )
     env.reset(seed=0)
     for _ in range(20):
         if any(env.step(env.action_space.sample())[2:4]):
@@ -109,12 +113,12 @@ def test_sb3_video_recorder(maker, tmp_path):
         vec_env = make_vec_env("gpu_marl_envs/CartPole-v1", n_envs=8, seed=0)
         tiles = (3, 3)  # 8 frames of 600 x 400, tiled 3 x 3
     else:
-        vec_env = make_sb3_env("gpu_marl_envs/CartPole-v1", 8, device="cpu", render_mode="rgb_array",
-                               render_env_indices=[0, 5])
+        vec_env = make_sb3_env(
+            "gpu_marl_envs/CartPole-v1", 8, device="cpu", render_mode="rgb_array", render_env_indices=[0, 5]
+        )
         tiles = (2, 1)
     assert vec_env.render_mode == "rgb_array"
-    recorder = VecVideoRecorder(vec_env, str(tmp_path), record_video_trigger=lambda step: step == 0,
-                                video_length=10)
+    recorder = VecVideoRecorder(vec_env, str(tmp_path), record_video_trigger=lambda step: step == 0, video_length=10)
     recorder.reset()
     for _ in range(12):
         recorder.step(np.array([vec_env.action_space.sample() for _ in range(8)]))

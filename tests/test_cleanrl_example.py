@@ -22,11 +22,19 @@ def example():
 
 
 # Pendulum's episodes last 200 steps: 4 rollouts of 50 steps end one per sub-env in the last rollout.
-@pytest.mark.parametrize("env_id, num_steps, iterations", [("gpu_marl_envs/CartPole-v1", 32, 8),
-                                                          ("gpu_marl_envs/Pendulum-v1", 50, 4)])
+@pytest.mark.parametrize(
+    "env_id, num_steps, iterations", [("gpu_marl_envs/CartPole-v1", 32, 8), ("gpu_marl_envs/Pendulum-v1", 50, 4)]
+)
 def test_example_runs(example, env_id, num_steps, iterations, capsys):
-    args = example.Args(env_id=env_id, device="cpu", total_timesteps=8 * num_steps * iterations, num_envs=8,
-                        num_steps=num_steps, update_epochs=2, num_minibatches=2)
+    args = example.Args(
+        env_id=env_id,
+        device="cpu",
+        total_timesteps=8 * num_steps * iterations,
+        num_envs=8,
+        num_steps=num_steps,
+        update_epochs=2,
+        num_minibatches=2,
+    )
     stats = example.main(args)
     assert stats["iteration"] == iterations and stats["global_step"] == args.total_timesteps
     assert stats["episodes"] > 0 and math.isfinite(stats["episodic_return"])

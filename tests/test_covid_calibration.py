@@ -114,12 +114,13 @@ def test_normaliser_procedure_reproduces_the_shipped_normalisers():
     normalisers were fitted is the likely cause; it cannot be checked from the folder."""
     c = cc.default_calibration()
     computed = reward_normalisers(CovidEconomyParams())
-    others = np.r_[0:MISSOURI, MISSOURI + 1:51]
+    others = np.r_[0:MISSOURI, MISSOURI + 1 : 51]
     for name, values in computed.items():
         shipped = getattr(c, name)
         relative = np.abs(values - shipped) / np.abs(shipped)
-        assert relative[others].max() < 1e-4, f"{name}: state {others[relative[others].argmax()]} off by " \
-                                               f"{relative[others].max():.2e}"
+        assert relative[others].max() < 1e-4, (
+            f"{name}: state {others[relative[others].argmax()]} off by {relative[others].max():.2e}"
+        )
         if "health" in name:
             assert relative[MISSOURI] == pytest.approx(0.0738, abs=1e-3), name
             assert relative[-1] < 2e-3, name

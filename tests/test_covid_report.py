@@ -45,8 +45,10 @@ def level(p, state):
     return state["stringency"][envs, state["t"].long() % p.calibration.beta_delay].long()
 
 
-@pytest.mark.parametrize("make", [lambda p: cp.real_world(p, within_masks=True), cp.all_open, cp.all_closed,
-                                  lambda p: cp.closed_then_open(p, 40)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: cp.real_world(p, within_masks=True), cp.all_open, cp.all_closed, lambda p: cp.closed_then_open(p, 40)],
+)
 @pytest.mark.parametrize("p", [P, LATE], ids=["2020", "2021"])
 def test_scripted_policies_act_within_the_masks(make, p):
     acted = 0
@@ -86,12 +88,12 @@ def test_real_world_subsidies_keep_each_intervals_spending():
     c = p.calibration
     daily = cp.real_world_subsidy_levels(p, p.start_index + p.episode_length + 1)
     levels = c.subsidy_levels(p.max_annual_subsidy_per_person, p.num_subsidy_levels, p.subsidy_interval)
-    assert np.array_equal(daily[:c.num_days], levels)  # the calibration's on the data's days
+    assert np.array_equal(daily[: c.num_days], levels)  # the calibration's on the data's days
     assert daily[-1] == 0 and daily[c.num_days - 1] > 0  # the last payment runs out after the data
     policy = cp.real_world(p)
     m = p.subsidy_interval
     for start in range(0, p.episode_length, m):  # decision days t = start, paying days start + 1 .. start + m
-        data = daily[p.start_index + start + 1:p.start_index + start + 1 + m]
+        data = daily[p.start_index + start + 1 : p.start_index + start + 1 + m]
         assert int(policy.subsidy[start + 1]) == round(data.mean()), start
     assert [int(policy.subsidy[t + 1]) for t in range(0, 540, 90)] == [2, 1, 0, 2, 5, 0]
 
@@ -99,9 +101,12 @@ def test_real_world_subsidies_keep_each_intervals_spending():
 def test_schedules():
     p = P
     cooldown = p.action_cooldown
-    for policy, days_closed, expected_subsidy in ((cp.all_open(p), 0, 0), (cp.all_closed(p), p.episode_length, 20),
-                                                  (cp.closed_then_open(p, 40), 40, 0),
-                                                  (cp.closed_then_open(p, 10), cooldown, 0)):
+    for policy, days_closed, expected_subsidy in (
+        (cp.all_open(p), 0, 0),
+        (cp.all_closed(p), p.episode_length, 20),
+        (cp.closed_then_open(p, 40), 40, 0),
+        (cp.closed_then_open(p, 10), cooldown, 0),
+    ):
         for t, (_, _, _, after) in enumerate(play(policy, p)):
             want = p.num_stringency_levels if t + 1 <= days_closed else 1
             assert (level(p, after) == want).all(), f"{policy.name}: day {t + 1}"
@@ -119,9 +124,9 @@ def test_policies_act_on_any_batch_and_device():
     for policy in cp.scripted_policies(p, closed_days=40):
         together = policy(observations)
         for e in range(len(states)):
-            alone = policy({g: o[e:e + 1] for g, o in observations.items()})
+            alone = policy({g: o[e : e + 1] for g, o in observations.items()})
             for group in together:
-                assert torch.equal(together[group][e:e + 1], alone[group]), (policy.name, e, group)
+                assert torch.equal(together[group][e : e + 1], alone[group]), (policy.name, e, group)
     with pytest.raises(ValueError, match=r"policy.to\('meta'\)"):
         cp.all_open(p)({g: o.to("meta") for g, o in observations.items()})
 
@@ -139,28 +144,47 @@ def test_bad_schedules():
 
 # -- the report --------------------------------------------------------------------------------------
 
+
 def covid_checkpoint(path, episode_length):
     """A checkpoint as gpu-marl-train writes it (header + training state), of fresh small policies."""
-    config = MultiAgentConfig.from_dict({
-        "hyperparameters": {"num_envs": 2, "num_steps": 4, "total_timesteps": 8},
-        "groups": {"governors": "governors", "planner": "planner"},
-        "policies": {"governors": {"hidden": [8]}, "planner": {"hidden": [8]}},
-        "env_params": {"episode_length": episode_length}}, algorithm="ppo")
+    config = MultiAgentConfig.from_dict(
+        {
+            "hyperparameters": {"num_envs": 2, "num_steps": 4, "total_timesteps": 8},
+            "groups": {"governors": "governors", "planner": "planner"},
+            "policies": {"governors": {"hidden": [8]}, "planner": {"hidden": [8]}},
+            "env_params": {"episode_length": episode_length},
+        },
+        algorithm="ppo",
+    )
     torch.manual_seed(0)
     policies = make_policies(ENV_ID, config)
-    save_checkpoint({"algorithm": "ppo", "env": "CovidEconomy-v0", "config": config.to_dict(),
-                     **training_state(1, [], 1, **{f"policy/{name}": policy for name, policy in policies.items()})},
-                    path)
+    save_checkpoint(
+        {
+            "algorithm": "ppo",
+            "env": "CovidEconomy-v0",
+            "config": config.to_dict(),
+            **training_state(1, [], 1, **{f"policy/{name}": policy for name, policy in policies.items()}),
+        },
+        path,
+    )
     return path
 
 
 def test_report_end_to_end(tmp_path, capsys):
     checkpoint = covid_checkpoint(tmp_path / "checkpoint.pt", episode_length=7)
     out = tmp_path / "report"
-    assert covid_report.main(["--checkpoint", str(checkpoint), "--out", str(out), "--num-envs", "2",
-                              "--closed-days", "3"]) == 0
-    names = ["real world", "real world, within masks", "all open", "all closed, full subsidy",
-             "closed 3 days, then open", covid_report.TRAINED]
+    assert (
+        covid_report.main(["--checkpoint", str(checkpoint), "--out", str(out), "--num-envs", "2", "--closed-days", "3"])
+        == 0
+    )
+    names = [
+        "real world",
+        "real world, within masks",
+        "all open",
+        "all closed, full subsidy",
+        "closed 3 days, then open",
+        covid_report.TRAINED,
+    ]
     report = json.loads((out / "covid_report.json").read_text())
     assert [row["policy"] for row in report["policies"]] == names
     assert report["settings"]["params"]["episode_length"] == 7  # the checkpoint's env params
@@ -192,8 +216,12 @@ def test_report_rows_are_the_envs_episode_totals():
         governors += rewards["governors"].double().mean().item()
     assert episode.summary["social_welfare"] == pytest.approx(welfare, rel=1e-5)
     assert episode.summary["governors_mean_return"] == pytest.approx(governors, rel=1e-5)
-    for metric, key in (("deaths", "deaths"), ("unemployment", "mean_unemployed"), ("subsidies", "subsidies"),
-                        ("productivity", "productivity")):
+    for metric, key in (
+        ("deaths", "deaths"),
+        ("unemployment", "mean_unemployed"),
+        ("subsidies", "subsidies"),
+        ("productivity", "productivity"),
+    ):
         assert episode.summary[key] == pytest.approx(infos["planner"]["episode"][metric].item(), rel=1e-6), metric
     # The last day's series values are the state's.
     state = env.get_state()
@@ -202,14 +230,17 @@ def test_report_rows_are_the_envs_episode_totals():
     assert episode.series["subsidy"][-1] == 20.0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--num-envs", "0"], "--num-envs: expected an integer >= 1, got 0"),
-    (["--episode-length", "x"], "--episode-length: expected an integer >= 1, got 'x'"),
-    (["--closed-days", "-2"], "--closed-days: expected an integer >= 1, got -2"),
-    (["--device", "tpu"], "device"),
-    (["--device", "cuda:99"], "cuda"),
-    (["--backend", "jax"], "invalid choice: 'jax'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--num-envs", "0"], "--num-envs: expected an integer >= 1, got 0"),
+        (["--episode-length", "x"], "--episode-length: expected an integer >= 1, got 'x'"),
+        (["--closed-days", "-2"], "--closed-days: expected an integer >= 1, got -2"),
+        (["--device", "tpu"], "device"),
+        (["--device", "cuda:99"], "cuda"),
+        (["--backend", "jax"], "invalid choice: 'jax'"),
+    ],
+)
 def test_bad_arguments(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         covid_report.main(args + ["--out", str(tmp_path / "out")])
@@ -223,10 +254,15 @@ def test_bad_checkpoints_and_out(tmp_path, capsys):
     save_checkpoint({"algorithm": "ppo", "env": "TagContinuous-v0", "config": {}}, tag)
     (tmp_path / "junk.pt").write_text("not a checkpoint")
     (tmp_path / "file").write_text("")
-    cases = [(["--checkpoint", str(tmp_path / "missing.pt")], "no checkpoint at"),
-             (["--checkpoint", str(tag)], "not a gpu-marl-train checkpoint of CovidEconomy-v0 (its env: 'TagContinuous-v0')"),
-             (["--checkpoint", str(tmp_path / "junk.pt")], "cannot be read as a checkpoint"),
-             (["--out", str(tmp_path / "file"), "--episode-length", "2"], "exists and is not a folder")]
+    cases = [
+        (["--checkpoint", str(tmp_path / "missing.pt")], "no checkpoint at"),
+        (
+            ["--checkpoint", str(tag)],
+            "not a gpu-marl-train checkpoint of CovidEconomy-v0 (its env: 'TagContinuous-v0')",
+        ),
+        (["--checkpoint", str(tmp_path / "junk.pt")], "cannot be read as a checkpoint"),
+        (["--out", str(tmp_path / "file"), "--episode-length", "2"], "exists and is not a folder"),
+    ]
     for args, message in cases:
         with pytest.raises(SystemExit) as exit_info:
             covid_report.main(["--out", str(tmp_path / "out"), *args] if "--out" not in args else args)
@@ -242,10 +278,17 @@ def test_episodes_on_the_gpu_match_the_cpu(backend, cuda_device):
     p = ce.CovidEconomyParams()
     for policy in cp.scripted_policies(p):
         cpu = covid_report.run_episode(policy.name, covid_report.scripted(policy), p)
-        gpu = covid_report.run_episode(policy.name, covid_report.scripted(policy.to(cuda_device)), p, num_envs=1000,
-                                       device=cuda_device, backend=backend)
+        gpu = covid_report.run_episode(
+            policy.name,
+            covid_report.scripted(policy.to(cuda_device)),
+            p,
+            num_envs=1000,
+            device=cuda_device,
+            backend=backend,
+        )
         for key, value in cpu.summary.items():
             assert gpu.summary[key] == pytest.approx(value, rel=1e-4), (policy.name, key)
         for key, values in cpu.series.items():
-            np.testing.assert_allclose(gpu.series[key], values, rtol=1e-4, atol=1e-6 * np.abs(values).max(),
-                                       err_msg=f"{policy.name}: {key}")
+            np.testing.assert_allclose(
+                gpu.series[key], values, rtol=1e-4, atol=1e-6 * np.abs(values).max(), err_msg=f"{policy.name}: {key}"
+            )

@@ -45,24 +45,28 @@ def current_level(state) -> torch.Tensor:
 
 # --- params -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, message", [
-    ("episode_length", 0, "episode_length must be >= 1"),
-    ("episode_length", 1.5, "episode_length must be an integer"),
-    ("action_cooldown", True, "action_cooldown must be an integer"),
-    ("subsidy_interval", 0, "subsidy_interval must be >= 1"),
-    ("num_subsidy_levels", -1, "num_subsidy_levels must be >= 1"),
-    ("health_priority_scaling_governors", -0.1, "health_priority_scaling_governors must be finite and >= 0"),
-    ("health_priority_scaling_planner", math.nan, "health_priority_scaling_planner must be finite"),
-    ("working_age_share", 1.5, "working_age_share must be finite and in [0, 1]"),
-    ("daily_vaccines_per_million", 2e6, "daily_vaccines_per_million must be finite and in [0, 1e6]"),
-    ("crra_eta", 1.0, "crra_eta must not be 1"),
-    ("crra_eta", "2", "crra_eta must be a number"),
-    ("start_date", "22/03/2020", "start_date must be a date 'YYYY-MM-DD'"),
-    ("vaccine_start_date", None, "vaccine_start_date must be a date"),
-    ("start_date", "2020-01-10", "start_date 2020-01-10 has no data to start from"),
-    ("start_date", "2022-01-01", "has no data to start from"),
-    ("calibration", {}, "calibration must be a CovidCalibration"),
-])
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("episode_length", 0, "episode_length must be >= 1"),
+        ("episode_length", 1.5, "episode_length must be an integer"),
+        ("action_cooldown", True, "action_cooldown must be an integer"),
+        ("subsidy_interval", 0, "subsidy_interval must be >= 1"),
+        ("num_subsidy_levels", -1, "num_subsidy_levels must be >= 1"),
+        ("health_priority_scaling_governors", -0.1, "health_priority_scaling_governors must be finite and >= 0"),
+        ("health_priority_scaling_planner", math.nan, "health_priority_scaling_planner must be finite"),
+        ("working_age_share", 1.5, "working_age_share must be finite and in [0, 1]"),
+        ("daily_vaccines_per_million", 2e6, "daily_vaccines_per_million must be finite and in [0, 1e6]"),
+        ("crra_eta", 1.0, "crra_eta must not be 1"),
+        ("crra_eta", "2", "crra_eta must be a number"),
+        ("start_date", "22/03/2020", "start_date must be a date 'YYYY-MM-DD'"),
+        ("vaccine_start_date", None, "vaccine_start_date must be a date"),
+        ("start_date", "2020-01-10", "start_date 2020-01-10 has no data to start from"),
+        ("start_date", "2022-01-01", "has no data to start from"),
+        ("calibration", {}, "calibration must be a CovidCalibration"),
+    ],
+)
 def test_params_reject_bad_values_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         CovidEconomyParams(**{field: value})
@@ -87,19 +91,23 @@ def test_params_defaults_are_the_training_configuration():
     z = alpha / (1 - alpha)
     np.testing.assert_allclose(z[:S], 0.3 * alpha0[:S] / (1 - alpha0[:S]))
     np.testing.assert_allclose(z[S], 0.45 * alpha0[S] / (1 - alpha0[S]))
-    np.testing.assert_allclose(ce.health_weights(dataclasses.replace(
-        P, health_priority_scaling_governors=1.0, health_priority_scaling_planner=1.0)), alpha0)
+    np.testing.assert_allclose(
+        ce.health_weights(
+            dataclasses.replace(P, health_priority_scaling_governors=1.0, health_priority_scaling_planner=1.0)
+        ),
+        alpha0,
+    )
 
 
 # --- reset ------------------------------------------------------------------------------------------
+
 
 def test_reset_is_the_data_on_the_start_date_and_the_same_every_time():
     c, si = P.calibration, P.start_index
     first = start(3)
     np.testing.assert_array_equal(first.susceptible[1].numpy(), c.susceptible[si].astype(np.float32))
     np.testing.assert_array_equal(first.unemployed[2].numpy(), c.unemployed[si].astype(np.float32))
-    np.testing.assert_array_equal(first.deaths[0].numpy(),
-                                  np.float32(c.mortality) * c.recovered[si].astype(np.float32))
+    np.testing.assert_array_equal(first.deaths[0].numpy(), np.float32(c.mortality) * c.recovered[si].astype(np.float32))
     assert not first.vaccinated.any() and not first.productivity.any() and not first.cooldown.any()
     np.testing.assert_array_equal(current_level(first)[0].numpy(), c.policy[si])
     # The lagged level of the first step is the real level d days before the start.
@@ -117,7 +125,7 @@ def test_change_ring_holds_the_policy_differences_padded_with_ones():
     c, si, length = P.calibration, P.start_index, P.calibration.filter_length
     ring = start().stringency_changes[0].numpy().astype(np.int64)
     days = np.arange(-length + 1, 1)
-    levels = np.vstack([np.ones((length, S), np.int64), c.policy[:si + 1]])[-length - 1:]
+    levels = np.vstack([np.ones((length, S), np.int64), c.policy[: si + 1]])[-length - 1 :]
     np.testing.assert_array_equal(ring[days % length], np.diff(levels, axis=0))
     assert ring.sum() == (c.policy[si].astype(np.int64) - 1).sum()  # telescopes from level 1
 
@@ -131,6 +139,7 @@ def test_step_is_pure():
 
 
 # --- governors: stringency and cooldown ---------------------------------------------------------------
+
 
 def test_cooldown_timing_and_masked_actions_still_set_the_level():
     state = start()
@@ -172,6 +181,7 @@ def test_zero_keeps_the_level_and_rings_hold_levels_and_changes():
 
 # --- planner: subsidies --------------------------------------------------------------------------------
 
+
 def test_subsidy_is_decided_every_interval_and_held_between():
     state = start()
     masks = ce.action_masks(P, state)["planner"][0, 0]
@@ -193,6 +203,7 @@ def test_subsidy_is_decided_every_interval_and_held_between():
 
 # --- vaccines ---------------------------------------------------------------------------------------------
 
+
 def at_step(state, t: int):
     return dataclasses.replace(state, t=torch.full_like(state.t, t))
 
@@ -208,8 +219,9 @@ def test_vaccines_arrive_from_the_start_day_and_are_all_used():
     after, *_ = ce.step(P, before, actions())
     np.testing.assert_array_equal(after.vaccinated[0].numpy(), delivery)
     # D = mu (R - V): the vaccinated move to R but do not die.
-    np.testing.assert_allclose(after.deaths[0].numpy(),
-                               np.float32(P.calibration.mortality) * (after.recovered - after.vaccinated)[0].numpy())
+    np.testing.assert_allclose(
+        after.deaths[0].numpy(), np.float32(P.calibration.mortality) * (after.recovered - after.vaccinated)[0].numpy()
+    )
 
 
 def test_vaccines_are_capped_by_the_susceptible():
@@ -221,6 +233,7 @@ def test_vaccines_are_capped_by_the_susceptible():
 
 
 # --- epidemic ---------------------------------------------------------------------------------------------
+
 
 def test_negative_infection_rate_is_not_clamped():
     c = P.calibration
@@ -238,12 +251,13 @@ def test_negative_infection_rate_is_not_clamped():
 
 # --- unemployment filter ----------------------------------------------------------------------------------
 
+
 def test_recursive_filter_equals_the_full_convolution_over_700_steps():
     c = P.calibration
     generator = torch.Generator().manual_seed(3)
     state = start(2)
-    levels = np.vstack([np.ones((c.filter_length, S)), c.policy[:P.start_index + 1]])
-    history = [np.diff(levels, axis=0)[-c.filter_length:] for _ in range(2)]  # oldest first, per env
+    levels = np.vstack([np.ones((c.filter_length, S)), c.policy[: P.start_index + 1]])
+    history = [np.diff(levels, axis=0)[-c.filter_length :] for _ in range(2)]  # oldest first, per env
     age = np.arange(c.filter_length - 1, -1, -1)  # the newest change weighs exp(0)
     weights = np.exp(-age[None, :] / c.filter_lambdas[:, None])  # (K, 600)
     worst = 0.0
@@ -262,15 +276,20 @@ def test_recursive_filter_equals_the_full_convolution_over_700_steps():
 
 def test_unemployment_with_no_changes_is_the_baseline():
     state = start()
-    state = dataclasses.replace(state, filter_sums=torch.zeros_like(state.filter_sums),
-                                stringency_changes=torch.zeros_like(state.stringency_changes))
+    state = dataclasses.replace(
+        state,
+        filter_sums=torch.zeros_like(state.filter_sums),
+        stringency_changes=torch.zeros_like(state.stringency_changes),
+    )
     after, *_ = ce.step(P, state, actions())
     c = P.calibration
-    np.testing.assert_allclose(after.unemployed[0].numpy(), (math.log(2) + c.unemployment_bias) * c.population / 100,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        after.unemployed[0].numpy(), (math.log(2) + c.unemployment_bias) * c.population / 100, rtol=1e-6
+    )
 
 
 # --- planner: sums over states ---------------------------------------------------------------------------
+
 
 def test_block_sum_is_the_documented_tree():
     x = torch.randn(5, S, generator=torch.Generator().manual_seed(1)).to(torch.float32) * 1e6
@@ -278,7 +297,7 @@ def test_block_sum_is_the_documented_tree():
     slots[:, :S] = x.numpy()
     width = ce.REDUCTION_WIDTH // 2
     while width:
-        slots[:, :width] = slots[:, :width] + slots[:, width:2 * width]
+        slots[:, :width] = slots[:, :width] + slots[:, width : 2 * width]
         width //= 2
     np.testing.assert_array_equal(ce.block_sum(x).numpy(), slots[:, 0])
     np.testing.assert_allclose(ce.block_sum(x).numpy(), x.double().sum(1).numpy(), rtol=1e-6)
@@ -297,7 +316,7 @@ def test_planner_reward_is_the_welfare_of_the_national_sums():
     alpha = ce.health_weights(p)[-1]
     h = (-new_deaths * c.value_of_life / norm - c.min_health[-1]) / (c.max_health[-1] - c.min_health[-1] + 1e-10)
     x = np.clip(365 * (production - 1.03 * subsidy) / norm, 0.1, 3)
-    e = (1 + (x ** -1 - 1) / -1) / 365
+    e = (1 + (x**-1 - 1) / -1) / 365
     e = (e - c.min_economic[-1]) / (c.max_economic[-1] - c.min_economic[-1] + 1e-10)
     assert rewards[0, PLANNER].item() == pytest.approx(alpha * h + (1 - alpha) * e, rel=1e-4)
     totals = ce.episode_totals(p, after)[0]
@@ -306,6 +325,7 @@ def test_planner_reward_is_the_welfare_of_the_national_sums():
 
 
 # --- observations, masks, totals, episode end ----------------------------------------------------------------
+
 
 def test_observation_layout():
     state = run(start(2), 3, governors=4, planner=5)
@@ -319,17 +339,19 @@ def test_observation_layout():
     population = torch.tensor(k["POPULATION"])
     for f, value in enumerate(fields):
         torch.testing.assert_close(g[:, :, S + f], value / population, rtol=0, atol=0)
-        torch.testing.assert_close(planner[:, f * S:(f + 1) * S], value / population, rtol=0, atol=0)
+        torch.testing.assert_close(planner[:, f * S : (f + 1) * S], value / population, rtol=0, atol=0)
     torch.testing.assert_close(g[:, :, S + 6], state.productivity / torch.tensor(k["MAX_PRODUCTIVITY"]))
     assert (g[:, :, S + 9] == 0.4).all()  # level 4 / 10
     assert (g[:, :, S + 8] == 3 / 540).all() and (planner[:, 9 * S] == 3 / 540).all()
     assert (g[:, :, S + 10] == np.float32(87 / 90)).all()
     assert (g[:, :, S + 11] == 0.25).all()  # subsidy level 5 / 20
-    torch.testing.assert_close(planner[:, 6 * S:9 * S], g[:, :, S + 6:S + 10].index_select(
-        2, torch.tensor([0, 1, 3])).transpose(1, 2).reshape(2, 3 * S))
-    torch.testing.assert_close(planner[:, 9 * S + 1:9 * S + 4], g[:, 0, S + 10:S + 13])
-    torch.testing.assert_close(g[:, :, S + 13:], masks["governors"].float())
-    torch.testing.assert_close(planner[:, 9 * S + 4:], masks["planner"][:, 0].float())
+    torch.testing.assert_close(
+        planner[:, 6 * S : 9 * S],
+        g[:, :, S + 6 : S + 10].index_select(2, torch.tensor([0, 1, 3])).transpose(1, 2).reshape(2, 3 * S),
+    )
+    torch.testing.assert_close(planner[:, 9 * S + 1 : 9 * S + 4], g[:, 0, S + 10 : S + 13])
+    torch.testing.assert_close(g[:, :, S + 13 :], masks["governors"].float())
+    torch.testing.assert_close(planner[:, 9 * S + 4 :], masks["planner"][:, 0].float())
     # The lagged level the next step uses: the real level d - 1 days before the start, plus 3.
     np.testing.assert_allclose(g[0, :, S + 7].numpy(), c.policy[P.start_index + 4 - c.beta_delay] / np.float32(10))
     spaces = ce.observation_spaces(P)
@@ -369,6 +391,7 @@ def test_definition_layout_and_groups():
 
 
 # --- against a float64 re-implementation of the spec ---------------------------------------------------------
+
 
 class Float64Spec:
     """The spec's daily step in float64 numpy, with whole histories and the full convolution."""
@@ -424,7 +447,7 @@ class Float64Spec:
 
         def crra(x):
             a_ = np.clip(365 * x, 0.1, 3)
-            return (1 + (a_ ** -1.0 - 1) / -1.0) / 365
+            return (1 + (a_**-1.0 - 1) / -1.0) / 365
 
         health = -np.append(new_deaths, new_deaths.sum()) * c.value_of_life / self.hn
         economic = crra(np.append(production, production.sum() - 1.03 * subsidy.sum()) / self.hn)
@@ -451,6 +474,7 @@ def test_a_whole_episode_matches_a_float64_reimplementation_of_the_spec():
 
 
 # --- on a GPU ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_reference_on_cuda_matches_cpu_and_captures_in_a_cuda_graph(cuda_device):

@@ -28,8 +28,9 @@ GROUPS = {"planner": "planner", "governors": "governors"}
 def config(policies=None, env_params=SMALL_GAME, **run):
     run = {"num_envs": 2, "num_steps": 12, "total_timesteps": 48, **run}
     policies = policies or {name: {"hidden": [16]} for name in GROUPS}
-    return multi_agent.MultiAgentConfig.from_dict({"hyperparameters": run, "groups": GROUPS, "policies": policies,
-                                                   "env_params": env_params})
+    return multi_agent.MultiAgentConfig.from_dict(
+        {"hyperparameters": run, "groups": GROUPS, "policies": policies, "env_params": env_params}
+    )
 
 
 def random_masks(rows: int, nvec: list[int], allowed: float = 0.3) -> torch.Tensor:
@@ -58,6 +59,7 @@ def masked_reference(logits: torch.Tensor, masks: torch.Tensor, actions: torch.T
 
 
 # -- the masked distribution ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("space", [spaces.Discrete(11), spaces.MultiDiscrete([3, 5])], ids=str)
 def test_masked_sampling_never_picks_a_masked_action(space):
@@ -130,8 +132,9 @@ def test_a_gaussian_policy_refuses_a_mask():
 
 def test_a_rollout_stores_masks_of_discrete_spaces_only():
     with pytest.raises(TypeError, match="Discrete action spaces only"):
-        multi_agent.PolicyRollout.allocate(3, 2, 4, 6, spaces.MultiDiscrete([3, 3]), "cpu", episode_length=10,
-                                           masked=True)
+        multi_agent.PolicyRollout.allocate(
+            3, 2, 4, 6, spaces.MultiDiscrete([3, 3]), "cpu", episode_length=10, masked=True
+        )
 
 
 def test_the_update_scores_actions_under_the_masks_the_rollout_stored():
@@ -142,14 +145,24 @@ def test_the_update_scores_actions_under_the_masks_the_rollout_stored():
     rollout.action_masks.copy_(random_masks(24, [5], allowed=0.4).view(3, 2, 4, 5))
     rollout.actions.copy_(net.sample(rollout.obs, rollout.action_masks))
     log_probs, _ = rollout.old_policy(net.action_and_value)
-    expected, _ = masked_reference(net.actor(rollout.flat("obs")), rollout.flat("action_masks"),
-                                   rollout.flat("actions"), [5])
+    expected, _ = masked_reference(
+        net.actor(rollout.flat("obs")), rollout.flat("action_masks"), rollout.flat("actions"), [5]
+    )
     torch.testing.assert_close(log_probs.flatten(), expected.detach())
     # PPO's ratio is 1 under the stored masks; without them it would not be.
     settings, weights = multi_agent.PolicyConfig(), torch.ones(24)
     rows = torch.arange(24)
-    args = (net, rollout.flat("obs"), rollout.flat("actions"), log_probs.flatten(), torch.randn(24), torch.randn(24),
-            weights, settings, settings.ent_coef)
+    args = (
+        net,
+        rollout.flat("obs"),
+        rollout.flat("actions"),
+        log_probs.flatten(),
+        torch.randn(24),
+        torch.randn(24),
+        weights,
+        settings,
+        settings.ent_coef,
+    )
     _, stats = multi_agent.masked_ppo_loss(*args, **rollout.mask_argument(rows))
     assert stats["approx_kl"] == 0 and stats["clip_fraction"] == 0
     _, unmasked = multi_agent.masked_ppo_loss(*args)
@@ -158,9 +171,11 @@ def test_the_update_scores_actions_under_the_masks_the_rollout_stored():
 
 # -- configuration -------------------------------------------------------------------------------
 
+
 def test_groups_with_different_spaces_cannot_share_a_policy():
-    shared = multi_agent.MultiAgentConfig.from_dict({"groups": {"planner": "all", "governors": "all"},
-                                                     "policies": {"all": {}}})
+    shared = multi_agent.MultiAgentConfig.from_dict(
+        {"groups": {"planner": "all", "governors": "all"}, "policies": {"all": {}}}
+    )
     with pytest.raises(ValueError) as error:
         multi_agent.make_policies(ENV, shared)
     message = str(error.value)
@@ -171,7 +186,8 @@ def test_groups_with_different_spaces_cannot_share_a_policy():
 def test_entropy_schedules():
     settings = multi_agent.PolicyConfig(ent_coef=((0, 0.5), (100, 0.05)))
     assert [settings.entropy_coefficient(steps) for steps in (0, 50, 100, 1000)] == pytest.approx(
-        [0.5, 0.275, 0.05, 0.05])
+        [0.5, 0.275, 0.05, 0.05]
+    )
     assert multi_agent.PolicyConfig(ent_coef=0.2).entropy_coefficient(10**9) == 0.2
     for bad in (((10, 0.5),), ((0, 0.5), (0, 0.1)), ((0, -1.0),), ((0, 0.5), (10,)), ()):
         with pytest.raises(ValueError, match="ent_coef must be a number >= 0 or a list of"):
@@ -181,6 +197,7 @@ def test_entropy_schedules():
 
 
 # -- why the shipped configs discount by 0.995 ------------------------------------------------------
+
 
 def test_at_a_discount_of_0_98_most_governors_gain_by_opening_early():
     """With every other state at level 6 and no subsidy, a governor that opens fully (level 1)
@@ -196,8 +213,9 @@ def test_at_a_discount_of_0_98_most_governors_gain_by_opening_early():
     for _ in range(p.episode_length):
         level = torch.round(obs["governors"][:, :, s + 9] * p.num_stringency_levels).long()
         act = infos["governors"]["action_mask"][:, :, 1] & (level != target)  # a mask allows 0 only, or all
-        obs, reward, _, _, infos = env.step_groups({"governors": torch.where(act, target, 0),
-                                                    "planner": torch.zeros(s + 1, 1, dtype=torch.int64)})
+        obs, reward, _, _, infos = env.step_groups(
+            {"governors": torch.where(act, target, 0), "planner": torch.zeros(s + 1, 1, dtype=torch.int64)}
+        )
         rewards.append(reward["governors"].clone())
     rewards = torch.stack(rewards)  # (T, envs, governors)
 
@@ -210,6 +228,7 @@ def test_at_a_discount_of_0_98_most_governors_gain_by_opening_early():
 
 
 # -- training on the torch reference ---------------------------------------------------------------
+
 
 class Recording(ActorCritic):
     """An ActorCritic that keeps every observation, mask and action of its sampling and greedy calls."""
@@ -231,10 +250,16 @@ class Recording(ActorCritic):
 
 def test_training_and_evaluation_act_within_the_masks():
     p = multi_agent.game_params(ENV, config())
-    models = {"governors": Recording(p.governor_obs_dim, spaces.Discrete(11), (16,)),
-              "planner": Recording(p.planner_obs_dim, spaces.Discrete(21), (16,))}
-    run = config(policies={"planner": {"hidden": [16], "ent_coef": [[0, 0.5], [48, 0.05]]},
-                           "governors": {"algorithm": "a2c", "hidden": [16]}})
+    models = {
+        "governors": Recording(p.governor_obs_dim, spaces.Discrete(11), (16,)),
+        "planner": Recording(p.planner_obs_dim, spaces.Discrete(21), (16,)),
+    }
+    run = config(
+        policies={
+            "planner": {"hidden": [16], "ent_coef": [[0, 0.5], [48, 0.05]]},
+            "governors": {"algorithm": "a2c", "hidden": [16]},
+        }
+    )
     policies, history = multi_agent.train(ENV, run, backend="torch", models=models, log_every=1, log=None)
     returns = multi_agent.evaluate(policies, ENV, run, num_episodes=2, device="cpu")
     for name, model in models.items():
@@ -242,7 +267,7 @@ def test_training_and_evaluation_act_within_the_masks():
             obs, masks, actions = (torch.cat([r[k] for r in records]) for k in range(3))
             assert masks.gather(-1, actions[..., None]).all(), f"{name}'s {call} chose a masked action"
             # The mask given is the one of the observed state (the observation ends with it).
-            assert torch.equal(masks, obs[..., -masks.shape[-1]:] > 0.5), f"{name}'s {call} got another state's mask"
+            assert torch.equal(masks, obs[..., -masks.shape[-1] :] > 0.5), f"{name}'s {call} got another state's mask"
             assert (~masks.all(-1)).any(), f"no {name} was ever masked during {call}: the test checks nothing"
     governor_draws = torch.cat([actions for _, _, actions in models["governors"].calls["sample"]])
     assert (governor_draws > 0).any(), "the governors never acted: no cooldown was exercised"
@@ -271,20 +296,31 @@ def test_the_trainers_returns_are_the_runtimes_episode_returns():
     kernels per rollout); it equals the mean of the runtime's ``infos[group]["episode"]["return"]``
     over the episodes that ended, episodes spanning two rollouts included."""
     run = config(num_steps=7)
-    env = RecordingEnv(ENV, 2, device="cpu", backend="torch", params=multi_agent.game_params(ENV, run),
-                       autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False)
+    env = RecordingEnv(
+        ENV,
+        2,
+        device="cpu",
+        backend="torch",
+        params=multi_agent.game_params(ENV, run),
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        validate_actions=False,
+    )
     env.ended = []
     policies = multi_agent.make_policies(ENV, run)
     slots = multi_agent.policy_slots(ENV, run)
-    rollouts = {name: multi_agent.PolicyRollout.allocate(7, 2, len(env.groups[name]), space.shape[0], action_space,
-                                                         "cpu", 10, masked=True)
-                for name, (space, action_space) in multi_agent.policy_spaces(ENV, run).items()}
+    rollouts = {
+        name: multi_agent.PolicyRollout.allocate(
+            7, 2, len(env.groups[name]), space.shape[0], action_space, "cpu", 10, masked=True
+        )
+        for name, (space, action_space) in multi_agent.policy_spaces(ENV, run).items()
+    }
     obs, infos = env.reset_groups(seed=0)
     inputs = {name: multi_agent.PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()}
     stats = {group: EpisodeStats(2, "cpu") for group in GROUPS}
     for _ in range(3):  # 21 steps: episodes end at steps 10 and 20, each spanning two rollouts
-        multi_agent.collect(env, {name: policy.sample for name, policy in policies.items()}, slots, rollouts, inputs,
-                            stats)
+        multi_agent.collect(
+            env, {name: policy.sample for name, policy in policies.items()}, slots, rollouts, inputs, stats
+        )
     for group in GROUPS:
         ended = torch.cat([returns for g, returns in env.ended if g == group])
         mean, count = stats[group].read_and_clear()
@@ -294,11 +330,18 @@ def test_the_trainers_returns_are_the_runtimes_episode_returns():
 
 # -- the command -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["covid_economy_a2c.toml", "covid_economy_ppo.toml"])
 def test_shipped_config_trains_and_its_checkpoint_evaluates(name, tmp_path, capsys):
     out = tmp_path / "run"
-    sets = ["num_envs=2", "num_steps=6", "total_timesteps=24", "env_params.episode_length=8",
-            "policies.planner.hidden=[8]", "policies.governors.hidden=[8]"]
+    sets = [
+        "num_envs=2",
+        "num_steps=6",
+        "total_timesteps=24",
+        "env_params.episode_length=8",
+        "policies.planner.hidden=[8]",
+        "policies.governors.hidden=[8]",
+    ]
     source = ["--env", ENV] if run_config.DEFAULT_CONFIGS[ENV] == name else ["--config", str(run_config.CONFIGS / name)]
     argv = [*source, *[a for s in sets for a in ("--set", s)], "--device", "cpu", "--out", str(out)]
     assert train.main(argv) == 0

@@ -30,11 +30,17 @@ PENDULUM_ACTIONS = spaces.Box(-2.0, 2.0, (1,), dtype=np.float32)
 def numbered(ids, obs_size=2, action_size=1):
     """Transitions whose every field encodes the item's id, to tell stored items apart."""
     ids = torch.as_tensor(ids, dtype=torch.float32)
-    return (ids[:, None].expand(-1, obs_size).clone(), -ids[:, None].expand(-1, action_size).clone(), ids * 10,
-            ids[:, None].expand(-1, obs_size) + 0.5, ids.long() % 2 == 1)
+    return (
+        ids[:, None].expand(-1, obs_size).clone(),
+        -ids[:, None].expand(-1, action_size).clone(),
+        ids * 10,
+        ids[:, None].expand(-1, obs_size) + 0.5,
+        ids.long() % 2 == 1,
+    )
 
 
 # -- replay buffer ---------------------------------------------------------------------------------
+
 
 def test_replay_ring_wraps_round_and_keeps_the_newest():
     replay = ReplayBuffer(5, 2, 1, "cpu")
@@ -93,6 +99,7 @@ def test_replay_rejects_bad_input():
 
 # -- networks and updates --------------------------------------------------------------------------
 
+
 def test_actor_maps_tanh_onto_the_bounds():
     space = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 2.0], np.float32))
     actor = Actor(3, space, (8,))
@@ -131,8 +138,9 @@ def small_setup(seed=0):
     torch.manual_seed(seed)
     actor, critic = Actor(3, PENDULUM_ACTIONS, (16,)), Critic(3, 1, (16,))
     target_actor, target_critic = Actor(3, PENDULUM_ACTIONS, (16,)), Critic(3, 1, (16,))
-    batch = Transitions(torch.randn(32, 3), torch.rand(32, 1) * 4 - 2, torch.randn(32), torch.randn(32, 3),
-                        torch.rand(32) < 0.5)
+    batch = Transitions(
+        torch.randn(32, 3), torch.rand(32, 1) * 4 - 2, torch.randn(32), torch.randn(32, 3), torch.rand(32) < 0.5
+    )
     return actor, critic, target_actor, target_critic, batch
 
 
@@ -163,8 +171,9 @@ def test_critic_update_leaves_the_actors_alone():
     optimizer = torch.optim.Adam(critic.parameters(), lr=0.01)
     actor_before, critic_before = snapshot(actor, target_actor, target_critic), snapshot(critic)
     with torch.no_grad():
-        expected_target = td_target(batch.rewards, batch.terminated,
-                                    target_critic(batch.next_obs, target_actor(batch.next_obs)), 0.9)
+        expected_target = td_target(
+            batch.rewards, batch.terminated, target_critic(batch.next_obs, target_actor(batch.next_obs)), 0.9
+        )
         expected_loss = ((critic(batch.obs, batch.actions) - expected_target) ** 2).mean()
     loss, _ = update_critic(critic, optimizer, target_actor, target_critic, batch, 0.9)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-6), "the loss is the squared TD error"
@@ -174,6 +183,7 @@ def test_critic_update_leaves_the_actors_alone():
 
 
 # -- the trainer -----------------------------------------------------------------------------------
+
 
 class RecordingReplay(ReplayBuffer):
     """Keeps a copy of every batch the trainer adds."""
@@ -207,12 +217,20 @@ def test_trainer_stores_final_observations_and_terminated_only(monkeypatch):
 
 @pytest.mark.parametrize("env_id, exploration", [("Pendulum-v1", "gaussian"), ("MountainCarContinuous-v0", "ou")])
 def test_training_smoke(env_id, exploration):
-    config = DDPGConfig(num_envs=4, total_timesteps=256, learning_starts=64, batch_size=32, hidden=(16, 16),
-                        exploration=exploration)
+    config = DDPGConfig(
+        num_envs=4, total_timesteps=256, learning_starts=64, batch_size=32, hidden=(16, 16), exploration=exploration
+    )
     actor, history = train(env_id, config, device="cpu", log_every=16, log=None)
     assert [h["env_steps"] for h in history] == [64, 128, 192, 256]
-    assert set(history[0]) == {"env_steps", "seconds", "mean_return", "episodes", "critic_loss", "actor_loss",
-                               "q_value"}
+    assert set(history[0]) == {
+        "env_steps",
+        "seconds",
+        "mean_return",
+        "episodes",
+        "critic_loss",
+        "actor_loss",
+        "q_value",
+    }
     assert math.isnan(history[0]["critic_loss"]), "no update before learning_starts: the losses are NaN"
     for entry in history[1:]:
         assert all(math.isfinite(v) for v in entry.values()), entry
@@ -225,22 +243,25 @@ def test_discrete_env_is_rejected():
         train("CartPole-v1", DDPGConfig(total_timesteps=8, learning_starts=0), device="cpu", log=None)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("num_envs", 0, "num_envs must be an int >= 1"),
-    ("batch_size", 2.5, "batch_size must be an int"),
-    ("learning_starts", -1, "learning_starts must be an int >= 0"),
-    ("total_timesteps", 2, "cover one vector step"),
-    ("buffer_size", 2, "must hold one vector step"),
-    ("gamma", 1.5, re.escape("gamma must be a number in [0, 1]")),
-    ("tau", 0.0, re.escape("tau must be a number in (0, 1]")),
-    ("actor_lr", 0.0, "actor_lr must be"),
-    ("exploration", "uniform", '"gaussian" or "ou"'),
-    ("exploration_noise", -0.1, "exploration_noise"),
-    ("ou_theta", 0.0, "ou_theta"),
-    ("policy_frequency", 0, "policy_frequency"),
-    ("hidden", (), "hidden must be a non-empty tuple"),
-    ("hidden", [64, 64], "hidden must be a non-empty tuple"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_envs", 0, "num_envs must be an int >= 1"),
+        ("batch_size", 2.5, "batch_size must be an int"),
+        ("learning_starts", -1, "learning_starts must be an int >= 0"),
+        ("total_timesteps", 2, "cover one vector step"),
+        ("buffer_size", 2, "must hold one vector step"),
+        ("gamma", 1.5, re.escape("gamma must be a number in [0, 1]")),
+        ("tau", 0.0, re.escape("tau must be a number in (0, 1]")),
+        ("actor_lr", 0.0, "actor_lr must be"),
+        ("exploration", "uniform", '"gaussian" or "ou"'),
+        ("exploration_noise", -0.1, "exploration_noise"),
+        ("ou_theta", 0.0, "ou_theta"),
+        ("policy_frequency", 0, "policy_frequency"),
+        ("hidden", (), "hidden must be a non-empty tuple"),
+        ("hidden", [64, 64], "hidden must be a non-empty tuple"),
+    ],
+)
 def test_bad_config_is_rejected(field, value, message):
     with pytest.raises(ValueError, match=message):
         DDPGConfig(**{"num_envs": 4, field: value})
@@ -265,8 +286,9 @@ def test_ddpg_learns_pendulum():
     torch.manual_seed(0)
     random_returns = evaluate(RandomPolicy(), "Pendulum-v1", num_episodes=16, device="cpu")
     assert random_returns.mean().item() < -900
-    assert returns.mean().item() > -700, f"greedy returns {returns.tolist()}; training curve " \
-        f"{[round(h['mean_return']) for h in history]}"
+    assert returns.mean().item() > -700, (
+        f"greedy returns {returns.tolist()}; training curve {[round(h['mean_return']) for h in history]}"
+    )
     assert returns.mean().item() > random_returns.mean().item() + 500
 
 
@@ -275,8 +297,9 @@ def test_training_smoke_on_gpu(cuda_device):
     replay = ReplayBuffer(16, 3, 1, cuda_device)
     replay.add(*(f.to(cuda_device) for f in numbered([1, 2, 3], obs_size=3)))
     assert all(t.device.type == "cuda" for t in replay.sample(8))
-    config = DDPGConfig(num_envs=64, total_timesteps=64 * 32, learning_starts=64 * 8, batch_size=64, hidden=(32, 32),
-                        exploration="ou")
+    config = DDPGConfig(
+        num_envs=64, total_timesteps=64 * 32, learning_starts=64 * 8, batch_size=64, hidden=(32, 32), exploration="ou"
+    )
     actor, history = train("Pendulum-v1", config, device=cuda_device, log_every=16, log=None)
     assert actor.action_scale.device.type == "cuda"
     assert all(math.isfinite(v) for v in history[-1].values()), history[-1]

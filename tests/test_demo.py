@@ -7,13 +7,31 @@ import gpu_marl_envs
 
 
 def test_demo_runs_every_env():
-    result = subprocess.run([sys.executable, "-m", "gpu_marl_envs.demo", "--num-envs", "16", "--steps", "30",
-                             "--num-games", "2", "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_marl_envs.demo",
+            "--num-envs",
+            "16",
+            "--steps",
+            "30",
+            "--num-games",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     names = [spec.definition.id for spec in (*gpu_marl_envs.ENVS.values(), *gpu_marl_envs.GAMES.values())]
     lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.split()}
     for env_id in names:
-        assert env_id in lines and "torch" in lines[env_id], f"{env_id} missing from the demo's report:\n{result.stdout}"
+        assert env_id in lines and "torch" in lines[env_id], (
+            f"{env_id} missing from the demo's report:\n{result.stdout}"
+        )
     # 30 steps end no MountainCar episode (200 steps): no mean return is shown for none.
     assert lines["MountainCar-v0"].split()[-2:] == ["none", "ended"], lines["MountainCar-v0"]
     assert "governors" in lines["CovidEconomy-v0"] and "planner" in lines["CovidEconomy-v0"]

@@ -27,13 +27,22 @@ ELASTIC_WORKER = Path(__file__).with_name("elastic_worker.py")
 
 
 def torchrun(*args, nproc: int = 2, timeout: int = 600, env: dict | None = None):
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def command(*args, timeout: int = 600):
-    return subprocess.run([sys.executable, "-m", "gpu_marl_envs.baselines.train", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_marl_envs.baselines.train", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_worker(tmp_path, algorithm: str, *extra, nproc: int = 2) -> list[dict]:
@@ -104,8 +113,10 @@ SMALL_RUN = ["--env", "CartPole-v1", "--set", "num_steps=16", "--set", "num_envs
 
 def metrics(folder) -> list[dict]:
     """``metrics.csv``'s rows without the timings (the same training takes its own time each run)."""
-    return [{key: value for key, value in row.items() if not key.endswith("seconds")}
-            for row in csv.DictReader(open(folder / "metrics.csv"))]
+    return [
+        {key: value for key, value in row.items() if not key.endswith("seconds")}
+        for row in csv.DictReader(open(folder / "metrics.csv"))
+    ]
 
 
 def tensorboard_steps(folder) -> list[int]:
@@ -130,13 +141,35 @@ def test_two_nodes_train_as_two_processes_and_resume_on_one(tmp_path):
     one_node = command("--nproc-per-node", "2", *args, "--out", tmp_path / "one")
     assert one_node.returncode == 0, one_node.stderr[-4000:]
     assert one_node.stdout.count("greedy mean return") == 1, "rank 0 alone evaluates and reports"
-    rendezvous = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{free_port()}",
-                  "--rdzv-id=two-nodes"]
+    rendezvous = [
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=localhost:{free_port()}",
+        "--rdzv-id=two-nodes",
+    ]
     # One thread per process, as torchrun sets it for a node of several (matrix products then sum alike).
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m",
-                               "gpu_marl_envs.baselines.train", *args, "--out", tmp_path / "two"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                *rendezvous,
+                "-m",
+                "gpu_marl_envs.baselines.train",
+                *args,
+                "--out",
+                tmp_path / "two",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     outputs = [node.communicate(timeout=300) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
     one, two = (load_checkpoint(tmp_path / name / "checkpoint.pt") for name in ("one", "two"))
@@ -144,11 +177,17 @@ def test_two_nodes_train_as_two_processes_and_resume_on_one(tmp_path):
     for name, value in one["model"].items():
         assert torch.equal(value, two["model"][name]), name
     assert metrics(tmp_path / "one") == metrics(tmp_path / "two")
-    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["checkpoint.pt", "config.toml",
-                                                                    "learning_curve.png", "metrics.csv", "tensorboard"]
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == [
+        "checkpoint.pt",
+        "config.toml",
+        "learning_curve.png",
+        "metrics.csv",
+        "tensorboard",
+    ]
 
-    resumed = command("--resume", tmp_path / "one" / "checkpoint.pt", "--set", "total_timesteps=1024",
-                      "--device", "cpu")
+    resumed = command(
+        "--resume", tmp_path / "one" / "checkpoint.pt", "--set", "total_timesteps=1024", "--device", "cpu"
+    )
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     steps = [128, 256, 384, 512] + [512 + 64 * (i + 1) for i in range(8)]
     assert [int(row["env_steps"]) for row in metrics(tmp_path / "one")] == tensorboard_steps(tmp_path / "one") == steps
@@ -163,9 +202,21 @@ def test_a_failed_rank_is_restarted_and_the_run_completes(failure, tmp_path):
     which continue from the checkpoint of iteration 4, and the run ends with one metrics.csv and
     TensorBoard log holding each of its 8 entries once."""
     out = tmp_path / "run"
-    result = torchrun("--max-restarts=1", ELASTIC_WORKER, failure, 4 * 16 + 1, *SMALL_RUN,
-                      "--set", "total_timesteps=1024", "--collective-timeout", "10", "--out", out, timeout=300,
-                      env={**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    result = torchrun(
+        "--max-restarts=1",
+        ELASTIC_WORKER,
+        failure,
+        4 * 16 + 1,
+        *SMALL_RUN,
+        "--set",
+        "total_timesteps=1024",
+        "--collective-timeout",
+        "10",
+        "--out",
+        out,
+        timeout=300,
+        env={**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"torchrun restarted the job: {out} continues from its checkpoint at 512 env steps" in result.stdout
     steps = [128 * (i + 1) for i in range(8)]
@@ -178,19 +229,47 @@ def test_restarts_on_the_first_attempts_store_are_refused(tmp_path):
     """torchrun shares its rendezvous store with restarted ranks unless told not to; they would
     fail to connect at the first restart (pytorch/pytorch#135712): refused before anything runs."""
     shared_store = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
-    result = torchrun("--max-restarts=1", "-m", "gpu_marl_envs.baselines.train", *SMALL_RUN,
-                      "--set", "total_timesteps=256", "--out", tmp_path / "run", nproc=1, timeout=300, env=shared_store)
+    result = torchrun(
+        "--max-restarts=1",
+        "-m",
+        "gpu_marl_envs.baselines.train",
+        *SMALL_RUN,
+        "--set",
+        "total_timesteps=256",
+        "--out",
+        tmp_path / "run",
+        nproc=1,
+        timeout=300,
+        env=shared_store,
+    )
     assert result.returncode != 0 and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.stderr
     assert not (tmp_path / "run").exists()
 
 
 def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
     out = tmp_path / "run"
-    sets = ["env_params.grid_length=4", "env_params.episode_length=8", "num_envs=2", "num_steps=8",
-            "total_timesteps=64", "policies.shared.hidden=[8]"]
+    sets = [
+        "env_params.grid_length=4",
+        "env_params.episode_length=8",
+        "num_envs=2",
+        "num_steps=8",
+        "total_timesteps=64",
+        "policies.shared.hidden=[8]",
+    ]
     # --max-restarts: the shortcut starts torchrun so that a restart could connect (no restart happens here).
-    result = command("--nproc-per-node", "2", "--max-restarts", "1", "--env", "TagGridworld-v0",
-                     *[a for s in sets for a in ("--set", s)], "--device", "cpu", "--out", out)
+    result = command(
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--env",
+        "TagGridworld-v0",
+        *[a for s in sets for a in ("--set", s)],
+        "--device",
+        "cpu",
+        "--out",
+        out,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.count("greedy mean return per agent: taggers") == 1, "rank 0 alone evaluates and reports"
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -200,14 +279,19 @@ def test_command_trains_a_multi_agent_game_with_two_processes(tmp_path):
     assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--nproc-per-node", "2", "--env", "CartPole-v1", "--set", "total_timesteps=600"], "must cover one iteration"),
-    (["--nproc-per-node", "2", "--env", "TagGridworld-v0", "--set", "total_timesteps=300000"],
-     "must cover one iteration"),
-    (["--nproc-per-node", "0", "--env", "CartPole-v1"], "--nproc-per-node must be >= 1"),
-    (["--nproc-per-node", "2", "--evaluate", "checkpoint.pt"], "--evaluate runs in one process"),
-    (["--max-restarts", "1", "--env", "CartPole-v1"], "--max-restarts goes with --nproc-per-node"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nproc-per-node", "2", "--env", "CartPole-v1", "--set", "total_timesteps=600"], "must cover one iteration"),
+        (
+            ["--nproc-per-node", "2", "--env", "TagGridworld-v0", "--set", "total_timesteps=300000"],
+            "must cover one iteration",
+        ),
+        (["--nproc-per-node", "0", "--env", "CartPole-v1"], "--nproc-per-node must be >= 1"),
+        (["--nproc-per-node", "2", "--evaluate", "checkpoint.pt"], "--evaluate runs in one process"),
+        (["--max-restarts", "1", "--env", "CartPole-v1"], "--max-restarts goes with --nproc-per-node"),
+    ],
+)
 def test_shortcut_checks_the_run_before_starting_processes(args, message, tmp_path):
     result = command(*args, "--device", "cpu", "--out", tmp_path / "run")
     assert result.returncode == 2 and message in result.stderr, result.stderr[-4000:]
@@ -216,8 +300,20 @@ def test_shortcut_checks_the_run_before_starting_processes(args, message, tmp_pa
 
 def test_auto_num_envs_on_the_cpu(tmp_path):
     out = tmp_path / "run"
-    result = command("--env", "CartPole-v1", "--set", "num_envs=auto", "--set", "num_steps=8",
-                     "--set", "total_timesteps=4096", "--device", "cpu", "--out", out)
+    result = command(
+        "--env",
+        "CartPole-v1",
+        "--set",
+        "num_envs=auto",
+        "--set",
+        "num_steps=8",
+        "--set",
+        "total_timesteps=4096",
+        "--device",
+        "cpu",
+        "--out",
+        out,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert 'num_envs = "auto": a sweep' in result.stdout and "the smallest count within 10%" in result.stdout
     resolved = run_config.tomllib.loads((out / "config.toml").read_text())["hyperparameters"]["num_envs"]
@@ -230,8 +326,9 @@ def test_choose_num_envs_skips_counts_the_run_cannot_take():
     lines = []
     # 32 (more envs than total_timesteps covers in one iteration) comes second, so that the sweep's
     # early stop (two counts in a row without a gain, which timing noise can cause) cannot end it first.
-    chosen = sizing.choose_num_envs(ppo.train, "CartPole-v1", config, device="cpu", counts=[4, 32, 8, 16],
-                                    report=lines.append)
+    chosen = sizing.choose_num_envs(
+        ppo.train, "CartPole-v1", config, device="cpu", counts=[4, 32, 8, 16], report=lines.append
+    )
     assert chosen in (4, 8, 16)
     assert any(line.strip().startswith("32 envs") and "not tried" in line for line in lines), lines
 

@@ -24,8 +24,10 @@ MARKER = re.compile(r"<!-- (?:(not run by tests/test_docs\.py: (?P<reason>.*?))|
 # Paths of the repository that the docs name: a file (with an extension) or a folder (with a trailing
 # slash) under one of its folders, or the target of a Markdown link. Env ids (gpu_marl_envs/CartPole-v1)
 # have neither.
-PATH = re.compile(r"(?<![\w/.-])((?:baselines|docs|tests|benchmarks|kernels|adapters|gpu_marl_envs)/[\w./-]*?"
-                  r"(?:\.[a-z]+|/))(?![\w/-])|\]\(((?!https?:|#|mailto:)[^)#\s]+)")
+PATH = re.compile(
+    r"(?<![\w/.-])((?:baselines|docs|tests|benchmarks|kernels|adapters|gpu_marl_envs)/[\w./-]*?"
+    r"(?:\.[a-z]+|/))(?![\w/-])|\]\(((?!https?:|#|mailto:)[^)#\s]+)"
+)
 
 
 def snippets():
@@ -33,7 +35,7 @@ def snippets():
         text = doc.read_text()
         for match in FENCE.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
-            before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
             marker = MARKER.search(before)
             # Blank lines before the code: a traceback points at the document's own line.
             code = "\n" * line + textwrap.dedent(match.group("code"))
@@ -75,8 +77,10 @@ OUTPUT = re.compile(r"--(?:out|json) \S+")
 def named_paths():
     for doc in DOCS:
         # Blanked, not removed: the line numbers stay.
-        text = ANY_FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()) if m.group("info") in ("", "text")
-                             else m.group(), doc.read_text())
+        text = ANY_FENCE.sub(
+            lambda m: re.sub(r"[^\n]", " ", m.group()) if m.group("info") in ("", "text") else m.group(),
+            doc.read_text(),
+        )
         text = OUTPUT.sub(lambda m: " " * len(m.group()), text)
         for match in PATH.finditer(text):
             yield doc, text.count("\n", 0, match.start()) + 1, *match.groups()
@@ -87,8 +91,7 @@ def test_named_paths_exist():
     for doc, line_number, named, linked in named_paths():
         # A link is relative to its document; a named path to the repository's root or, in docs/,
         # to the docs folder (docs/benchmarks.md names `benchmarks/tag-h100.md`).
-        found = (doc.parent / linked).exists() if linked else \
-            (ROOT / named).exists() or (doc.parent / named).exists()
+        found = (doc.parent / linked).exists() if linked else (ROOT / named).exists() or (doc.parent / named).exists()
         if not found:
             missing.append(f"{doc.relative_to(ROOT)}:{line_number}: {linked or named}")
     assert not missing, "the docs name files that do not exist:\n" + "\n".join(missing)

@@ -20,8 +20,10 @@ PACKAGES = sorted(path.name for path in EXAMPLES.iterdir() if (path / "pyproject
 def run(command: list[str], package: Path) -> subprocess.CompletedProcess:
     # The package's folder on the path, as an editable install of it would put it (before whatever
     # path finds gpu_marl_envs); nothing of the repository's.
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(package),
-                                                                            os.environ.get("PYTHONPATH")]))}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(package), os.environ.get("PYTHONPATH")])),
+    }
     return subprocess.run(command, cwd=package, env=environment, capture_output=True, text=True, timeout=600)
 
 
@@ -37,8 +39,24 @@ def test_example_passes_its_own_tests(package):
 
 def test_example_trains_with_its_config(package):
     config = next(package.glob("*.toml"))
-    result = run([sys.executable, "-m", "gpu_marl_envs.baselines.train", "--config", str(config), "--device", "cpu",
-                  "--set", "num_envs=8", "--set", "total_timesteps=2048", "--out", str(package / "run")], package)
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_marl_envs.baselines.train",
+            "--config",
+            str(config),
+            "--device",
+            "cpu",
+            "--set",
+            "num_envs=8",
+            "--set",
+            "total_timesteps=2048",
+            "--out",
+            str(package / "run"),
+        ],
+        package,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert (package / "run" / "checkpoint.pt").is_file()
 

@@ -12,8 +12,13 @@ def test_sqrt_is_correctly_rounded():
     # numpy's float32 sqrt is correctly rounded; torch's CPU one is 1 ulp off for about a fifth of
     # these on AVX-512 CPUs.
     generator = torch.Generator().manual_seed(0)
-    x = torch.cat([torch.rand(100_000, generator=generator) * 100, torch.rand(1000, generator=generator) * 1e-38,
-                   torch.tensor([0.0, 1.0, 2.0, float(np.finfo(np.float32).max), float("inf")])])
+    x = torch.cat(
+        [
+            torch.rand(100_000, generator=generator) * 100,
+            torch.rand(1000, generator=generator) * 1e-38,
+            torch.tensor([0.0, 1.0, 2.0, float(np.finfo(np.float32).max), float("inf")]),
+        ]
+    )
     assert np.array_equal(float32.sqrt(x).numpy(), np.sqrt(x.numpy()))
 
 
@@ -26,8 +31,9 @@ def test_tag_decision_rounds_the_distance_correctly():
     """A runner at every float32 squared distance within 2e-6 of the tagging radius's square from
     the one tagger: tagged exactly where numpy's (correctly rounded) sqrt of it is below the radius.
     One of these (1 - 2**-24) was tagged wrongly with torch's CPU float32 sqrt on AVX-512."""
-    p = tc.TagContinuousParams(num_taggers=1, num_runners=1, num_other_agents_observed=1, grid_length=10.0,
-                               tagging_distance=0.1)
+    p = tc.TagContinuousParams(
+        num_taggers=1, num_runners=1, num_other_agents_observed=1, grid_length=10.0, tagging_distance=0.1
+    )
     radius = np.float32(p.tagging_radius)
     assert radius == 1.0
     low, high = np.float32(1 - 2e-6).view(np.int32), np.float32(1 + 2e-6).view(np.int32)
@@ -39,10 +45,15 @@ def test_tag_decision_rounds_the_distance_correctly():
     assert np.array_equal(dx * dx + dy * dy, d2)
     e = len(d2)
     zeros = torch.zeros(e, 2)
-    state = tc.TagContinuousState(x=torch.stack([torch.zeros(e), torch.from_numpy(dx)], dim=1),
-                                  y=torch.stack([torch.zeros(e), torch.from_numpy(dy)], dim=1),
-                                  direction=zeros.clone(), speed=zeros.clone(), acceleration=zeros.clone(),
-                                  in_game=torch.ones(e, 2, dtype=torch.bool), t=torch.zeros(e, dtype=torch.int32))
+    state = tc.TagContinuousState(
+        x=torch.stack([torch.zeros(e), torch.from_numpy(dx)], dim=1),
+        y=torch.stack([torch.zeros(e), torch.from_numpy(dy)], dim=1),
+        direction=zeros.clone(),
+        speed=zeros.clone(),
+        acceleration=zeros.clone(),
+        in_game=torch.ones(e, 2, dtype=torch.bool),
+        t=torch.zeros(e, dtype=torch.int32),
+    )
     next_state, _, _, _ = tc.step(p, state, torch.zeros(e, 2, 2, dtype=torch.int64))
     expected = np.sqrt(d2) < radius
     tagged = ~next_state.in_game[:, 1].numpy()

@@ -59,17 +59,28 @@ def test_leading_dimensions_are_kept(full_float32):
     torch.testing.assert_close(out, network(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("network, why", [
-    (mlp(4, (64, 32), 2, 1.0), "hidden widths differ"),
-    (mlp(4, (48, 48), 2, 1.0), "not a power of two"),
-    (mlp(4, (128, 128), 2, 1.0), "wider than 64"),
-    (mlp(4, (64,), 2, 1.0), "one hidden layer"),
-    (mlp(65, (64, 64), 2, 1.0), "more than 64 inputs"),
-    (mlp(4, (64, 64), 65, 1.0), "more than 64 outputs"),
-    (mlp(4, (64, 64), 2, 1.0).double(), "float64"),
-    (torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
-                         torch.nn.Linear(16, 2)), "ReLU"),
-])
+@pytest.mark.parametrize(
+    "network, why",
+    [
+        (mlp(4, (64, 32), 2, 1.0), "hidden widths differ"),
+        (mlp(4, (48, 48), 2, 1.0), "not a power of two"),
+        (mlp(4, (128, 128), 2, 1.0), "wider than 64"),
+        (mlp(4, (64,), 2, 1.0), "one hidden layer"),
+        (mlp(65, (64, 64), 2, 1.0), "more than 64 inputs"),
+        (mlp(4, (64, 64), 65, 1.0), "more than 64 outputs"),
+        (mlp(4, (64, 64), 2, 1.0).double(), "float64"),
+        (
+            torch.nn.Sequential(
+                torch.nn.Linear(4, 16),
+                torch.nn.ReLU(),
+                torch.nn.Linear(16, 16),
+                torch.nn.Tanh(),
+                torch.nn.Linear(16, 2),
+            ),
+            "ReLU",
+        ),
+    ],
+)
 def test_networks_the_kernels_do_not_take_are_not_fusable(network, why):
     assert not fused_mlp.fusable(network), why
 

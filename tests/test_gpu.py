@@ -23,16 +23,25 @@ def test_kernels_match_reference_on_gpu(env_id, backend, mode, cuda_device):
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_without_cuda_graph(env_id, backend, cuda_device):
-    run_twins(env_id, backend, cuda_device, num_envs=3000, steps=60, mode=AutoresetMode.NEXT_STEP,
-              max_episode_steps=25, cuda_graph=False)
+    run_twins(
+        env_id,
+        backend,
+        cuda_device,
+        num_envs=3000,
+        steps=60,
+        mode=AutoresetMode.NEXT_STEP,
+        max_episode_steps=25,
+        cuda_graph=False,
+    )
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_side_stream(env_id, backend, cuda_device):
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        run_twins(env_id, backend, cuda_device, num_envs=1000, steps=30, mode=AutoresetMode.SAME_STEP,
-                  max_episode_steps=10)
+        run_twins(
+            env_id, backend, cuda_device, num_envs=1000, steps=30, mode=AutoresetMode.SAME_STEP, max_episode_steps=10
+        )
     torch.cuda.synchronize()
 
 
@@ -43,8 +52,10 @@ def test_steps_match_gymnasium_on_gpu(env_id, backend, cuda_device):
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_sutton_barto_reward_matches_gymnasium_on_gpu(backend, cuda_device):
-    assert check_against_gymnasium("CartPole-v1", backend, cuda_device, num_envs=32, steps=400,
-                                   sutton_barto_reward=True) > 0
+    assert (
+        check_against_gymnasium("CartPole-v1", backend, cuda_device, num_envs=32, steps=400, sutton_barto_reward=True)
+        > 0
+    )
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

@@ -20,7 +20,7 @@ KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
 LAYOUTS = {
     "contiguous": lambda value: value,
     # Each env's row contiguous, rows twice as far apart: read in place too.
-    "wide rows": lambda value: torch.cat([value, value], dim=1)[:, :value.shape[1]],
+    "wide rows": lambda value: torch.cat([value, value], dim=1)[:, : value.shape[1]],
     # Not even a row contiguous: gathered into the buffer first.
     "strided": lambda value: torch.stack([value, value], dim=-1)[..., 0],
 }
@@ -29,9 +29,12 @@ LAYOUTS = {
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("game_id", list(GAMES))
 def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
-    envs = {name: GpuParallelEnv(game_id, NUM_ENVS, device=cuda_device, backend=backend,
-                                 validate_actions=name == "validated")
-            for name in [*LAYOUTS, "per agent", "validated"]}
+    envs = {
+        name: GpuParallelEnv(
+            game_id, NUM_ENVS, device=cuda_device, backend=backend, validate_actions=name == "validated"
+        )
+        for name in [*LAYOUTS, "per agent", "validated"]
+    }
     for env in envs.values():
         env.reset(seed=0)
     reference = envs["per agent"]
@@ -41,8 +44,9 @@ def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
         laid_out = {name: {g: layout(a) for g, a in actions.items()} for name, layout in LAYOUTS.items()}
         assert all(a.is_contiguous() for a in laid_out["contiguous"].values())
         assert not any(a.is_contiguous() for a in laid_out["wide rows"].values())
-        per_agent = {agent: actions[group][:, k] for group, agents in reference.groups.items()
-                     for k, agent in enumerate(agents)}
+        per_agent = {
+            agent: actions[group][:, k] for group, agents in reference.groups.items() for k, agent in enumerate(agents)
+        }
         expected = reference.step(per_agent)
         outputs = {name: envs[name].step_groups(value) for name, value in laid_out.items()}
         outputs["validated"] = envs["validated"].step_groups(actions)

@@ -26,8 +26,21 @@ ENV_ID = "CovidEconomy-v0"
 NUM_STEPS = 12
 KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
 # State fields computed without the softplus: the same float32 operations in the same order.
-EXACT_FIELDS = ("susceptible", "infected", "recovered", "vaccinated", "deaths", "stringency", "stringency_changes",
-                "filter_sums", "cooldown", "subsidy_level", "total_deaths", "total_subsidy", "t")
+EXACT_FIELDS = (
+    "susceptible",
+    "infected",
+    "recovered",
+    "vaccinated",
+    "deaths",
+    "stringency",
+    "stringency_changes",
+    "filter_sums",
+    "cooldown",
+    "subsidy_level",
+    "total_deaths",
+    "total_subsidy",
+    "t",
+)
 
 
 def spread_days(env: GpuParallelEnv) -> dict[str, torch.Tensor]:
@@ -54,13 +67,15 @@ def compare(name, expected, actual, context, exact=False):
         bad = expected != actual
     if bad.any():
         env = int(bad.reshape(len(bad), -1).any(1).nonzero()[0])
-        assert_close(f"{name} (from env {env})", expected[env:env + 1], actual[env:env + 1], context, **tolerance)
+        assert_close(f"{name} (from env {env})", expected[env : env + 1], actual[env : env + 1], context, **tolerance)
 
 
 def run_twins(num_envs, backend, mode):
     device = torch.device("cuda")
-    envs = [GpuParallelEnv(ENV_ID, num_envs, device=device, backend=b, autoreset_mode=mode, validate_actions=False)
-            for b in ("torch", backend)]
+    envs = [
+        GpuParallelEnv(ENV_ID, num_envs, device=device, backend=b, autoreset_mode=mode, validate_actions=False)
+        for b in ("torch", backend)
+    ]
     for env in envs:
         env.reset(seed=0)
     state = spread_days(envs[0])
@@ -69,13 +84,17 @@ def run_twins(num_envs, backend, mode):
     generator = torch.Generator(device=device).manual_seed(0)
     ended = 0
     for step in range(NUM_STEPS):
-        actions = {group: torch.randint(0, int(envs[0].action_space(agents[0]).n), (num_envs, len(agents)),
-                                        generator=generator, device=device)
-                   for group, agents in envs[0].groups.items()}
+        actions = {
+            group: torch.randint(
+                0, int(envs[0].action_space(agents[0]).n), (num_envs, len(agents)), generator=generator, device=device
+            )
+            for group, agents in envs[0].groups.items()
+        }
         outputs = [env.step_groups(actions) for env in envs]
         context = f"E={num_envs} {backend} {mode.name} step {step}"
-        for name, expected, actual in zip(("observations", "rewards", "terminations", "truncations"), outputs[0][:4],
-                                          outputs[1][:4]):
+        for name, expected, actual in zip(
+            ("observations", "rewards", "terminations", "truncations"), outputs[0][:4], outputs[1][:4]
+        ):
             for group in expected:
                 compare(f"{name}[{group}]", expected[group], actual[group], context)
         for group, info in outputs[0][4].items():

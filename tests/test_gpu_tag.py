@@ -39,13 +39,19 @@ CONFIGS = {
     "continuous-1000x110-grid": ("TagContinuous-v0", 1000, dataclasses.replace(CONTINUOUS, neighbour_search="grid")),
     "continuous-2000x1000": ("TagContinuous-v0", 2000, LARGE),
     "continuous-2000x1000-scan": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, neighbour_search="scan")),
-    "continuous-2000x1000-all-in-play": ("TagContinuous-v0", 2000,
-                                         dataclasses.replace(LARGE, runner_exits_game_after_tagged=False)),
+    "continuous-2000x1000-all-in-play": (
+        "TagContinuous-v0",
+        2000,
+        dataclasses.replace(LARGE, runner_exits_game_after_tagged=False),
+    ),
     # Agents pinned to the walls and corners of a small arena: many equal distances (ties by id).
     "continuous-2000x1000-crowded": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, grid_length=2.0)),
     "continuous-4x4096": ("TagContinuous-v0", 4, dataclasses.replace(CONTINUOUS, num_runners=4086, grid_length=8.0)),
-    "continuous-100x10000": ("TagContinuous-v0", 100, dataclasses.replace(CONTINUOUS, num_runners=9990,
-                                                                           grid_length=30.0)),
+    "continuous-100x10000": (
+        "TagContinuous-v0",
+        100,
+        dataclasses.replace(CONTINUOUS, num_runners=9990, grid_length=30.0),
+    ),
     "gridworld-2000x5": ("TagGridworld-v0", 2000, GRIDWORLD),
     "gridworld-65536x5": ("TagGridworld-v0", 65536, GRIDWORLD),
     "gridworld-2000x5-partial": ("TagGridworld-v0", 2000, dataclasses.replace(GRIDWORLD, use_full_observation=False)),
@@ -62,11 +68,27 @@ def compare(name, expected, actual, context):
 
 def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
     device = torch.device("cuda")
-    kernel_env = GpuParallelEnv(env_id, num_envs, device=device, backend=backend, params=params,
-                                autoreset_mode=mode, validate_actions=False, cuda_graph=cuda_graph)
+    kernel_env = GpuParallelEnv(
+        env_id,
+        num_envs,
+        device=device,
+        backend=backend,
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=cuda_graph,
+    )
     k = min(num_envs, REFERENCE_ENVS, max(1, REFERENCE_PAIRS // params.num_agents**2))
-    reference = GpuParallelEnv(env_id, k, device=device, backend="torch", params=params, autoreset_mode=mode,
-                               validate_actions=False, cuda_graph=False)
+    reference = GpuParallelEnv(
+        env_id,
+        k,
+        device=device,
+        backend="torch",
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=False,
+    )
     kernel_out, reference_out = kernel_env.reset_groups(seed=3), reference.reset_groups(seed=3)
     for group in reference_out[0]:
         compare(f"reset observations[{group}]", reference_out[0][group], kernel_out[0][group][:k], env_id)
@@ -89,21 +111,33 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
             compare(f"active[{group}]", info["active"], kernel_out[4][group]["active"][:k], context)
             episode_ended = info["_episode"]
             compare("_episode", episode_ended, kernel_out[4][group]["_episode"][:k], context)
-            compare(f"episode returns[{group}]", info["episode"]["return"][episode_ended],
-                    kernel_out[4][group]["episode"]["return"][:k][episode_ended], context)
+            compare(
+                f"episode returns[{group}]",
+                info["episode"]["return"][episode_ended],
+                kernel_out[4][group]["episode"]["return"][:k][episode_ended],
+                context,
+            )
             if "final_obs" in info:
                 mask = info["_final_obs"]
                 compare("_final_obs", mask, kernel_out[4][group]["_final_obs"][:k], context)
-                compare(f"final_obs[{group}]", info["final_obs"][mask], kernel_out[4][group]["final_obs"][:k][mask],
-                        context)
+                compare(
+                    f"final_obs[{group}]", info["final_obs"][mask], kernel_out[4][group]["final_obs"][:k][mask], context
+                )
         for name, value in reference.get_state().items():
             compare(f"state.{name}", value, kernel_env.get_state()[name][:k], context)
         if env_id == "TagContinuous-v0":
-            own = kernel_env.definition.state_type(**{name: value[:k] for name, value in kernel_env.get_state().items()})
-            assert_close("observations of the kernel's own state", kernel_env.definition.flat_observations(params, own),
-                         kernel_env._buffers.observations[:k], context, rtol=0, atol=0)
-        compare("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns[:k],
-                context)
+            own = kernel_env.definition.state_type(
+                **{name: value[:k] for name, value in kernel_env.get_state().items()}
+            )
+            assert_close(
+                "observations of the kernel's own state",
+                kernel_env.definition.flat_observations(params, own),
+                kernel_env._buffers.observations[:k],
+                context,
+                rtol=0,
+                atol=0,
+            )
+        compare("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns[:k], context)
         ended += int((reference._buffers.terminated | reference._buffers.truncated).sum())
     assert ended > 0, f"{context}: no episode ended; autoreset went untested"
     # Beyond the compared envs the kernels ran too: every output is finite and flags consistent.

@@ -49,8 +49,15 @@ def check_against_gymnasium(env_id, backend, device, num_envs, steps, **settings
     """Step both from identical states for ``steps`` steps, both made with ``settings`` (Gymnasium's
     keywords, ours too); the number of terminations seen."""
     # Unvalidated: actions past the bounds check that ours clip them where Gymnasium's do.
-    ours = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, autoreset_mode=AutoresetMode.DISABLED,
-                        validate_actions=False, **settings)
+    ours = GpuVectorEnv(
+        env_id,
+        num_envs,
+        device=device,
+        backend=backend,
+        autoreset_mode=AutoresetMode.DISABLED,
+        validate_actions=False,
+        **settings,
+    )
     theirs = [gymnasium.make(env_id, **settings).unwrapped for _ in range(num_envs)]
     for i, env in enumerate(theirs):
         env.reset(seed=i)
@@ -64,7 +71,9 @@ def check_against_gymnasium(env_id, backend, device, num_envs, steps, **settings
         expected = [gymnasium_step(env, states[i], actions[i].numpy()) for i, env in enumerate(theirs)]
         context = f"{env_id} {backend} step {t}"
         assert_close("observations", torch.as_tensor(np.stack([e[0] for e in expected])), obs, context, RTOL, ATOL)
-        assert_close("rewards", torch.tensor([e[1] for e in expected], dtype=torch.float64), rewards, context, RTOL, ATOL)
+        assert_close(
+            "rewards", torch.tensor([e[1] for e in expected], dtype=torch.float64), rewards, context, RTOL, ATOL
+        )
         assert_close("terminated", torch.tensor([e[2] for e in expected]), terminated, context)
         if terminated.any():
             terminations += int(terminated.sum())

@@ -58,8 +58,11 @@ def test_kernel_values_follow_declared_types(env_id):
     # An int given for a float field (masscart=1) must still reach the kernels as float32.
     definition = env_spec(env_id).definition
     defaults = definition.params_type()
-    integral = {f.name: int(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)
-                if isinstance(getattr(defaults, f.name), float) and getattr(defaults, f.name).is_integer()}
+    integral = {
+        f.name: int(getattr(defaults, f.name))
+        for f in dataclasses.fields(defaults)
+        if isinstance(getattr(defaults, f.name), float) and getattr(defaults, f.name).is_integer()
+    }
     assert integral, f"{env_id}: no float param with an integral default to try"
     expected = definition.kernel_values(defaults)
     got = definition.kernel_values(dataclasses.replace(defaults, **integral))
@@ -85,28 +88,31 @@ def _game_params(game_id):
     variants = [default] + [dataclasses.replace(default, **{flag: not getattr(default, flag)}) for flag in flags]
     if hasattr(default, "num_taggers"):
         # 4096 agents: runners where a game has several, else taggers.
-        many = ({"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners")
-                else {"num_taggers": 4095})
+        many = {"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners") else {"num_taggers": 4095}
         variants.append(dataclasses.replace(default, **many))
     if hasattr(default, "neighbour_search"):
         # The grid at a small game, with the tag phase on it (10 taggers) and off it (2); the scan at a large one.
-        variants += [dataclasses.replace(default, neighbour_search="grid"),
-                     dataclasses.replace(default, neighbour_search="grid", num_taggers=2),
-                     dataclasses.replace(default, num_runners=4086, neighbour_search="scan")]
+        variants += [
+            dataclasses.replace(default, neighbour_search="grid"),
+            dataclasses.replace(default, neighbour_search="grid", num_taggers=2),
+            dataclasses.replace(default, num_runners=4086, neighbour_search="scan"),
+        ]
     if hasattr(default, "crra_eta"):
         variants.append(dataclasses.replace(default, crra_eta=1.5))  # powf instead of the reciprocal
     return variants
 
 
-@pytest.mark.parametrize("kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS),
-                                            ("reset", multi_agent_buffers.RESET_ARGUMENTS)])
+@pytest.mark.parametrize(
+    "kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS), ("reset", multi_agent_buffers.RESET_ARGUMENTS)]
+)
 def test_game_cuda_c_kernel_parameters(kind, expected):
     assert _macro_kernel_parameters("multi_agent.cuh", kind) == expected
 
 
 @pytest.mark.parametrize("game_id", GAME_IDS)
-@pytest.mark.parametrize("kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS),
-                                            ("reset", multi_agent_buffers.RESET_ARGUMENTS)])
+@pytest.mark.parametrize(
+    "kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS), ("reset", multi_agent_buffers.RESET_ARGUMENTS)]
+)
 def test_game_numba_kernel_parameters(game_id, kind, expected):
     spec = GAMES[game_id]
     step, reset = multi_agent_numba._kernels(spec, spec.definition.params_type())

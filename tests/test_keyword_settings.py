@@ -114,12 +114,15 @@ def test_game_keywords_apply_on_top_of_params(make):
     assert (params.num_taggers, params.num_runners) == (3, 8)
 
 
-@pytest.mark.parametrize(("env_id", "gymnasium_env", "name", "value"), [
-    ("gpu_marl_envs/Pendulum-v1", PendulumEnv, "g", 9.81),
-    ("gpu_marl_envs/CartPole-v1", CartPoleEnv, "sutton_barto_reward", True),
-    ("gpu_marl_envs/MountainCar-v0", MountainCarEnv, "goal_velocity", 0.01),
-    ("gpu_marl_envs/MountainCarContinuous-v0", Continuous_MountainCarEnv, "goal_velocity", 0.01),
-])
+@pytest.mark.parametrize(
+    ("env_id", "gymnasium_env", "name", "value"),
+    [
+        ("gpu_marl_envs/Pendulum-v1", PendulumEnv, "g", 9.81),
+        ("gpu_marl_envs/CartPole-v1", CartPoleEnv, "sutton_barto_reward", True),
+        ("gpu_marl_envs/MountainCar-v0", MountainCarEnv, "goal_velocity", 0.01),
+        ("gpu_marl_envs/MountainCarContinuous-v0", Continuous_MountainCarEnv, "goal_velocity", 0.01),
+    ],
+)
 def test_gymnasium_names_are_settings(env_id, gymnasium_env, name, value):
     """The keyword Gymnasium's own env takes is ours too, by gym.make and make_vec."""
     assert name in inspect.signature(gymnasium_env.__init__).parameters
@@ -151,9 +154,12 @@ def test_a_flag_must_be_a_bool():
 
 
 def test_the_params_classes_are_exported():
-    by_id = {spec.id: spec.definition.params_type for spec in (*gpu_marl_envs.ENVS.values(),
-                                                               *gpu_marl_envs.GAMES.values())}
+    by_id = {
+        spec.id: spec.definition.params_type for spec in (*gpu_marl_envs.ENVS.values(), *gpu_marl_envs.GAMES.values())
+    }
     exported = {name: getattr(gpu_marl_envs, name) for name in gpu_marl_envs.__all__ if name.endswith("Params")}
     assert sorted(exported.values(), key=lambda t: t.__name__) == sorted(by_id.values(), key=lambda t: t.__name__)
-    assert all(by_id[f"gpu_marl_envs/{name.removesuffix('Params')}-v{v}"] is exported[name]
-               for name, v in [("CartPoleParams", 1), ("PendulumParams", 1), ("TagContinuousParams", 0)])
+    assert all(
+        by_id[f"gpu_marl_envs/{name.removesuffix('Params')}-v{v}"] is exported[name]
+        for name, v in [("CartPoleParams", 1), ("PendulumParams", 1), ("TagContinuousParams", 0)]
+    )

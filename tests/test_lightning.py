@@ -38,19 +38,27 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": 
 
 def trainer(device="cpu", **options) -> pl.Trainer:
     accelerator = "gpu" if torch.device(device).type == "cuda" else "cpu"
-    return pl.Trainer(accelerator=accelerator, devices=1,
-                      **{"max_epochs": 1, "log_every_n_steps": 1, **QUIET, **options})
+    return pl.Trainer(
+        accelerator=accelerator, devices=1, **{"max_epochs": 1, "log_every_n_steps": 1, **QUIET, **options}
+    )
 
 
 def parameters(modules: dict) -> dict[str, torch.Tensor]:
-    return {f"{name}.{key}": value.detach().clone() for name, module in modules.items()
-            for key, value in module.state_dict().items()}
+    return {
+        f"{name}.{key}": value.detach().clone()
+        for name, module in modules.items()
+        for key, value in module.state_dict().items()
+    }
 
 
 def saved_parameters(state: dict) -> dict[str, torch.Tensor]:
     """The networks of a training state (the trainers' ``save``), copied (they are the live tensors)."""
-    return {f"{name}.{key}": value.clone() for name, part in state.items()
-            if name == "model" or name.startswith("policy/") for key, value in part.items()}
+    return {
+        f"{name}.{key}": value.clone()
+        for name, part in state.items()
+        if name == "model" or name.startswith("policy/")
+        for key, value in part.items()
+    }
 
 
 def without_timings(history: list[dict]) -> list[dict]:
@@ -122,13 +130,24 @@ def test_cartpole_through_lightning_is_ppo_train_iteration_by_iteration():
     cartpole()
 
 
-TAG = multi_agent.MultiAgentConfig.from_dict({
-    "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 8 * 4},
-    "groups": {"taggers": "taggers", "runners": "runners"},
-    "policies": {"taggers": {"algorithm": "ppo", "hidden": [8], "num_minibatches": 2, "update_epochs": 2,
-                             "normalize_observations": True, "ent_coef": [[0, 0.5], [48, 0.05]]},
-                 "runners": {"algorithm": "a2c", "hidden": [8]}},
-    "env_params": {"num_taggers": 1, "num_runners": 2, "num_other_agents_observed": 2}})
+TAG = multi_agent.MultiAgentConfig.from_dict(
+    {
+        "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 8 * 4},
+        "groups": {"taggers": "taggers", "runners": "runners"},
+        "policies": {
+            "taggers": {
+                "algorithm": "ppo",
+                "hidden": [8],
+                "num_minibatches": 2,
+                "update_epochs": 2,
+                "normalize_observations": True,
+                "ent_coef": [[0, 0.5], [48, 0.05]],
+            },
+            "runners": {"algorithm": "a2c", "hidden": [8]},
+        },
+        "env_params": {"num_taggers": 1, "num_runners": 2, "num_other_agents_observed": 2},
+    }
+)
 
 
 def test_tag_trains_its_two_policies_with_two_optimizers(tmp_path):
@@ -151,8 +170,9 @@ def test_tag_trains_its_two_policies_with_two_optimizers(tmp_path):
     rates = [row for row in rows if row["env_steps_per_second"]]
     assert [(int(row["step"]), float(row["env_steps"])) for row in entries] == [(i, 16.0 * (i + 1)) for i in range(4)]
     assert all(row["mean_return/runners"] and row["taggers/approx_kl"] for row in entries)
-    assert [int(row["step"]) for row in rates] == [0, 1, 2, 3] and all(float(row["env_steps_per_second"]) > 0
-                                                                     for row in rates)
+    assert [int(row["step"]) for row in rates] == [0, 1, 2, 3] and all(
+        float(row["env_steps_per_second"]) > 0 for row in rates
+    )
     assert float(fit.callback_metrics["mean_return"]) == module.history[-1]["mean_return"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -163,10 +183,18 @@ def test_tag_trains_its_two_policies_with_two_optimizers(tmp_path):
 
 
 CASES = {
-    "ppo": ("CartPole-v1", ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2,
-                                         update_epochs=2, hidden=(8,))),
-    "ddpg": ("Pendulum-v1", ddpg.DDPGConfig(num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8,
-                                            buffer_size=64, hidden=(8, 8))),
+    "ppo": (
+        "CartPole-v1",
+        ppo.PPOConfig(
+            num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=2, hidden=(8,)
+        ),
+    ),
+    "ddpg": (
+        "Pendulum-v1",
+        ddpg.DDPGConfig(
+            num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8, buffer_size=64, hidden=(8, 8)
+        ),
+    ),
     "tag": ("TagContinuous-v0", TAG.__class__(**{**TAG.__dict__, "total_timesteps": 2 * 8 * 6})),
 }
 
@@ -176,8 +204,12 @@ def test_resume_through_ckpt_path_continues_the_step_count(case, tmp_path):
     env_id, config = CASES[case]
     first = training_module(env_id, config)
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
-    stopped = trainer(max_steps=3 if case == "ppo" else 6, enable_checkpointing=True, callbacks=[every],
-                      plugins=[AtomicCheckpointIO()])
+    stopped = trainer(
+        max_steps=3 if case == "ppo" else 6,
+        enable_checkpointing=True,
+        callbacks=[every],
+        plugins=[AtomicCheckpointIO()],
+    )
     stopped.fit(first)
     # 3 iterations: PPO steps once an iteration, Tag twice, DDPG 4 + 2 times from its 3rd (learning_starts).
     assert first.next_iteration == 3
@@ -201,8 +233,9 @@ def test_resume_through_ckpt_path_continues_the_step_count(case, tmp_path):
     assert resumed.next_iteration == 6
     assert continued.global_step == {"ppo": 6, "ddpg": 24, "tag": 12}[case]
     assert repr(resumed.history[:3]) == repr(first.history[:3])  # repr: DDPG's first losses are NaN
-    assert [entry["env_steps"] for entry in resumed.history] == [config.num_envs * getattr(config, "num_steps", 1) * i
-                                                                 for i in range(1, 7)]
+    assert [entry["env_steps"] for entry in resumed.history] == [
+        config.num_envs * getattr(config, "num_steps", 1) * i for i in range(1, 7)
+    ]
 
 
 def test_resume_of_a_gpu_marl_train_checkpoint_trains_as_train_does():
@@ -230,9 +263,23 @@ def test_two_ddp_processes_keep_their_parameters_equal(tmp_path):
 
 
 def run_ddp_worker(tmp_path, device: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             str(WORKER), "--out", str(tmp_path), "--device", device],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(WORKER),
+            "--out",
+            str(tmp_path),
+            "--device",
+            device,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     zero, one = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
     for case, iterations in (("ppo", 4), ("tag", 3)):
@@ -261,8 +308,14 @@ def test_the_command_through_lightning_leaves_the_same_run(tmp_path, capsys):
     assert command(capsys, *run, "--out", plain)[0] == 0
     code, out, err = command(capsys, *run, "--out", lightning, "--lightning")
     assert code == 0, err[-3000:]
-    assert sorted(p.name for p in lightning.iterdir()) == ["checkpoint.pt", "config.toml", "learning_curve.png",
-                                                           "lightning.ckpt", "metrics.csv", "tensorboard"]
+    assert sorted(p.name for p in lightning.iterdir()) == [
+        "checkpoint.pt",
+        "config.toml",
+        "learning_curve.png",
+        "lightning.ckpt",
+        "metrics.csv",
+        "tensorboard",
+    ]
     ours, theirs = (checkpoint.load_checkpoint(folder / "checkpoint.pt") for folder in (plain, lightning))
     assert ours["iteration"] == theirs["iteration"] == 4 and theirs["written_by"]["lightning"]
     assert all(torch.equal(value, theirs["model"][key]) for key, value in ours["model"].items())
@@ -277,8 +330,16 @@ def test_the_command_through_lightning_leaves_the_same_run(tmp_path, capsys):
     assert code == 2 and "holds a run already" in err
     assert {p.name: p.stat().st_mtime_ns for p in lightning.iterdir()} == before
     # --resume continues it through Lightning from its checkpoint.pt.
-    code, out, err = command(capsys, "--resume", lightning / "checkpoint.pt", "--set", "total_timesteps=384",
-                             "--device", "cpu", "--lightning")
+    code, out, err = command(
+        capsys,
+        "--resume",
+        lightning / "checkpoint.pt",
+        "--set",
+        "total_timesteps=384",
+        "--device",
+        "cpu",
+        "--lightning",
+    )
     assert code == 0, err[-3000:]
     assert checkpoint.load_checkpoint(lightning / "checkpoint.pt")["iteration"] == 6
     assert torch.load(lightning / "lightning.ckpt", weights_only=False)[CHECKPOINT_KEY]["iteration"] == 6

@@ -19,11 +19,13 @@ SEPARATE = {"taggers": "taggers", "runners": "runners"}
 def config(groups=SEPARATE, policies=None, env_params=SMALL_CONTINUOUS, **run):
     run = {"num_envs": 4, "num_steps": 8, "total_timesteps": 64, **run}
     policies = policies or {name: {"hidden": [16]} for name in set(groups.values())}
-    return multi_agent.MultiAgentConfig.from_dict({"hyperparameters": run, "groups": groups, "policies": policies,
-                                                   "env_params": env_params})
+    return multi_agent.MultiAgentConfig.from_dict(
+        {"hyperparameters": run, "groups": groups, "policies": policies, "env_params": env_params}
+    )
 
 
 # -- mask and bootstrap on a scripted game --------------------------------------------------------
+
 
 class ScriptedEnv:
     """Stands in for ``GpuParallelEnv.step_groups``: one game, groups ``taggers`` (1 agent) and
@@ -38,15 +40,21 @@ class ScriptedEnv:
 
 def scripted_step(rewards, terminated, truncated, active, final_feature=None):
     """One step's outputs from per-agent lists ``[tagger, runner_0, runner_1, runner_2]``."""
+
     def split(values, dtype=torch.float32):
         t = torch.tensor([values], dtype=dtype)
         return {"taggers": t[:, :1], "runners": t[:, 1:]}
 
     ended = final_feature is not None
     final = split(final_feature or [0.0] * 4)
-    infos = {group: {"active": flags, "final_obs": final[group].unsqueeze(-1).repeat(1, 1, 3),
-                     "_final_obs": torch.tensor([ended])}
-             for group, flags in split(active, torch.bool).items()}
+    infos = {
+        group: {
+            "active": flags,
+            "final_obs": final[group].unsqueeze(-1).repeat(1, 1, 3),
+            "_final_obs": torch.tensor([ended]),
+        }
+        for group, flags in split(active, torch.bool).items()
+    }
     obs = {group: torch.zeros(1, n, 3) for group, n in (("taggers", 1), ("runners", 3))}
     return obs, split(rewards), split(terminated, torch.bool), split(truncated, torch.bool), infos
 
@@ -77,11 +85,13 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     slots = {"shared": {"taggers": slice(0, 1), "runners": slice(1, 4)}}
     policy = FeaturePolicy()
     rollout = multi_agent.PolicyRollout.allocate(2, 1, 4, 3, spaces.MultiDiscrete([21, 21]), "cpu", episode_length=2)
-    state = multi_agent.PolicyInputs(obs=torch.zeros(1, 4, 3), active=torch.ones(1, 4, dtype=torch.bool),
-                                     groups=slots["shared"])
+    state = multi_agent.PolicyInputs(
+        obs=torch.zeros(1, 4, 3), active=torch.ones(1, 4, dtype=torch.bool), groups=slots["shared"]
+    )
     stats = {group: EpisodeStats(1, "cpu") for group in ("taggers", "runners")}
-    multi_agent.collect(ScriptedEnv(steps), {"shared": policy.sample}, slots, {"shared": rollout},
-                        {"shared": state}, stats)
+    multi_agent.collect(
+        ScriptedEnv(steps), {"shared": policy.sample}, slots, {"shared": rollout}, {"shared": state}, stats
+    )
 
     assert rollout.weights[:, 0].tolist() == [[1, 1, 1, 1], [1, 0, 1, 1]], "runner_0 counts only before its tag"
     assert rollout.dones[:, 0].tolist() == [[0, 1, 0, 0], [1, 1, 1, 1]]
@@ -98,15 +108,18 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     advantages, returns, old_log_probs = torch.randn(8), torch.randn(8), torch.randn(8)
     weights = torch.tensor([1, 1, 0, 1, 0, 1, 1, 0], dtype=torch.float32)
     garbage = weights == 0
-    for loss_fn, settings in [(multi_agent.masked_ppo_loss, multi_agent.PolicyConfig()),
-                              (multi_agent.masked_a2c_loss, multi_agent.PolicyConfig(algorithm="a2c"))]:
+    for loss_fn, settings in [
+        (multi_agent.masked_ppo_loss, multi_agent.PolicyConfig()),
+        (multi_agent.masked_a2c_loss, multi_agent.PolicyConfig(algorithm="a2c")),
+    ]:
         gradients = []
         for scale in (0.0, 1e3):
             noisy = [x + scale * garbage.view(-1, *[1] * (x.dim() - 1)) for x in (obs, advantages, returns)]
             net.zero_grad()
             if loss_fn is multi_agent.masked_ppo_loss:
-                loss, _ = loss_fn(net, noisy[0], actions, old_log_probs, noisy[1], noisy[2], weights, settings,
-                                  settings.ent_coef)
+                loss, _ = loss_fn(
+                    net, noisy[0], actions, old_log_probs, noisy[1], noisy[2], weights, settings, settings.ent_coef
+                )
             else:
                 _, log_probs, entropy, values = net.action_and_value(noisy[0], actions)
                 loss, _ = loss_fn(log_probs, entropy, values, noisy[1], noisy[2], weights, settings, settings.ent_coef)
@@ -116,14 +129,20 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
 
 
 def test_a_policy_of_one_group_reads_the_envs_buffers():
-    env = multi_agent.GpuParallelEnv("TagContinuous-v0", 2, device="cpu", backend="torch",
-                                     params=multi_agent.game_params("TagContinuous-v0", config()))
+    env = multi_agent.GpuParallelEnv(
+        "TagContinuous-v0",
+        2,
+        device="cpu",
+        backend="torch",
+        params=multi_agent.game_params("TagContinuous-v0", config()),
+    )
     obs, infos = env.reset_groups(seed=0)
     own = multi_agent.PolicyInputs.of({"runners": slice(0, 3)}, obs, infos)
     assert own.obs is obs["runners"] and own.active is infos["runners"]["active"] and not own.groups
     shared = multi_agent.PolicyInputs.of({"taggers": slice(0, 2), "runners": slice(2, 5)}, obs, infos)
-    obs, _, _, _, infos = env.step_groups({group: torch.zeros(2, n, 2, dtype=torch.int64) for group, n in
-                                           (("taggers", 2), ("runners", 3))})
+    obs, _, _, _, infos = env.step_groups(
+        {group: torch.zeros(2, n, 2, dtype=torch.int64) for group, n in (("taggers", 2), ("runners", 3))}
+    )
     assert torch.equal(own.obs, obs["runners"]), "the env's buffers, updated in place by the step"
     shared.refresh(obs, infos)
     assert torch.equal(shared.obs, torch.cat([obs["taggers"], obs["runners"]], dim=1))
@@ -140,11 +159,13 @@ def test_gae_streams_stop_at_each_agents_own_end():
 
 # -- policies ----------------------------------------------------------------------------------------
 
+
 def test_groups_share_a_network_or_get_their_own():
     shared = config(groups={"taggers": "shared", "runners": "shared"})
     assert list(multi_agent.make_policies("TagContinuous-v0", shared)) == ["shared"]
     assert multi_agent.policy_slots("TagContinuous-v0", shared) == {
-        "shared": {"taggers": slice(0, 2), "runners": slice(2, 5)}}
+        "shared": {"taggers": slice(0, 2), "runners": slice(2, 5)}
+    }
     separate = multi_agent.make_policies("TagContinuous-v0", config())
     assert separate["taggers"] is not separate["runners"]
 
@@ -153,8 +174,9 @@ def test_a_policy_that_does_not_train_keeps_its_parameters():
     runners = multi_agent.make_policies("TagContinuous-v0", config())["runners"]  # a custom module, plugged in
     before = {name: p.clone() for name, p in runners.state_dict().items()}
     run = config(policies={"taggers": {"hidden": [16]}, "runners": {"hidden": [16], "train": False}})
-    policies, history = multi_agent.train("TagContinuous-v0", run, backend="torch", models={"runners": runners},
-                                          log=None)
+    policies, history = multi_agent.train(
+        "TagContinuous-v0", run, backend="torch", models={"runners": runners}, log=None
+    )
     assert policies["runners"] is runners
     for name, value in runners.state_dict().items():
         assert torch.equal(value, before[name]), name
@@ -164,29 +186,40 @@ def test_a_policy_that_does_not_train_keeps_its_parameters():
 
 # -- config errors -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, message", [
-    ({"hyperparameters": {"learning_rate": 1e-3}}, "is a policy setting"),
-    ({"policies": {"taggers": {"bogus": 1}, "runners": {}}}, "unknown settings ['bogus'] in [policies.taggers]"),
-    ({"policies": {"taggers": {"algorithm": "a2c", "update_epochs": 2}, "runners": {}}}, "apply to PPO only"),
-    ({"policies": {"taggers": {"algorithm": "trpo"}, "runners": {}}}, 'algorithm must be "ppo" or "a2c"'),
-    ({"policies": {"taggers": {}}}, "add a [policies.runners] table"),
-    ({"policies": {"taggers": {}, "runners": {}, "spare": {}}}, "policy 'spare' serves no group"),
-    ({"policies": {"taggers": {"gamma": 2}, "runners": {}}}, "gamma must be a number in [0, 1]"),
-    ({"extra": {}}, "unknown tables"),
-])
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"hyperparameters": {"learning_rate": 1e-3}}, "is a policy setting"),
+        ({"policies": {"taggers": {"bogus": 1}, "runners": {}}}, "unknown settings ['bogus'] in [policies.taggers]"),
+        ({"policies": {"taggers": {"algorithm": "a2c", "update_epochs": 2}, "runners": {}}}, "apply to PPO only"),
+        ({"policies": {"taggers": {"algorithm": "trpo"}, "runners": {}}}, 'algorithm must be "ppo" or "a2c"'),
+        ({"policies": {"taggers": {}}}, "add a [policies.runners] table"),
+        ({"policies": {"taggers": {}, "runners": {}, "spare": {}}}, "policy 'spare' serves no group"),
+        ({"policies": {"taggers": {"gamma": 2}, "runners": {}}}, "gamma must be a number in [0, 1]"),
+        ({"extra": {}}, "unknown tables"),
+    ],
+)
 def test_bad_configs_name_the_fix(change, message):
-    tables = {"hyperparameters": {"num_envs": 2, "num_steps": 4, "total_timesteps": 8}, "groups": dict(SEPARATE),
-              "policies": {"taggers": {}, "runners": {}}, **change}
+    tables = {
+        "hyperparameters": {"num_envs": 2, "num_steps": 4, "total_timesteps": 8},
+        "groups": dict(SEPARATE),
+        "policies": {"taggers": {}, "runners": {}},
+        **change,
+    }
     with pytest.raises(ValueError) as error:
         multi_agent.MultiAgentConfig.from_dict(tables)
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("groups, env_params, message", [
-    ({"taggers": "taggers"}, {}, "missing ['runners']"),
-    ({**SEPARATE, "chasers": "taggers"}, {}, "unknown ['chasers']"),
-    (SEPARATE, {"num_hunters": 3}, "unknown env_params ['num_hunters']"),
-])
+@pytest.mark.parametrize(
+    "groups, env_params, message",
+    [
+        ({"taggers": "taggers"}, {}, "missing ['runners']"),
+        ({**SEPARATE, "chasers": "taggers"}, {}, "unknown ['chasers']"),
+        (SEPARATE, {"num_hunters": 3}, "unknown env_params ['num_hunters']"),
+    ],
+)
 def test_configs_must_fit_the_game(groups, env_params, message):
     tables = {"groups": groups, "policies": {name: {} for name in set(groups.values())}, "env_params": env_params}
     with pytest.raises(ValueError) as error:
@@ -194,13 +227,16 @@ def test_configs_must_fit_the_game(groups, env_params, message):
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--env", "TagContinuous-v0", "--set", "policies.taggers.bogus=1"], "unknown settings ['bogus']"),
-    (["--env", "TagContinuous-v0", "--set", "learning_rate=1e-3"], "policies.<name>.learning_rate"),
-    (["--env", "TagContinuous-v0", "--set", "taggers.learning_rate=1e-3"], "dotted key into a table"),
-    (["--env", "TagContinuous-v0", "--set", "env_params.num_hunters=3"], "unknown env_params"),
-    (["--env", "CartPole-v1", "--set", "policies.a.gamma=0.9"], "unknown ppo hyper-parameters"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "TagContinuous-v0", "--set", "policies.taggers.bogus=1"], "unknown settings ['bogus']"),
+        (["--env", "TagContinuous-v0", "--set", "learning_rate=1e-3"], "policies.<name>.learning_rate"),
+        (["--env", "TagContinuous-v0", "--set", "taggers.learning_rate=1e-3"], "dotted key into a table"),
+        (["--env", "TagContinuous-v0", "--set", "env_params.num_hunters=3"], "unknown env_params"),
+        (["--env", "CartPole-v1", "--set", "policies.a.gamma=0.9"], "unknown ppo hyper-parameters"),
+    ],
+)
 def test_the_command_reports_bad_multi_agent_settings(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         train.main([*args, "--device", "cpu", "--out", str(tmp_path)])
@@ -214,8 +250,11 @@ def test_multi_agent_tables_need_a_multi_agent_game():
 
 # -- the command -------------------------------------------------------------------------------------
 
-SMALL = {"tag_continuous_a2c.toml": SMALL_CONTINUOUS, "tag_continuous_ppo.toml": SMALL_CONTINUOUS,
-         "tag_gridworld_a2c.toml": {"grid_length": 4, "episode_length": 8}}
+SMALL = {
+    "tag_continuous_a2c.toml": SMALL_CONTINUOUS,
+    "tag_continuous_ppo.toml": SMALL_CONTINUOUS,
+    "tag_gridworld_a2c.toml": {"grid_length": 4, "episode_length": 8},
+}
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -243,16 +282,36 @@ def test_shipped_tag_config_trains_saves_and_evaluates(name, tmp_path, capsys):
 
 # -- learning ----------------------------------------------------------------------------------------
 
+
 def taggers_learning_run(device="cpu", backend="torch", **run_settings) -> list[float]:
     """The taggers' return per log entry: 2 taggers chase 10 slow runners (acting at random,
     untrained) in a 10 x 10 arena for 64,000 env steps."""
-    game = {"num_taggers": 2, "num_runners": 10, "grid_length": 10.0, "episode_length": 50,
-            "num_other_agents_observed": 5, "tagging_distance": 0.05, "skill_level_runner": 0.05}
+    game = {
+        "num_taggers": 2,
+        "num_runners": 10,
+        "grid_length": 10.0,
+        "episode_length": 50,
+        "num_other_agents_observed": 5,
+        "tagging_distance": 0.05,
+        "skill_level_runner": 0.05,
+    }
     settings = {"learning_rate": 3e-3, "anneal_lr": False}
-    run = config(policies={"taggers": settings, "runners": {**settings, "train": False}}, env_params=game,
-                 num_envs=32, num_steps=50, total_timesteps=64_000, seed=0)
-    _, history = multi_agent.train("TagContinuous-v0", dataclasses.replace(run, **run_settings), device=device,
-                                   backend=backend, log_every=2, log=None)
+    run = config(
+        policies={"taggers": settings, "runners": {**settings, "train": False}},
+        env_params=game,
+        num_envs=32,
+        num_steps=50,
+        total_timesteps=64_000,
+        seed=0,
+    )
+    _, history = multi_agent.train(
+        "TagContinuous-v0",
+        dataclasses.replace(run, **run_settings),
+        device=device,
+        backend=backend,
+        log_every=2,
+        log=None,
+    )
     return [entry["mean_return/taggers"] for entry in history]
 
 
@@ -272,16 +331,30 @@ def test_bf16_updates_run_on_the_cpu():
 
 # -- on the GPU ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["pycuda", "numba"])
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
 def test_captured_training_matches_eager(algorithm, backend, cuda_device):
     """Rollouts and updates replayed as CUDA graphs draw the same random numbers and do the same
     arithmetic as eager runs: the histories agree closely (games short enough to end in a rollout)."""
-    run = config(policies={name: {"algorithm": algorithm, "hidden": [16]} for name in ("taggers", "runners")},
-                 num_envs=16, num_steps=8, total_timesteps=16 * 8 * 5)
-    histories = [multi_agent.train("TagContinuous-v0", dataclasses.replace(run, cuda_graph=graphed), device=cuda_device,
-                                   backend=backend, log_every=1, log=None)[1] for graphed in (True, False)]
+    run = config(
+        policies={name: {"algorithm": algorithm, "hidden": [16]} for name in ("taggers", "runners")},
+        num_envs=16,
+        num_steps=8,
+        total_timesteps=16 * 8 * 5,
+    )
+    histories = [
+        multi_agent.train(
+            "TagContinuous-v0",
+            dataclasses.replace(run, cuda_graph=graphed),
+            device=cuda_device,
+            backend=backend,
+            log_every=1,
+            log=None,
+        )[1]
+        for graphed in (True, False)
+    ]
     assert histories[0][-1]["episodes"] > 0
     for graphed, eager in zip(*histories):
         for key in ("mean_return/taggers", "mean_return/runners", "episodes", "taggers/value_loss", "runners/entropy"):

@@ -28,9 +28,17 @@ from gpu_marl_envs.parallel_env import GpuParallelEnv
 from gpu_marl_envs.registration import GAMES as REGISTERED
 
 # Small games where tags, exits, edge hits and the episode's end all happen within a few steps.
-SMALL_CONTINUOUS = TagContinuousParams(num_taggers=2, num_runners=5, grid_length=2.0, episode_length=5,
-                                       num_other_agents_observed=3, tagging_distance=0.2, edge_hit_penalty=-0.5,
-                                       step_penalty_for_tagger=-0.25, step_reward_for_runner=0.125)
+SMALL_CONTINUOUS = TagContinuousParams(
+    num_taggers=2,
+    num_runners=5,
+    grid_length=2.0,
+    episode_length=5,
+    num_other_agents_observed=3,
+    tagging_distance=0.2,
+    edge_hit_penalty=-0.5,
+    step_penalty_for_tagger=-0.25,
+    step_reward_for_runner=0.125,
+)
 SMALL_GRIDWORLD = TagGridworldParams(num_taggers=3, grid_length=2, episode_length=5, random_start=True)
 # CovidEconomy from the published start, ending on day 297 so that crafted states reach it in a few steps.
 SMALL_COVID = dataclasses.replace(CovidEconomyParams(), episode_length=297)
@@ -67,11 +75,14 @@ GAMES = {
     "continuous-partial": Case("TagContinuous-v0", SMALL_CONTINUOUS),
     # The neighbour grid at 7 agents (2 x 2 cells: ring searches across cells, edges, ties in corners).
     "continuous-grid": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, neighbour_search="grid")),
-    "continuous-full-stay": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True,
-                                                                          runner_exits_game_after_tagged=False)),
+    "continuous-full-stay": Case(
+        "TagContinuous-v0",
+        dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True, runner_exits_game_after_tagged=False),
+    ),
     "gridworld-full": Case("TagGridworld-v0", SMALL_GRIDWORLD, exact=True),
-    "gridworld-partial": Case("TagGridworld-v0", dataclasses.replace(SMALL_GRIDWORLD, use_full_observation=False),
-                              exact=True),
+    "gridworld-partial": Case(
+        "TagGridworld-v0", dataclasses.replace(SMALL_GRIDWORLD, use_full_observation=False), exact=True
+    ),
     "covid-special-days": Case("CovidEconomy-v0", SMALL_COVID, num_envs=2, num_steps=5, start=covid_days),
 }
 
@@ -85,8 +96,15 @@ def test_every_registered_game_has_a_case():
 def test_kernels_pass_the_checker(game):
     case = GAMES[game]
     tolerance = {} if case.exact else {"rtol": TWIN_RTOL, "atol": TWIN_ATOL}
-    check_env(case.env_id, case.params, num_envs=case.num_envs, num_steps=case.num_steps, start=case.start,
-              backends=KERNEL_BACKENDS_HERE, **tolerance)
+    check_env(
+        case.env_id,
+        case.params,
+        num_envs=case.num_envs,
+        num_steps=case.num_steps,
+        start=case.start,
+        backends=KERNEL_BACKENDS_HERE,
+        **tolerance,
+    )
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
@@ -99,8 +117,15 @@ def test_kernel_pays_a_tagger_twice_and_counts_exits(backend):
     y = torch.tensor([[1.0, 0.0, 1.0, 1.0, 2.0, 2.0, 2.0], [1.0, 0.0, 1.0, 1.0, 1.1, 2.0, 2.0]])
     in_game = torch.ones(2, 7, dtype=torch.bool)
     in_game[:, 5:] = False
-    state = dict(x=x, y=y, direction=torch.zeros(2, 7), speed=torch.zeros(2, 7), acceleration=torch.zeros(2, 7),
-                 in_game=in_game, t=torch.tensor([3, 3], dtype=torch.int32))
+    state = dict(
+        x=x,
+        y=y,
+        direction=torch.zeros(2, 7),
+        speed=torch.zeros(2, 7),
+        acceleration=torch.zeros(2, 7),
+        in_game=in_game,
+        t=torch.tensor([3, 3], dtype=torch.int32),
+    )
     results = []
     for b in ("torch", backend):
         env = GpuParallelEnv("TagContinuous-v0", 2, device="cpu", backend=b, params=params)

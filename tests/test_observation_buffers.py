@@ -12,13 +12,25 @@ from gpu_marl_envs import GpuParallelEnv, GpuVectorEnv
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]
-SMALL_TAG = TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4, grid_length=2.0,
-                                episode_length=6)
+SMALL_TAG = TagContinuousParams(
+    num_taggers=2, num_runners=3, num_other_agents_observed=4, grid_length=2.0, episode_length=6
+)
 
 
 def vector_pair(backend, device, mode, num_envs=6, **kwargs):
-    return [GpuVectorEnv("CartPole-v1", num_envs, device=device, backend=backend, autoreset_mode=mode,
-                         max_episode_steps=7, observation_buffers=k, **kwargs) for k in (1, 2)]
+    return [
+        GpuVectorEnv(
+            "CartPole-v1",
+            num_envs,
+            device=device,
+            backend=backend,
+            autoreset_mode=mode,
+            max_episode_steps=7,
+            observation_buffers=k,
+            **kwargs,
+        )
+        for k in (1, 2)
+    ]
 
 
 def check_vector(envs, steps: int, device) -> None:
@@ -35,8 +47,9 @@ def check_vector(envs, steps: int, device) -> None:
             torch.testing.assert_close(a, b, rtol=0, atol=0)
         if one.autoreset_mode == AutoresetMode.SAME_STEP:
             ended = outputs[0][4]["_final_obs"]
-            torch.testing.assert_close(outputs[0][4]["final_obs"][ended], outputs[1][4]["final_obs"][ended],
-                                       rtol=0, atol=0)
+            torch.testing.assert_close(
+                outputs[0][4]["final_obs"][ended], outputs[1][4]["final_obs"][ended], rtol=0, atol=0
+            )
         if kept is not None:  # the previous step's observations outlived this step
             torch.testing.assert_close(kept, kept_values, rtol=0, atol=0)
             assert outputs[1][0].data_ptr() != kept.data_ptr()
@@ -53,8 +66,19 @@ def check_vector(envs, steps: int, device) -> None:
 
 
 def parallel_pair(backend, device, mode, num_envs=4, **kwargs):
-    return [GpuParallelEnv("TagContinuous-v0", num_envs, device=device, backend=backend, autoreset_mode=mode,
-                           params=SMALL_TAG, observation_buffers=k, **kwargs) for k in (1, 2)]
+    return [
+        GpuParallelEnv(
+            "TagContinuous-v0",
+            num_envs,
+            device=device,
+            backend=backend,
+            autoreset_mode=mode,
+            params=SMALL_TAG,
+            observation_buffers=k,
+            **kwargs,
+        )
+        for k in (1, 2)
+    ]
 
 
 def check_parallel(envs, steps: int, device) -> None:
@@ -64,12 +88,20 @@ def check_parallel(envs, steps: int, device) -> None:
     generator = torch.Generator().manual_seed(1)
     kept = kept_values = None
     for t in range(steps):
-        actions = {group: torch.stack([torch.randint(int(n), (one.num_envs, len(agents)), generator=generator)
-                                       for n in one.action_space(agents[0]).nvec], dim=-1).to(device)
-                   for group, agents in one.groups.items()}
+        actions = {
+            group: torch.stack(
+                [
+                    torch.randint(int(n), (one.num_envs, len(agents)), generator=generator)
+                    for n in one.action_space(agents[0]).nvec
+                ],
+                dim=-1,
+            ).to(device)
+            for group, agents in one.groups.items()
+        }
         if t % 2:  # the per-agent API advances the buffers too
-            per_agent = {agent: actions[group][:, k] for group, agents in one.groups.items()
-                         for k, agent in enumerate(agents)}
+            per_agent = {
+                agent: actions[group][:, k] for group, agents in one.groups.items() for k, agent in enumerate(agents)
+            }
             outputs = [env.step(per_agent) for env in envs]
             observations = [out[0][one.possible_agents[0]] for out in outputs]
         else:
@@ -120,7 +152,13 @@ def test_observation_buffers_must_be_a_positive_int(count):
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_two_buffers_on_the_gpu(cuda_device, backend, cuda_graph):
-    check_vector(vector_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=1000, cuda_graph=cuda_graph),
-                 steps=30, device=cuda_device)
-    check_parallel(parallel_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=64, cuda_graph=cuda_graph),
-                   steps=14, device=cuda_device)
+    check_vector(
+        vector_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=1000, cuda_graph=cuda_graph),
+        steps=30,
+        device=cuda_device,
+    )
+    check_parallel(
+        parallel_pair(backend, cuda_device, AutoresetMode.SAME_STEP, num_envs=64, cuda_graph=cuda_graph),
+        steps=14,
+        device=cuda_device,
+    )

@@ -31,8 +31,10 @@ def network(device="cpu"):
 
 def batches(device="cpu"):
     generator = torch.Generator().manual_seed(1)
-    return [(torch.randn(8, 5, generator=generator).to(device), torch.randn(8, 3, generator=generator).to(device))
-            for _ in range(STEPS)]
+    return [
+        (torch.randn(8, 5, generator=generator).to(device), torch.randn(8, 3, generator=generator).to(device))
+        for _ in range(STEPS)
+    ]
 
 
 def train_steps(net, optimizer, data, schedule=None):
@@ -66,7 +68,10 @@ def test_steps_are_bitwise_torch_optims(ours, theirs, hyper, tensor_lr):
     lr = (lambda: torch.tensor(0.01)) if tensor_lr else (lambda: 0.01)
     schedule = (lambda i: 0.01 * (1 - i / STEPS)) if tensor_lr else None  # an annealed rate, changed in place
     net_ours, net_theirs = network(), network()
-    optimizer_ours, optimizer_theirs = ours(net_ours.parameters(), lr=lr(), **hyper), theirs(net_theirs.parameters(), lr=lr(), **kw)
+    optimizer_ours, optimizer_theirs = (
+        ours(net_ours.parameters(), lr=lr(), **hyper),
+        theirs(net_theirs.parameters(), lr=lr(), **kw),
+    )
     train_steps(net_ours, optimizer_ours, batches(), schedule)
     train_steps(net_theirs, optimizer_theirs, batches(), schedule)
     assert_same(optimizer_ours, optimizer_theirs, net_ours, net_theirs)
@@ -98,11 +103,11 @@ def test_state_dicts_load_into_torch_optim_and_back(ours, theirs, hyper):
     train_steps(net, optimizer, data[:third])
     twin = theirs(net.parameters(), lr=0.5, **hyper)  # lr and hyperparameters come from the state dict
     twin.load_state_dict(optimizer.state_dict())
-    train_steps(net, twin, data[third:2 * third])
+    train_steps(net, twin, data[third : 2 * third])
     resumed = ours(net.parameters(), lr=0.5)
     resumed.load_state_dict(twin.state_dict())
     assert resumed.param_groups[0]["eps"] == hyper["eps"] and resumed.param_groups[0]["lr"] == 0.01
-    train_steps(net, resumed, data[2 * third:])
+    train_steps(net, resumed, data[2 * third :])
     for (name, a), b in zip(net.named_parameters(), reference.parameters()):
         assert torch.equal(a, b), f"parameter {name} differs after the round trip"
     assert resumed.state_dict()["state"][0]["step"].item() == STEPS
@@ -164,20 +169,23 @@ def test_a_closure_computes_the_gradients_of_its_step_as_in_torch_optim(ours, th
     assert all(torch.equal(a, b) for a, b in zip(results["ours"][1], results["theirs"][1]))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: Adam(p, weight_decay=0.1), "only weight_decay=0.0"),
-    (lambda p: Adam(p, amsgrad=True), "only amsgrad=False"),
-    (lambda p: Adam(p, betas=(0.9, 1.0)), "betas must be"),
-    (lambda p: RMSprop(p, momentum=0.9), "only momentum=0.0"),
-    (lambda p: RMSprop(p, centered=True), "only centered=False"),
-    (lambda p: RMSprop(p, nesterov=True), "no option 'nesterov'"),
-    (lambda p: RMSprop(p, lr=-1.0), "lr must be >= 0"),
-    (lambda p: RMSprop(p, alpha=-0.5), "alpha must be >= 0"),
-    (lambda p: Adam(p, eps=-1e-8), "eps must be >= 0"),
-    (lambda p: Adam(p, lr=torch.tensor([0.1, 0.2])), "a tensor lr must have one element"),
-    (lambda p: Adam([p[0], p[1].double()]), "one device and dtype"),
-    (lambda p: RMSprop([{"params": p}]), "one parameter group"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: Adam(p, weight_decay=0.1), "only weight_decay=0.0"),
+        (lambda p: Adam(p, amsgrad=True), "only amsgrad=False"),
+        (lambda p: Adam(p, betas=(0.9, 1.0)), "betas must be"),
+        (lambda p: RMSprop(p, momentum=0.9), "only momentum=0.0"),
+        (lambda p: RMSprop(p, centered=True), "only centered=False"),
+        (lambda p: RMSprop(p, nesterov=True), "no option 'nesterov'"),
+        (lambda p: RMSprop(p, lr=-1.0), "lr must be >= 0"),
+        (lambda p: RMSprop(p, alpha=-0.5), "alpha must be >= 0"),
+        (lambda p: Adam(p, eps=-1e-8), "eps must be >= 0"),
+        (lambda p: Adam(p, lr=torch.tensor([0.1, 0.2])), "a tensor lr must have one element"),
+        (lambda p: Adam([p[0], p[1].double()]), "one device and dtype"),
+        (lambda p: RMSprop([{"params": p}]), "one parameter group"),
+    ],
+)
 def test_unsupported_options_are_refused(make, message):
     with pytest.raises(ValueError, match=message):
         make(list(network().parameters()))
@@ -218,8 +226,13 @@ def without_dynamo(script: str) -> None:
     failure shows the stack of the first import)."""
     # Run outside the checkout: from its root, ``-c`` would import the source folder
     # ``gpu_marl_envs/`` (which lacks ``baselines``) ahead of an installed, non-editable package.
-    result = subprocess.run([sys.executable, "-c", WATCH + textwrap.dedent(script) + CHECK], capture_output=True,
-                            text=True, timeout=120, cwd=tempfile.gettempdir())
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH + textwrap.dedent(script) + CHECK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tempfile.gettempdir(),
+    )
     assert result.returncode == 0, result.stderr[-6000:]
 
 
@@ -261,8 +274,10 @@ def test_captured_steps_match_torch_optims_capturable(ours, theirs, hyper, cuda_
     annealed rate, against torch.optim's capturable twin captured the same way."""
     data = batches(cuda_device)
     results = []
-    for make in (lambda params, lr: ours(params, lr=lr, **hyper),
-                 lambda params, lr: theirs(params, lr=lr, capturable=True, **hyper)):
+    for make in (
+        lambda params, lr: ours(params, lr=lr, **hyper),
+        lambda params, lr: theirs(params, lr=lr, capturable=True, **hyper),
+    ):
         net = network(cuda_device)
         optimizer = make(net.parameters(), torch.tensor(0.01, device=cuda_device))
         x, y = (torch.empty_like(t) for t in data[0])

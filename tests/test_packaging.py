@@ -26,11 +26,25 @@ except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-SUBPACKAGES = {"gpu_marl_envs.kernels": "kernels", "gpu_marl_envs.adapters": "adapters",
-               "gpu_marl_envs.baselines": "baselines"}
+SUBPACKAGES = {
+    "gpu_marl_envs.kernels": "kernels",
+    "gpu_marl_envs.adapters": "adapters",
+    "gpu_marl_envs.baselines": "baselines",
+}
 # What a build needs from the repository, and what it must not see (other builds, venvs, caches).
-BUILD_IGNORE = shutil.ignore_patterns(".git", ".venv*", ".devwheels", ".whl", ".scratch", ".pytest_cache", "build",
-                                      "dist", "__pycache__", "*.egg-info", "*.pyc")
+BUILD_IGNORE = shutil.ignore_patterns(
+    ".git",
+    ".venv*",
+    ".devwheels",
+    ".whl",
+    ".scratch",
+    ".pytest_cache",
+    "build",
+    "dist",
+    "__pycache__",
+    "*.egg-info",
+    "*.pyc",
+)
 
 
 @pytest.mark.parametrize("module, folder", SUBPACKAGES.items())
@@ -38,8 +52,9 @@ def test_subpackage_resolves_to_the_repository_folder(module, folder):
     imported = importlib.import_module(module)
     location = Path(imported.__file__).resolve().parent
     assert location == REPO / folder, f"{module} imports from {location}, expected the repository's {folder}/"
-    assert Path(str(resources.files(module))).resolve() == REPO / folder, \
+    assert Path(str(resources.files(module))).resolve() == REPO / folder, (
         f"importlib.resources.files({module!r}) is {resources.files(module)}, expected {REPO / folder}"
+    )
 
 
 # The package's own envs and games (the registry may hold others').
@@ -50,8 +65,9 @@ OURS = {env_id: spec for env_id, spec in {**ENVS, **GAMES}.items() if env_id.sta
 def test_every_kernel_is_shipped_as_a_resource(env_id):
     spec = OURS[env_id]
     kernels = resources.files("gpu_marl_envs.kernels")
-    assert spec.kernels.cuda.is_file() and (kernels / spec.kernels.cuda.name).is_file(), \
+    assert spec.kernels.cuda.is_file() and (kernels / spec.kernels.cuda.name).is_file(), (
         f"{env_id}: {spec.kernels.cuda} is not under gpu_marl_envs.kernels ({kernels})"
+    )
     module = importlib.import_module(spec.kernels.numba)
     assert module.__name__.startswith("gpu_marl_envs.kernels."), module.__name__
     functions = ("game_functions",) if spec.is_game else ("reset", "step", "observe")
@@ -77,7 +93,8 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, f"pip wheel failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     wheels = list(out.glob("gpu_marl_envs-*.whl"))
@@ -92,11 +109,13 @@ def test_wheel_contains_kernels_adapters_and_baselines(wheel):
     for pattern in ("*.cu", "*.cuh", "*.py"):
         expected |= {f"gpu_marl_envs/kernels/{path.name}" for path in (REPO / "kernels").glob(pattern)}
     for spec in OURS.values():
-        expected |= {f"gpu_marl_envs/kernels/{spec.kernels.cuda.name}",
-                     spec.kernels.numba.replace(".", "/") + ".py"}
+        expected |= {f"gpu_marl_envs/kernels/{spec.kernels.cuda.name}", spec.kernels.numba.replace(".", "/") + ".py"}
     # And every module of the package itself.
-    expected |= {f"gpu_marl_envs/{path.relative_to(REPO / 'gpu_marl_envs').as_posix()}"
-                 for path in (REPO / "gpu_marl_envs").rglob("*.py") if "__pycache__" not in path.parts}
+    expected |= {
+        f"gpu_marl_envs/{path.relative_to(REPO / 'gpu_marl_envs').as_posix()}"
+        for path in (REPO / "gpu_marl_envs").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
     missing = sorted(expected - names)
     assert not missing, f"{wheel.name} lacks {missing}"
     assert any(n.endswith(".cuh") for n in names) and any(n.endswith("_numba.py") for n in names)
@@ -121,8 +140,12 @@ def test_wheel_finds_its_kernel_sources_when_installed_alone(wheel, tmp_path):
         "assert all(spec.kernels.cuda.read_text() for spec in gpu_marl_envs.GAMES.values())\n"
         "print(sorted(gpu_marl_envs.ENVS))\n"
     )
-    result = subprocess.run([sys.executable, "-S", "-c", script, str(tmp_path), *site_packages],
-                            capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script, str(tmp_path), *site_packages],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, f"the unpacked wheel failed:\n{result.stdout}\n{result.stderr[-3000:]}"
     imported_from = Path(result.stdout.splitlines()[0]).resolve()
     assert imported_from.is_relative_to(tmp_path.resolve()), f"gpu_marl_envs was imported from {imported_from}"

@@ -18,8 +18,9 @@ from gpu_marl_envs.envs import tag_continuous, tag_gridworld
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
-SMALL = tag_continuous.TagContinuousParams(num_taggers=2, num_runners=3, grid_length=2.0, episode_length=4,
-                                           num_other_agents_observed=2, tagging_distance=0.2)
+SMALL = tag_continuous.TagContinuousParams(
+    num_taggers=2, num_runners=3, grid_length=2.0, episode_length=4, num_other_agents_observed=2, tagging_distance=0.2
+)
 ENV_IDS = ["TagContinuous-v0", "TagGridworld-v0"]
 
 
@@ -35,15 +36,22 @@ def crafted_tag_state(num_envs=2):
     x = torch.tensor([[1.0, 0.0, 1.0, 2.0, 2.0]]).repeat(num_envs, 1)
     y = torch.tensor([[1.0, 0.0, 1.0, 2.0, 0.0]]).repeat(num_envs, 1)
     zeros = torch.zeros(num_envs, 5)
-    return dict(x=x, y=y, direction=zeros, speed=zeros, acceleration=zeros,
-                in_game=torch.ones(num_envs, 5, dtype=torch.bool), t=torch.zeros(num_envs, dtype=torch.int32))
+    return dict(
+        x=x,
+        y=y,
+        direction=zeros,
+        speed=zeros,
+        acceleration=zeros,
+        in_game=torch.ones(num_envs, 5, dtype=torch.bool),
+        t=torch.zeros(num_envs, dtype=torch.int32),
+    )
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_agents_groups_and_spaces(env_id):
     env = GpuParallelEnv(env_id, 3, device="cpu")
     p = env.params
-    assert env.possible_agents[:p.num_taggers] == [f"tagger_{i}" for i in range(p.num_taggers)]
+    assert env.possible_agents[: p.num_taggers] == [f"tagger_{i}" for i in range(p.num_taggers)]
     assert env.groups["taggers"] + env.groups["runners"] == env.possible_agents
     assert env.agents == env.possible_agents and env.num_agents == env.max_num_agents == p.num_agents
     obs, infos = env.reset(seed=0)
@@ -69,8 +77,10 @@ def test_agent_and_group_views_step_alike(env_id):
         env.reset(seed=3)
     generator = torch.Generator().manual_seed(0)
     for _ in range(5):
-        by_agent = {a: torch.randint(0, 5, (2, *envs[0].action_space(a).shape), generator=generator)
-                    for a in envs[0].possible_agents}
+        by_agent = {
+            a: torch.randint(0, 5, (2, *envs[0].action_space(a).shape), generator=generator)
+            for a in envs[0].possible_agents
+        }
         by_group = {g: torch.stack([by_agent[a] for a in agents], dim=1) for g, agents in envs[0].groups.items()}
         agent_out = envs[0].step(by_agent)
         group_out = envs[1].step_groups(by_group)
@@ -175,7 +185,9 @@ def test_bad_actions_raise_and_change_nothing():
 
 
 def test_without_validation_out_of_range_actions_are_clamped():
-    envs = [GpuParallelEnv("TagContinuous-v0", 2, device="cpu", params=SMALL, validate_actions=v) for v in (True, False)]
+    envs = [
+        GpuParallelEnv("TagContinuous-v0", 2, device="cpu", params=SMALL, validate_actions=v) for v in (True, False)
+    ]
     for env in envs:
         env.reset(seed=4)
     top = torch.tensor([SMALL.num_acceleration_levels, SMALL.num_turn_levels])
@@ -199,7 +211,7 @@ def test_set_state_validates_and_round_trips():
         ({**state, "t": torch.full_like(state["t"], SMALL.episode_length)}, r"state\['t'\]"),
         ({**state, "t": state["x"][:, 0]}, "must have a torch.int32 value"),
         # int64 2**32 would wrap to 0 in the int32 buffer, a valid step count.
-        ({**state, "t": torch.full(state["t"].shape, 2 ** 32)}, re.escape("state['t'] must lie in [-2147483648, ")),
+        ({**state, "t": torch.full(state["t"].shape, 2**32)}, re.escape("state['t'] must lie in [-2147483648, ")),
     ]
     for value, message in bad:
         with pytest.raises(ValueError, match=message):
@@ -224,15 +236,18 @@ def test_a_game_without_a_renderer_refuses_rgb_array():
         GpuParallelEnv("CovidEconomy-v0", 1, device="cpu", render_mode="rgb_array")
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(env_id="Tag-v9"), ValueError, "unknown multi-agent env"),
-    (dict(num_envs=0), ValueError, "num_envs"),
-    (dict(backend="cupy"), ValueError, "unknown backend"),
-    (dict(render_mode="human"), ValueError, "render_mode"),
-    (dict(render_env_index=5), ValueError, "render_env_index"),
-    (dict(params=tag_gridworld.TagGridworldParams()), TypeError, "TagContinuousParams"),
-    (dict(autoreset_mode="sometimes"), ValueError, "autoreset_mode"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(env_id="Tag-v9"), ValueError, "unknown multi-agent env"),
+        (dict(num_envs=0), ValueError, "num_envs"),
+        (dict(backend="cupy"), ValueError, "unknown backend"),
+        (dict(render_mode="human"), ValueError, "render_mode"),
+        (dict(render_env_index=5), ValueError, "render_env_index"),
+        (dict(params=tag_gridworld.TagGridworldParams()), TypeError, "TagContinuousParams"),
+        (dict(autoreset_mode="sometimes"), ValueError, "autoreset_mode"),
+    ],
+)
 def test_bad_construction(kwargs, error, message):
     arguments = {**dict(env_id="TagContinuous-v0", num_envs=2, device="cpu"), **kwargs}
     with pytest.raises(error, match=message):
@@ -249,9 +264,11 @@ def test_kernels_refuse_games_beyond_shared_memory(backend):
 def test_make_parallel_by_gymnasium_style_id():
     import gpu_marl_envs
 
-    assert gpu_marl_envs.registration.parallel_env_ids()[:3] == ["gpu_marl_envs/TagContinuous-v0",
-                                                             "gpu_marl_envs/TagGridworld-v0",
-                                                             "gpu_marl_envs/CovidEconomy-v0"]
+    assert gpu_marl_envs.registration.parallel_env_ids()[:3] == [
+        "gpu_marl_envs/TagContinuous-v0",
+        "gpu_marl_envs/TagGridworld-v0",
+        "gpu_marl_envs/CovidEconomy-v0",
+    ]
     env = gpu_marl_envs.make_parallel("gpu_marl_envs/TagGridworld-v0", 3, device="cpu")
     assert isinstance(env, GpuParallelEnv) and env.num_envs == 3 and env.definition.id == "TagGridworld-v0"
     with pytest.raises(ValueError, match="unknown multi-agent env 'other/TagGridworld-v0'"):
@@ -260,19 +277,24 @@ def test_make_parallel_by_gymnasium_style_id():
 
 # -- per-agent episode returns -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_episode_returns_sum_each_agents_rewards(env_id, mode):
-    params = SMALL if env_id == "TagContinuous-v0" else tag_gridworld.TagGridworldParams(
-        grid_length=2, episode_length=4, random_start=True)
+    params = (
+        SMALL
+        if env_id == "TagContinuous-v0"
+        else tag_gridworld.TagGridworldParams(grid_length=2, episode_length=4, random_start=True)
+    )
     env = GpuParallelEnv(env_id, 3, device="cpu", params=params, autoreset_mode=mode)
     env.reset(seed=2)
     generator = torch.Generator().manual_seed(1)
     sums = {agent: torch.zeros(3) for agent in env.possible_agents}
     ended_episodes = 0
     for _ in range(3 * params.episode_length):
-        actions = {a: torch.randint(0, 5, (3, *env.action_space(a).shape), generator=generator)
-                   for a in env.possible_agents}
+        actions = {
+            a: torch.randint(0, 5, (3, *env.action_space(a).shape), generator=generator) for a in env.possible_agents
+        }
         _, rewards, _, _, infos = env.step(actions)
         for agent in env.possible_agents:
             ended = infos[agent]["_episode"]
@@ -285,8 +307,9 @@ def test_episode_returns_sum_each_agents_rewards(env_id, mode):
     assert ended_episodes >= 3, "every game ends at least once"
     group_infos = env.step_groups(zero_actions(env))[4]
     for group, agents in env.groups.items():
-        assert torch.equal(group_infos[group]["episode"]["return"],
-                           torch.stack([infos[a]["episode"]["return"] for a in agents], dim=1))
+        assert torch.equal(
+            group_infos[group]["episode"]["return"], torch.stack([infos[a]["episode"]["return"] for a in agents], dim=1)
+        )
     assert set(group_infos["taggers"]["episode"]) == {"return"}, "Tag has no episode metrics"
 
 
@@ -301,6 +324,7 @@ def test_reset_and_set_state_restart_running_returns():
 
 
 # -- a game whose groups differ: observation sizes, action ranges, masks, episode totals ---------
+
 
 @dataclasses.dataclass(frozen=True)
 class ToyParams:
@@ -334,34 +358,50 @@ def _toy_step(p, state, actions):
 def _toy_observe(p, state):
     t = state.t.to(torch.float32)[:, None]
     movers = torch.stack([state.level[:, :-1].to(torch.float32), t.expand(-1, p.num_movers)], dim=2)
-    judge = torch.cat([state.level.sum(1, keepdim=True).to(torch.float32), t, state.total[:, None],
-                       torch.ones_like(t)], dim=1)
+    judge = torch.cat(
+        [state.level.sum(1, keepdim=True).to(torch.float32), t, state.total[:, None], torch.ones_like(t)], dim=1
+    )
     return {"movers": movers, "judges": judge[:, None, :]}
 
 
 def _toy_masks(p, state):
     # Movers may play up to t % 3; the judge anything.
     allowed = torch.arange(3)[None, None, :] <= (state.t % 3)[:, None, None]
-    return {"movers": allowed.expand(-1, p.num_movers, 3),
-            "judges": torch.ones(state.t.shape[0], 1, 5, dtype=torch.bool)}
+    return {
+        "movers": allowed.expand(-1, p.num_movers, 3),
+        "judges": torch.ones(state.t.shape[0], 1, 5, dtype=torch.bool),
+    }
 
 
 TOY = MultiAgentDefinition(
-    id="Toy-v0", params_type=ToyParams, state_type=ToyState, agent_groups=_toy_groups,
-    observation_spaces=lambda p: {"movers": spaces.Box(-np.inf, np.inf, (2,), np.float32),
-                                  "judges": spaces.Box(-np.inf, np.inf, (4,), np.float32)},
+    id="Toy-v0",
+    params_type=ToyParams,
+    state_type=ToyState,
+    agent_groups=_toy_groups,
+    observation_spaces=lambda p: {
+        "movers": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+        "judges": spaces.Box(-np.inf, np.inf, (4,), np.float32),
+    },
     action_spaces=lambda p: {"movers": spaces.Discrete(3), "judges": spaces.Discrete(5)},
-    reset=lambda p, key, n: ToyState(level=torch.zeros(n, p.num_agents, dtype=torch.int32), total=torch.zeros(n),
-                                     t=torch.zeros(n, dtype=torch.int32)),
-    step=_toy_step, observe=_toy_observe, action_masks=_toy_masks, episode_metrics=lambda p: ("total",),
-    episode_totals=lambda p, s: s.total[:, None])
+    reset=lambda p, key, n: ToyState(
+        level=torch.zeros(n, p.num_agents, dtype=torch.int32), total=torch.zeros(n), t=torch.zeros(n, dtype=torch.int32)
+    ),
+    step=_toy_step,
+    observe=_toy_observe,
+    action_masks=_toy_masks,
+    episode_metrics=lambda p: ("total",),
+    episode_totals=lambda p, s: s.total[:, None],
+)
 
 
 @pytest.fixture
 def toy(monkeypatch):
     """Toy-v0 in the registry for one test (a reference only: no kernels)."""
-    monkeypatch.setitem(registration.GAMES, "tests/Toy-v0",
-                        registration.RegisteredEnv("tests/Toy-v0", TOY, registration.KernelSources(None, None)))
+    monkeypatch.setitem(
+        registration.GAMES,
+        "tests/Toy-v0",
+        registration.RegisteredEnv("tests/Toy-v0", TOY, registration.KernelSources(None, None)),
+    )
     return TOY
 
 
@@ -391,8 +431,9 @@ def test_groups_with_their_own_spaces_masks_and_totals(toy, mode):
             assert infos["movers"]["action_mask"][0, 0].tolist() == [True] * (t % 3 + 1) + [False] * (2 - t % 3)
     assert infos["judges"]["_episode"].all() and truncations["judges"].all()
     episode = infos["judges"]["episode"]
-    assert torch.equal(episode["return"], rewards_so_far[:, 3:]) and torch.equal(infos["movers"]["episode"]["return"],
-                                                                                   rewards_so_far[:, :3])
+    assert torch.equal(episode["return"], rewards_so_far[:, 3:]) and torch.equal(
+        infos["movers"]["episode"]["return"], rewards_so_far[:, :3]
+    )
     assert torch.equal(episode["total"], rewards_so_far.sum(1)), "the totals of the state right after the step"
     if mode == AutoresetMode.SAME_STEP:
         assert infos["judges"]["final_obs"][:, 0, 1].tolist() == [3.0, 3.0] and (obs["judges"][:, 0, 1] == 0).all()
@@ -404,13 +445,20 @@ def test_actions_are_checked_against_their_groups_range(toy):
     with pytest.raises(ValueError, match=r"mover_2 in env 1: 3 not in Discrete\(3\)"):
         env.step_groups({"movers": torch.tensor([[0, 0, 0], [0, 0, 3]]), "judges": torch.tensor([[4], [4]])})
     with pytest.raises(ValueError, match=r"judge_0 in env 0: 5 not in Discrete\(5\)"):
-        env.step({"mover_0": torch.zeros(2, dtype=torch.int64), "mover_1": torch.zeros(2, dtype=torch.int64),
-                  "mover_2": torch.zeros(2, dtype=torch.int64), "judge_0": torch.tensor([5, 0])})
+        env.step(
+            {
+                "mover_0": torch.zeros(2, dtype=torch.int64),
+                "mover_1": torch.zeros(2, dtype=torch.int64),
+                "mover_2": torch.zeros(2, dtype=torch.int64),
+                "judge_0": torch.tensor([5, 0]),
+            }
+        )
     unchecked = GpuParallelEnv("Toy-v0", 1, device="cpu", validate_actions=False)
     unchecked.reset(seed=0)
     _, rewards, *_ = unchecked.step_groups({"movers": torch.tensor([[7, -1, 2]]), "judges": torch.tensor([[9]])})
-    assert rewards["movers"].tolist() == [[2.0, 0.0, 2.0]] and rewards["judges"].tolist() == [[-4.0]], \
+    assert rewards["movers"].tolist() == [[2.0, 0.0, 2.0]] and rewards["judges"].tolist() == [[-4.0]], (
         "out-of-range actions are clamped into each group's own range"
+    )
 
 
 def test_set_state_rewrites_masks(toy):

@@ -23,8 +23,9 @@ COVID = "gpu_marl_envs/CovidEconomy-v0"
 # Short cooldown and subsidy interval: both masks open and close within a short episode.
 SMALL_COVID = ce.CovidEconomyParams(episode_length=30, action_cooldown=4, subsidy_interval=7)
 SMALL_PARAMS = {
-    "gpu_marl_envs/TagContinuous-v0": tc.TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=2,
-                                                             episode_length=30, tagging_distance=0.15),
+    "gpu_marl_envs/TagContinuous-v0": tc.TagContinuousParams(
+        num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=30, tagging_distance=0.15
+    ),
     "gpu_marl_envs/TagGridworld-v0": tg.TagGridworldParams(grid_length=4, episode_length=20),
     COVID: SMALL_COVID,
 }
@@ -98,7 +99,7 @@ def test_covid_action_masks_in_the_infos():
             mask = infos[agent]["action_mask"]
             assert mask.dtype == np.int8 and mask.shape == (env.action_space(agent).n,), agent
             # The observation ends with the same mask, as floats.
-            assert np.array_equal(observations[agent][-mask.size:], mask.astype(np.float32)), (t, agent)
+            assert np.array_equal(observations[agent][-mask.size :], mask.astype(np.float32)), (t, agent)
             assert mask[0] == 1, (t, agent)  # "keep" / "no subsidy" is always allowed
         planner_open = t % p.subsidy_interval == 0
         assert (infos["planner_0"]["action_mask"][1:] == planner_open).all(), t
@@ -137,7 +138,9 @@ def test_covid_episode_metrics_in_the_final_infos():
     # Deaths are D_end - D_start summed over states (the accumulator sums each day's increase).
     state = batched.get_state()
     start = ce.initial_state_values(SMALL_COVID)["deaths"].astype(np.float64).sum()
-    assert final["planner_0"]["episode"]["deaths"] == pytest.approx(state["deaths"].double().sum().item() - start, rel=1e-4)
+    assert final["planner_0"]["episode"]["deaths"] == pytest.approx(
+        state["deaths"].double().sum().item() - start, rel=1e-4
+    )
 
 
 def test_masked_actions_are_accepted():
@@ -166,8 +169,14 @@ def test_bad_arguments_and_actions():
     env = pettingzoo.make("parallel", COVID, params=SMALL_COVID)
     first, _ = env.reset(seed=0)
     actions = dict.fromkeys(env.agents, 0)
-    for agent, bad in (("planner_0", 21), ("governor_7", 11), ("governor_7", -1), ("planner_0", 1.0),
-                       ("planner_0", [1]), ("governor_0", None)):
+    for agent, bad in (
+        ("planner_0", 21),
+        ("governor_7", 11),
+        ("governor_7", -1),
+        ("planner_0", 1.0),
+        ("planner_0", [1]),
+        ("governor_0", None),
+    ):
         with pytest.raises(ValueError, match=agent):
             env.step({**actions, agent: bad})
     # Rejected steps changed nothing: the first real step is step 1.

@@ -11,8 +11,12 @@ from PIL import Image
 def history(points: int, step: int = 24_960, groups=()) -> list[dict]:
     entries = []
     for i in range(points):
-        entry = {"env_steps": step * (i + 1), "seconds": 1.0 + i, "mean_return": 23.47 + 11.3 * i + (-1) ** i * 9,
-                 "episodes": 3}
+        entry = {
+            "env_steps": step * (i + 1),
+            "seconds": 1.0 + i,
+            "mean_return": 23.47 + 11.3 * i + (-1) ** i * 9,
+            "episodes": 3,
+        }
         entry.update({f"mean_return/{group}": k + 0.1 * i for k, group in enumerate(groups)})
         entries.append(entry)
     return entries
@@ -22,9 +26,11 @@ def round_ticks(ticks) -> bool:
     """Evenly spaced multiples of a round step: 1, 2, 2.5 or 5 times a power of ten."""
     step = ticks[1] - ticks[0]
     mantissa = step / 10 ** math.floor(math.log10(step))
-    return (any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5))
-            and all(math.isclose(t / step, round(t / step), abs_tol=1e-9) for t in ticks)
-            and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:])))
+    return (
+        any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5))
+        and all(math.isclose(t / step, round(t / step), abs_tol=1e-9) for t in ticks)
+        and all(math.isclose(b - a, step) for a, b in zip(ticks, ticks[1:]))
+    )
 
 
 def test_ticks_are_round_numbers():
@@ -45,9 +51,11 @@ def test_a_smoothed_curve_over_the_faint_raw_one():
     assert list(raw.get_ydata()) == [h["mean_return"] for h in entries]
     assert list(smoothed.get_ydata()) == pytest.approx(plotting.smooth([h["mean_return"] for h in entries]))
     assert raw.get_alpha() < 0.5 and smoothed.get_linewidth() > raw.get_linewidth()
+
     # The average tames the alternating noise of +-9 around the trend.
     def roughness(values):
         return sum(abs(a - 2 * b + c) for a, b, c in zip(values, values[1:], values[2:]))
+
     assert roughness(smoothed.get_ydata()) < 0.5 * roughness(raw.get_ydata())
 
 

@@ -32,7 +32,10 @@ def gae_loop(rewards, values, dones, next_value, gamma, lam):
 
 def test_gae_matches_a_plain_loop():
     g = torch.Generator().manual_seed(0)
-    rewards, values = torch.rand(7, 3, generator=g, dtype=torch.float64), torch.rand(7, 3, generator=g, dtype=torch.float64)
+    rewards, values = (
+        torch.rand(7, 3, generator=g, dtype=torch.float64),
+        torch.rand(7, 3, generator=g, dtype=torch.float64),
+    )
     dones = torch.rand(7, 3, generator=g) < 0.3
     next_value = torch.rand(3, generator=g, dtype=torch.float64)
     advantages, returns = compute_gae(rewards, values, dones, next_value, 0.9, 0.8)
@@ -52,8 +55,10 @@ def test_gae_episode_end_stops_bootstrapping():
 def test_episode_stats_of_whole_rollouts_match_a_plain_loop():
     # Episodes that end inside a rollout, span two rollouts, or span all three; integer rewards keep sums exact.
     generator = torch.Generator().manual_seed(3)
-    rollouts = [(torch.randint(-3, 4, (T, 5), generator=generator).float(), torch.rand(T, 5, generator=generator) < 0.2)
-                for T in (7, 1, 9)]
+    rollouts = [
+        (torch.randint(-3, 4, (T, 5), generator=generator).float(), torch.rand(T, 5, generator=generator) < 0.2)
+        for T in (7, 1, 9)
+    ]
     rollouts[0][1][:, 4] = False  # env 4 finishes its first episode in the last rollout
     stats, ended = EpisodeStats(5, "cpu"), []
     running = [0.0] * 5
@@ -114,11 +119,14 @@ def test_clipped_losses_follow_their_formulas():
     assert stats["clip_fraction"].item() == 1.0
 
 
-@pytest.mark.parametrize("space, shape", [
-    (spaces.Discrete(3), ()),
-    (spaces.MultiDiscrete([4, 5]), (2,)),
-    (spaces.Box(-2.0, 2.0, (2,), dtype=np.float32), (2,)),
-])
+@pytest.mark.parametrize(
+    "space, shape",
+    [
+        (spaces.Discrete(3), ()),
+        (spaces.MultiDiscrete([4, 5]), (2,)),
+        (spaces.Box(-2.0, 2.0, (2,), dtype=np.float32), (2,)),
+    ],
+)
 def test_policy_heads(space, shape):
     agent = ActorCritic(3, space)
     obs = torch.randn(8, 3)
@@ -203,8 +211,17 @@ def test_captured_training_matches_eager(algorithm, backend, cuda_device):
     module = {"ppo": ppo, "a2c": a2c}[algorithm]
     config_type = ppo.PPOConfig if algorithm == "ppo" else a2c.A2CConfig
     config = config_type(num_envs=64, num_steps=16, total_timesteps=64 * 16 * 6)
-    runs = [module.train("CartPole-v1", dataclasses.replace(config, cuda_graph=graphed), device=cuda_device,
-                         backend=backend, log_every=1, log=None)[1] for graphed in (True, False)]
+    runs = [
+        module.train(
+            "CartPole-v1",
+            dataclasses.replace(config, cuda_graph=graphed),
+            device=cuda_device,
+            backend=backend,
+            log_every=1,
+            log=None,
+        )[1]
+        for graphed in (True, False)
+    ]
     for graphed, eager in zip(*runs):
         for key in ("mean_return", "episodes", "value_loss", "entropy"):
             assert graphed[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-4), (key, graphed, eager)

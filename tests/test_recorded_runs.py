@@ -11,23 +11,49 @@ import pytest
 from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo
 
 CASES = {
-    "ppo": (ppo, "CartPole-v1", lambda: ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5,
-                                                      num_minibatches=2, update_epochs=2),
-            (1.3123546811402775, 1235.5252333514763)),
-    "a2c": (a2c, "Acrobot-v1", lambda: a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 6,
-                                                     anneal_lr=True),
-            (-20.024830235139234, 1276.5497703658475)),
-    "ddpg": (ddpg, "Pendulum-v1", lambda: ddpg.DDPGConfig(num_envs=4, total_timesteps=4 * 10, learning_starts=8,
-                                                          batch_size=8, buffer_size=64, hidden=(16, 16)),
-             (9.729655996517977, 88.33593959207064)),
-    "tag": (multi_agent, "TagGridworld-v0", lambda: multi_agent.MultiAgentConfig.from_dict({
-        "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 8 * 5},
-        "groups": {"taggers": "taggers", "runners": "runners"},
-        "policies": {"taggers": {"algorithm": "ppo", "hidden": [16], "num_minibatches": 2, "update_epochs": 2,
-                                 "normalize_observations": True, "ent_coef": [[0, 0.5], [40, 0.05]]},
-                     "runners": {"algorithm": "a2c", "hidden": [16]}},
-        "env_params": {"grid_length": 4, "episode_length": 8}}),
-        (338.5867004170673, 669.5594557034224)),
+    "ppo": (
+        ppo,
+        "CartPole-v1",
+        lambda: ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, num_minibatches=2, update_epochs=2),
+        (1.3123546811402775, 1235.5252333514763),
+    ),
+    "a2c": (
+        a2c,
+        "Acrobot-v1",
+        lambda: a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 6, anneal_lr=True),
+        (-20.024830235139234, 1276.5497703658475),
+    ),
+    "ddpg": (
+        ddpg,
+        "Pendulum-v1",
+        lambda: ddpg.DDPGConfig(
+            num_envs=4, total_timesteps=4 * 10, learning_starts=8, batch_size=8, buffer_size=64, hidden=(16, 16)
+        ),
+        (9.729655996517977, 88.33593959207064),
+    ),
+    "tag": (
+        multi_agent,
+        "TagGridworld-v0",
+        lambda: multi_agent.MultiAgentConfig.from_dict(
+            {
+                "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 8 * 5},
+                "groups": {"taggers": "taggers", "runners": "runners"},
+                "policies": {
+                    "taggers": {
+                        "algorithm": "ppo",
+                        "hidden": [16],
+                        "num_minibatches": 2,
+                        "update_epochs": 2,
+                        "normalize_observations": True,
+                        "ent_coef": [[0, 0.5], [40, 0.05]],
+                    },
+                    "runners": {"algorithm": "a2c", "hidden": [16]},
+                },
+                "env_params": {"grid_length": 4, "episode_length": 8},
+            }
+        ),
+        (338.5867004170673, 669.5594557034224),
+    ),
 }
 
 
@@ -36,7 +62,11 @@ CASES = {
 def test_a_trainer_reproduces_its_recorded_run(case):
     module, env_id, config, (recorded_sum, recorded_abs_sum) = CASES[case]
     trained, _ = module.train(env_id, config(), device="cpu", log_every=2, log=None)
-    tensors = [t.double() for network in (trained.values() if isinstance(trained, dict) else [trained])
-               for t in network.state_dict().values() if t.is_floating_point()]
+    tensors = [
+        t.double()
+        for network in (trained.values() if isinstance(trained, dict) else [trained])
+        for t in network.state_dict().values()
+        if t.is_floating_point()
+    ]
     assert sum(float(t.sum()) for t in tensors) == pytest.approx(recorded_sum, rel=1e-4, abs=1e-3)
     assert sum(float(t.abs().sum()) for t in tensors) == pytest.approx(recorded_abs_sum, rel=1e-5)

@@ -37,7 +37,9 @@ def test_an_env_registered_from_elsewhere_works_everywhere(scratch):
     envs = gymnasium.make_vec(spec.id, num_envs=3, device="cpu")
     assert envs.unwrapped.num_envs == 3 and envs.unwrapped.metadata["render_modes"] == ["rgb_array"]
     assert gymnasium.make(spec.id).reset(seed=0)[0].shape == (4,)
-    with pytest.raises(BackendUnavailableError, match=r"without Numba kernels \(register_env\(\.\.\., numba=\.\.\.\)\)"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"without Numba kernels \(register_env\(\.\.\., numba=\.\.\.\)\)"
+    ):
         gpu_marl_envs.GpuVectorEnv(spec.id, 2, device="cpu", backend="numba")
     # The same name in two namespaces: a bare name is ambiguous, whole ids are not.
     with pytest.raises(ValueError, match="several namespaces"):
@@ -46,8 +48,12 @@ def test_an_env_registered_from_elsewhere_works_everywhere(scratch):
 
 
 def test_a_game_registered_from_elsewhere_works_everywhere(scratch):
-    spec = register_game(TAG_GRIDWORLD, namespace=scratch, cuda=gpu_marl_envs.GAMES[
-        "gpu_marl_envs/TagGridworld-v0"].kernels.cuda, numba="gpu_marl_envs.kernels.tag_gridworld_numba")
+    spec = register_game(
+        TAG_GRIDWORLD,
+        namespace=scratch,
+        cuda=gpu_marl_envs.GAMES["gpu_marl_envs/TagGridworld-v0"].kernels.cuda,
+        numba="gpu_marl_envs.kernels.tag_gridworld_numba",
+    )
     assert registration.is_game(spec.id) and not registration.is_game("gpu_marl_envs/CartPole-v1")
     env = gpu_marl_envs.make_parallel(spec.id, 2, device="cpu")
     assert env.metadata["name"] == "tag_gridworld_v0"
@@ -61,11 +67,13 @@ def test_a_game_registered_from_elsewhere_works_everywhere(scratch):
 
 
 def test_an_unknown_namespace_is_imported_as_a_package(scratch, tmp_path, monkeypatch):
-    (tmp_path / f"{scratch}.py").write_text(textwrap.dedent(f"""
+    (tmp_path / f"{scratch}.py").write_text(
+        textwrap.dedent(f"""
         from gpu_marl_envs.envs.cartpole import CARTPOLE
         from gpu_marl_envs import register_env
         register_env(CARTPOLE, namespace={scratch!r})
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, scratch, raising=False)
     env = gpu_marl_envs.GpuVectorEnv(f"{scratch}/CartPole-v1", 2, device="cpu")
@@ -85,21 +93,38 @@ class NoAgentsParams:
     episode_length: int = 5
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: register_env(TAG_GRIDWORLD, namespace=NAMESPACE), TypeError, "registers with register_game"),
-    (lambda: register_game(CARTPOLE, namespace=NAMESPACE), TypeError, "registers with register_env"),
-    (lambda: register_env(CARTPOLE, namespace="a/b"), ValueError, "your package's name"),
-    (lambda: register_env(dataclasses.replace(CARTPOLE, id="CartPole"), namespace=NAMESPACE), ValueError,
-     "a name and a version, as 'Cover-v0'"),
-    (lambda: register_env(CARTPOLE, namespace=NAMESPACE, cuda="nowhere/cartpole.cu"), ValueError, "not one"),
-    (lambda: register_env(CARTPOLE, namespace=NAMESPACE, numba=torch), TypeError, "dotted name"),
-    (lambda: register_env(dataclasses.replace(CARTPOLE, kernel_params=("gravity",)), namespace=NAMESPACE),
-     ValueError, "must include 'max_episode_steps'"),
-    (lambda: register_game(dataclasses.replace(TAG_GRIDWORLD, params_type=NoAgentsParams), namespace=NAMESPACE),
-     ValueError, "needs an int attribute num_agents"),
-    (lambda: register_game(dataclasses.replace(TAG_GRIDWORLD, agent_groups=lambda p: {"all": range(1, 5)}),
-                           namespace=NAMESPACE), ValueError, "contiguous ranges covering 0 .. num_agents - 1"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: register_env(TAG_GRIDWORLD, namespace=NAMESPACE), TypeError, "registers with register_game"),
+        (lambda: register_game(CARTPOLE, namespace=NAMESPACE), TypeError, "registers with register_env"),
+        (lambda: register_env(CARTPOLE, namespace="a/b"), ValueError, "your package's name"),
+        (
+            lambda: register_env(dataclasses.replace(CARTPOLE, id="CartPole"), namespace=NAMESPACE),
+            ValueError,
+            "a name and a version, as 'Cover-v0'",
+        ),
+        (lambda: register_env(CARTPOLE, namespace=NAMESPACE, cuda="nowhere/cartpole.cu"), ValueError, "not one"),
+        (lambda: register_env(CARTPOLE, namespace=NAMESPACE, numba=torch), TypeError, "dotted name"),
+        (
+            lambda: register_env(dataclasses.replace(CARTPOLE, kernel_params=("gravity",)), namespace=NAMESPACE),
+            ValueError,
+            "must include 'max_episode_steps'",
+        ),
+        (
+            lambda: register_game(dataclasses.replace(TAG_GRIDWORLD, params_type=NoAgentsParams), namespace=NAMESPACE),
+            ValueError,
+            "needs an int attribute num_agents",
+        ),
+        (
+            lambda: register_game(
+                dataclasses.replace(TAG_GRIDWORLD, agent_groups=lambda p: {"all": range(1, 5)}), namespace=NAMESPACE
+            ),
+            ValueError,
+            "contiguous ranges covering 0 .. num_agents - 1",
+        ),
+    ],
+)
 def test_bad_registrations_name_the_fix(scratch, call, error, message):
     with pytest.raises(error, match=message):
         call()
@@ -113,18 +138,26 @@ def test_ids_of_one_kind_are_refused_as_the_other():
         gpu_marl_envs.make_parallel("CartPole-v1", 1, device="cpu")
 
 
-
 def test_gymnasium_lists_every_env_and_game():
     listed = gymnasium.pprint_registry(disable_print=True)
     missing = [key for key in (*gpu_marl_envs.ENVS, *gpu_marl_envs.GAMES) if key not in listed]
     assert not missing, f"gymnasium.pprint_registry() leaves out {missing}"
 
 
-@pytest.mark.parametrize("make", [lambda id: gymnasium.make(id), lambda id: gymnasium.make_vec(id, num_envs=2),
-                                  lambda id: gymnasium.make_vec(id, num_envs=2, vectorization_mode="sync")],
-                         ids=["make", "make_vec", "make_vec_sync"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda id: gymnasium.make(id),
+        lambda id: gymnasium.make_vec(id, num_envs=2),
+        lambda id: gymnasium.make_vec(id, num_envs=2, vectorization_mode="sync"),
+    ],
+    ids=["make", "make_vec", "make_vec_sync"],
+)
 def test_gymnasium_makers_point_a_game_to_its_makers(make):
     game = "gpu_marl_envs/TagContinuous-v0"
-    with pytest.raises(ValueError, match=rf"{game} is a multi-agent game, not a Gymnasium env: make it with "
-                                         rf"gpu_marl_envs\.make_parallel\('{game}', num_envs\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{game} is a multi-agent game, not a Gymnasium env: make it with "
+        rf"gpu_marl_envs\.make_parallel\('{game}', num_envs\)",
+    ):
         make(game)

@@ -75,7 +75,7 @@ def test_continuous_tagger_red_and_out_of_game_runner_not_blue():
     assert _bluish(_pixel(frame, 0.7 * L, 0.3 * L, L, up=2))
     left, top, side = rendering._layout(SIZE)
     cx, cy = left + int(0.7 * side), top + int(0.3 * side)
-    patch = frame[cy - 8:cy + 9, cx - 8:cx + 9].reshape(-1, 3)
+    patch = frame[cy - 8 : cy + 9, cx - 8 : cx + 9].reshape(-1, 3)
     assert not any(_bluish(rgb) for rgb in patch)
     assert not any(_reddish(rgb) for rgb in patch)
 
@@ -104,7 +104,7 @@ def test_the_caption_band_holds_a_colour_legend(game):
     for size, legend_expected in [(384, True), (256, True), (64, False)]:
         frame = render(p, s, size=size)
         _, top, _ = rendering._layout(size)
-        band = frame[:top - 2].reshape(-1, 3)  # above the arena's border
+        band = frame[: top - 2].reshape(-1, 3)  # above the arena's border
         colours = {"red": any(_reddish(rgb) for rgb in band), "blue": any(_bluish(rgb) for rgb in band)}
         assert colours == {"red": legend_expected, "blue": legend_expected}, f"{game} at {size} px: {colours}"
 
@@ -128,8 +128,9 @@ def test_different_states_give_different_frames():
     s0.t[0] = 7  # only the caption changes
     assert not np.array_equal(f0, rendering.render_tag_continuous(p, s0, size=SIZE))
     q, g = _gridworld(num_envs=2, random_start=True)
-    assert not np.array_equal(rendering.render_tag_gridworld(q, g, 0, size=SIZE),
-                              rendering.render_tag_gridworld(q, g, 1, size=SIZE))
+    assert not np.array_equal(
+        rendering.render_tag_gridworld(q, g, 0, size=SIZE), rendering.render_tag_gridworld(q, g, 1, size=SIZE)
+    )
 
 
 def test_render_bad_inputs():
@@ -156,7 +157,7 @@ def _frames(count=5, size=64):
     frames = []
     for k in range(count):
         frame = np.full((size, size, 3), 240, dtype=np.uint8)
-        frame[10:20, 5 + 5 * k:15 + 5 * k] = (200, 30, 30)
+        frame[10:20, 5 + 5 * k : 15 + 5 * k] = (200, 30, 30)
         frames.append(frame)
     return frames
 

@@ -10,11 +10,19 @@ from gpu_marl_envs.baselines.checkpoint import load_optimizer, resumed_iteration
 from gpu_marl_envs.baselines.replay import ReplayBuffer
 
 CASES = {
-    "ppo": (ppo, ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=2),
-            "CartPole-v1"),
+    "ppo": (
+        ppo,
+        ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=2),
+        "CartPole-v1",
+    ),
     "a2c": (a2c, a2c.A2CConfig(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 6, anneal_lr=True), "Acrobot-v1"),
-    "ddpg": (ddpg, ddpg.DDPGConfig(num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8,
-                                   buffer_size=64, hidden=(16, 16)), "Pendulum-v1"),
+    "ddpg": (
+        ddpg,
+        ddpg.DDPGConfig(
+            num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8, buffer_size=64, hidden=(16, 16)
+        ),
+        "Pendulum-v1",
+    ),
 }
 
 
@@ -59,8 +67,9 @@ def test_resume_restores_networks_and_optimizers(name):
     module, config, env_id = CASES[name]
     saved = interrupted_run(module, config, env_id, stop_after=6)[-1]  # the run's last iteration
     resumed = []
-    policy, history = module.train(env_id, config, device="cpu", log_every=1, log=None, resume=saved,
-                                   save=resumed.append)
+    policy, history = module.train(
+        env_id, config, device="cpu", log_every=1, log=None, resume=saved, save=resumed.append
+    )
     assert resumed == [] and history == saved["history"], "a finished run resumes to nothing more"
     for key, value in saved["model"].items():
         assert torch.equal(policy.state_dict()[key], value), f"parameter {key} differs after resume"
@@ -73,8 +82,9 @@ def test_resume_rejects_a_foreign_state():
     with pytest.raises(ValueError, match=r"no training state \(no \['world_size'\]\)"):
         module.train(env_id, config, device="cpu", log=None, resume={"iteration": 1, "history": [], "model": {}})
     with pytest.raises(ValueError, match=r"lacks \['optimizer'\]"):
-        module.train(env_id, config, device="cpu", log=None,
-                     resume={"iteration": 1, "world_size": 1, "history": [], "model": {}})
+        module.train(
+            env_id, config, device="cpu", log=None, resume={"iteration": 1, "world_size": 1, "history": [], "model": {}}
+        )
 
 
 def test_a_state_of_other_ranks_resumes_after_the_same_env_steps():
@@ -104,8 +114,13 @@ def test_optimizer_state_round_trips_with_its_learning_rate_tensor():
 def test_replay_state_round_trip():
     replay = ReplayBuffer(4, 2, 1)
     for value in range(6):  # wraps round: holds 2, 3, 4, 5 with the next write at slot 2
-        replay.add(torch.full((1, 2), float(value)), torch.zeros(1, 1), torch.tensor([value * 1.0]),
-                   torch.zeros(1, 2), torch.tensor([False]))
+        replay.add(
+            torch.full((1, 2), float(value)),
+            torch.zeros(1, 1),
+            torch.tensor([value * 1.0]),
+            torch.zeros(1, 2),
+            torch.tensor([False]),
+        )
     copy = ReplayBuffer(4, 2, 1)
     copy.load_state_dict(replay.state_dict())
     assert (copy.size, copy.position) == (replay.size, replay.position) == (4, 2)

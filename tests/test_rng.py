@@ -44,9 +44,16 @@ def test_numba_twin_is_bit_identical():
     low, high = np.float32(-0.6), np.float32(-0.4)
     out = np.zeros(64, dtype=np.float32)
     _numba_uniform[1, 64](seeds.numpy(), episodes.numpy(), draws.numpy(), low, high, out)
-    expected = torch.stack([
-        rng.uniform(seeds[i:i + 1], episodes[i:i + 1], int(draws[i]), float(low), float(high)) for i in range(64)
-    ]).flatten().numpy()
+    expected = (
+        torch.stack(
+            [
+                rng.uniform(seeds[i : i + 1], episodes[i : i + 1], int(draws[i]), float(low), float(high))
+                for i in range(64)
+            ]
+        )
+        .flatten()
+        .numpy()
+    )
     mismatch = np.flatnonzero(out != expected)
     assert mismatch.size == 0, f"key {mismatch[0]}: numba {out[mismatch[0]]!r}, torch {expected[mismatch[0]]!r}"
 

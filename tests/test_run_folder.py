@@ -75,17 +75,20 @@ def test_overwrite_replaces_the_whole_run_and_nothing_else(tmp_path, capsys):
     assert "seed = 6" in (out / "config.toml").read_text() and (out / "notes.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("case", ["bad setting", "no such device", "unknown env", "ddpg without Box actions",
-                                  "damaged checkpoint"])
+@pytest.mark.parametrize(
+    "case", ["bad setting", "no such device", "unknown env", "ddpg without Box actions", "damaged checkpoint"]
+)
 def test_nothing_is_written_before_the_checks_pass(case, tmp_path, capsys):
     config = tmp_path / "config.toml"
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(b"PK\x03\x04" + bytes(100))
-    args = {"bad setting": [*TINY, "--set", "hidden=[0]"],
-            "no such device": [*TINY, "--device", "cuda:99"],
-            "unknown env": ["--config", config, "--device", "cpu"],
-            "ddpg without Box actions": ["--config", config, "--device", "cpu"],
-            "damaged checkpoint": ["--resume", damaged, "--device", "cpu"]}[case]
+    args = {
+        "bad setting": [*TINY, "--set", "hidden=[0]"],
+        "no such device": [*TINY, "--device", "cuda:99"],
+        "unknown env": ["--config", config, "--device", "cpu"],
+        "ddpg without Box actions": ["--config", config, "--device", "cpu"],
+        "damaged checkpoint": ["--resume", damaged, "--device", "cpu"],
+    }[case]
     env, algorithm = ("Nope-v0", "ppo") if case == "unknown env" else ("CartPole-v1", "ddpg")
     config.write_text(f'env = "{env}"\nalgorithm = "{algorithm}"\n')
     code, _, err = command(capsys, *args, "--out", tmp_path / "run")
@@ -109,19 +112,29 @@ def test_damaged_and_foreign_checkpoints_get_one_line(tmp_path, capsys):
     good = (out / "checkpoint.pt").read_bytes()
     flipped = bytearray(good)
     middle = len(good) // 2
-    flipped[middle:middle + 400] = bytes(b ^ 0xFF for b in flipped[middle:middle + 400])  # the issue's probe
+    flipped[middle : middle + 400] = bytes(b ^ 0xFF for b in flipped[middle : middle + 400])  # the issue's probe
     edited = torch.load(out / "checkpoint.pt", weights_only=True)
     edited["model"]["critic.0.weight"][0, 0] += 1.0  # one weight changed after the digest was taken
-    cases = {"flipped.pt": bytes(flipped), "truncated.pt": good[:len(good) // 2], "empty.pt": b"",
-             "text.pt": b"not a checkpoint"}
+    cases = {
+        "flipped.pt": bytes(flipped),
+        "truncated.pt": good[: len(good) // 2],
+        "empty.pt": b"",
+        "text.pt": b"not a checkpoint",
+    }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
     torch.save(edited, tmp_path / "edited.pt")
     torch.save({"model": {}}, tmp_path / "foreign.pt")
-    messages = {"flipped.pt": "", "truncated.pt": "cannot be read as a checkpoint", "empty.pt": "cannot be read",
-                "text.pt": "cannot be read", "edited.pt": "is damaged: its contents no longer match",
-                "foreign.pt": "is not a checkpoint of gpu-marl-train", "missing.pt": "no checkpoint at",
-                "": "is a folder, not a checkpoint file"}
+    messages = {
+        "flipped.pt": "",
+        "truncated.pt": "cannot be read as a checkpoint",
+        "empty.pt": "cannot be read",
+        "text.pt": "cannot be read",
+        "edited.pt": "is damaged: its contents no longer match",
+        "foreign.pt": "is not a checkpoint of gpu-marl-train",
+        "missing.pt": "no checkpoint at",
+        "": "is a folder, not a checkpoint file",
+    }
     before = files(out)
     for name, message in messages.items():
         for args in (["--evaluate", tmp_path / name], ["--resume", tmp_path / name, "--out", out]):
@@ -135,8 +148,10 @@ def test_a_resume_continues_one_metrics_file(tmp_path, capsys):
     assert command(capsys, *TINY, "--out", out)[0] == 0
     # As if killed after logging entries 3 and 4 but before saving them, in the middle of a write.
     saved = checkpoint.load_checkpoint(out / "checkpoint.pt")
-    checkpoint.save_checkpoint({**{k: v for k, v in saved.items() if k != checkpoint.DIGEST}, "iteration": 2,
-                                "history": saved["history"][:2]}, out / "checkpoint.pt")
+    checkpoint.save_checkpoint(
+        {**{k: v for k, v in saved.items() if k != checkpoint.DIGEST}, "iteration": 2, "history": saved["history"][:2]},
+        out / "checkpoint.pt",
+    )
     (out / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
     assert env_steps(out) == [64, 128, 192, 256]
     # TensorBoard reads a folder's event files in the order of their names, which begin with the

@@ -15,34 +15,40 @@ def cartpole(*overrides: str):
     return run_config.build_config(CARTPOLE, list(overrides), None)[2]
 
 
-@pytest.mark.parametrize("text, value", [("false", False), ("False", False), ("FALSE", False), ("true", True),
-                                         ("True", True)])
+@pytest.mark.parametrize(
+    "text, value", [("false", False), ("False", False), ("FALSE", False), ("true", True), ("True", True)]
+)
 def test_booleans_read_as_booleans_whatever_their_capitals(text, value):
     assert cartpole(f"anneal_lr={text}").anneal_lr is value
     assert cartpole(f"norm_adv={text}").norm_adv is value
 
 
-@pytest.mark.parametrize("override, message", [
-    ("anneal_lr=0", "PPOConfig.anneal_lr must be true or false, got 0"),
-    ("anneal_lr=yes", "PPOConfig.anneal_lr must be true or false, got 'yes'"),
-    ("gamma=2", "PPOConfig.gamma must be a number in [0, 1], got 2"),
-    ("gae_lambda=-0.5", "PPOConfig.gae_lambda must be a number in [0, 1]"),
-    ("gamma=nan", "PPOConfig.gamma must be a number in [0, 1], got nan"),
-    ("hidden=[0]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
-    ("hidden=[]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
-    ("hidden=64", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64]), "
-                  "got 64"),
-    ("hidden=[64.5]", "PPOConfig.hidden must be"),
-    ("seed=1.5", "PPOConfig.seed must be an int in [0, 2**32 - 1], got 1.5"),
-    ("seed=-1", "PPOConfig.seed must be an int in [0, 2**32 - 1], got -1"),
-    ("learning_rate=inf", "PPOConfig.learning_rate must be a finite number > 0, got inf"),
-    ("learning_rate=0", "PPOConfig.learning_rate must be a finite number > 0, got 0"),
-    ("learning_rate=fast", "PPOConfig.learning_rate must be a finite number > 0, got 'fast'"),
-    ("num_envs=0", "PPOConfig.num_envs must be an int >= 1, got 0"),
-    ("num_steps=true", "PPOConfig.num_steps must be an int >= 1, got True"),
-    ("max_grad_norm=0", "PPOConfig.max_grad_norm must be a number > 0 (inf: no clipping), got 0"),
-    ("fused_mlp=yes", 'PPOConfig.fused_mlp must be true, false or "auto", got \'yes\''),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("anneal_lr=0", "PPOConfig.anneal_lr must be true or false, got 0"),
+        ("anneal_lr=yes", "PPOConfig.anneal_lr must be true or false, got 'yes'"),
+        ("gamma=2", "PPOConfig.gamma must be a number in [0, 1], got 2"),
+        ("gae_lambda=-0.5", "PPOConfig.gae_lambda must be a number in [0, 1]"),
+        ("gamma=nan", "PPOConfig.gamma must be a number in [0, 1], got nan"),
+        ("hidden=[0]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
+        ("hidden=[]", "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1"),
+        (
+            "hidden=64",
+            "PPOConfig.hidden must be a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64]), got 64",
+        ),
+        ("hidden=[64.5]", "PPOConfig.hidden must be"),
+        ("seed=1.5", "PPOConfig.seed must be an int in [0, 2**32 - 1], got 1.5"),
+        ("seed=-1", "PPOConfig.seed must be an int in [0, 2**32 - 1], got -1"),
+        ("learning_rate=inf", "PPOConfig.learning_rate must be a finite number > 0, got inf"),
+        ("learning_rate=0", "PPOConfig.learning_rate must be a finite number > 0, got 0"),
+        ("learning_rate=fast", "PPOConfig.learning_rate must be a finite number > 0, got 'fast'"),
+        ("num_envs=0", "PPOConfig.num_envs must be an int >= 1, got 0"),
+        ("num_steps=true", "PPOConfig.num_steps must be an int >= 1, got True"),
+        ("max_grad_norm=0", "PPOConfig.max_grad_norm must be a number > 0 (inf: no clipping), got 0"),
+        ("fused_mlp=yes", "PPOConfig.fused_mlp must be true, false or \"auto\", got 'yes'"),
+    ],
+)
 def test_bad_settings_name_the_field_and_its_range(override, message):
     with pytest.raises(run_config.ConfigError) as error:
         cartpole(override)
@@ -67,8 +73,16 @@ def test_every_config_checks_its_fields():
 
 def test_multi_agent_overrides_are_typed_by_their_table():
     raw = run_config.read_config(env="TagGridworld-v0")
-    _, _, config = run_config.build_config(raw, ["policies.shared.anneal_lr=False", "env_params.grid_length=6",
-                                                 "groups.runners=shared", "policies.shared.hidden=[8]"], None)
+    _, _, config = run_config.build_config(
+        raw,
+        [
+            "policies.shared.anneal_lr=False",
+            "env_params.grid_length=6",
+            "groups.runners=shared",
+            "policies.shared.hidden=[8]",
+        ],
+        None,
+    )
     shared = config.policies["shared"]
     assert shared.anneal_lr is False and shared.hidden == (8,) and config.env_params["grid_length"] == 6
     with pytest.raises(run_config.ConfigError, match=r"\[policies.shared\]: PolicyConfig.gamma must be a number"):

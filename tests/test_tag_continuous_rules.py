@@ -27,9 +27,13 @@ def make_state(x, y, *, direction=0.0, speed=0.0, acceleration=0.0, in_game=True
         return torch.as_tensor(value, dtype=dtype).expand_as(x).clone()
 
     return TagContinuousState(
-        x=x, y=field(y, torch.float32), direction=field(direction, torch.float32),
-        speed=field(speed, torch.float32), acceleration=field(acceleration, torch.float32),
-        in_game=field(in_game, torch.bool), t=torch.as_tensor(t, dtype=torch.int32).expand(x.shape[0]).clone(),
+        x=x,
+        y=field(y, torch.float32),
+        direction=field(direction, torch.float32),
+        speed=field(speed, torch.float32),
+        acceleration=field(acceleration, torch.float32),
+        in_game=field(in_game, torch.bool),
+        t=torch.as_tensor(t, dtype=torch.int32).expand(x.shape[0]).clone(),
     )
 
 
@@ -41,8 +45,9 @@ def check(name, actual, expected, rtol=0.0, atol=0.0):
     """Values equal (or close, given a tolerance); the message names the first env/agent/feature that differs."""
     expected = torch.as_tensor(np.asarray(expected), dtype=actual.dtype)
     expected = expected.expand_as(actual) if expected.dim() == 0 else expected
-    assert actual.shape == expected.shape, \
+    assert actual.shape == expected.shape, (
         f"TagContinuous {name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    )
     if actual.is_floating_point():
         bad = ~torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
     else:
@@ -50,19 +55,30 @@ def check(name, actual, expected, rtol=0.0, atol=0.0):
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
         where = ", ".join(f"{d} {i}" for d, i in zip(DIMS, index))
-        raise AssertionError(f"TagContinuous {name} differs at {where}: expected {expected[index].item()!r}, "
-                             f"got {actual[index].item()!r} ({int(bad.sum())} elements differ)")
+        raise AssertionError(
+            f"TagContinuous {name} differs at {where}: expected {expected[index].item()!r}, "
+            f"got {actual[index].item()!r} ({int(bad.sum())} elements differ)"
+        )
 
 
 # -- tagging ---------------------------------------------------------------------------------------
 
+
 def test_one_tagger_tagging_two_runners_is_paid_twice():
     # Tagging radius 0.02 * 20 = 0.4. Tagger 0 has runners 2 and 3 within it; runner 4 is far;
     # runner 5 is out of the game already (no step reward, no tag).
-    p = TagContinuousParams(num_taggers=2, num_runners=4, num_other_agents_observed=3,
-                            step_penalty_for_tagger=-0.5, step_reward_for_runner=0.25)
-    state = make_state([5.0, 15.0, 5.125, 5.0, 10.0, 5.0], [5.0, 15.0, 5.0, 5.25, 10.0, 5.0],
-                       in_game=[True, True, True, True, True, False])
+    p = TagContinuousParams(
+        num_taggers=2,
+        num_runners=4,
+        num_other_agents_observed=3,
+        step_penalty_for_tagger=-0.5,
+        step_reward_for_runner=0.25,
+    )
+    state = make_state(
+        [5.0, 15.0, 5.125, 5.0, 10.0, 5.0],
+        [5.0, 15.0, 5.0, 5.25, 10.0, 5.0],
+        in_game=[True, True, True, True, True, False],
+    )
     before = make_state(state.x.tolist(), state.y.tolist(), in_game=state.in_game.tolist())
     nxt, rewards, terminated, truncated = tc.step(p, state, no_op(state))
     check("rewards", rewards, [[-0.5 + 20.0, -0.5, 0.25 - 10.0, 0.25 - 10.0, 0.25, 0.0]])
@@ -88,16 +104,18 @@ def test_equidistant_runner_goes_to_the_lowest_tagger_id_and_nearest_wins():
     # Env 0: taggers 1 and 2 are both 0.25 from runner 3 (tagger 0 far): tagger 1 gets it.
     # Env 1: tagger 1 at 0.125 beats tagger 0 at 0.25 despite its higher id.
     p = TagContinuousParams(num_taggers=3, num_runners=1, num_other_agents_observed=3)
-    state = make_state([[1.0, 4.75, 5.25, 5.0], [4.75, 5.125, 15.0, 5.0]],
-                       [[1.0, 5.0, 5.0, 5.0], [5.0, 5.0, 15.0, 5.0]])
+    state = make_state(
+        [[1.0, 4.75, 5.25, 5.0], [4.75, 5.125, 15.0, 5.0]], [[1.0, 5.0, 5.0, 5.0], [5.0, 5.0, 15.0, 5.0]]
+    )
     _, rewards, _, _ = tc.step(p, state, no_op(state))
     check("rewards", rewards, [[0.0, 10.0, 0.0, -10.0], [0.0, 10.0, 0.0, -10.0]])
 
 
 def test_tag_needs_distance_strictly_below_the_radius():
     # Radius 0.0625 * 4 = 0.25 exactly (binary fractions): at 0.25 no tag, just inside it a tag.
-    p = TagContinuousParams(num_taggers=1, num_runners=2, grid_length=4.0, tagging_distance=0.0625,
-                            num_other_agents_observed=2)
+    p = TagContinuousParams(
+        num_taggers=1, num_runners=2, grid_length=4.0, tagging_distance=0.0625, num_other_agents_observed=2
+    )
     state = make_state([1.0, 1.25, 3.0], [1.0, 1.0, 2.0])
     state_inside = make_state([1.0, 1.25, 3.0], [1.0, 1.0, 2.0])
     state_inside.x[0, 1] = float(np.nextafter(F32(1.25), F32(0)))
@@ -108,8 +126,7 @@ def test_tag_needs_distance_strictly_below_the_radius():
 
 def test_runner_exit_and_the_in_game_count():
     p = TagContinuousParams(num_taggers=1, num_runners=3, num_other_agents_observed=3, step_reward_for_runner=0.5)
-    state = make_state([5.0, 5.125, 5.0, 15.0], [5.0, 5.0, 5.125, 15.0],
-                       speed=[0.0, 0.0, 0.0, 0.0], acceleration=0.0)
+    state = make_state([5.0, 5.125, 5.0, 15.0], [5.0, 5.0, 5.125, 15.0], speed=[0.0, 0.0, 0.0, 0.0], acceleration=0.0)
     check("runners_in_game before", tc.runners_in_game(p, state), [3])
     nxt, rewards, _, _ = tc.step(p, state, no_op(state))
     check("rewards", rewards, [[20.0, 0.5 - 10.0, 0.5 - 10.0, 0.5]])
@@ -121,8 +138,9 @@ def test_runner_exit_and_the_in_game_count():
     check("runners_in_game next step", tc.runners_in_game(p, nxt2), [1])
 
     # Without exits the runner stays in the game and is tagged again every step it is in reach.
-    stay = TagContinuousParams(num_taggers=1, num_runners=3, num_other_agents_observed=3,
-                               runner_exits_game_after_tagged=False)
+    stay = TagContinuousParams(
+        num_taggers=1, num_runners=3, num_other_agents_observed=3, runner_exits_game_after_tagged=False
+    )
     nxt, rewards, terminated, _ = tc.step(stay, state, no_op(state))
     check("rewards without exits", rewards, [[20.0, -10.0, -10.0, 0.0]])
     check("in_game without exits", nxt.in_game, [[True, True, True, True]])
@@ -134,9 +152,12 @@ def test_last_runner_tagged_terminates_the_env_not_truncates():
     # Env 0 loses its last runner; env 1's runner is out of reach. Env 2 loses it at t == T:
     # terminated, not truncated, and no end-of-game reward for the runner that left.
     p = TagContinuousParams(num_taggers=1, num_runners=2, num_other_agents_observed=2, episode_length=10)
-    state = make_state([[5.0, 5.125, 9.0], [5.0, 9.0, 1.0], [5.0, 5.125, 9.0]],
-                       [[5.0, 5.0, 9.0], [5.0, 9.0, 1.0], [5.0, 5.0, 9.0]],
-                       in_game=[[True, True, False], [True, True, False], [True, True, False]], t=[3, 3, 9])
+    state = make_state(
+        [[5.0, 5.125, 9.0], [5.0, 9.0, 1.0], [5.0, 5.125, 9.0]],
+        [[5.0, 5.0, 9.0], [5.0, 9.0, 1.0], [5.0, 5.0, 9.0]],
+        in_game=[[True, True, False], [True, True, False], [True, True, False]],
+        t=[3, 3, 9],
+    )
     nxt, rewards, terminated, truncated = tc.step(p, state, no_op(state))
     check("terminated", terminated, [True, False, True])
     check("truncated", truncated, [False, False, False])
@@ -146,6 +167,7 @@ def test_last_runner_tagged_terminates_the_env_not_truncates():
 
 # -- movement ----------------------------------------------------------------------------------------
 
+
 def test_edge_hit_and_clipping_on_each_side():
     # Speed 1 (the maximum) along 0, pi, pi/2, 3 pi/2 from half a unit inside each edge: each leaves
     # the arena by half a unit and is clipped back; agent 4 stands still. Env 1: agent 0 lands exactly
@@ -153,15 +175,21 @@ def test_edge_hit_and_clipping_on_each_side():
     p = TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=3, edge_hit_penalty=-1.0)
     half_pi, pi = F32(math.pi / 2), F32(math.pi)
     direction = [0.0, pi, half_pi, 3 * half_pi, 0.0]
-    state = make_state([[19.5, 0.5, 10.0, 10.0, 5.0], [19.0, 0.5, 10.0, 10.0, 5.0]],
-                       [[10.0, 10.0, 19.5, 0.5, 5.0], [10.0, 10.0, 19.5, 0.5, 5.0]],
-                       direction=direction, speed=[1.0, 1.0, 1.0, 1.0, 0.0])
+    state = make_state(
+        [[19.5, 0.5, 10.0, 10.0, 5.0], [19.0, 0.5, 10.0, 10.0, 5.0]],
+        [[10.0, 10.0, 19.5, 0.5, 5.0], [10.0, 10.0, 19.5, 0.5, 5.0]],
+        direction=direction,
+        speed=[1.0, 1.0, 1.0, 1.0, 0.0],
+    )
     nxt, rewards, _, _ = tc.step(p, state, no_op(state))
     check("rewards", rewards, [[-1.0, -1.0, -1.0, -1.0, 0.0], [0.0, -1.0, -1.0, -1.0, 0.0]])
     check("x", nxt.x, [[20.0, 0.0, 10.0, 10.0, 5.0], [20.0, 0.0, 10.0, 10.0, 5.0]], atol=1e-5)
     check("y", nxt.y, [[10.0, 10.0, 20.0, 0.0, 5.0], [10.0, 10.0, 20.0, 0.0, 5.0]], atol=1e-5)
-    check("clipped coordinates exact", torch.stack([nxt.x[:, 0], nxt.x[:, 1], nxt.y[:, 2], nxt.y[:, 3]], 1),
-          [[20.0, 0.0, 20.0, 0.0]] * 2)
+    check(
+        "clipped coordinates exact",
+        torch.stack([nxt.x[:, 0], nxt.x[:, 1], nxt.y[:, 2], nxt.y[:, 3]], 1),
+        [[20.0, 0.0, 20.0, 0.0]] * 2,
+    )
 
 
 def test_speed_clip_and_acceleration_reset_at_both_bounds():
@@ -173,8 +201,12 @@ def test_speed_clip_and_acceleration_reset_at_both_bounds():
     speed = F32([0.95, 0.45, 0.05, 0.2, 0.2])
     acceleration = F32([0.05, 0.0, -0.02, 0.05, 0.0])
     action = np.array([20, 20, 1, 0, 12])
-    state = make_state([2.0, 6.0, 10.0, 14.0, 18.0], [2.0, 6.0, 10.0, 14.0, 18.0],
-                       speed=speed.tolist(), acceleration=acceleration.tolist())
+    state = make_state(
+        [2.0, 6.0, 10.0, 14.0, 18.0],
+        [2.0, 6.0, 10.0, 14.0, 18.0],
+        speed=speed.tolist(),
+        acceleration=acceleration.tolist(),
+    )
     actions = torch.zeros((1, 5, 2), dtype=torch.int64)
     actions[0, :, 0] = torch.from_numpy(action)
     nxt, _, _, _ = tc.step(p, state, actions)
@@ -215,13 +247,24 @@ def test_level_tables_are_numpy_linspace_rounded_once():
 
 # -- end of the game ---------------------------------------------------------------------------------
 
+
 def test_end_of_game_reward_at_t_equal_T_only_to_runners_in_the_game():
     # Env 0 reaches T: runner 1 still in (paid), runner 2 out since before (nothing), runner 3 tagged
     # now (penalty only). Env 1 is one step short of T: no end reward, not truncated.
-    p = TagContinuousParams(num_taggers=1, num_runners=3, num_other_agents_observed=3, episode_length=20,
-                            end_of_game_reward_for_runner=2.0, step_reward_for_runner=0.25)
-    state = make_state([[1.0, 10.0, 15.0, 1.125]] * 2, [[1.0, 10.0, 15.0, 1.0]] * 2,
-                       in_game=[[True, True, False, True]] * 2, t=[19, 18])
+    p = TagContinuousParams(
+        num_taggers=1,
+        num_runners=3,
+        num_other_agents_observed=3,
+        episode_length=20,
+        end_of_game_reward_for_runner=2.0,
+        step_reward_for_runner=0.25,
+    )
+    state = make_state(
+        [[1.0, 10.0, 15.0, 1.125]] * 2,
+        [[1.0, 10.0, 15.0, 1.0]] * 2,
+        in_game=[[True, True, False, True]] * 2,
+        t=[19, 18],
+    )
     nxt, rewards, terminated, truncated = tc.step(p, state, no_op(state))
     check("rewards", rewards, [[10.0, 0.25 + 2.0, 0.0, 0.25 - 10.0], [10.0, 0.25, 0.0, 0.25 - 10.0]])
     check("terminated", terminated, [False, False])
@@ -231,15 +274,28 @@ def test_end_of_game_reward_at_t_equal_T_only_to_runners_in_the_game():
 
 # -- agents out of the game --------------------------------------------------------------------------
 
+
 def test_agents_out_of_the_game_are_frozen_and_observe_zeros():
     # Runner 2 is out, with a crafted nonzero motion state and active actions: nothing changes, no
     # reward (even with a step reward), and tagger 0 on top of it tags nothing. Tagger 1, set out of
     # the game by hand, is frozen too and does not tag runner 3 beside it.
-    p = TagContinuousParams(num_taggers=2, num_runners=2, num_other_agents_observed=2, step_reward_for_runner=0.5,
-                            step_penalty_for_tagger=-0.5, use_full_observation=False)
-    state = make_state([5.0, 12.0, 5.0, 12.125], [5.0, 12.0, 5.0, 12.0], direction=[0.0, 1.0, 1.0, 0.0],
-                       speed=[0.0, 0.3, 0.3, 0.0], acceleration=[0.0, 0.05, 0.05, 0.0],
-                       in_game=[True, False, False, True], t=4)
+    p = TagContinuousParams(
+        num_taggers=2,
+        num_runners=2,
+        num_other_agents_observed=2,
+        step_reward_for_runner=0.5,
+        step_penalty_for_tagger=-0.5,
+        use_full_observation=False,
+    )
+    state = make_state(
+        [5.0, 12.0, 5.0, 12.125],
+        [5.0, 12.0, 5.0, 12.0],
+        direction=[0.0, 1.0, 1.0, 0.0],
+        speed=[0.0, 0.3, 0.3, 0.0],
+        acceleration=[0.0, 0.05, 0.05, 0.0],
+        in_game=[True, False, False, True],
+        t=4,
+    )
     actions = torch.full((1, 4, 2), 7, dtype=torch.int64)
     actions[0, [0, 3]] = 0
     nxt, rewards, _, _ = tc.step(p, state, actions)
@@ -254,15 +310,25 @@ def test_agents_out_of_the_game_are_frozen_and_observe_zeros():
 
 # -- observations ------------------------------------------------------------------------------------
 
+
 def features(p, state, e, i, j):
     """Agent i's 7 features of agent j in env e, in numpy float32 from the spec's formulas."""
+
     def v(name, k):
         return F32(getattr(state, name)[e, k].item())
+
     pos, spd = F32(math.sqrt(2) * p.grid_length), F32(p.max_speed + 1e-10)
-    return F32([(v("x", j) - v("x", i)) / pos, (v("y", j) - v("y", i)) / pos,
-                (v("speed", j) - v("speed", i)) / spd, (v("acceleration", j) - v("acceleration", i)) / spd,
-                (v("direction", j) - v("direction", i)) / TWO_PI,
-                1.0 if j < p.num_taggers else 0.0, float(state.in_game[e, j])])
+    return F32(
+        [
+            (v("x", j) - v("x", i)) / pos,
+            (v("y", j) - v("y", i)) / pos,
+            (v("speed", j) - v("speed", i)) / spd,
+            (v("acceleration", j) - v("acceleration", i)) / spd,
+            (v("direction", j) - v("direction", i)) / TWO_PI,
+            1.0 if j < p.num_taggers else 0.0,
+            float(state.in_game[e, j]),
+        ]
+    )
 
 
 def test_partial_observation_order_ties_and_zero_padding():
@@ -271,9 +337,15 @@ def test_partial_observation_order_ties_and_zero_padding():
     p = TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=3, episode_length=8)
     assert p.obs_dim == 22
     xs, ys = [10.0, 11.0, 10.0, 10.0, 10.25], [10.0, 10.0, 11.0, 9.5, 10.0]
-    state = make_state([xs, xs], [ys, ys], direction=[0.5, 1.0, 2.0, 3.0, 4.0], speed=[0.1, 0.2, 0.3, 0.4, 0.5],
-                       acceleration=[0.0, -0.05, 0.05, 0.1, 0.0],
-                       in_game=[[True, True, True, True, False], [True, True, True, False, False]], t=2)
+    state = make_state(
+        [xs, xs],
+        [ys, ys],
+        direction=[0.5, 1.0, 2.0, 3.0, 4.0],
+        speed=[0.1, 0.2, 0.3, 0.4, 0.5],
+        acceleration=[0.0, -0.05, 0.05, 0.1, 0.0],
+        in_game=[[True, True, True, True, False], [True, True, True, False, False]],
+        t=2,
+    )
     obs = tc.observe(p, state)
     check("observation shape", torch.tensor(obs.shape), [2, 5, 22])
     expected = np.concatenate([features(p, state, 0, 0, j) for j in (3, 1, 2)] + [[F32(2) / F32(8)]])
@@ -296,14 +368,19 @@ def test_partial_observation_order_ties_and_zero_padding():
 def test_full_observation_layout_and_size():
     # Agent-major: slot m of agent i is the m-th other agent in id order; agent 2 is out of the game
     # (observed with in_game 0, observing zeros).
-    p = TagContinuousParams(num_taggers=1, num_runners=3, use_full_observation=True, num_other_agents_observed=5,
-                            episode_length=4)
+    p = TagContinuousParams(
+        num_taggers=1, num_runners=3, use_full_observation=True, num_other_agents_observed=5, episode_length=4
+    )
     assert p.obs_dim == 7 * 3 + 1
-    state = make_state([[1.0, 2.0, 3.0, 4.5], [9.0, 8.0, 7.0, 6.0]], [[0.5, 6.0, 7.0, 19.0], [1.0, 2.0, 3.0, 4.0]],
-                       direction=[[0.0, 1.5, 3.0, 6.0], [6.2, 0.0, 1.0, 2.0]],
-                       speed=[[0.0, 0.25, 0.5, 1.0], [1.0, 0.0, 0.5, 0.75]],
-                       acceleration=[[0.1, -0.1, 0.0, 0.05], [0.0, 0.0, 0.1, -0.05]],
-                       in_game=[[True, True, False, True], [True, True, True, True]], t=[1, 3])
+    state = make_state(
+        [[1.0, 2.0, 3.0, 4.5], [9.0, 8.0, 7.0, 6.0]],
+        [[0.5, 6.0, 7.0, 19.0], [1.0, 2.0, 3.0, 4.0]],
+        direction=[[0.0, 1.5, 3.0, 6.0], [6.2, 0.0, 1.0, 2.0]],
+        speed=[[0.0, 0.25, 0.5, 1.0], [1.0, 0.0, 0.5, 0.75]],
+        acceleration=[[0.1, -0.1, 0.0, 0.05], [0.0, 0.0, 0.1, -0.05]],
+        in_game=[[True, True, False, True], [True, True, True, True]],
+        t=[1, 3],
+    )
     obs = tc.observe(p, state)
     check("observation shape", torch.tensor(obs.shape), [2, 4, 22])
     for e in range(2):
@@ -317,6 +394,7 @@ def test_full_observation_layout_and_size():
 
 
 # -- reset -------------------------------------------------------------------------------------------
+
 
 def keys(seeds, episodes=0):
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
@@ -368,43 +446,50 @@ def test_reset_determinism_and_replicas():
 
 # -- params ------------------------------------------------------------------------------------------
 
+
 def test_params_defaults_and_derived():
     p = TagContinuousParams()
     assert p.num_agents == 110 and p.obs_dim == 71, f"num_agents {p.num_agents}, obs_dim {p.obs_dim}"
     assert math.isclose(p.tagging_radius, 0.4), f"tagging_radius {p.tagging_radius}"
     assert F32(p.two_pi) == F32(6.2831854820251465) == 2 * F32(math.pi)
     assert TagContinuousParams(use_full_observation=True).obs_dim == 7 * 109 + 1
-    check("agent_type", tc.agent_type(TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4)),
-          [1, 1, 0, 0, 0])
+    check(
+        "agent_type",
+        tc.agent_type(TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4)),
+        [1, 1, 0, 0, 0],
+    )
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(num_taggers=0), "num_taggers"),
-    (dict(num_runners=0), "num_runners"),
-    (dict(episode_length=0), "episode_length"),
-    (dict(num_acceleration_levels=0), "num_acceleration_levels"),
-    (dict(num_turn_levels=0), "num_turn_levels"),
-    (dict(num_other_agents_observed=0), "num_other_agents_observed"),
-    (dict(num_taggers=1, num_runners=2, num_other_agents_observed=3), "num_other_agents_observed"),
-    (dict(num_taggers=2.0), "num_taggers"),
-    (dict(use_full_observation=1), "use_full_observation"),
-    (dict(tag_reward_for_tagger=-1.0), "tag_reward_for_tagger"),
-    (dict(tag_penalty_for_runner=1.0), "tag_penalty_for_runner"),
-    (dict(step_penalty_for_tagger=0.1), "step_penalty_for_tagger"),
-    (dict(step_reward_for_runner=-0.1), "step_reward_for_runner"),
-    (dict(edge_hit_penalty=0.5), "edge_hit_penalty"),
-    (dict(end_of_game_reward_for_runner=-1.0), "end_of_game_reward_for_runner"),
-    (dict(grid_length=0.0), "grid_length"),
-    (dict(grid_length=math.inf), "grid_length"),
-    (dict(max_speed=0.0), "max_speed"),
-    (dict(skill_level_runner=0.0), "skill_level_runner"),
-    (dict(tagging_distance=0.0), "tagging_distance"),
-    (dict(min_acceleration=0.2), "min_acceleration"),
-    (dict(min_turn=3.0), "min_turn"),
-    (dict(max_turn=math.nan), "max_turn"),
-    (dict(neighbour_search="kd-tree"), "neighbour_search"),
-    (dict(neighbour_search=1), "neighbour_search"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(num_taggers=0), "num_taggers"),
+        (dict(num_runners=0), "num_runners"),
+        (dict(episode_length=0), "episode_length"),
+        (dict(num_acceleration_levels=0), "num_acceleration_levels"),
+        (dict(num_turn_levels=0), "num_turn_levels"),
+        (dict(num_other_agents_observed=0), "num_other_agents_observed"),
+        (dict(num_taggers=1, num_runners=2, num_other_agents_observed=3), "num_other_agents_observed"),
+        (dict(num_taggers=2.0), "num_taggers"),
+        (dict(use_full_observation=1), "use_full_observation"),
+        (dict(tag_reward_for_tagger=-1.0), "tag_reward_for_tagger"),
+        (dict(tag_penalty_for_runner=1.0), "tag_penalty_for_runner"),
+        (dict(step_penalty_for_tagger=0.1), "step_penalty_for_tagger"),
+        (dict(step_reward_for_runner=-0.1), "step_reward_for_runner"),
+        (dict(edge_hit_penalty=0.5), "edge_hit_penalty"),
+        (dict(end_of_game_reward_for_runner=-1.0), "end_of_game_reward_for_runner"),
+        (dict(grid_length=0.0), "grid_length"),
+        (dict(grid_length=math.inf), "grid_length"),
+        (dict(max_speed=0.0), "max_speed"),
+        (dict(skill_level_runner=0.0), "skill_level_runner"),
+        (dict(tagging_distance=0.0), "tagging_distance"),
+        (dict(min_acceleration=0.2), "min_acceleration"),
+        (dict(min_turn=3.0), "min_turn"),
+        (dict(max_turn=math.nan), "max_turn"),
+        (dict(neighbour_search="kd-tree"), "neighbour_search"),
+        (dict(neighbour_search=1), "neighbour_search"),
+    ],
+)
 def test_params_reject_invalid_values(overrides, field):
     with pytest.raises(ValueError, match=rf"TagContinuousParams\.{field} must"):
         TagContinuousParams(**overrides)

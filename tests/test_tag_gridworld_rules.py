@@ -17,15 +17,20 @@ STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = range(5)  # the spec's order, restated 
 F32 = np.float32
 P = tg.TagGridworldParams()  # 4 taggers (ids 0..3), runner id 4, L = 100, T = 100
 L, T, RUNNER = P.grid_length, P.episode_length, P.runner_id
-TAG, PENALTY, COST, WALL = (F32(P.tag_reward_for_tagger), F32(P.tag_penalty_for_runner),
-                            F32(P.step_cost_for_tagger), F32(P.wall_hit_penalty))
+TAG, PENALTY, COST, WALL = (
+    F32(P.tag_reward_for_tagger),
+    F32(P.tag_penalty_for_runner),
+    F32(P.step_cost_for_tagger),
+    F32(P.wall_hit_penalty),
+)
 
 
 def state(xs, ys, t=0):
     """A state from per-env lists of x and y cells (one list per env) and one t for all envs."""
     x = torch.tensor(xs, dtype=torch.int32)
-    return tg.TagGridworldState(x=x, y=torch.tensor(ys, dtype=torch.int32),
-                                t=torch.full((x.shape[0],), t, dtype=torch.int32))
+    return tg.TagGridworldState(
+        x=x, y=torch.tensor(ys, dtype=torch.int32), t=torch.full((x.shape[0],), t, dtype=torch.int32)
+    )
 
 
 def actions(rows):
@@ -39,8 +44,10 @@ def assert_equal(got, expected, what):
     differ = (got != expected).nonzero()
     if differ.numel():
         index = tuple(differ[0].tolist())
-        raise AssertionError(f"{what}{list(index)}: got {got[index].item()!r}, expected {expected[index].item()!r} "
-                             f"({differ.shape[0]} elements differ)")
+        raise AssertionError(
+            f"{what}{list(index)}: got {got[index].item()!r}, expected {expected[index].item()!r} "
+            f"({differ.shape[0]} elements differ)"
+        )
 
 
 # Agents far from each other and from the walls: taggers on a diagonal, the runner apart.
@@ -50,8 +57,10 @@ FREE_Y = [[10, 20, 30, 40, 90]]
 
 # ---- moves -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("action, dx, dy", [(STAY, 0, 0), (PLUS_X, 1, 0), (MINUS_X, -1, 0),
-                                            (PLUS_Y, 0, 1), (MINUS_Y, 0, -1)])
+
+@pytest.mark.parametrize(
+    "action, dx, dy", [(STAY, 0, 0), (PLUS_X, 1, 0), (MINUS_X, -1, 0), (PLUS_Y, 0, 1), (MINUS_Y, 0, -1)]
+)
 def test_each_action_moves_one_cell(action, dx, dy):
     s = state(FREE_X, FREE_Y)
     nxt, rewards, terminated, truncated = tg.step(P, s, actions([[action] * 5]))
@@ -71,9 +80,16 @@ def test_step_does_not_modify_its_input():
 
 # ---- walls -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("side, x0, y0, action", [
-    ("x = 0", 0, 50, MINUS_X), ("x = L", L, 50, PLUS_X), ("y = 0", 50, 0, MINUS_Y), ("y = L", 50, L, PLUS_Y),
-])
+
+@pytest.mark.parametrize(
+    "side, x0, y0, action",
+    [
+        ("x = 0", 0, 50, MINUS_X),
+        ("x = L", L, 50, PLUS_X),
+        ("y = 0", 50, 0, MINUS_Y),
+        ("y = L", 50, L, PLUS_Y),
+    ],
+)
 def test_move_into_a_wall_is_clipped_and_penalised_once(side, x0, y0, action):
     # Tagger 0 walks into the wall; the others stay away from walls and from the runner.
     s = state([[x0, 20, 30, 40, 70]], [[y0, 20, 30, 40, 90]])
@@ -83,8 +99,10 @@ def test_move_into_a_wall_is_clipped_and_penalised_once(side, x0, y0, action):
     assert_equal(rewards, [[-COST - WALL, -COST, -COST, -COST, COST]], f"rewards after hitting wall {side}")
 
 
-@pytest.mark.parametrize("x0, y0, action", [(0, 50, PLUS_Y), (L, 50, MINUS_Y), (50, 0, PLUS_X), (50, L, MINUS_X),
-                                            (0, 0, PLUS_X), (L, L, MINUS_Y)])
+@pytest.mark.parametrize(
+    "x0, y0, action",
+    [(0, 50, PLUS_Y), (L, 50, MINUS_Y), (50, 0, PLUS_X), (50, L, MINUS_X), (0, 0, PLUS_X), (L, L, MINUS_Y)],
+)
 def test_moves_along_or_away_from_a_wall_are_free(x0, y0, action):
     s = state([[x0, 20, 30, 40, 70]], [[y0, 20, 30, 40, 90]])
     _, rewards, _, _ = tg.step(P, s, actions([[action, STAY, STAY, STAY, STAY]]))
@@ -109,6 +127,7 @@ def test_clipped_on_two_axes_pays_the_penalty_once():
 
 
 # ---- tags ------------------------------------------------------------------------------------------
+
 
 def test_tag_by_one_tagger_rewards_every_tagger_once():
     # Tagger 2 steps onto the runner's cell; the others are far away.
@@ -159,8 +178,13 @@ def test_no_tag_costs_taggers_and_pays_the_runner():
 
 
 def test_rewards_follow_changed_params():
-    p = tg.TagGridworldParams(num_taggers=1, tag_reward_for_tagger=3.0, tag_penalty_for_runner=2.0,
-                              step_cost_for_tagger=0.5, wall_hit_penalty=0.25)
+    p = tg.TagGridworldParams(
+        num_taggers=1,
+        tag_reward_for_tagger=3.0,
+        tag_penalty_for_runner=2.0,
+        step_cost_for_tagger=0.5,
+        wall_hit_penalty=0.25,
+    )
     s = state([[0, 5], [4, 5]], [[0, 5], [5, 5]])  # env 0: no tag, tagger hits a wall; env 1: tag
     _, rewards, terminated, _ = tg.step(p, s, actions([[MINUS_X, STAY], [PLUS_X, STAY]]))
     assert_equal(rewards, [[F32(-0.5) - F32(0.25), 0.5], [3.0, -2.0]], "rewards with non-default params")
@@ -168,6 +192,7 @@ def test_rewards_follow_changed_params():
 
 
 # ---- episode end -----------------------------------------------------------------------------------
+
 
 def test_truncated_at_T_without_a_tag_and_not_before():
     s = state(FREE_X * 2, FREE_Y * 2)
@@ -198,6 +223,7 @@ def test_envs_of_a_batch_are_independent():
 
 # ---- observations ----------------------------------------------------------------------------------
 
+
 def test_full_observation_layout_and_values():
     p = tg.TagGridworldParams(num_taggers=2, grid_length=8, episode_length=16)  # N = 3
     s = state([[1, 2, 8]], [[4, 0, 6]], t=4)
@@ -220,23 +246,31 @@ def test_partial_observation_layout_and_values():
     s = state([[0, 7, 2, 5]], [[5, 7, 5, 5]], t=3)
     obs = tg.observe(p, s)
     assert p.obs_dim == 6, f"obs_dim {p.obs_dim}, expected 6"
-    cells = np.array([[
-        [0, 5, 5, 5],  # taggers: own x, y; the runner's x, y
-        [7, 7, 5, 5],
-        [2, 5, 5, 5],
-        [5, 5, 7, 7],  # runner: own x, y; its nearest tagger's (1) x, y
-    ]], dtype=np.float32) / F32(10)
+    cells = np.array(
+        [
+            [
+                [0, 5, 5, 5],  # taggers: own x, y; the runner's x, y
+                [7, 7, 5, 5],
+                [2, 5, 5, 5],
+                [5, 5, 7, 7],  # runner: own x, y; its nearest tagger's (1) x, y
+            ]
+        ],
+        dtype=np.float32,
+    ) / F32(10)
     types = np.array([[[0], [0], [0], [1]]], dtype=np.float32)
     time = np.full((1, 4, 1), F32(3) / F32(20))
     assert_equal(obs, np.concatenate([cells, types, time], axis=2), "partial observation [env, agent, feature]")
 
 
-@pytest.mark.parametrize("xs, ys, nearest, why", [
-    ([3, 5, 0], [3, 0, 0], 0, "Euclidean: 18 < 25 (Manhattan would pick tagger 1: 6 > 5)"),
-    ([4, 5, 0], [4, 0, 0], 1, "Euclidean: 25 < 32 (Chebyshev would pick tagger 0: 4 < 5)"),
-    ([3, 0, 0], [0, 3, 0], 0, "tie at distance 3: lowest id"),
-    ([2, 2, 0], [2, 2, 0], 0, "two taggers on one cell: lowest id"),
-])
+@pytest.mark.parametrize(
+    "xs, ys, nearest, why",
+    [
+        ([3, 5, 0], [3, 0, 0], 0, "Euclidean: 18 < 25 (Manhattan would pick tagger 1: 6 > 5)"),
+        ([4, 5, 0], [4, 0, 0], 1, "Euclidean: 25 < 32 (Chebyshev would pick tagger 0: 4 < 5)"),
+        ([3, 0, 0], [0, 3, 0], 0, "tie at distance 3: lowest id"),
+        ([2, 2, 0], [2, 2, 0], 0, "two taggers on one cell: lowest id"),
+    ],
+)
 def test_partial_target_of_the_runner_is_its_nearest_tagger(xs, ys, nearest, why):
     p = tg.TagGridworldParams(num_taggers=2, grid_length=8, use_full_observation=False)
     obs = tg.observe(p, state([xs], [ys]))
@@ -251,6 +285,7 @@ def test_partial_targets_differ_per_env():
 
 
 # ---- reset -----------------------------------------------------------------------------------------
+
 
 def _keys(seeds, episode=0):
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
@@ -303,42 +338,56 @@ def test_random_start_is_deterministic_per_key_and_differs_across_keys():
 
 # ---- params ----------------------------------------------------------------------------------------
 
+
 def test_default_params_are_the_published_configuration():
-    expected = dict(num_taggers=4, grid_length=100, episode_length=100, wall_hit_penalty=0.1,
-                    tag_reward_for_tagger=10.0, tag_penalty_for_runner=5.0, step_cost_for_tagger=0.01,
-                    use_full_observation=True, random_start=False)
+    expected = dict(
+        num_taggers=4,
+        grid_length=100,
+        episode_length=100,
+        wall_hit_penalty=0.1,
+        tag_reward_for_tagger=10.0,
+        tag_penalty_for_runner=5.0,
+        step_cost_for_tagger=0.01,
+        use_full_observation=True,
+        random_start=False,
+    )
     got = dataclasses.asdict(P)
     for name, value in expected.items():
         assert got[name] == value, f"default {name}: {got[name]!r}, expected {value!r}"
-    assert (P.num_agents, P.runner_id, P.obs_dim) == (5, 4, 21), \
+    assert (P.num_agents, P.runner_id, P.obs_dim) == (5, 4, 21), (
         f"num_agents, runner_id, obs_dim = {(P.num_agents, P.runner_id, P.obs_dim)}, expected (5, 4, 21)"
+    )
     groups = tg.agent_groups(P)
     assert groups == {"taggers": range(0, 4), "runners": range(4, 5)}, f"agent_groups {groups}"
 
 
-@pytest.mark.parametrize("field, value, rule", [
-    ("num_taggers", 0, ">= 1"),
-    ("num_taggers", 2.0, "integer"),
-    ("grid_length", 0, ">= 1"),
-    ("grid_length", 10.5, "integer"),
-    ("grid_length", True, "integer"),
-    ("grid_length", 2**24, "<= 16777215"),
-    ("episode_length", 0, ">= 1"),
-    ("episode_length", "100", "integer"),
-    ("wall_hit_penalty", -0.1, ">= 0"),
-    ("tag_reward_for_tagger", float("nan"), ">= 0"),
-    ("tag_penalty_for_runner", -5.0, ">= 0"),
-    ("step_cost_for_tagger", float("inf"), "finite"),
-    ("step_cost_for_tagger", None, "number"),
-    ("use_full_observation", 1, "bool"),
-    ("random_start", "yes", "bool"),
-])
+@pytest.mark.parametrize(
+    "field, value, rule",
+    [
+        ("num_taggers", 0, ">= 1"),
+        ("num_taggers", 2.0, "integer"),
+        ("grid_length", 0, ">= 1"),
+        ("grid_length", 10.5, "integer"),
+        ("grid_length", True, "integer"),
+        ("grid_length", 2**24, "<= 16777215"),
+        ("episode_length", 0, ">= 1"),
+        ("episode_length", "100", "integer"),
+        ("wall_hit_penalty", -0.1, ">= 0"),
+        ("tag_reward_for_tagger", float("nan"), ">= 0"),
+        ("tag_penalty_for_runner", -5.0, ">= 0"),
+        ("step_cost_for_tagger", float("inf"), "finite"),
+        ("step_cost_for_tagger", None, "number"),
+        ("use_full_observation", 1, "bool"),
+        ("random_start", "yes", "bool"),
+    ],
+)
 def test_invalid_params_are_rejected_naming_field_and_rule(field, value, rule):
     with pytest.raises(ValueError) as error:
         tg.TagGridworldParams(**{field: value})
     message = str(error.value)
-    assert f"TagGridworldParams.{field}" in message and rule in message, \
+    assert f"TagGridworldParams.{field}" in message and rule in message, (
         f"error for {field}={value!r} should name the field and '{rule}': {message!r}"
+    )
 
 
 def test_spaces():

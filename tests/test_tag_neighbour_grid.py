@@ -23,8 +23,9 @@ from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
 # 300 agents (256 threads a block here): 12 taggers, so that the tag phase uses the grid too.
-PARAMS = TagContinuousParams(num_taggers=12, num_runners=288, grid_length=20.0, episode_length=50,
-                             tagging_distance=0.05)
+PARAMS = TagContinuousParams(
+    num_taggers=12, num_runners=288, grid_length=20.0, episode_length=50, tagging_distance=0.05
+)
 
 
 def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams, dict]:
@@ -45,11 +46,11 @@ def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams,
         y = torch.where(side == 2, 0.0, torch.where(side == 3, p.grid_length, y))
     elif kind == "out_of_game":
         in_game = torch.rand(n, generator=generator) < 0.5
-        in_game[:p.num_taggers] = True
+        in_game[: p.num_taggers] = True
     elif kind == "fewer_than_k":
         # Five runners left: every agent's list holds the others in the game, then empty slots.
-        in_game[p.num_taggers:] = False
-        in_game[p.num_taggers:p.num_taggers + 5] = True
+        in_game[p.num_taggers :] = False
+        in_game[p.num_taggers : p.num_taggers + 5] = True
     elif kind == "tags_across_cells":
         # Taggers 0-9 on cell corners, each with a runner across the boundary just inside (odd k)
         # or just outside (even k) the tagging radius (0.05 * 20 = 1); taggers 10 and 11 0.5 either
@@ -60,8 +61,15 @@ def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams,
             x[p.num_taggers + k], y[p.num_taggers + k] = x[k] - (0.9999 if k % 2 else 1.0001), y[k]
         x[10], x[11], x[p.num_taggers + 10] = 15.0, 16.0, 15.5
         y[10], y[11], y[p.num_taggers + 10] = 17.0, 17.0, 17.0
-    state = dict(x=x, y=y, direction=torch.zeros(n), speed=torch.zeros(n), acceleration=torch.zeros(n),
-                 in_game=in_game, t=torch.tensor(3, dtype=torch.int32))
+    state = dict(
+        x=x,
+        y=y,
+        direction=torch.zeros(n),
+        speed=torch.zeros(n),
+        acceleration=torch.zeros(n),
+        in_game=in_game,
+        t=torch.tensor(3, dtype=torch.int32),
+    )
     return p, {name: value[None] for name, value in state.items()}
 
 
@@ -82,7 +90,8 @@ KINDS = ["sparse", "crowded", "edges", "out_of_game", "fewer_than_k", "tags_acro
 def test_grid_and_scan_match_the_reference_exactly(kind, backend):
     p, state = crafted(kind, torch.Generator().manual_seed(KINDS.index(kind)))
     assert tc.search_grid_cells(dataclasses.replace(p, neighbour_search="grid")) > 2 and tc.grid_tags(
-        dataclasses.replace(p, neighbour_search="grid")), "the grid and its tag phase must be in use"
+        dataclasses.replace(p, neighbour_search="grid")
+    ), "the grid and its tag phase must be in use"
     expected = step_still(p, state, "torch")
     for search in ("grid", "scan"):
         actual = step_still(dataclasses.replace(p, neighbour_search=search), state, backend)
@@ -108,4 +117,6 @@ def test_auto_rule_picks_the_grid_for_large_games_only():
 def test_a_game_beyond_the_shared_memory_limit_is_refused_naming_it(backend):
     # On the CPU the simulator takes the 48 KiB any GPU gives a block; 5000 agents need more.
     with pytest.raises(ValueError, match=r"5000 agents per env need \d+ bytes of shared memory .* limit of 49152"):
-        GpuParallelEnv("TagContinuous-v0", 1, device="cpu", backend=backend, params=TagContinuousParams(num_runners=4990))
+        GpuParallelEnv(
+            "TagContinuous-v0", 1, device="cpu", backend=backend, params=TagContinuousParams(num_runners=4990)
+        )

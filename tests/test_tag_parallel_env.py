@@ -13,17 +13,30 @@ from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs import tag_gridworld as tg
 from gpu_marl_envs.tag_parallel_env import TagParallelEnv
 
-SMALL_CONTINUOUS = tc.TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=2,
-                                          episode_length=30, tagging_distance=0.15)
+SMALL_CONTINUOUS = tc.TagContinuousParams(
+    num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=30, tagging_distance=0.15
+)
 SMALL_GRIDWORLD = tg.TagGridworldParams(grid_length=4, episode_length=20)
 CONFIGS = {
     "continuous-small": ("continuous", SMALL_CONTINUOUS),
-    "continuous-full-obs": ("continuous", tc.TagContinuousParams(
-        num_taggers=2, num_runners=2, episode_length=25, use_full_observation=True, skill_level_tagger=1.5,
-        max_acceleration=0.8, min_acceleration=-0.8, tagging_distance=0.1)),
+    "continuous-full-obs": (
+        "continuous",
+        tc.TagContinuousParams(
+            num_taggers=2,
+            num_runners=2,
+            episode_length=25,
+            use_full_observation=True,
+            skill_level_tagger=1.5,
+            max_acceleration=0.8,
+            min_acceleration=-0.8,
+            tagging_distance=0.1,
+        ),
+    ),
     "gridworld-small": ("gridworld", SMALL_GRIDWORLD),
-    "gridworld-partial-random": ("gridworld", tg.TagGridworldParams(
-        grid_length=4, episode_length=20, use_full_observation=False, random_start=True)),
+    "gridworld-partial-random": (
+        "gridworld",
+        tg.TagGridworldParams(grid_length=4, episode_length=20, use_full_observation=False, random_start=True),
+    ),
     "gridworld-default": ("gridworld", None),
 }
 
@@ -101,7 +114,8 @@ def test_random_play_tags_runners_in_the_small_config():
         while env.agents:
             before = list(env.agents)
             _, rewards, terminations, truncations, _ = env.step(
-                {agent: env.action_space(agent).sample() for agent in env.agents})
+                {agent: env.action_space(agent).sample() for agent in env.agents}
+            )
             if env.agents:
                 left = [a for a in before if a not in env.agents]
                 assert left == [a for a in before if terminations[a]], left
@@ -117,10 +131,14 @@ def test_continuous_bounds_hold_at_the_extremes():
     below_2pi = float(np.nextafter(big, np.float32(0)))
     below_top = float(np.nextafter(top, np.float32(0)))
     state = tc.TagContinuousState(
-        x=torch.tensor([[0.0, p.grid_length]]), y=torch.tensor([[0.0, p.grid_length]]),
-        direction=torch.tensor([[0.0, below_2pi]]), speed=torch.tensor([[float(top), 0.0]]),
+        x=torch.tensor([[0.0, p.grid_length]]),
+        y=torch.tensor([[0.0, p.grid_length]]),
+        direction=torch.tensor([[0.0, below_2pi]]),
+        speed=torch.tensor([[float(top), 0.0]]),
         acceleration=torch.tensor([[below_top, -float(np.nextafter(np.float32(p.max_speed_runner), 0))]]),
-        in_game=torch.tensor([[True, True]]), t=torch.tensor([p.episode_length], dtype=torch.int32))
+        in_game=torch.tensor([[True, True]]),
+        t=torch.tensor([p.episode_length], dtype=torch.int32),
+    )
     obs = tc.observe(p, state)[0].numpy()
     space = TagParallelEnv("continuous", p).observation_space("tagger_0")
     assert space.low[2] == pytest.approx(-2.0, rel=2e-5) and space.high[3] == pytest.approx(4.0, rel=2e-5)
@@ -189,11 +207,18 @@ def test_gridworld_tag_terminates_everyone():
     assert np.array_equal(obs["runner_0"], expected), obs["runner_0"]
 
 
-@pytest.mark.parametrize("game, params", [
-    ("gridworld", SMALL_GRIDWORLD),
-    ("continuous", tc.TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=2,
-                                          episode_length=30, tagging_distance=1e-6)),
-])
+@pytest.mark.parametrize(
+    "game, params",
+    [
+        ("gridworld", SMALL_GRIDWORLD),
+        (
+            "continuous",
+            tc.TagContinuousParams(
+                num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=30, tagging_distance=1e-6
+            ),
+        ),
+    ],
+)
 def test_truncation_at_episode_length(game, params):
     env = TagParallelEnv(game, params)
     env.reset(seed=3)
@@ -232,10 +257,13 @@ def test_bad_arguments():
         env.reset(options={"reset_mask": None})
 
 
-@pytest.mark.parametrize("game, params, good, bad_actions", [
-    ("continuous", SMALL_CONTINUOUS, [0, 0], [[21, 0], [0, -1], [1], [1, 2, 3], [0.5, 1.0], "ab", None]),
-    ("gridworld", SMALL_GRIDWORLD, 0, [5, -1, 1.5, [1], None, "a"]),
-])
+@pytest.mark.parametrize(
+    "game, params, good, bad_actions",
+    [
+        ("continuous", SMALL_CONTINUOUS, [0, 0], [[21, 0], [0, -1], [1], [1, 2, 3], [0.5, 1.0], "ab", None]),
+        ("gridworld", SMALL_GRIDWORLD, 0, [5, -1, 1.5, [1], None, "a"]),
+    ],
+)
 def test_bad_actions(game, params, good, bad_actions):
     env = TagParallelEnv(game, params)
     env.reset(seed=0)
@@ -265,10 +293,13 @@ def test_same_seed_same_actions_same_trajectory(config):
                 assert np.array_equal(x[agent], y[agent]), f"step {t}: {what}[{agent}] differs"
 
 
-@pytest.mark.parametrize("game, params, module", [
-    ("continuous", SMALL_CONTINUOUS, tc),
-    ("gridworld", tg.TagGridworldParams(grid_length=50, random_start=True), tg),
-])
+@pytest.mark.parametrize(
+    "game, params, module",
+    [
+        ("continuous", SMALL_CONTINUOUS, tc),
+        ("gridworld", tg.TagGridworldParams(grid_length=50, random_start=True), tg),
+    ],
+)
 def test_reset_keys_follow_seed_and_episode(game, params, module):
     env = TagParallelEnv(game, params)
 

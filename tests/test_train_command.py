@@ -12,21 +12,40 @@ from PIL import Image
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpu_marl_envs.baselines.train", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_marl_envs.baselines.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
-@pytest.mark.parametrize("config, overrides", [
-    ("cartpole_ppo.toml", ["num_steps=16"]),
-    ("acrobot_a2c.toml", ["num_steps=16"]),
-    ("pendulum_ddpg.toml", ["learning_starts=512", "batch_size=64"]),
-])
+@pytest.mark.parametrize(
+    "config, overrides",
+    [
+        ("cartpole_ppo.toml", ["num_steps=16"]),
+        ("acrobot_a2c.toml", ["num_steps=16"]),
+        ("pendulum_ddpg.toml", ["learning_starts=512", "batch_size=64"]),
+    ],
+)
 def test_training_run_leaves_metrics_curve_and_checkpoint(config, overrides, tmp_path):
     path = run_config.CONFIGS / config
     out = tmp_path / "run"
     sets = [arg for override in overrides for arg in ("--set", override)]
-    result = run("--config", str(path), "--set", "total_timesteps=2048", *sets,
-                 "--seed", "3", "--device", "cpu", "--out", str(out))
+    result = run(
+        "--config",
+        str(path),
+        "--set",
+        "total_timesteps=2048",
+        *sets,
+        "--seed",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     assert "greedy mean return" in result.stdout
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -52,12 +71,15 @@ def test_checkpoint_round_trip_gives_the_same_policy(tmp_path):
         assert torch.equal(value, saved[name]), name
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--env", "CartPole-v1", "--set", "bogus=1"], "unknown ppo hyper-parameters"),
-    (["--env", "CartPole-v1", "--set", "num_envs=0"], "num_envs"),
-    (["--env", "CartPole-v1", "--set", "novalue"], "key=value"),
-    (["--env", "MountainCar-v0"], "no shipped config"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "CartPole-v1", "--set", "bogus=1"], "unknown ppo hyper-parameters"),
+        (["--env", "CartPole-v1", "--set", "num_envs=0"], "num_envs"),
+        (["--env", "CartPole-v1", "--set", "novalue"], "key=value"),
+        (["--env", "MountainCar-v0"], "no shipped config"),
+    ],
+)
 def test_bad_configs_get_clear_errors(args, message, tmp_path):
     result = run(*args, "--device", "cpu", "--out", str(tmp_path / "run"))
     assert result.returncode == 2 and message in result.stderr, result.stderr
@@ -70,8 +92,12 @@ def test_bad_config_files(tmp_path):
     unknown_key.write_text('env = "CartPole-v1"\nalgorithm = "ppo"\nschedule = 1\n')
     bad_algorithm = tmp_path / "algorithm.toml"
     bad_algorithm.write_text('env = "CartPole-v1"\nalgorithm = "trpo"\n')
-    for path, message in [(bad_toml, "not valid TOML"), (unknown_key, "unknown top-level keys"),
-                          (bad_algorithm, "algorithm must be one of"), (tmp_path / "missing.toml", "cannot read")]:
+    for path, message in [
+        (bad_toml, "not valid TOML"),
+        (unknown_key, "unknown top-level keys"),
+        (bad_algorithm, "algorithm must be one of"),
+        (tmp_path / "missing.toml", "cannot read"),
+    ]:
         result = run("--config", str(path), "--device", "cpu", "--out", str(tmp_path / "run"))
         assert result.returncode == 2 and message in result.stderr, (path, result.stderr)
 
@@ -90,12 +116,31 @@ def test_atomic_save_keeps_the_old_file_on_failure(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"], "a failed save left a temporary file"
 
 
-@pytest.mark.parametrize("env_args", [
-    ["--env", "gpu_marl_envs/CartPole-v1", "--set", "num_steps=16"],  # the id as gym.make takes it
-    ["--env", "TagContinuous-v0", "--set", "num_envs=2", "--set", "num_steps=8", "--set", "env_params.num_taggers=1",
-     "--set", "env_params.num_runners=2", "--set", "env_params.num_other_agents_observed=2",
-     "--set", "policies.taggers.hidden=[8]", "--set", "policies.runners.hidden=[8]"],
-], ids=["ppo", "tag"])
+@pytest.mark.parametrize(
+    "env_args",
+    [
+        ["--env", "gpu_marl_envs/CartPole-v1", "--set", "num_steps=16"],  # the id as gym.make takes it
+        [
+            "--env",
+            "TagContinuous-v0",
+            "--set",
+            "num_envs=2",
+            "--set",
+            "num_steps=8",
+            "--set",
+            "env_params.num_taggers=1",
+            "--set",
+            "env_params.num_runners=2",
+            "--set",
+            "env_params.num_other_agents_observed=2",
+            "--set",
+            "policies.taggers.hidden=[8]",
+            "--set",
+            "policies.runners.hidden=[8]",
+        ],
+    ],
+    ids=["ppo", "tag"],
+)
 def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
     out = tmp_path / "run"
     first = run(*env_args, "--set", "total_timesteps=256", "--device", "cpu", "--out", str(out))
@@ -106,9 +151,9 @@ def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     again = torch.load(out / "checkpoint.pt", weights_only=False)
     assert again["iteration"] == 2 * saved["iteration"]
-    assert again["history"][:len(saved["history"])] == saved["history"]
+    assert again["history"][: len(saved["history"])] == saved["history"]
     rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert rows[:len(rows_before)] == rows_before and int(rows[-1]["env_steps"]) == again["history"][-1]["env_steps"]
+    assert rows[: len(rows_before)] == rows_before and int(rows[-1]["env_steps"]) == again["history"][-1]["env_steps"]
     assert again["history"][-1]["env_steps"] > saved["history"][-1]["env_steps"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -126,9 +171,14 @@ def test_resume_continues_a_run_in_its_folder(env_args, tmp_path):
 
 def test_resume_keeps_the_config(tmp_path):
     out = tmp_path / "run"
-    assert run("--env", "CartPole-v1", "--set", "total_timesteps=512", "--device", "cpu", "--out", str(out)).returncode == 0
-    for extra, message in [(["--set", "num_envs=8"], "only --set total_timesteps"),
-                           (["--seed", "4"], "only --set total_timesteps")]:
+    assert (
+        run("--env", "CartPole-v1", "--set", "total_timesteps=512", "--device", "cpu", "--out", str(out)).returncode
+        == 0
+    )
+    for extra, message in [
+        (["--set", "num_envs=8"], "only --set total_timesteps"),
+        (["--seed", "4"], "only --set total_timesteps"),
+    ]:
         result = run("--resume", str(out / "checkpoint.pt"), *extra, "--device", "cpu")
         assert result.returncode == 2 and message in result.stderr, result.stderr
     checkpoint.save_checkpoint({"model": {}}, tmp_path / "weights.pt")
@@ -140,8 +190,18 @@ def test_metrics_go_to_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    result = run("--env", "CartPole-v1", "--set", "total_timesteps=1024", "--set", "num_steps=16", "--device", "cpu",
-                 "--out", str(out))
+    result = run(
+        "--env",
+        "CartPole-v1",
+        "--set",
+        "total_timesteps=1024",
+        "--set",
+        "num_steps=16",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()

@@ -44,10 +44,18 @@ def backend(request):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def make_vec(env_id, num_envs=N, *, backend="torch", mode=AutoresetMode.NEXT_STEP, max_episode_steps=MAX_STEPS,
-             **kwargs) -> GpuVectorEnv:
-    return gymnasium.make_vec(f"gpu_marl_envs/{env_id}", num_envs=num_envs, device="cpu", backend=backend,
-                              autoreset_mode=mode, max_episode_steps=max_episode_steps, **kwargs)
+def make_vec(
+    env_id, num_envs=N, *, backend="torch", mode=AutoresetMode.NEXT_STEP, max_episode_steps=MAX_STEPS, **kwargs
+) -> GpuVectorEnv:
+    return gymnasium.make_vec(
+        f"gpu_marl_envs/{env_id}",
+        num_envs=num_envs,
+        device="cpu",
+        backend=backend,
+        autoreset_mode=mode,
+        max_episode_steps=max_episode_steps,
+        **kwargs,
+    )
 
 
 def tolerance(backend: str) -> dict:
@@ -156,10 +164,12 @@ def test_make_vec_gives_a_gpu_vector_env_with_batched_spaces(env_id, autoreset_m
     env = make_vec(env_id, num_envs=5, mode=autoreset_mode)
     assert isinstance(env, GpuVectorEnv), f"make_vec gave {type(env).__name__}"
     assert env.num_envs == 5 and env.backend == "torch" and env.device == torch.device("cpu")
-    assert env.observation_space == batch_space(env.single_observation_space, 5), \
+    assert env.observation_space == batch_space(env.single_observation_space, 5), (
         f"observation_space {env.observation_space} is not the batch of {env.single_observation_space}"
-    assert env.action_space == batch_space(env.single_action_space, 5), \
+    )
+    assert env.action_space == batch_space(env.single_action_space, 5), (
         f"action_space {env.action_space} is not the batch of {env.single_action_space}"
+    )
     assert isinstance(env.single_observation_space, spaces.Box)
     assert env.single_observation_space.dtype == np.float32
     assert len(env.single_observation_space.shape) == 1
@@ -175,8 +185,9 @@ def test_outputs_have_documented_shapes_dtypes_and_device(env_id, autoreset_mode
     obs_dim = env.single_observation_space.shape[0]
     obs, infos = env.reset(seed=SEED)
     assert isinstance(obs, torch.Tensor) and isinstance(infos, dict)
-    assert (obs.shape, obs.dtype, obs.device.type) == ((n, obs_dim), torch.float32, "cpu"), \
+    assert (obs.shape, obs.dtype, obs.device.type) == ((n, obs_dim), torch.float32, "cpu"), (
         f"reset observations: {tuple(obs.shape)} {obs.dtype} {obs.device}"
+    )
     generator = torch.Generator().manual_seed(0)
     for t in range(MAX_STEPS + 1):
         obs, rewards, terminated, truncated, infos = env.step(step_actions(env, generator))
@@ -187,8 +198,9 @@ def test_outputs_have_documented_shapes_dtypes_and_device(env_id, autoreset_mode
             ("truncated", truncated, (n,), torch.bool),
         ):
             assert isinstance(value, torch.Tensor), f"step {t}: {name} is a {type(value).__name__}"
-            assert (tuple(value.shape), value.dtype, value.device.type) == (shape, dtype, "cpu"), \
+            assert (tuple(value.shape), value.dtype, value.device.type) == (shape, dtype, "cpu"), (
                 f"step {t}: {name} is {tuple(value.shape)} {value.dtype} {value.device}, expected {shape} {dtype} cpu"
+            )
         if autoreset_mode == AutoresetMode.SAME_STEP:
             assert set(infos) == {"final_obs", "_final_obs"}, f"step {t}: SAME_STEP infos keys {sorted(infos)}"
             assert (tuple(infos["final_obs"].shape), infos["final_obs"].dtype) == ((n, obs_dim), torch.float32)
@@ -239,18 +251,23 @@ def test_next_step_autoreset(env_id, backend):
 
     # The next step: the twins get different actions; sub-envs 0 and 1 must not care.
     actions = step_actions(envs[0], generator)
-    after = [snapshot(envs[0].step(actions)),
-             snapshot(envs[1].step(other_actions(actions, envs[1].single_action_space)))]
+    after = [
+        snapshot(envs[0].step(actions)),
+        snapshot(envs[1].step(other_actions(actions, envs[1].single_action_space))),
+    ]
     fresh_obs, fresh_state = second_reset_observations(env_id)
     context = f"{env_id} {backend} step after the ending step"
     for i in (0, 1):
         assert_close(f"observations of env {i} (reset)", fresh_obs[i], after[0][0][i], context, **tolerance(backend))
         assert after[0][1][i].item() == 0.0, f"{context}: env {i} reward {after[0][1][i].item()}, expected 0"
-        assert not after[0][2][i] and not after[0][3][i], f"{context}: env {i} terminated/truncated set on its reset step"
+        assert not after[0][2][i] and not after[0][3][i], (
+            f"{context}: env {i} terminated/truncated set on its reset step"
+        )
         assert_close(f"observations of env {i} under other actions", after[0][0][i], after[1][0][i], context, **EXACT)
     assert_states_equal(fresh_state, envs[0].get_state(), context, rows=[0, 1])
-    assert not torch.equal(after[0][0][2], after[1][0][2]), \
+    assert not torch.equal(after[0][0][2], after[1][0][2]), (
         f"{context}: env 2 (not ending) gave the same observation under different actions"
+    )
 
 
 def test_same_step_autoreset(env_id, backend):
@@ -271,8 +288,13 @@ def test_same_step_autoreset(env_id, backend):
     assert_close("truncated", expected_truncated, s[3], context)
     assert_close("rewards (vs NEXT_STEP)", n1[1], s[1], context, **EXACT)
     assert_close("infos['_final_obs']", ended, s[4]["_final_obs"], context)
-    assert_close("infos['final_obs'] (vs NEXT_STEP's terminal observations)", n1[0][ended], s[4]["final_obs"][ended],
-                 context, **EXACT)
+    assert_close(
+        "infos['final_obs'] (vs NEXT_STEP's terminal observations)",
+        n1[0][ended],
+        s[4]["final_obs"][ended],
+        context,
+        **EXACT,
+    )
     assert_close("observations of env 2 (running on)", n1[0][2], s[0][2], context, **EXACT)
 
     n2 = snapshot(next_step.step(step_actions(next_step, generator)))
@@ -305,8 +327,13 @@ def test_disabled_autoreset_and_reset_mask(env_id, backend):
     s2 = snapshot(env.step(actions))
     twin = make_vec(env_id, backend=backend, mode=AutoresetMode.DISABLED)
     twin.set_state(terminal_state)
-    assert_close("observations (vs stepping on from the terminal states)", twin.step(actions)[0], s2[0],
-                 context + " step after the ending step", **EXACT)
+    assert_close(
+        "observations (vs stepping on from the terminal states)",
+        twin.step(actions)[0],
+        s2[0],
+        context + " step after the ending step",
+        **EXACT,
+    )
 
     mask = torch.tensor([True, False, True])
     state_before = env.get_state()
@@ -330,17 +357,23 @@ def test_truncation_at_max_episode_steps(env_id, autoreset_mode):
     # Step t (1-based) truncates env 0 at 1, env 1 at 2 and env 2 at MAX_STEPS; env 0 truncates
     # again MAX_STEPS steps after its new episode began: its reset step (NEXT_STEP), the ending
     # step itself (SAME_STEP) or the masked reset after step 1 (DISABLED).
-    again = {AutoresetMode.NEXT_STEP: 2 + MAX_STEPS, AutoresetMode.SAME_STEP: 1 + MAX_STEPS,
-             AutoresetMode.DISABLED: 1 + MAX_STEPS}[autoreset_mode]
+    again = {
+        AutoresetMode.NEXT_STEP: 2 + MAX_STEPS,
+        AutoresetMode.SAME_STEP: 1 + MAX_STEPS,
+        AutoresetMode.DISABLED: 1 + MAX_STEPS,
+    }[autoreset_mode]
     expected = {0: {1, again}, 1: {2}, 2: {MAX_STEPS}}
     for t in range(1, again + 1):
         _, _, terminated, truncated, _ = env.step(step_actions(env, generator))
-        assert not terminated.any(), f"{env_id}: a reset state terminated within {t} steps; this test needs one that does not"
+        assert not terminated.any(), (
+            f"{env_id}: a reset state terminated within {t} steps; this test needs one that does not"
+        )
         for i in range(N):
             if autoreset_mode == AutoresetMode.DISABLED and i != 0 and t > min(expected[i]):
                 continue  # an ended sub-env that nobody resets: Gymnasium leaves its next steps undefined
-            assert bool(truncated[i]) == (t in expected[i]), \
+            assert bool(truncated[i]) == (t in expected[i]), (
                 f"{env_id} {autoreset_mode.name}: env {i} truncated={bool(truncated[i])} at step {t}"
+            )
         if autoreset_mode == AutoresetMode.DISABLED and t == 1:
             env.reset(options={"reset_mask": torch.tensor([True, False, False])})
 
@@ -350,8 +383,10 @@ def test_autoreset_matches_gymnasium_sync_vector_env(env_id, backend, autoreset_
     is the reference for every mode; a masked reset after the ending step is mixed in, and in
     DISABLED mode every ended sub-env is reset by mask, as Gymnasium asks."""
     ours = make_vec(env_id, backend=backend, mode=autoreset_mode)
-    theirs = SyncVectorEnv([functools.partial(GpuEnv, env_id, max_episode_steps=MAX_STEPS) for _ in range(N)],
-                           autoreset_mode=autoreset_mode)
+    theirs = SyncVectorEnv(
+        [functools.partial(GpuEnv, env_id, max_episode_steps=MAX_STEPS) for _ in range(N)],
+        autoreset_mode=autoreset_mode,
+    )
     tol = tolerance(backend)
     obs, _ = ours.reset(seed=SEED)
     their_obs, _ = theirs.reset(seed=SEED)
@@ -360,8 +395,12 @@ def test_autoreset_matches_gymnasium_sync_vector_env(env_id, backend, autoreset_
     generator = torch.Generator().manual_seed(6)
     actions = step_actions(ours, generator)
     arrange_vector_endings(ours, env_id, actions)
-    arrange_endings(env_id, [env.get_state() for env in theirs.envs],
-                    lambda i, state, elapsed: theirs.envs[i].set_state(state, elapsed_steps=elapsed), actions.clone())
+    arrange_endings(
+        env_id,
+        [env.get_state() for env in theirs.envs],
+        lambda i, state, elapsed: theirs.envs[i].set_state(state, elapsed_steps=elapsed),
+        actions.clone(),
+    )
 
     for t in range(MAX_STEPS):
         context = f"{env_id} {backend} {autoreset_mode.name} step {t}"
@@ -377,8 +416,13 @@ def test_autoreset_matches_gymnasium_sync_vector_env(env_id, backend, autoreset_
             their_mask = torch.as_tensor(their[4].get("_final_obs", np.zeros(N, dtype=bool)))
             assert_close("infos['_final_obs']", their_mask, infos["_final_obs"], context)
             for i in their_mask.nonzero().flatten().tolist():
-                assert_close(f"infos['final_obs'][{i}]", torch.as_tensor(their[4]["final_obs"][i]),
-                             infos["final_obs"][i], context, **tol)
+                assert_close(
+                    f"infos['final_obs'][{i}]",
+                    torch.as_tensor(their[4]["final_obs"][i]),
+                    infos["final_obs"][i],
+                    context,
+                    **tol,
+                )
         mask = torch.zeros(N, dtype=torch.bool)
         if t == 0:
             mask[0] = True  # a masked reset right after the ending step, in every mode
@@ -427,8 +471,13 @@ def test_sub_env_i_equals_a_single_env_seeded_with_seed_plus_i(env_id):
         for i, single in enumerate(singles):
             single_obs, _ = single.reset(seed=SEED + i if episode == 0 else None)
             assert isinstance(single_obs, np.ndarray) and single_obs.dtype == np.float32
-            assert_close(f"reset {episode} observations of env {i}", torch.as_tensor(single_obs), obs[i],
-                         f"{env_id} vs gymnasium.make seeded {SEED + i}", **EXACT)
+            assert_close(
+                f"reset {episode} observations of env {i}",
+                torch.as_tensor(single_obs),
+                obs[i],
+                f"{env_id} vs gymnasium.make seeded {SEED + i}",
+                **EXACT,
+            )
 
 
 def test_reset_with_a_list_of_seeds(env_id):
@@ -473,8 +522,9 @@ def test_same_seed_same_reset_on_every_cpu_backend(env_id, backend):
     env = make_vec(env_id, backend=backend)
     obs = env.reset(seed=SEED)[0]
     # States come from the shared counter-based RNG: bit-identical; observations within ulps.
-    assert_close("reset observations", reference.reset(seed=SEED)[0], obs, f"{env_id} torch vs {backend}",
-                 **tolerance(backend))
+    assert_close(
+        "reset observations", reference.reset(seed=SEED)[0], obs, f"{env_id} torch vs {backend}", **tolerance(backend)
+    )
     assert_states_equal(reference.get_state(), env.get_state(), f"{env_id} torch vs {backend} reset states")
 
 
@@ -491,8 +541,9 @@ def test_set_state_changes_only_the_chosen_sub_envs(env_id, selector):
     source_obs = source.reset(seed=99)[0]
     source_state = source.get_state()
     chosen = [0, 2]
-    env_ids = {"list": chosen, "tensor": torch.tensor(chosen),
-               "mask": torch.tensor([i in chosen for i in range(n)])}[selector]
+    env_ids = {"list": chosen, "tensor": torch.tensor(chosen), "mask": torch.tensor([i in chosen for i in range(n)])}[
+        selector
+    ]
     returned = env.set_state({name: values[chosen] for name, values in source_state.items()}, env_ids=env_ids)
     context = f"{env_id} set_state(env_ids={selector})"
     assert_states_equal(source_state, env.get_state(), context, rows=chosen)
@@ -514,8 +565,9 @@ def test_get_state_round_trip(env_id):
     obs = env.set_state(saved)
     assert_states_equal(saved, env.get_state(), f"{env_id} get_state -> set_state")
     assert_close("observations", saved_obs, obs, f"{env_id} get_state -> set_state", **EXACT)
-    assert all(v.shape == (N,) and v.dtype == torch.float32 for v in saved.values()), \
+    assert all(v.shape == (N,) and v.dtype == torch.float32 for v in saved.values()), (
         f"get_state: {[(k, tuple(v.shape), v.dtype) for k, v in saved.items()]}"
+    )
     assert list(saved) == list(env.state_fields)
 
 
@@ -610,18 +662,29 @@ def test_array_conversion_gives_numpy_io(env_id):
     wrapped = ArrayConversion(make_vec(env_id), env_xp=torch, target_xp=np)
     twin = make_vec(env_id)
     obs, _ = wrapped.reset(seed=SEED)
-    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and obs.shape == (N, *twin.single_observation_space.shape)
-    assert_close("reset observations", twin.reset(seed=SEED)[0], torch.as_tensor(obs), f"{env_id} ArrayConversion", **EXACT)
+    assert (
+        isinstance(obs, np.ndarray)
+        and obs.dtype == np.float32
+        and obs.shape == (N, *twin.single_observation_space.shape)
+    )
+    assert_close(
+        "reset observations", twin.reset(seed=SEED)[0], torch.as_tensor(obs), f"{env_id} ArrayConversion", **EXACT
+    )
     wrapped.action_space.seed(0)
     for t in range(MAX_STEPS + 1):
         actions = wrapped.action_space.sample()
         assert isinstance(actions, np.ndarray)
         out = wrapped.step(actions)
         expected = twin.step(torch.as_tensor(actions))
-        for name, value, dtype, ref in zip(("observations", "rewards", "terminated", "truncated"), out[:4],
-                                           (np.float32, np.float32, np.bool_, np.bool_), expected[:4]):
-            assert isinstance(value, np.ndarray) and value.dtype == dtype, \
+        for name, value, dtype, ref in zip(
+            ("observations", "rewards", "terminated", "truncated"),
+            out[:4],
+            (np.float32, np.float32, np.bool_, np.bool_),
+            expected[:4],
+        ):
+            assert isinstance(value, np.ndarray) and value.dtype == dtype, (
                 f"step {t}: {name} is {type(value).__name__} {getattr(value, 'dtype', '')}, expected numpy {dtype}"
+            )
             assert_close(name, ref, torch.as_tensor(value), f"{env_id} ArrayConversion step {t}", **EXACT)
     obs, _ = wrapped.reset(options={"reset_mask": np.array([True, False, True])})
     assert isinstance(obs, np.ndarray) and obs.shape == (N, *twin.single_observation_space.shape)

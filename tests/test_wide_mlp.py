@@ -25,14 +25,17 @@ def perturbed(module: nn.Module) -> nn.Module:
     return module
 
 
-@pytest.mark.parametrize("inputs, outputs, tanh, rows", [
-    (71, 42, False, 50),  # Tag's observations and logits: both padded
-    (71, 1, False, 50),  # a value head: only the input padded
-    (71, 64, True, 300),  # padded input, fused tanh backward over several blocks
-    (64, 16, True, 7),
-    (5, 100, True, 20),  # a width the tanh kernel does not take
-    (8, 32, True, 0),  # no rows
-])
+@pytest.mark.parametrize(
+    "inputs, outputs, tanh, rows",
+    [
+        (71, 42, False, 50),  # Tag's observations and logits: both padded
+        (71, 1, False, 50),  # a value head: only the input padded
+        (71, 64, True, 300),  # padded input, fused tanh backward over several blocks
+        (64, 16, True, 7),
+        (5, 100, True, 20),  # a width the tanh kernel does not take
+        (8, 32, True, 0),  # no rows
+    ],
+)
 def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
     layer = perturbed(nn.Linear(inputs, outputs).to(DEVICE))
     x = torch.randn(3, rows, inputs, device=DEVICE, requires_grad=True)
@@ -46,8 +49,9 @@ def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     # Given the input aligned already (as ActorCritic hands both networks one copy).
-    torch.testing.assert_close(wide_mlp.linear(layer, wide_mlp.aligned_input(x, inputs), tanh), theirs,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        wide_mlp.linear(layer, wide_mlp.aligned_input(x, inputs), tanh), theirs, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("rows", [300, 1, 0])
@@ -124,7 +128,7 @@ def test_gumbel_max_kernel_draws_from_the_softmax(components, n):
     torch.manual_seed(0)
     # A slice of a wider buffer, as the aligned actor's logits are (row stride 48 for 42 logits).
     full = 2 * torch.randn(4, 30, 48, device=DEVICE)
-    logits = full[..., :components * n]
+    logits = full[..., : components * n]
     got = frequencies(logits, components)
     expected = logits.unflatten(-1, (components, n)).softmax(-1)
     # 400 draws per row: the standard error of a frequency is at most 0.025.

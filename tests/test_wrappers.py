@@ -24,8 +24,12 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def twin_envs(env_id, mode, max_episode_steps=None):
     """Ours (torch) and the same env behind ArrayConversion (numpy), seeded alike."""
-    make = lambda: GpuVectorEnv(env_id, NUM_ENVS, device="cpu", backend="torch", autoreset_mode=mode,  # noqa: E731
-                                max_episode_steps=max_episode_steps)
+
+    def make():
+        return GpuVectorEnv(
+            env_id, NUM_ENVS, device="cpu", backend="torch", autoreset_mode=mode, max_episode_steps=max_episode_steps
+        )
+
     return make(), gym_vector.ArrayConversion(make(), env_xp=torch, target_xp=np)
 
 
@@ -39,8 +43,9 @@ def action_stream(space, steps, scale=1.0):
 
 def run_both(ours, theirs, actions):
     """Yield (step, our step's outputs, theirs) for each action batch after one seeded reset."""
-    assert_close("reset observations", torch.as_tensor(theirs.reset(seed=SEED)[0]), ours.reset(seed=SEED)[0], "reset",
-                 RTOL, ATOL)
+    assert_close(
+        "reset observations", torch.as_tensor(theirs.reset(seed=SEED)[0]), ours.reset(seed=SEED)[0], "reset", RTOL, ATOL
+    )
     for t, a in enumerate(actions):
         yield t, ours.step(a), theirs.step(a.numpy())
 
@@ -103,10 +108,12 @@ def test_normalize_observation_matches_gymnasium(env_id):
 
 def test_normalize_observation_refuses_what_gymnasium_refuses():
     with pytest.raises(ValueError, match="NEXT_STEP or DISABLED"):
-        wrappers.NormalizeObservation(GpuVectorEnv("CartPole-v1", 2, device="cpu",
-                                                   autoreset_mode=AutoresetMode.SAME_STEP))
-    envs = wrappers.NormalizeObservation(GpuVectorEnv("CartPole-v1", 2, device="cpu",
-                                                      autoreset_mode=AutoresetMode.DISABLED))
+        wrappers.NormalizeObservation(
+            GpuVectorEnv("CartPole-v1", 2, device="cpu", autoreset_mode=AutoresetMode.SAME_STEP)
+        )
+    envs = wrappers.NormalizeObservation(
+        GpuVectorEnv("CartPole-v1", 2, device="cpu", autoreset_mode=AutoresetMode.DISABLED)
+    )
     with pytest.raises(ValueError, match="does not support partial resets"):
         envs.reset(options={"reset_mask": torch.tensor([True, False])})
     with pytest.raises(InvalidBound, match="epsilon"):
@@ -121,8 +128,14 @@ def test_normalize_reward_matches_gymnasium(mode):
         context = f"{mode.name} step {t}"
         assert mine[1].dtype == torch.float32
         assert_close("normalised rewards", torch.as_tensor(other[1]), mine[1], context, RTOL, ATOL)
-        assert_close("accumulated_reward", torch.as_tensor(theirs.accumulated_reward), ours.accumulated_reward,
-                     context, RTOL, ATOL)
+        assert_close(
+            "accumulated_reward",
+            torch.as_tensor(theirs.accumulated_reward),
+            ours.accumulated_reward,
+            context,
+            RTOL,
+            ATOL,
+        )
     assert_close("return var", torch.as_tensor(theirs.return_rms.var), ours.return_rms.var, mode.name, RTOL, 0)
     assert float(ours.return_rms.count) == theirs.return_rms.count
 
@@ -142,8 +155,14 @@ def test_clip_action_matches_gymnasium(env_id):
     assert ours.single_action_space == theirs.single_action_space
     actions = action_stream(ours.env.single_action_space, 20, scale=3.0)  # most past the bounds
     for t, mine, other in run_both(ours, theirs, actions):
-        assert_close("clipped actions", torch.as_tensor(theirs.actions(actions[t].numpy())), ours.actions(actions[t]),
-                     f"step {t}", 0, 0)
+        assert_close(
+            "clipped actions",
+            torch.as_tensor(theirs.actions(actions[t].numpy())),
+            ours.actions(actions[t]),
+            f"step {t}",
+            0,
+            0,
+        )
         assert_close("observations", torch.as_tensor(other[0]), mine[0], f"{env_id} step {t}", 0, 0)
 
 
@@ -155,8 +174,14 @@ def test_rescale_action_matches_gymnasium(min_action, max_action):
     assert ours.single_action_space == theirs.single_action_space
     actions = action_stream(ours.single_action_space, 20)
     for t, mine, other in run_both(ours, theirs, actions):
-        assert_close("rescaled actions", torch.as_tensor(theirs.actions(actions[t].numpy())), ours.actions(actions[t]),
-                     f"step {t}", 0, 0)
+        assert_close(
+            "rescaled actions",
+            torch.as_tensor(theirs.actions(actions[t].numpy())),
+            ours.actions(actions[t]),
+            f"step {t}",
+            0,
+            0,
+        )
         assert_close("observations", torch.as_tensor(other[0]), mine[0], f"step {t}", 0, 0)
 
 

@@ -13,15 +13,25 @@ What maps to what, and why: :mod:`.modules`; the tutorial: ``docs/lightning.md``
 from gpu_marl_envs.baselines.lightning.callbacks import TrainingStats
 from gpu_marl_envs.baselines.lightning.checkpoint_io import AtomicCheckpointIO
 from gpu_marl_envs.baselines.lightning.modules import (
-                                                       CHECKPOINT_KEY,
-                                                       DDPGModule,
-                                                       MultiAgentModule,
-                                                       OnPolicyModule,
-                                                       TrainingModule,
-                                                       module_from_config,
-                                                       training_module,
+    CHECKPOINT_KEY,
+    DDPGModule,
+    MultiAgentModule,
+    OnPolicyModule,
+    TrainingModule,
+    module_from_config,
+    training_module,
 )
 from gpu_marl_envs.baselines.lightning.rollout_update import RolloutUpdate
 
-__all__ = ["CHECKPOINT_KEY", "AtomicCheckpointIO", "DDPGModule", "MultiAgentModule", "OnPolicyModule", "RolloutUpdate",
-           "TrainingModule", "TrainingStats", "module_from_config", "training_module"]
+__all__ = [
+    "CHECKPOINT_KEY",
+    "AtomicCheckpointIO",
+    "DDPGModule",
+    "MultiAgentModule",
+    "OnPolicyModule",
+    "RolloutUpdate",
+    "TrainingModule",
+    "TrainingStats",
+    "module_from_config",
+    "training_module",
+]

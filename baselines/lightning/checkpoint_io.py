@@ -25,8 +25,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options (got {storage_options!r}): it writes "
-                            "local files")
+            raise TypeError(
+                f"{type(self).__name__} takes no storage_options (got {storage_options!r}): it writes local files"
+            )
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_save(checkpoint, path)

@@ -38,7 +38,7 @@ class HandOver(pl.Callback):
         if len(pl_module.history) == self.seen:
             return
         if self.hand_log is not None:
-            for entry in pl_module.history[self.seen:]:
+            for entry in pl_module.history[self.seen :]:
                 self.hand_log(entry)
         self.seen = len(pl_module.history)
         self._save(trainer, pl_module)
@@ -66,12 +66,19 @@ def train(env_id: str, config, *, checkpoint: Path, device, log, resume: dict | 
     (``log``, ``save``, ``resume``, ``log_every``), with Lightning's checkpoint at ``checkpoint``;
     returns ``(policy or policies, history)`` on ``device``."""
     module = training_module(env_id, config, resume=resume)
-    trainer = pl.Trainer(**trainer_options(device), max_epochs=1, log_every_n_steps=log_every,
-                         # The command writes the metrics, shows the progress and keeps the checkpoints.
-                         logger=False, enable_progress_bar=False, enable_checkpointing=False,
-                         enable_model_summary=False, default_root_dir=checkpoint.parent,
-                         plugins=[AtomicCheckpointIO()],
-                         callbacks=[HandOver(log, save, checkpoint, fresh=resume is None)])
+    trainer = pl.Trainer(
+        **trainer_options(device),
+        max_epochs=1,
+        log_every_n_steps=log_every,
+        # The command writes the metrics, shows the progress and keeps the checkpoints.
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=checkpoint.parent,
+        plugins=[AtomicCheckpointIO()],
+        callbacks=[HandOver(log, save, checkpoint, fresh=resume is None)],
+    )
     trainer.fit(module)
     # Lightning moves the module to the CPU when fitting ends; the command evaluates on the device.
     module.to(device)

@@ -65,13 +65,17 @@ CHECKPOINT_KEY = "gpu_marl_envs"
 def check_trainer(trainer: pl.Trainer) -> None:
     """``ValueError`` for a strategy or precision the trainers' captured updates cannot honour."""
     if not isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy)):
-        raise ValueError(f"strategy {type(trainer.strategy).__name__}: train on one device or with strategy='ddp' (one "
-                         "process per device, each with its own envs); strategies that shard or offload the "
-                         "networks do not fit the trainers' updates")
+        raise ValueError(
+            f"strategy {type(trainer.strategy).__name__}: train on one device or with strategy='ddp' (one "
+            "process per device, each with its own envs); strategies that shard or offload the "
+            "networks do not fit the trainers' updates"
+        )
     if trainer.precision != "32-true":
-        raise ValueError(f"precision={trainer.precision!r}: Lightning's precision plugins do not reach the trainers' "
-                         "captured updates; keep the default 32-true and set the config's bf16 = true for "
-                         "bfloat16 forward passes")
+        raise ValueError(
+            f"precision={trainer.precision!r}: Lightning's precision plugins do not reach the trainers' "
+            "captured updates; keep the default 32-true and set the config's bf16 = true for "
+            "bfloat16 forward passes"
+        )
 
 
 class IterationNumbers:
@@ -105,8 +109,7 @@ class TrainingModule(pl.LightningModule):
     print_entry = staticmethod(rollout.print_entry)
     """The trainer's one-line report of a history entry (:class:`TrainingStats` prints it)."""
 
-    def __init__(self, env_id: str, config, algorithm: str, *, backend: str | None = None,
-                 resume: dict | None = None):
+    def __init__(self, env_id: str, config, algorithm: str, *, backend: str | None = None, resume: dict | None = None):
         super().__init__()
         check_env(algorithm, env_id, config)
         self.automatic_optimization = False  # the trainers step their optimizers themselves
@@ -154,8 +157,10 @@ class TrainingModule(pl.LightningModule):
         if stage != "fit":
             raise ValueError(f"{type(self).__name__} trains through Trainer.fit; Trainer.{stage} has nothing to run")
         if self.run is not None:
-            raise RuntimeError(f"this {type(self).__name__} has trained already; continue its run with a new module "
-                               "and Trainer.fit(ckpt_path=...)")
+            raise RuntimeError(
+                f"this {type(self).__name__} has trained already; continue its run with a new module "
+                "and Trainer.fit(ckpt_path=...)"
+            )
         check_trainer(self.trainer)
         self.run = self.start(self.trainer.strategy.root_device)
         self.history = restore(self._resume, **self.run.parts)
@@ -185,8 +190,14 @@ class TrainingModule(pl.LightningModule):
                 logger.log_metrics(entry, step=iteration)
             # The return alone through self.log: for the progress bar and callback_metrics (ModelCheckpoint's
             # monitor="mean_return"). A CPU tensor: logging it synchronises nothing with the GPU.
-            self.log("mean_return", torch.tensor(entry["mean_return"], dtype=torch.float64), prog_bar=True,
-                     logger=False, on_step=True, on_epoch=False)
+            self.log(
+                "mean_return",
+                torch.tensor(entry["mean_return"], dtype=torch.float64),
+                prog_bar=True,
+                logger=False,
+                on_step=True,
+                on_epoch=False,
+            )
         if last:
             self.trainer.should_stop = True  # the run (or max_steps) is done: no more epochs
 
@@ -194,21 +205,29 @@ class TrainingModule(pl.LightningModule):
         self.run.envs.close()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"iteration": self.next_iteration, "world_size": self.run.context.world_size,
-                                      "history": list(self.history), **self.extra_state()}
+        checkpoint[CHECKPOINT_KEY] = {
+            "iteration": self.next_iteration,
+            "world_size": self.run.context.world_size,
+            "history": list(self.history),
+            **self.extra_state(),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get(CHECKPOINT_KEY)
         if state is None:
-            raise ValueError(f"the checkpoint holds no {CHECKPOINT_KEY!r} training state: it was not written by a "
-                             f"{TrainingModule.__name__}")
+            raise ValueError(
+                f"the checkpoint holds no {CHECKPOINT_KEY!r} training state: it was not written by a "
+                f"{TrainingModule.__name__}"
+            )
         if self.history or self.run.first:
             raise ValueError("resume= and Trainer.fit(ckpt_path=...) both continue a run: pass one of them")
         world_size = self.run.context.world_size
         if state["world_size"] != world_size:
-            raise ValueError(f"the checkpoint was written by {state['world_size']} process(es): continue it on as many "
-                             f"(this run has {world_size}), or resume its gpu-marl-train checkpoint.pt, which takes "
-                             "other numbers")
+            raise ValueError(
+                f"the checkpoint was written by {state['world_size']} process(es): continue it on as many "
+                f"(this run has {world_size}), or resume its gpu-marl-train checkpoint.pt, which takes "
+                "other numbers"
+            )
         self.history = list(state["history"])
         self.next_iteration = state["iteration"]
         self.load_extra_state(state)
@@ -264,8 +283,15 @@ class OnPolicyModule(TrainingModule):
 
     def entry(self, losses):
         run = self.run
-        return rollout.log_entry(self.next_iteration * self.config.batch_size * run.context.world_size, self.begin,
-                                 run.stats, losses, None, self.phases.times, run.context)
+        return rollout.log_entry(
+            self.next_iteration * self.config.batch_size * run.context.world_size,
+            self.begin,
+            run.stats,
+            losses,
+            None,
+            self.phases.times,
+            run.context,
+        )
 
 
 class MultiAgentModule(TrainingModule):
@@ -275,21 +301,23 @@ class MultiAgentModule(TrainingModule):
 
     print_entry = staticmethod(multi_agent.print_entry)
 
-    def __init__(self, env_id: str, config: multi_agent.MultiAgentConfig, *, models: dict | None = None,
-                 **options):
+    def __init__(self, env_id: str, config: multi_agent.MultiAgentConfig, *, models: dict | None = None, **options):
         if not isinstance(config, multi_agent.MultiAgentConfig):
             raise TypeError(f"{type(self).__name__} takes a MultiAgentConfig, not a {type(config).__name__}")
         super().__init__(env_id, config, "multi_agent", **options)  # each policy's algorithm is in its settings
         self.models = models
 
     def start(self, device):
-        run = multi_agent.start(self.env_id, self.config, device=device, backend=self.backend, models=self.models,
-                                resume=self._resume)
+        run = multi_agent.start(
+            self.env_id, self.config, device=device, backend=self.backend, models=self.models, resume=self._resume
+        )
         self.policies = nn.ModuleDict(run.policies)
         self.phases = multi_agent.Phases(run)
         # Each trained policy's update alone, as its optimizer's step (train() captures them together).
-        self.updates = {name: GraphedPhase(functools.partial(self.phases.update_policy, name), run.device,
-                                           self.config.cuda_graph) for name in run.trained}
+        self.updates = {
+            name: GraphedPhase(functools.partial(self.phases.update_policy, name), run.device, self.config.cuda_graph)
+            for name in run.trained
+        }
         return run
 
     @property
@@ -304,9 +332,16 @@ class MultiAgentModule(TrainingModule):
 
     def entry(self, losses):
         run = self.run
-        return multi_agent.log_entry(self.next_iteration * self.config.batch_size * run.context.world_size,
-                                     self.begin, run.stats, losses, multi_agent.reported_group(self.config), None,
-                                     self.phases.times, run.context)
+        return multi_agent.log_entry(
+            self.next_iteration * self.config.batch_size * run.context.world_size,
+            self.begin,
+            run.stats,
+            losses,
+            multi_agent.reported_group(self.config),
+            None,
+            self.phases.times,
+            run.context,
+        )
 
     def on_train_end(self) -> None:
         self.run.env.close()
@@ -324,8 +359,12 @@ class DDPGModule(TrainingModule):
 
     def start(self, device):
         run = ddpg.start(self.env_id, self.config, device=device, backend=self.backend, resume=self._resume)
-        self.actor, self.critic, self.target_actor, self.target_critic = (run.actor, run.critic, run.target_actor,
-                                                                          run.target_critic)
+        self.actor, self.critic, self.target_actor, self.target_critic = (
+            run.actor,
+            run.critic,
+            run.target_actor,
+            run.target_critic,
+        )
         return run
 
     @property
@@ -345,8 +384,9 @@ class DDPGModule(TrainingModule):
 
     def entry(self, losses):
         run = self.run
-        return rollout.log_entry(self.next_iteration * run.steps_per_iteration, self.begin, run.stats, losses, None,
-                                 context=run.context)
+        return rollout.log_entry(
+            self.next_iteration * run.steps_per_iteration, self.begin, run.stats, losses, None, context=run.context
+        )
 
     def extra_state(self):
         return {"replay": self.run.replay.state_dict()}
@@ -366,20 +406,27 @@ def training_module(env_id: str, config, **options) -> TrainingModule:
         return DDPGModule(env_id, config, **options)
     if isinstance(config, (ppo.PPOConfig, a2c.A2CConfig)):
         return OnPolicyModule(env_id, config, **options)
-    raise TypeError(f"no trainer takes a {type(config).__name__}: pass a PPOConfig, A2CConfig, DDPGConfig or "
-                    "MultiAgentConfig")
+    raise TypeError(
+        f"no trainer takes a {type(config).__name__}: pass a PPOConfig, A2CConfig, DDPGConfig or MultiAgentConfig"
+    )
 
 
-def module_from_config(env: str | None = None, config: str | None = None, overrides: tuple[str, ...] = (),
-                       seed: int | None = None, **options) -> TrainingModule:
+def module_from_config(
+    env: str | None = None,
+    config: str | None = None,
+    overrides: tuple[str, ...] = (),
+    seed: int | None = None,
+    **options,
+) -> TrainingModule:
     """The module of a ``gpu-marl-train`` config: the shipped one of ``env``, or the TOML file
     ``config``, with ``--set``-style ``overrides`` (``"num_envs=100"``,
     ``"policies.taggers.learning_rate=1e-3"``) and ``seed``. ``num_envs = "auto"`` is not taken
     here (it is the command's throughput sweep): set a number. Errors are ``ConfigError``s."""
     raw = read_config(config, env)
     if uses_auto_num_envs(raw, list(overrides)):
-        raise ConfigError('num_envs = "auto" is chosen by gpu-marl-train\'s sweep: pass a number '
-                          '(overrides=["num_envs=4096"])')
+        raise ConfigError(
+            'num_envs = "auto" is chosen by gpu-marl-train\'s sweep: pass a number (overrides=["num_envs=4096"])'
+        )
     _, env_id, trainer_config = build_config(raw, list(overrides), seed)
     if env is not None and env_id != env:
         raise ConfigError(f"the config is for {env_id}, not {env}")

@@ -55,7 +55,10 @@ def main():
             rollout(jax.random.PRNGKey(r + 1)).block_until_ready()
             times.append(time.perf_counter() - start)
         rate = n * args.steps / statistics.median(times)
-        print(f"gymnax CartPole-v1 {n:>9,} envs: {rate / 1e9:.3f} G env-steps/s (fused rollout of {args.steps} steps)", flush=True)
+        print(
+            f"gymnax CartPole-v1 {n:>9,} envs: {rate / 1e9:.3f} G env-steps/s (fused rollout of {args.steps} steps)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

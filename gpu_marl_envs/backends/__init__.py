@@ -47,8 +47,7 @@ def unavailable_reason(name: str, device: torch.device, spec=None) -> str | None
         field, language = SOURCES[name]
         if getattr(spec.kernels, field) is None:
             kind = "game" if spec.is_game else "env"
-            return (f"{spec.id} was registered without {language} kernels "
-                    f"(register_{kind}(..., {field}=...))")
+            return f"{spec.id} was registered without {language} kernels (register_{kind}(..., {field}=...))"
     return importlib.import_module(BACKENDS[name]).availability(device)
 
 

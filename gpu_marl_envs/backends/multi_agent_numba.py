@@ -33,8 +33,10 @@ def _kernels(spec: RegisteredEnv, params):
 
     module = importlib.import_module(spec.kernels.numba)
     if not hasattr(module, "game_functions"):
-        raise AttributeError(f"{module.__name__} (the Numba module of {spec.id}) defines no game_functions(c): "
-                             "it returns the game's GameFunctions (docs/custom_env.md)")
+        raise AttributeError(
+            f"{module.__name__} (the Numba module of {spec.id}) defines no game_functions(c): "
+            "it returns the game's GameFunctions (docs/custom_env.md)"
+        )
     functions = module.game_functions(typed_constants(spec.definition.kernel_constants(params)))
     if not isinstance(functions, GameFunctions):
         raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
@@ -59,15 +61,18 @@ class MultiAgentNumbaBackend:
         shared_bytes = definition.dynamic_shared_bytes(params)
         self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
         # Actions go into a buffer of our own (the CUDA graph's input; see NumbaBackend).
-        self.actions_buffer = torch.zeros((num_envs, params.num_agents, *definition.action_shape(params)),
-                                          dtype=torch.int64, device=device)
+        self.actions_buffer = torch.zeros(
+            (num_envs, params.num_agents, *definition.action_shape(params)), dtype=torch.int64, device=device
+        )
         views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
         views["state"] = tuple(self._launcher.view(tensor) for tensor in buffers.state_arrays())
         # Games without action masks or episode totals get a one-element array they never read (kept
         # here: the views do not hold their tensors).
-        self._absent = {name: torch.zeros((1, 1), dtype=dtype, device=device)
-                        for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32))
-                        if name not in views}
+        self._absent = {
+            name: torch.zeros((1, 1), dtype=dtype, device=device)
+            for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32))
+            if name not in views
+        }
         views.update({name: self._launcher.view(tensor) for name, tensor in self._absent.items()})
         views["actions"] = self._launcher.view(self.actions_buffer)
         views["num_envs"] = np.int32(num_envs)

@@ -52,19 +52,27 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
     definition = spec.definition
     constants = runtime_definitions()
     groups = list(definition.agent_groups(params).values())  # consecutive agents, in order
-    constants.update(GME_KERNEL_NAME=spec.kernel_name, GME_BLOCK_THREADS=str(definition.block_threads(params)),
-                     GME_NUM_GROUPS=str(len(groups)), GME_NUM_AGENTS=str(params.num_agents),
-                     GME_ACTION_SIZE=str(math.prod(definition.action_shape(params))),
-                     GME_GROUP_BEGINS=_literal([ids.start for ids in groups]),
-                     GME_GROUP_SIZES=_literal([len(ids) for ids in groups]),
-                     GME_OBS_SIZE=str(definition.obs_size(params)), GME_MASK_SIZE=str(definition.mask_size(params)),
-                     GME_NUM_METRICS=str(len(definition.episode_metrics(params))))
+    constants.update(
+        GME_KERNEL_NAME=spec.kernel_name,
+        GME_BLOCK_THREADS=str(definition.block_threads(params)),
+        GME_NUM_GROUPS=str(len(groups)),
+        GME_NUM_AGENTS=str(params.num_agents),
+        GME_ACTION_SIZE=str(math.prod(definition.action_shape(params))),
+        GME_GROUP_BEGINS=_literal([ids.start for ids in groups]),
+        GME_GROUP_SIZES=_literal([len(ids) for ids in groups]),
+        GME_OBS_SIZE=str(definition.obs_size(params)),
+        GME_MASK_SIZE=str(definition.mask_size(params)),
+        GME_NUM_METRICS=str(len(definition.episode_metrics(params))),
+    )
     for name, value in definition.kernel_constants(params).items():
         constants[f"{definition.constant_prefix}_{name}"] = _literal(value)
-    pointers = [f"{c_type(dtype, f'{definition.id} state field {name!r}')}* {name}"
-                for name, dtype in definition.state_dtypes(params).items()]
-    constants.update(GME_STATE_PARAMETERS=", ".join(pointers),
-                     GME_STATE_ARGUMENTS="{" + ", ".join(definition.state_fields) + "}")
+    pointers = [
+        f"{c_type(dtype, f'{definition.id} state field {name!r}')}* {name}"
+        for name, dtype in definition.state_dtypes(params).items()
+    ]
+    constants.update(
+        GME_STATE_PARAMETERS=", ".join(pointers), GME_STATE_ARGUMENTS="{" + ", ".join(definition.state_fields) + "}"
+    )
     return with_header(spec.kernels.cuda, constants, f"struct GmeState {{ {'; '.join(pointers)}; }};\n")
 
 
@@ -88,8 +96,10 @@ class MultiAgentPycudaBackend:
         self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
         self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
         self._shared_bytes = definition.dynamic_shared_bytes(params)
-        static = max(kernel.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
-                     for kernel in (self._step_kernel, self._reset_kernel))
+        static = max(
+            kernel.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
+            for kernel in (self._step_kernel, self._reset_kernel)
+        )
         check_shared_memory(definition, params, device, self.name, static)
         if self._shared_bytes + static > MAX_SHARED_BYTES:
             # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
@@ -119,15 +129,23 @@ class MultiAgentPycudaBackend:
     def step(self, actions: torch.Tensor) -> None:
         """One step from the contiguous (num_envs, num_agents, action_size) int64 ``actions``."""
         base = actions.data_ptr()
-        self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
-                                       *[base + offset for offset in self._column_offsets], *self._buffer_strides)
+        self._actions_layout.pack_into(
+            self._step_buffer,
+            self._actions_offset,
+            *[base + offset for offset in self._column_offsets],
+            *self._buffer_strides,
+        )
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
         """One step from each group's int64 ``(num_envs, size, ...)`` actions, read where they lie:
         any env stride, each env's row contiguous (``step_groups`` of the env checks it)."""
-        self._actions_layout.pack_into(self._step_buffer, self._actions_offset,
-                                       *[t.data_ptr() for t in group_actions], *[t.stride(0) for t in group_actions])
+        self._actions_layout.pack_into(
+            self._step_buffer,
+            self._actions_offset,
+            *[t.data_ptr() for t in group_actions],
+            *[t.stride(0) for t in group_actions],
+        )
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
     def reset(self) -> None:

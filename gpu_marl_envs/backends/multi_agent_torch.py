@@ -19,8 +19,9 @@ from gpu_marl_envs.registration import RegisteredEnv
 
 def _select(definition: MultiAgentDefinition, mask: torch.Tensor, new, old):
     """A state taking ``new``'s rows where ``mask`` (per env) and ``old``'s elsewhere."""
-    return definition.state_type(**{name: _rows(mask, getattr(new, name), getattr(old, name))
-                                    for name in definition.state_fields})
+    return definition.state_type(
+        **{name: _rows(mask, getattr(new, name), getattr(old, name)) for name in definition.state_fields}
+    )
 
 
 def _rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

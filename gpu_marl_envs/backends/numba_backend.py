@@ -37,8 +37,10 @@ def availability(device: torch.device) -> str | None:
         return None if cuda.is_available() else "Numba finds no CUDA driver or GPU"
     if simulator_enabled():
         return None
-    return ("the numba backend needs a CUDA device; on the CPU it runs only under Numba's CUDA "
-            "simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba; slow, for tests)")
+    return (
+        "the numba backend needs a CUDA device; on the CPU it runs only under Numba's CUDA "
+        "simulator (set NUMBA_ENABLE_CUDASIM=1 before importing numba; slow, for tests)"
+    )
 
 
 class NumbaLauncher:
@@ -107,8 +109,10 @@ def _kernels(spec: RegisteredEnv):
     module = importlib.import_module(spec.kernels.numba)
     missing = [name for name in ("reset", "step", "observe") if not hasattr(module, name)]
     if missing:
-        raise AttributeError(f"{module.__name__} (the Numba module of {spec.id}) defines no {', '.join(missing)}: "
-                             "it needs the device functions reset, step and observe (docs/custom_env.md)")
+        raise AttributeError(
+            f"{module.__name__} (the Numba module of {spec.id}) defines no {', '.join(missing)}: "
+            "it needs the device functions reset, step and observe (docs/custom_env.md)"
+        )
     return make_classic_kernels(module.reset, module.step, module.observe, spec.definition.obs_dim, spec.kernel_name)
 
 
@@ -117,8 +121,9 @@ class NumbaBackend:
     # A CUDA graph by default: Numba's dispatcher costs ~200 µs per launch, a graph replay ~10.
     graph_by_default = True
 
-    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
-                 action_space):
+    def __init__(
+        self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode, action_space
+    ):
         from gpu_marl_envs.kernels.numba_api import cuda
 
         definition = spec.definition
@@ -128,8 +133,9 @@ class NumbaBackend:
         # The simulator runs a Python thread per CUDA thread: no idle ones there. The kernels work
         # with any block size up to THREADS_PER_BLOCK (their shared memory is sized for it).
         threads = THREADS_PER_BLOCK if on_gpu else min(THREADS_PER_BLOCK, num_envs)
-        self._launcher = NumbaLauncher(buffers.state.device, blocks=(num_envs + threads - 1) // threads,
-                                       threads=threads)
+        self._launcher = NumbaLauncher(
+            buffers.state.device, blocks=(num_envs + threads - 1) // threads, threads=threads
+        )
 
         record = definition.params_record(params)
         # Numba reads the state as one flat array of rows; the kernels index state[field * n + env].

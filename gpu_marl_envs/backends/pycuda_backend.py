@@ -49,14 +49,23 @@ def runtime_definitions() -> dict[str, str]:
 
 
 # The C type of a kernel array of each torch dtype.
-C_TYPES = {torch.float32: "float", torch.float64: "double", torch.int8: "signed char", torch.uint8: "unsigned char",
-           torch.int16: "short", torch.int32: "int", torch.int64: "long long", torch.bool: "bool"}
+C_TYPES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.int8: "signed char",
+    torch.uint8: "unsigned char",
+    torch.int16: "short",
+    torch.int32: "int",
+    torch.int64: "long long",
+    torch.bool: "bool",
+}
 
 
 def c_type(dtype: torch.dtype, what: str) -> str:
     if dtype not in C_TYPES:
-        raise ValueError(f"{what} has dtype {dtype}, which the kernels cannot take; use one of "
-                         f"{', '.join(map(str, C_TYPES))}")
+        raise ValueError(
+            f"{what} has dtype {dtype}, which the kernels cannot take; use one of {', '.join(map(str, C_TYPES))}"
+        )
     return C_TYPES[dtype]
 
 
@@ -90,10 +99,16 @@ def kernel_source(spec: RegisteredEnv) -> str:
     kernels' name, the params struct ``GmeParams`` (``kernel_params`` in order) and the action type
     ``GmeAction``."""
     definition = spec.definition
-    defines = {**runtime_definitions(), "GME_KERNEL_NAME": spec.kernel_name, "GME_OBS_DIM": str(definition.obs_dim),
-               "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK)}
-    fields = " ".join(f"{'int' if value.dtype.kind == 'i' else 'float'} {name};"
-                      for name, value in definition.kernel_values(definition.params_type()).items())
+    defines = {
+        **runtime_definitions(),
+        "GME_KERNEL_NAME": spec.kernel_name,
+        "GME_OBS_DIM": str(definition.obs_dim),
+        "GME_THREADS_PER_BLOCK": str(THREADS_PER_BLOCK),
+    }
+    fields = " ".join(
+        f"{'int' if value.dtype.kind == 'i' else 'float'} {name};"
+        for name, value in definition.kernel_values(definition.params_type()).items()
+    )
     discrete = isinstance(definition.action_space(definition.params_type()), spaces.Discrete)
     declarations = f"struct GmeParams {{ {fields} }};\ntypedef {'long long' if discrete else 'float'} GmeAction;\n"
     return with_header(spec.kernels.cuda, defines, declarations)
@@ -170,8 +185,9 @@ class PycudaBackend:
     # of the actions into the graph's input buffer.
     graph_by_default = False
 
-    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
-                 action_space):
+    def __init__(
+        self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode, action_space
+    ):
         definition = spec.definition
         device = buffers.state.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it

@@ -23,8 +23,14 @@ class TorchBackend:
     # A CUDA graph by default: one graph launch instead of the dozens of small kernels of a step.
     graph_by_default = True
 
-    def __init__(self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode,
-                 action_space: spaces.Space):
+    def __init__(
+        self,
+        spec: RegisteredEnv,
+        params,
+        buffers: ClassicBuffers,
+        autoreset_mode: AutoresetMode,
+        action_space: spaces.Space,
+    ):
         self.definition = definition = spec.definition
         self.p = definition.torch_params(params)
         self.buffers = buffers

@@ -18,14 +18,24 @@ KERNELS = resources.files("gpu_marl_envs.kernels")
 
 
 def _register() -> None:
-    for definition, file in ((ACROBOT, "acrobot"), (CARTPOLE, "cartpole"), (MOUNTAIN_CAR, "mountain_car"),
-                             (MOUNTAIN_CAR_CONTINUOUS, "mountain_car_continuous"), (PENDULUM, "pendulum")):
-        register_env(definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu",
-                     numba=f"gpu_marl_envs.kernels.{file}_numba")
-    for definition, file in ((TAG_CONTINUOUS, "tag_continuous"), (TAG_GRIDWORLD, "tag_gridworld"),
-                             (COVID_ECONOMY, "covid_economy")):
-        register_game(definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu",
-                      numba=f"gpu_marl_envs.kernels.{file}_numba")
+    for definition, file in (
+        (ACROBOT, "acrobot"),
+        (CARTPOLE, "cartpole"),
+        (MOUNTAIN_CAR, "mountain_car"),
+        (MOUNTAIN_CAR_CONTINUOUS, "mountain_car_continuous"),
+        (PENDULUM, "pendulum"),
+    ):
+        register_env(
+            definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu", numba=f"gpu_marl_envs.kernels.{file}_numba"
+        )
+    for definition, file in (
+        (TAG_CONTINUOUS, "tag_continuous"),
+        (TAG_GRIDWORLD, "tag_gridworld"),
+        (COVID_ECONOMY, "covid_economy"),
+    ):
+        register_game(
+            definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu", numba=f"gpu_marl_envs.kernels.{file}_numba"
+        )
 
 
 _register()

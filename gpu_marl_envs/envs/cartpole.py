@@ -74,9 +74,7 @@ class CartPoleParams:
 
 
 def observation_space(p: CartPoleParams) -> spaces.Box:
-    high = np.array(
-        [p.x_threshold * 2, np.inf, p.theta_threshold_radians * 2, np.inf], dtype=np.float32
-    )
+    high = np.array([p.x_threshold * 2, np.inf, p.theta_threshold_radians * 2, np.inf], dtype=np.float32)
     return spaces.Box(-high, high, dtype=np.float32)
 
 
@@ -104,8 +102,10 @@ def step(p, state: torch.Tensor, actions: torch.Tensor):
     theta = theta + p.tau * theta_dot
     theta_dot = theta_dot + p.tau * thetaacc
     terminated = (
-        (x < -p.x_threshold) | (x > p.x_threshold)
-        | (theta < -p.theta_threshold_radians) | (theta > p.theta_threshold_radians)
+        (x < -p.x_threshold)
+        | (x > p.x_threshold)
+        | (theta < -p.theta_threshold_radians)
+        | (theta > p.theta_threshold_radians)
     )
     if p.sutton_barto_reward:  # a Python number (torch_params): choosing here costs no device sync
         rewards = -terminated.to(x.dtype)
@@ -123,8 +123,18 @@ CARTPOLE = EnvDefinition(
     params_type=CartPoleParams,
     state_fields=("x", "x_dot", "theta", "theta_dot"),
     kernel_params=(
-        "gravity", "masspole", "total_mass", "length", "polemass_length", "force_mag", "tau",
-        "theta_threshold_radians", "x_threshold", "reset_bound", "max_episode_steps", "sutton_barto_reward",
+        "gravity",
+        "masspole",
+        "total_mass",
+        "length",
+        "polemass_length",
+        "force_mag",
+        "tau",
+        "theta_threshold_radians",
+        "x_threshold",
+        "reset_bound",
+        "max_episode_steps",
+        "sutton_barto_reward",
     ),
     observation_space=observation_space,
     action_space=action_space,

@@ -112,17 +112,31 @@ class CovidCalibration:
         k = len(self.filter_lambdas)
         days = len(self.policy)
         shapes = {
-            "population": (s,), "beta_intercepts": (s,), "beta_slopes": (s,), "filter_lambdas": (k,),
-            "filter_weights": (s, k), "unemployment_bias": (s,), "health_weight": (s + 1,),
-            "min_health": (s + 1,), "max_health": (s + 1,), "min_economic": (s + 1,), "max_economic": (s + 1,),
-            "policy": (days, s), "subsidy": (days,), "susceptible": (days, s), "infected": (days, s),
-            "recovered": (days, s), "unemployed": (days, s),
+            "population": (s,),
+            "beta_intercepts": (s,),
+            "beta_slopes": (s,),
+            "filter_lambdas": (k,),
+            "filter_weights": (s, k),
+            "unemployment_bias": (s,),
+            "health_weight": (s + 1,),
+            "min_health": (s + 1,),
+            "max_health": (s + 1,),
+            "min_economic": (s + 1,),
+            "max_economic": (s + 1,),
+            "policy": (days, s),
+            "subsidy": (days,),
+            "susceptible": (days, s),
+            "infected": (days, s),
+            "recovered": (days, s),
+            "unemployed": (days, s),
         }
         for name, shape in shapes.items():
             value = getattr(self, name)
             if not isinstance(value, np.ndarray) or value.shape != shape:
-                raise ValueError(f"CovidCalibration.{name} must be a numpy array of shape {shape}, got "
-                                 f"{getattr(value, 'shape', type(value).__name__)}")
+                raise ValueError(
+                    f"CovidCalibration.{name} must be a numpy array of shape {shape}, got "
+                    f"{getattr(value, 'shape', type(value).__name__)}"
+                )
             value = value.copy()  # read-only copies: the caller's arrays stay as they were
             value.setflags(write=False)
             object.__setattr__(self, name, value)
@@ -165,17 +179,17 @@ class CovidCalibration:
             raise ValueError(f"day index beyond the policy series ({self.num_days} days)")
         return np.where(day[..., None] >= 0, self.policy[np.maximum(day, 0)], 1).astype(np.int64)
 
-    def subsidy_levels(self, max_annual_subsidy_per_person: float, num_subsidy_levels: int,
-                       subsidy_interval: int) -> np.ndarray:
+    def subsidy_levels(
+        self, max_annual_subsidy_per_person: float, num_subsidy_levels: int, subsidy_interval: int
+    ) -> np.ndarray:
         """(D,) int64: the real-world subsidy series as subsidy levels, the AI Economist's way: each
         payment is rounded to a whole number of levels (one level pays every US resident
         ``max_annual / num_levels`` a year for ``subsidy_interval`` days) and that level holds for
         the ``subsidy_interval`` days from its payment day; overlapping payments add."""
-        per_level = (self.us_population * max_annual_subsidy_per_person / num_subsidy_levels
-                     * subsidy_interval / 365)
+        per_level = self.us_population * max_annual_subsidy_per_person / num_subsidy_levels * subsidy_interval / 365
         levels = np.zeros(self.num_days, dtype=np.int64)
         for day in np.flatnonzero(self.subsidy > 0):
-            levels[day:day + subsidy_interval] += int(np.round(self.subsidy[day] / per_level))
+            levels[day : day + subsidy_interval] += int(np.round(self.subsidy[day] / per_level))
         return levels
 
 
@@ -188,8 +202,11 @@ def load_ai_economist(folder: str | Path) -> CovidCalibration:
     ``fitted_params.json``, ``real_world_data.npz``; the copy in its repository is
     ``ai_economist/datasets/covid19_datasets/data_and_fitted_params/``)."""
     folder = Path(folder)
-    missing = [name for name in (MODEL_CONSTANTS_FILE, FITTED_PARAMS_FILE, REAL_WORLD_DATA_FILE)
-               if not (folder / name).is_file()]
+    missing = [
+        name
+        for name in (MODEL_CONSTANTS_FILE, FITTED_PARAMS_FILE, REAL_WORLD_DATA_FILE)
+        if not (folder / name).is_file()
+    ]
     if missing:
         raise FileNotFoundError(f"{folder} is not an AI Economist calibration folder: missing {', '.join(missing)}")
     constants = json.loads((folder / MODEL_CONSTANTS_FILE).read_text())
@@ -197,8 +214,7 @@ def load_ai_economist(folder: str | Path) -> CovidCalibration:
     names = constants["US_STATE_IDX_TO_STATE_NAME"]
     num_states = len(names)
     with np.load(folder / REAL_WORLD_DATA_FILE) as data:  # plain arrays: no pickle needed
-        series = {key: data[key] for key in ("policy", "subsidy", "susceptible", "infected", "recovered",
-                                             "unemployed")}
+        series = {key: data[key] for key in ("policy", "subsidy", "susceptible", "infected", "recovered", "unemployed")}
 
     def per_agent(governors: str, planner: str) -> np.ndarray:
         return np.array([*fitted[governors], fitted[planner]], dtype=np.float64)
@@ -219,10 +235,12 @@ def load_ai_economist(folder: str | Path) -> CovidCalibration:
         filter_lambdas=_array(fitted["CONV_LAMBDAS"], np.float64),
         # Stored as (S * K, 1, 1), state-major: a grouped 1-d convolution's weights.
         filter_weights=_array(fitted["GROUPED_CONVOLUTIONAL_FILTER_WEIGHTS"], np.float64).reshape(
-            num_states, len(fitted["CONV_LAMBDAS"])),
+            num_states, len(fitted["CONV_LAMBDAS"])
+        ),
         unemployment_bias=_array(fitted["UNEMPLOYMENT_BIAS"], np.float64),
-        health_weight=per_agent("INFERRED_WEIGHTAGE_ON_AGENT_HEALTH_INDEX",
-                                "INFERRED_WEIGHTAGE_ON_PLANNER_HEALTH_INDEX"),
+        health_weight=per_agent(
+            "INFERRED_WEIGHTAGE_ON_AGENT_HEALTH_INDEX", "INFERRED_WEIGHTAGE_ON_PLANNER_HEALTH_INDEX"
+        ),
         min_health=per_agent("MIN_MARGINAL_AGENT_HEALTH_INDEX", "MIN_MARGINAL_PLANNER_HEALTH_INDEX"),
         max_health=per_agent("MAX_MARGINAL_AGENT_HEALTH_INDEX", "MAX_MARGINAL_PLANNER_HEALTH_INDEX"),
         min_economic=per_agent("MIN_MARGINAL_AGENT_ECONOMIC_INDEX", "MIN_MARGINAL_PLANNER_ECONOMIC_INDEX"),
@@ -238,9 +256,17 @@ def load_ai_economist(folder: str | Path) -> CovidCalibration:
 
 
 # Fields stored as 0-d arrays in the .npz, converted back with these types.
-_SCALARS = {"us_population": int, "gdp_per_capita": float, "num_stringency_levels": int, "mortality": float,
-            "recovery_rate": float, "value_of_life": float, "beta_delay": int, "filter_length": int,
-            "data_start_date": str}
+_SCALARS = {
+    "us_population": int,
+    "gdp_per_capita": float,
+    "num_stringency_levels": int,
+    "mortality": float,
+    "recovery_rate": float,
+    "value_of_life": float,
+    "beta_delay": int,
+    "filter_length": int,
+    "data_start_date": str,
+}
 
 
 def save(calibration: CovidCalibration, path: str | Path) -> None:
@@ -281,20 +307,26 @@ def shipped_path() -> Path:
 
 
 def _main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gpu_marl_envs.envs.covid_calibration",
-                                     description="Build the shipped COVID-19 calibration from an AI Economist folder.")
+    parser = argparse.ArgumentParser(
+        prog="python -m gpu_marl_envs.envs.covid_calibration",
+        description="Build the shipped COVID-19 calibration from an AI Economist folder.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="convert an AI Economist calibration folder to the package's .npz")
-    build.add_argument("folder", type=Path,
-                       help="folder with model_constants.json, fitted_params.json, real_world_data.npz")
-    build.add_argument("--out", type=Path, default=None,
-                       help=f"output file (default: the package's data/{SHIPPED_FILE})")
+    build.add_argument(
+        "folder", type=Path, help="folder with model_constants.json, fitted_params.json, real_world_data.npz"
+    )
+    build.add_argument(
+        "--out", type=Path, default=None, help=f"output file (default: the package's data/{SHIPPED_FILE})"
+    )
     args = parser.parse_args(argv)
     calibration = load_ai_economist(args.folder)
     out = args.out or shipped_path()
     save(calibration, out)
-    print(f"wrote {out} ({out.stat().st_size} bytes): {calibration.num_states} states, "
-          f"{calibration.num_days} days from {calibration.data_start_date}")
+    print(
+        f"wrote {out} ({out.stat().st_size} bytes): {calibration.num_states} states, "
+        f"{calibration.num_days} days from {calibration.data_start_date}"
+    )
 
 
 if __name__ == "__main__":

@@ -151,8 +151,8 @@ Names in capitals are :func:`constants` (``N`` is ``POPULATION``, ``avail`` is
   ``V = V + v``; ``D = MORTALITY * (R - V)`` (new values).
 - ``s_k = (FILTER_DECAY_k * s_k + float(Delta)) - FILTER_DROP_k * float(dropped)``;
   ``z = ((W_0 s_0 + W_1 s_1) + W_2 s_2) + ...`` left to right (``W = FILTER_WEIGHTS``, ``(K, S)``);
-  ``softplus(z) = z if z > 20 else log1p(exp(z))`` (the only transcendental functions of a step: twins agree to a few ulp there,
-  not bit for bit); ``U = (softplus + UNEMPLOYMENT_BIAS) * UNEMPLOYED_PER_PERCENT``.
+  ``softplus(z) = z if z > 20 else log1p(exp(z))`` (the only transcendental functions of a step:
+  twins agree to a few ulp there, not bit for bit); ``U = (softplus + UNEMPLOYMENT_BIAS) * UNEMPLOYED_PER_PERCENT``.
 - ``cant = ((TOO_SICK_TO_WORK_RATE * I + D) * WORKING_AGE_SHARE) + U``;
   ``P = max(0, WORKERS - cant) * PRODUCTION_PER_WORKER + subsidy``; ``subsidy = float(level) * SUBSIDY_PER_LEVEL``.
 - ``crra(x)``: ``a = min(max(365 * x, float32(0.1)), 3)``; ``p = 1 / a`` when ``CRRA_EXPONENT == -1``
@@ -252,8 +252,13 @@ class CovidEconomyParams:
 
     def __post_init__(self):
         name = type(self).__name__
-        for f in ("episode_length", "action_cooldown", "num_subsidy_levels", "subsidy_interval",
-                  "vaccine_delivery_interval"):
+        for f in (
+            "episode_length",
+            "action_cooldown",
+            "num_subsidy_levels",
+            "subsidy_interval",
+            "vaccine_delivery_interval",
+        ):
             value = getattr(self, f)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{name}.{f} must be an integer, got {value!r}")
@@ -278,9 +283,11 @@ class CovidEconomyParams:
         if self.crra_eta == 1:
             raise ValueError(f"{name}.crra_eta must not be 1 (the CRRA formula divides by 1 - eta)")
         if not isinstance(self.calibration, CovidCalibration):
-            raise ValueError(f"{name}.calibration must be a CovidCalibration (see "
-                             f"covid_calibration.default_calibration / load_ai_economist), got "
-                             f"{type(self.calibration).__name__}")
+            raise ValueError(
+                f"{name}.calibration must be a CovidCalibration (see "
+                f"covid_calibration.default_calibration / load_ai_economist), got "
+                f"{type(self.calibration).__name__}"
+            )
         for f in ("start_date", "vaccine_start_date"):
             value = getattr(self, f)
             try:
@@ -290,16 +297,22 @@ class CovidEconomyParams:
         # The kernels give each state and the planner one thread of a REDUCTION_WIDTH-thread block
         # (the planner's sums are a tree over its slots), and the level rings are int8.
         if self.num_states + 1 > REDUCTION_WIDTH:
-            raise ValueError(f"{name}: the calibration has {self.num_states} states; at most "
-                             f"{REDUCTION_WIDTH - 1} fit the kernels' block of {REDUCTION_WIDTH} threads")
+            raise ValueError(
+                f"{name}: the calibration has {self.num_states} states; at most "
+                f"{REDUCTION_WIDTH - 1} fit the kernels' block of {REDUCTION_WIDTH} threads"
+            )
         if self.num_stringency_levels > np.iinfo(np.int8).max:
-            raise ValueError(f"{name}: the calibration has {self.num_stringency_levels} stringency levels; at most "
-                             f"{np.iinfo(np.int8).max} fit the int8 rings of levels and changes")
+            raise ValueError(
+                f"{name}: the calibration has {self.num_stringency_levels} stringency levels; at most "
+                f"{np.iinfo(np.int8).max} fit the int8 rings of levels and changes"
+            )
         valid = self.calibration.valid_start_indices()
         if self.start_index not in valid:
             first = self.calibration.data_start_date
-            raise ValueError(f"{name}.start_date {self.start_date} has no data to start from: the calibration "
-                             f"has S/I/R/U on days {valid.start} .. {valid.stop - 1} after {first}")
+            raise ValueError(
+                f"{name}.start_date {self.start_date} has no data to start from: the calibration "
+                f"has S/I/R/U on days {valid.start} .. {valid.stop - 1} after {first}"
+            )
         check_params_numbers(self)  # the kernels' float32 and int32 (1e39 passes the ranges above)
 
     @property
@@ -341,6 +354,7 @@ class CovidEconomyParams:
 @dataclass
 class CovidEconomyState:
     """Batch first; see the module docstring's table. ``S`` = states, ``K`` = filters."""
+
     susceptible: torch.Tensor
     infected: torch.Tensor
     recovered: torch.Tensor
@@ -364,6 +378,7 @@ class CovidEconomyState:
 
 
 # --- constants ------------------------------------------------------------------------------------
+
 
 def health_weights(p: CovidEconomyParams) -> np.ndarray:
     """(N,) float64: each agent's reward weight ``alpha`` on health, governors then the planner."""
@@ -407,10 +422,10 @@ def constants(p: CovidEconomyParams) -> dict[str, np.ndarray]:
         "MORTALITY": _f32(c.mortality),
         "RECOVERY_RATE": _f32(c.recovery_rate),
         "EPSILON": _f32(EPSILON),
-        "VACCINES_PER_DELIVERY": _f32(np.floor(p.vaccine_delivery_interval * population / 1e6
-                                               * p.daily_vaccines_per_million)),
-        "SUBSIDY_PER_LEVEL": _f32(population * p.max_annual_subsidy_per_person / DAYS_PER_YEAR
-                                  / p.num_subsidy_levels),
+        "VACCINES_PER_DELIVERY": _f32(
+            np.floor(p.vaccine_delivery_interval * population / 1e6 * p.daily_vaccines_per_million)
+        ),
+        "SUBSIDY_PER_LEVEL": _f32(population * p.max_annual_subsidy_per_person / DAYS_PER_YEAR / p.num_subsidy_levels),
         "FILTER_DECAY": _f32(np.exp(-1 / lambdas)),
         "FILTER_DROP": _f32(np.exp(-c.filter_length / lambdas)),
         "FILTER_WEIGHTS": _f32(c.filter_weights.T),  # (K, S): filter-major, like filter_sums
@@ -476,10 +491,10 @@ def _on_device(p: CovidEconomyParams, device: torch.device) -> dict[str, torch.T
     """:func:`constants` and the starting state as tensors on ``device``, made once: a step under
     CUDA-graph capture must not copy from the host, and the runtime's uncaptured first step fills
     this cache before any capture."""
-    tensors = {name: torch.tensor(value, device=device)
-               for name, value in constants(p).items()}
-    tensors.update({f"initial_{name}": torch.tensor(value, device=device)
-                    for name, value in initial_state_values(p).items()})
+    tensors = {name: torch.tensor(value, device=device) for name, value in constants(p).items()}
+    tensors.update(
+        {f"initial_{name}": torch.tensor(value, device=device) for name, value in initial_state_values(p).items()}
+    )
     return tensors
 
 
@@ -523,13 +538,16 @@ def kernel_constants(p: CovidEconomyParams) -> dict:
 
 # --- spaces and groups ----------------------------------------------------------------------------
 
+
 def agent_groups(p: CovidEconomyParams) -> dict[str, range]:
     return {"governors": range(0, p.num_states), "planner": range(p.planner_id, p.num_agents)}
 
 
 def action_spaces(p: CovidEconomyParams) -> dict[str, spaces.Discrete]:
-    return {"governors": spaces.Discrete(p.num_stringency_levels + 1),
-            "planner": spaces.Discrete(p.num_subsidy_levels + 1)}
+    return {
+        "governors": spaces.Discrete(p.num_stringency_levels + 1),
+        "planner": spaces.Discrete(p.num_subsidy_levels + 1),
+    }
 
 
 def _box(bounded: np.ndarray) -> spaces.Box:
@@ -542,9 +560,9 @@ def _box(bounded: np.ndarray) -> spaces.Box:
 def observation_spaces(p: CovidEconomyParams) -> dict[str, spaces.Box]:
     s = p.num_states
     governor = np.ones(p.governor_obs_dim, dtype=bool)
-    governor[s:s + 7] = False  # compartments / N and productivity ratio
+    governor[s : s + 7] = False  # compartments / N and productivity ratio
     planner = np.ones(p.planner_obs_dim, dtype=bool)
-    planner[:7 * s] = False
+    planner[: 7 * s] = False
     return {"governors": _box(governor), "planner": _box(planner)}
 
 
@@ -559,17 +577,22 @@ def episode_metrics(p: CovidEconomyParams) -> tuple[str, ...]:
 
 # --- reference functions --------------------------------------------------------------------------
 
+
 def reset(p: CovidEconomyParams, key: torch.Tensor, num_envs: int) -> CovidEconomyState:
     """The starting state for ``num_envs`` envs (deterministic: ``key`` only gives the device)."""
     device = key.device
     k = _on_device(p, device)
-    per_state = {name: k[f"initial_{name}"].expand(num_envs, *k[f"initial_{name}"].shape).clone()
-                 for name in initial_state_values(p)}
+    per_state = {
+        name: k[f"initial_{name}"].expand(num_envs, *k[f"initial_{name}"].shape).clone()
+        for name in initial_state_values(p)
+    }
     zero = torch.zeros(num_envs, dtype=torch.float32, device=device)
     return CovidEconomyState(
         **per_state,
         subsidy_level=torch.zeros(num_envs, dtype=torch.int32, device=device),
-        total_deaths=zero, total_unemployed=zero.clone(), total_subsidy=zero.clone(),
+        total_deaths=zero,
+        total_unemployed=zero.clone(),
+        total_subsidy=zero.clone(),
         total_productivity=zero.clone(),
         t=torch.zeros(num_envs, dtype=torch.int32, device=device),
     )
@@ -588,7 +611,7 @@ def block_sum(x: torch.Tensor) -> torch.Tensor:
     x = torch.nn.functional.pad(x, (0, REDUCTION_WIDTH - x.shape[-1]))
     width = REDUCTION_WIDTH // 2
     while width >= 1:
-        x = x[..., :width] + x[..., width:2 * width]
+        x = x[..., :width] + x[..., width : 2 * width]
         width //= 2
     return x[..., 0]
 
@@ -617,6 +640,7 @@ def _crra(p: CovidEconomyParams, k: dict, x: torch.Tensor) -> torch.Tensor:
 @dataclass
 class _RawIndices:
     """The un-normalised health and economic indices of a step, ``(E, N)``, planner last."""
+
     health: torch.Tensor
     economic: torch.Tensor
 
@@ -626,7 +650,7 @@ def _advance(p: CovidEconomyParams, state: CovidEconomyState, actions: torch.Ten
     k = _on_device(p, state.t.device)
     c = p.calibration
     t = state.t + 1
-    governor_actions = actions[:, :p.num_states].to(torch.int32)
+    governor_actions = actions[:, : p.num_states].to(torch.int32)
     planner_action = actions[:, p.planner_id].to(torch.int32)
 
     # 1. Stringency (the cooldown counts only on t == cooldown + 1: a masked action still sets the level).
@@ -635,8 +659,9 @@ def _advance(p: CovidEconomyParams, state: CovidEconomyState, actions: torch.Ten
     level = torch.where(governor_actions != 0, governor_actions, previous)
     stringency = _ring_write(state.stringency, t % c.beta_delay, level)
     due = t[:, None] == state.cooldown + 1
-    cooldown = torch.where(due, state.cooldown + torch.where(governor_actions != 0, p.action_cooldown, 1),
-                           state.cooldown)
+    cooldown = torch.where(
+        due, state.cooldown + torch.where(governor_actions != 0, p.action_cooldown, 1), state.cooldown
+    )
 
     # 2. Subsidy.
     decides = (t - 1) % p.subsidy_interval == 0
@@ -667,8 +692,11 @@ def _advance(p: CovidEconomyParams, state: CovidEconomyState, actions: torch.Ten
     slot = t % c.filter_length
     dropped = _ring_read(state.stringency_changes, slot).to(torch.float32)
     stringency_changes = _ring_write(state.stringency_changes, slot, change)
-    filter_sums = (k["FILTER_DECAY"][:, None] * state.filter_sums + change.to(torch.float32)[:, None]
-                   - k["FILTER_DROP"][:, None] * dropped[:, None])
+    filter_sums = (
+        k["FILTER_DECAY"][:, None] * state.filter_sums
+        + change.to(torch.float32)[:, None]
+        - k["FILTER_DROP"][:, None] * dropped[:, None]
+    )
     weighted = k["FILTER_WEIGHTS"] * filter_sums  # (E, K, S)
     signal = weighted[:, 0]
     for f in range(1, weighted.shape[1]):
@@ -691,9 +719,17 @@ def _advance(p: CovidEconomyParams, state: CovidEconomyState, actions: torch.Ten
     raw = _RawIndices(health=-health * k["HEALTH_SCALE"], economic=_crra(p, k, economic / k["ECONOMIC_NORM"]))
 
     next_state = CovidEconomyState(
-        susceptible=susceptible, infected=infected, recovered=recovered, vaccinated=vaccinated, deaths=deaths,
-        unemployed=unemployed, productivity=productivity, stringency=stringency,
-        stringency_changes=stringency_changes, filter_sums=filter_sums, cooldown=cooldown,
+        susceptible=susceptible,
+        infected=infected,
+        recovered=recovered,
+        vaccinated=vaccinated,
+        deaths=deaths,
+        unemployed=unemployed,
+        productivity=productivity,
+        stringency=stringency,
+        stringency_changes=stringency_changes,
+        filter_sums=filter_sums,
+        cooldown=cooldown,
         subsidy_level=subsidy_level,
         total_deaths=state.total_deaths + total_new_deaths,
         total_unemployed=state.total_unemployed + block_sum(unemployed),
@@ -720,8 +756,7 @@ def step(p: CovidEconomyParams, state: CovidEconomyState, actions: torch.Tensor)
 def action_masks(p: CovidEconomyParams, state: CovidEconomyState) -> dict[str, torch.Tensor]:
     """``{group: bool (E, n_g, A_g)}``: which actions the rules allow next (see the module docstring)."""
     governors_free = state.t[:, None] >= state.cooldown  # (E, S)
-    governor = torch.ones((*governors_free.shape, p.num_stringency_levels + 1), dtype=torch.bool,
-                          device=state.t.device)
+    governor = torch.ones((*governors_free.shape, p.num_stringency_levels + 1), dtype=torch.bool, device=state.t.device)
     governor[..., 1:] = governors_free[..., None]
     planner = torch.ones((state.t.shape[0], 1, p.num_subsidy_levels + 1), dtype=torch.bool, device=state.t.device)
     planner[..., 1:] = (state.t % p.subsidy_interval == 0)[:, None, None]
@@ -734,14 +769,20 @@ def observe(p: CovidEconomyParams, state: CovidEconomyState) -> dict[str, torch.
     c = p.calibration
     num_envs, s = state.t.shape[0], p.num_states
     levels = _scalar(p.num_stringency_levels, state.t)
-    compartments = torch.stack([state.susceptible, state.infected, state.recovered, state.deaths,
-                                state.vaccinated, state.unemployed], dim=1) / k["POPULATION"]  # (E, 6, S)
+    compartments = (
+        torch.stack(
+            [state.susceptible, state.infected, state.recovered, state.deaths, state.vaccinated, state.unemployed],
+            dim=1,
+        )
+        / k["POPULATION"]
+    )  # (E, 6, S)
     productivity = state.productivity / k["MAX_PRODUCTIVITY"]
     lag_next = _ring_read(state.stringency, (state.t + 1) % c.beta_delay).to(torch.float32) / levels
     current = _ring_read(state.stringency, state.t % c.beta_delay).to(torch.float32) / levels
     time = state.t.to(torch.float32) / _scalar(p.episode_length, state.t)
     subsidy_timer = (p.subsidy_interval - state.t % p.subsidy_interval).to(torch.float32) / _scalar(
-        p.subsidy_interval, state.t)
+        p.subsidy_interval, state.t
+    )
     subsidy_level = state.subsidy_level.to(torch.float32) / _scalar(p.num_subsidy_levels, state.t)
     next_t = state.t + 1
     vaccines_next = ((next_t >= p.vaccine_start_day) & (next_t % p.vaccine_delivery_interval == 0)).to(torch.float32)
@@ -749,18 +790,31 @@ def observe(p: CovidEconomyParams, state: CovidEconomyState) -> dict[str, torch.
     scalars = torch.stack([subsidy_timer, subsidy_level, vaccines_next], dim=1)  # (E, 3)
 
     one_hot = torch.eye(s, dtype=torch.float32, device=state.t.device).expand(num_envs, s, s)
-    governors = torch.cat([
-        one_hot,
-        compartments.transpose(1, 2),
-        productivity[..., None], lag_next[..., None], time[:, None, None].expand(num_envs, s, 1),
-        current[..., None],
-        scalars[:, None].expand(num_envs, s, 3),
-        masks["governors"].to(torch.float32),
-    ], dim=2)
-    planner = torch.cat([
-        compartments.reshape(num_envs, 6 * s), productivity, lag_next, current, time[:, None], scalars,
-        masks["planner"][:, 0].to(torch.float32),
-    ], dim=1)[:, None]
+    governors = torch.cat(
+        [
+            one_hot,
+            compartments.transpose(1, 2),
+            productivity[..., None],
+            lag_next[..., None],
+            time[:, None, None].expand(num_envs, s, 1),
+            current[..., None],
+            scalars[:, None].expand(num_envs, s, 3),
+            masks["governors"].to(torch.float32),
+        ],
+        dim=2,
+    )
+    planner = torch.cat(
+        [
+            compartments.reshape(num_envs, 6 * s),
+            productivity,
+            lag_next,
+            current,
+            time[:, None],
+            scalars,
+            masks["planner"][:, 0].to(torch.float32),
+        ],
+        dim=1,
+    )[:, None]
     return {"governors": governors, "planner": planner}
 
 
@@ -768,14 +822,17 @@ def episode_totals(p: CovidEconomyParams, state: CovidEconomyState) -> torch.Ten
     """(E, 4) float32: ``EPISODE_METRICS`` of the episode so far (the runtime reads it where an
     episode ended). ``unemployment`` is a mean over the ``t`` days stepped (0 before any step)."""
     days = torch.clamp(state.t, min=1).to(torch.float32)
-    return torch.stack([state.total_deaths, state.total_unemployed / days, state.total_subsidy,
-                        state.total_productivity], dim=1)
+    return torch.stack(
+        [state.total_deaths, state.total_unemployed / days, state.total_subsidy, state.total_productivity], dim=1
+    )
 
 
 # --- the normalisers ------------------------------------------------------------------------------
 
-def reward_normalisers(p: CovidEconomyParams | None = None, start_date: str = "2020-03-22",
-                       end_date: str = "2020-12-31") -> dict[str, np.ndarray]:
+
+def reward_normalisers(
+    p: CovidEconomyParams | None = None, start_date: str = "2020-03-22", end_date: str = "2020-12-31"
+) -> dict[str, np.ndarray]:
     """Recompute the reward normalisers as the AI Economist's calibration does: run the simulation
     from ``start_date`` for the days up to ``end_date`` (284 by default) with every state fully open
     (level 1 every day) and fully closed (level 10 every day), no subsidy, and average each agent's
@@ -783,8 +840,10 @@ def reward_normalisers(p: CovidEconomyParams | None = None, start_date: str = "2
     ``max_health`` and ``min_economic``. Returns ``(N,)`` float64 arrays by calibration field name.
     Uses ``p``'s settings (vaccines, shares, eta); the calibration's own normalisers are not read."""
     p = CovidEconomyParams() if p is None else p
-    days = (datetime.datetime.strptime(end_date, covid_calibration.DATE_FORMAT)
-            - datetime.datetime.strptime(start_date, covid_calibration.DATE_FORMAT)).days
+    days = (
+        datetime.datetime.strptime(end_date, covid_calibration.DATE_FORMAT)
+        - datetime.datetime.strptime(start_date, covid_calibration.DATE_FORMAT)
+    ).days
     p = dataclasses.replace(p, start_date=start_date, episode_length=days)
     means = {}
     for name, level in (("open", 1), ("closed", p.num_stringency_levels)):
@@ -798,8 +857,12 @@ def reward_normalisers(p: CovidEconomyParams | None = None, start_date: str = "2
             health += raw.health[0].double().numpy()
             economic += raw.economic[0].double().numpy()
         means[name] = (health / days, economic / days)
-    return {"min_health": means["open"][0], "max_economic": means["open"][1],
-            "max_health": means["closed"][0], "min_economic": means["closed"][1]}
+    return {
+        "min_health": means["open"][0],
+        "max_economic": means["open"][1],
+        "max_health": means["closed"][0],
+        "min_economic": means["closed"][1],
+    }
 
 
 COVID_ECONOMY = MultiAgentDefinition(

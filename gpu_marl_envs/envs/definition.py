@@ -115,7 +115,9 @@ def apply_settings(params_type: type, params: Any, settings: dict[str, Any]) -> 
     valid = [field.name for field in dataclasses.fields(params_type) if field.init]
     unknown = [name for name in settings if name not in valid]
     if unknown:
-        raise TypeError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
-                        f"neither an argument of the env nor a field of {params_type.__name__} (its fields: "
-                        f"{', '.join(valid)})")
+        raise TypeError(
+            f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+            f"neither an argument of the env nor a field of {params_type.__name__} (its fields: "
+            f"{', '.join(valid)})"
+        )
     return dataclasses.replace(base, **settings) if settings else base

@@ -151,22 +151,25 @@ class MultiAgentDefinition:
 
     def agent_names(self, params) -> list[str]:
         """``<group without a final s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
-        return [f"{group.removesuffix('s')}_{k}" for group, ids in self.agent_groups(params).items()
-                for k in range(len(ids))]
+        return [
+            f"{group.removesuffix('s')}_{k}"
+            for group, ids in self.agent_groups(params).items()
+            for k in range(len(ids))
+        ]
 
     # Cached: the torch backend flattens observations and masks every step, and building a game's
     # spaces takes tens of microseconds (params are frozen, hence hashable).
     @functools.cache  # noqa: B019
     def observation_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat observation buffer ``(E, obs_size)``."""
-        return _layout(self.agent_groups(params),
-                       {g: int(space.shape[0]) for g, space in self.observation_spaces(params).items()})
+        return _layout(
+            self.agent_groups(params), {g: int(space.shape[0]) for g, space in self.observation_spaces(params).items()}
+        )
 
     @functools.cache  # noqa: B019
     def mask_layout(self, params) -> dict[str, GroupSlice]:
         """Each group's place in the flat action-mask buffer ``(E, mask_size)`` (games with masks)."""
-        return _layout(self.agent_groups(params),
-                       {g: int(space.n) for g, space in self.action_spaces(params).items()})
+        return _layout(self.agent_groups(params), {g: int(space.n) for g, space in self.action_spaces(params).items()})
 
     def obs_size(self, params) -> int:
         return sum(s.count * s.size for s in self.observation_layout(params).values())
@@ -207,7 +210,7 @@ class MultiAgentDefinition:
 def split_groups(groups: dict[str, range], tensor: torch.Tensor) -> dict[str, torch.Tensor]:
     """``{group: tensor[:, ids]}`` (views) of a tensor whose dimension 1 is the agents: for games
     whose reference computes every agent's observation in one ``(E, N, d)`` tensor."""
-    return {group: tensor[:, ids.start:ids.stop] for group, ids in groups.items()}
+    return {group: tensor[:, ids.start : ids.stop] for group, ids in groups.items()}
 
 
 def _layout(groups: dict[str, range], sizes: dict[str, int]) -> dict[str, GroupSlice]:

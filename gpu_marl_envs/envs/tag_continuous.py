@@ -160,11 +160,20 @@ class TagContinuousParams:
                 raise ValueError(f"{name_of}.{f.name} must be an integer, got {value!r}")
             if f.type == "str" and not isinstance(value, str):
                 raise ValueError(f"{name_of}.{f.name} must be a str, got {value!r}")
-            if f.type == "float" and not (isinstance(value, (int, float, np.integer, np.floating))
-                                          and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)):
+            if f.type == "float" and not (
+                isinstance(value, (int, float, np.integer, np.floating))
+                and not isinstance(value, (bool, np.bool_))
+                and math.isfinite(value)
+            ):
                 raise ValueError(f"{name_of}.{f.name} must be a finite number, got {value!r}")
-        for name in ("num_taggers", "num_runners", "episode_length", "num_acceleration_levels",
-                     "num_turn_levels", "num_other_agents_observed"):
+        for name in (
+            "num_taggers",
+            "num_runners",
+            "episode_length",
+            "num_acceleration_levels",
+            "num_turn_levels",
+            "num_other_agents_observed",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name_of}.{name} must be >= 1, got {getattr(self, name)}")
         # Agent ids and observation slots are int32 in the kernels; a partial observation packs the
@@ -186,8 +195,9 @@ class TagContinuousParams:
             if not getattr(self, name) <= 0:
                 raise ValueError(f"{name_of}.{name} must be <= 0, got {getattr(self, name)}")
         if self.neighbour_search not in NEIGHBOUR_SEARCHES:
-            raise ValueError(f"{name_of}.neighbour_search must be one of {NEIGHBOUR_SEARCHES}, "
-                             f"got {self.neighbour_search!r}")
+            raise ValueError(
+                f"{name_of}.neighbour_search must be one of {NEIGHBOUR_SEARCHES}, got {self.neighbour_search!r}"
+            )
         for low, high in (("min_acceleration", "max_acceleration"), ("min_turn", "max_turn")):
             if not getattr(self, low) <= getattr(self, high):
                 raise ValueError(f"{name_of}.{low} must be <= {high}, got {getattr(self, low)} > {getattr(self, high)}")
@@ -239,8 +249,12 @@ class TagContinuousParams:
     @property
     def acceleration_levels(self) -> np.ndarray:
         """The float32 table an acceleration index selects from: index 0 = 0 (no change), then linspace."""
-        return level_deltas(self.min_acceleration, self.max_acceleration, self.num_acceleration_levels,
-                            np.arange(self.num_acceleration_levels + 1))
+        return level_deltas(
+            self.min_acceleration,
+            self.max_acceleration,
+            self.num_acceleration_levels,
+            np.arange(self.num_acceleration_levels + 1),
+        )
 
     @property
     def turn_levels(self) -> np.ndarray:
@@ -287,7 +301,7 @@ def agent_type(p: TagContinuousParams, device=None) -> torch.Tensor:
 
 def runners_in_game(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
     """int32 ``(E,)``: how many runners are still in the game."""
-    return state.in_game[:, p.num_taggers:].sum(dim=1, dtype=torch.int32)
+    return state.in_game[:, p.num_taggers :].sum(dim=1, dtype=torch.int32)
 
 
 def in_game(p: TagContinuousParams, state: TagContinuousState) -> torch.Tensor:
@@ -391,8 +405,12 @@ def search_grid_cells(p: TagContinuousParams) -> int:
     lower bound of every unscanned cell's. 1 means no grid: every agent tests every other (the
     scan, cheaper for small games). The full observation searches nothing, and games of more than
     65,536 agents (which no GPU's shared memory holds today) scan: the grid's keys hold 16-bit ids."""
-    if p.use_full_observation or p.neighbour_search == "scan" or p.num_agents > 2**16 \
-            or (p.neighbour_search == "auto" and p.num_agents < GRID_MIN_AGENTS):
+    if (
+        p.use_full_observation
+        or p.neighbour_search == "scan"
+        or p.num_agents > 2**16
+        or (p.neighbour_search == "auto" and p.num_agents < GRID_MIN_AGENTS)
+    ):
         return 1
     return max(2, round(math.sqrt(p.num_agents / AGENTS_PER_CELL)))
 
@@ -473,9 +491,15 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
     cells = search_grid_cells(p)
     grid = cells > 1
     observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
-    arrays = [("positions", 2 * p.num_agents, "float32"), ("motion", 3 * p.num_agents if staged else 0, "float32"),
-              ("ids", p.num_agents if grid else 0, "int32"), ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
-              ("tags", p.num_taggers, "int32"), ("observed", observed, "int32"), ("in_game", p.num_agents, "bool")]
+    arrays = [
+        ("positions", 2 * p.num_agents, "float32"),
+        ("motion", 3 * p.num_agents if staged else 0, "float32"),
+        ("ids", p.num_agents if grid else 0, "int32"),
+        ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
+        ("tags", p.num_taggers, "int32"),
+        ("observed", observed, "int32"),
+        ("in_game", p.num_agents, "bool"),
+    ]
     layout, offset = {}, 0
     for name, count, dtype in arrays:
         layout[name] = (offset, count, dtype)
@@ -528,7 +552,11 @@ def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContin
     direction = quarter * _f32(p.half_pi)
     zeros = torch.zeros((num_envs, n), dtype=torch.float32, device=device)
     return TagContinuousState(
-        x=x, y=y, direction=direction, speed=zeros, acceleration=zeros.clone(),
+        x=x,
+        y=y,
+        direction=direction,
+        speed=zeros,
+        acceleration=zeros.clone(),
         in_game=torch.ones((num_envs, n), dtype=torch.bool, device=device),
         t=torch.zeros(num_envs, dtype=torch.int32, device=device),
     )
@@ -601,8 +629,9 @@ def step(p: TagContinuousParams, state: TagContinuousState, actions: torch.Tenso
     # order-independent, as the kernels' integer atomics are) and pay the count as one product.
     tags = torch.zeros_like(in_game[:, :g], dtype=torch.int32).scatter_add_(1, nearest, tagged.to(torch.int32))
     tagger_rewards = rewards[:, :g]
-    tagger_rewards = torch.where(tags > 0, tagger_rewards + tags.to(torch.float32) * _f32(p.tag_reward_for_tagger),
-                                 tagger_rewards)
+    tagger_rewards = torch.where(
+        tags > 0, tagger_rewards + tags.to(torch.float32) * _f32(p.tag_reward_for_tagger), tagger_rewards
+    )
     runner_rewards = rewards[:, g:]
     runner_rewards = torch.where(tagged, runner_rewards + _f32(p.tag_penalty_for_runner), runner_rewards)
     if p.runner_exits_game_after_tagged:
@@ -621,8 +650,9 @@ def step(p: TagContinuousParams, state: TagContinuousState, actions: torch.Tenso
     # 6.
     terminated = ~in_game[:, g:].any(dim=1)
     truncated = last_step & ~terminated
-    next_state = TagContinuousState(x=x, y=y, direction=direction, speed=speed, acceleration=acceleration,
-                                    in_game=in_game, t=t)
+    next_state = TagContinuousState(
+        x=x, y=y, direction=direction, speed=speed, acceleration=acceleration, in_game=in_game, t=t
+    )
     return next_state, rewards, terminated, truncated
 
 
@@ -639,15 +669,18 @@ def _features(p: TagContinuousParams, state: TagContinuousState, j: torch.Tensor
     dj, di = pair(state.direction)
     type_j = agent_type(p, j.device).to(torch.float32)[j]
     in_game_j = state.in_game.gather(1, flat).reshape(e, n, m).to(torch.float32)
-    return torch.stack([
-        float32.divide(xj - xi, p.position_scale),
-        float32.divide(yj - yi, p.position_scale),
-        float32.divide(sj - si, p.speed_scale),
-        float32.divide(aj - ai, p.speed_scale),
-        float32.divide(dj - di, p.two_pi),
-        type_j,
-        in_game_j,
-    ], dim=-1)
+    return torch.stack(
+        [
+            float32.divide(xj - xi, p.position_scale),
+            float32.divide(yj - yi, p.position_scale),
+            float32.divide(sj - si, p.speed_scale),
+            float32.divide(aj - ai, p.speed_scale),
+            float32.divide(dj - di, p.two_pi),
+            type_j,
+            in_game_j,
+        ],
+        dim=-1,
+    )
 
 
 def _nearest_others(p: TagContinuousParams, state: TagContinuousState) -> tuple[torch.Tensor, torch.Tensor]:

@@ -145,8 +145,9 @@ class TagGridworldParams:
             if value < low:
                 raise ValueError(f"{name}.{field} must be >= {low}, got {value}")
         if self.grid_length > MAX_GRID_LENGTH:
-            raise ValueError(f"{name}.grid_length must be <= {MAX_GRID_LENGTH} (cells exact in float32), "
-                             f"got {self.grid_length}")
+            raise ValueError(
+                f"{name}.grid_length must be <= {MAX_GRID_LENGTH} (cells exact in float32), got {self.grid_length}"
+            )
         if self.episode_length > np.iinfo(np.int32).max:
             raise ValueError(f"{name}.episode_length must fit in int32, got {self.episode_length}")
         for field in ("wall_hit_penalty", "tag_reward_for_tagger", "tag_penalty_for_runner", "step_cost_for_tagger"):
@@ -154,8 +155,9 @@ class TagGridworldParams:
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"{name}.{field} must be a number, got {value!r}")
             if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}.{field} must be finite and >= 0 (a magnitude; the sign is "
-                                 f"fixed by the rules), got {value}")
+                raise ValueError(
+                    f"{name}.{field} must be finite and >= 0 (a magnitude; the sign is fixed by the rules), got {value}"
+                )
         for field in ("use_full_observation", "random_start"):
             value = getattr(self, field)
             if not isinstance(value, (bool, np.bool_)):
@@ -259,7 +261,7 @@ def step(p: TagGridworldParams, state: TagGridworldState, actions: torch.Tensor)
     wall_hit = (x != moved_x) | (y != moved_y)
     t = state.t + 1
 
-    on_runner = (x == x[:, r:r + 1]) & (y == y[:, r:r + 1])
+    on_runner = (x == x[:, r : r + 1]) & (y == y[:, r : r + 1])
     tagged = on_runner[:, :r].any(dim=1)
 
     is_runner = agent_type(p.num_agents, x.device).bool()
@@ -289,14 +291,22 @@ def observe(p: TagGridworldParams, state: TagGridworldState) -> torch.Tensor:
         return torch.cat([shared[:, None, :].expand(-1, n, -1), one_hot, time], dim=2)
 
     # The runner's nearest tagger: exact squared distances; argmin returns the first (lowest id) minimum.
-    dx = (state.x[:, :r] - state.x[:, r:r + 1]).to(torch.int64)
-    dy = (state.y[:, :r] - state.y[:, r:r + 1]).to(torch.int64)
+    dx = (state.x[:, :r] - state.x[:, r : r + 1]).to(torch.int64)
+    dy = (state.y[:, :r] - state.y[:, r : r + 1]).to(torch.int64)
     nearest = (dx * dx + dy * dy).argmin(dim=1)  # (E,)
     target = torch.full((num_envs, n), r, dtype=torch.int64, device=x.device)
     target[:, r] = nearest
-    return torch.stack([
-        x, y, x.gather(1, target), y.gather(1, target), types.expand(num_envs, n), time[:, :, 0],
-    ], dim=2)
+    return torch.stack(
+        [
+            x,
+            y,
+            x.gather(1, target),
+            y.gather(1, target),
+            types.expand(num_envs, n),
+            time[:, :, 0],
+        ],
+        dim=2,
+    )
 
 
 def observation_spaces(p: TagGridworldParams) -> dict[str, spaces.Box]:

@@ -58,8 +58,13 @@ def reset(p: CoverParams, key: torch.Tensor, num_envs: int) -> CoverState:
     draws = torch.arange(4 * p.num_agents, device=key.device)
     u = rng.uniform_from_key(key[:, None], draws, 0.0, float(p.grid_length + 1))
     x, y, landmark_x, landmark_y = torch.floor(u).to(torch.int32).clamp(max=p.grid_length).chunk(4, dim=1)
-    return CoverState(x.contiguous(), y.contiguous(), landmark_x.contiguous(), landmark_y.contiguous(),
-                      torch.zeros(num_envs, dtype=torch.int32, device=key.device))
+    return CoverState(
+        x.contiguous(),
+        y.contiguous(),
+        landmark_x.contiguous(),
+        landmark_y.contiguous(),
+        torch.zeros(num_envs, dtype=torch.int32, device=key.device),
+    )
 
 
 def step(p: CoverParams, s: CoverState, actions: torch.Tensor):
@@ -93,6 +98,9 @@ COVER = MultiAgentDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_constants=lambda p: {"NUM_AGENTS": p.num_agents, "GRID_LENGTH": p.grid_length,
-                                "EPISODE_LENGTH": p.episode_length},
+    kernel_constants=lambda p: {
+        "NUM_AGENTS": p.num_agents,
+        "GRID_LENGTH": p.grid_length,
+        "EPISODE_LENGTH": p.episode_length,
+    },
 )

@@ -10,8 +10,13 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def test_kernels_match_the_reference():
     # 5 agents spread over 3 threads in the simulator; short episodes for autoreset. Exact: integer
     # rules and one float32 division per value.
-    gpu_marl_envs.check_env("cover/Cover-v0", CoverParams(num_agents=5, grid_length=2, episode_length=4),
-                            num_envs=3, num_steps=10, device=DEVICE)
+    gpu_marl_envs.check_env(
+        "cover/Cover-v0",
+        CoverParams(num_agents=5, grid_length=2, episode_length=4),
+        num_envs=3,
+        num_steps=10,
+        device=DEVICE,
+    )
 
 
 def test_covering_every_landmark_ends_the_game_without_a_penalty():

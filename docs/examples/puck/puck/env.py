@@ -69,8 +69,10 @@ PUCK = EnvDefinition(
     params_type=PuckParams,
     state_fields=("x", "v"),
     kernel_params=("dt", "force", "max_speed", "x_limit", "reset_bound", "max_episode_steps"),
-    observation_space=lambda p: spaces.Box(-np.array([2 * p.x_limit, p.max_speed], dtype=np.float32),
-                                           np.array([2 * p.x_limit, p.max_speed], dtype=np.float32)),
+    observation_space=lambda p: spaces.Box(
+        -np.array([2 * p.x_limit, p.max_speed], dtype=np.float32),
+        np.array([2 * p.x_limit, p.max_speed], dtype=np.float32),
+    ),
     action_space=lambda p: spaces.Discrete(3),
     reset=reset,
     step=step,

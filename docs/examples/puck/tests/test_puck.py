@@ -10,8 +10,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 def test_kernels_match_the_reference():
     # Short episodes: truncation and autoreset within the steps checked. The float32 rules make it exact.
-    gpu_marl_envs.check_env("puck/Puck-v0", PuckParams(max_episode_steps=10), num_envs=4, num_steps=24,
-                            device=DEVICE)
+    gpu_marl_envs.check_env("puck/Puck-v0", PuckParams(max_episode_steps=10), num_envs=4, num_steps=24, device=DEVICE)
 
 
 def test_the_puck_falls_off_the_track():
@@ -22,4 +21,3 @@ def test_the_puck_falls_off_the_track():
         if terminated.item():
             break
     assert terminated.item() and 0 < step < 100
-
