@@ -153,7 +153,7 @@ def main() -> None:
             )
     lines = [
         f"Lightning's overhead on {hardware}, lightning {lightning.__version__}, measured "
-        f"{time.strftime('%Y-%m-%d')} with `python benchmarks/{' '.join(sys.argv)}` "
+        f"{time.strftime('%Y-%m-%d')} with `python {' '.join(sys.argv)}` "
         f"({args.iterations} iterations a run, median of {args.repeats}; overhead = 1 - Lightning / train):",
         "",
         "| configuration | log every | `train` (gpu-marl-train) | Lightning (`--lightning`) | overhead | "
