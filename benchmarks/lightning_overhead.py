@@ -65,9 +65,10 @@ def flat(trained) -> torch.Tensor:
 
 
 def release_last_run() -> None:
-    """Free what the last run left before the next. Without this, on an H100 (2026-11-26), 18 runs in
-    one process held 66 GiB in CUDA graph pools and the 19th ran out of memory: on the GPU something
-    of a finished run waits for the cycle collector (on the CPU a trainer is freed at once)."""
+    """Free what the last run left before the next. A LightningModule and its Trainer refer to each
+    other, so a finished fit (its module's CUDA graphs and their memory pools with it) is freed
+    only by the cycle collector: on an H100 (2026-11-26), 18 runs in one process held 66 GiB in
+    graph pools and the 19th ran out of memory."""
     gc.collect()
     torch.cuda.empty_cache()
 
