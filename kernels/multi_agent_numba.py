@@ -62,6 +62,10 @@ class GameFunctions(NamedTuple):
     shared: Any = no_shared
     in_game: Any = everyone_in_game
     totals_env: Any = no_totals
+    launch_bounds: tuple[int, int] | None = None
+    """(threads per block, blocks per SM) the kernels are compiled for, as CUDA C's
+    ``__launch_bounds__`` (``GME_MULTI_AGENT_KERNELS_BOUNDED``): NVVM then keeps the registers per
+    thread low enough for that many blocks to share an SM. None: registers unbounded."""
 
 
 def typed_constants(constants: dict[str, Any]):
@@ -191,4 +195,5 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
             needs_reset[e] = False
         observe_env(state, sh, e, observations, action_masks)
 
-    return named_kernel(step, f"{name}_step"), named_kernel(reset, f"{name}_reset")
+    bounds = functions.launch_bounds
+    return named_kernel(step, f"{name}_step", bounds), named_kernel(reset, f"{name}_reset", bounds)

@@ -20,10 +20,14 @@ __all__ = [
 ]
 
 
-def named_kernel(function, name: str):
-    """``function`` as a CUDA kernel called ``name`` (profilers show the name it is compiled under)."""
+def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = None):
+    """``function`` as a CUDA kernel called ``name`` (profilers show the name it is compiled under),
+    compiled for ``launch_bounds`` (max threads per block, min blocks per SM) where given. The
+    simulator has no registers to bound (and its ``jit`` no such argument)."""
     function.__name__ = function.__qualname__ = name
-    return cuda.jit(function)
+    if launch_bounds is None or config.ENABLE_CUDASIM:
+        return cuda.jit(function)
+    return cuda.jit(function, launch_bounds=launch_bounds)
 
 
 def inline_device(function):

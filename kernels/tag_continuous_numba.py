@@ -568,4 +568,13 @@ def game_functions(c) -> GameFunctions:
     def agent_in_game(state, sh, e, a):
         return sh[6][a]  # sh_in_game, current after a step
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared, in_game=agent_in_game)
+    # The .cu's bound (min_blocks_per_sm in the reference module): unbounded, NVVM gave the step
+    # kernel 149 registers at 2,000 x 1,000 (ptxas for sm_90), one 256-thread block per SM.
+    return GameFunctions(
+        reset_env,
+        step_env,
+        observe_env,
+        shared=shared,
+        in_game=agent_in_game,
+        launch_bounds=(BLOCK_THREADS, c.MIN_BLOCKS),
+    )

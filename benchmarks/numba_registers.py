@@ -1,0 +1,77 @@
+"""Registers and spills of a game's Numba step kernel, on a machine without a GPU: the
+kernel compiled to PTX for sm_90 by Numba (NVVM and libdevice from the CUDA toolkit), then
+``ptxas -v``. Numba asks the driver for the device's compute capability and NVRTC for the
+supported ones even when told the target; both are answered here (sm_90), which is why this is a
+development tool and not part of the package.
+
+    python benchmarks/numba_registers.py --runners 990                 # the kernel's own launch bounds
+    python benchmarks/numba_registers.py --runners 990 --bounds 256 2  # other bounds
+    python benchmarks/numba_registers.py --env CovidEconomy-v0          # another game, its default params
+
+Found with it (2026-11-26, numba-cuda 0.30, CUDA 13.0 ptxas): unbounded, the step kernel at 1,000
+agents took 149 registers (one 256-thread block per SM; the .cu's kernel is bounded to 4); with
+(256, 4) 64 registers and 772 bytes of spill stores, with (256, 3) 80 and 504, with (256, 2) 128
+and none. At 110 agents: 92 unbounded, 64 with 40 bytes of spills at (256, 4).
+TagGridworld (5 agents): 56 registers; CovidEconomy (52 agents): 112, both unbounded.
+"""
+
+import argparse
+import subprocess
+import types
+
+import numba
+import numba.cuda.cudadrv.libs as libs
+import numba.cuda.cudadrv.nvrtc as nvrtc
+import numba.cuda.cudadrv.nvvm as nvvm
+import numba.cuda.dispatcher as dispatcher
+import numpy as np
+import torch
+from numba import cuda
+
+from gpu_marl_envs.backends.multi_agent_numba import _kernels
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.multi_agent_buffers import STEP_ARGUMENTS, MultiAgentBuffers
+from gpu_marl_envs.registration import game_spec
+
+SM_90 = (9, 0)
+
+
+def without_a_driver(libdevice: str) -> None:
+    """Answer Numba's questions to the driver and NVRTC: the target is sm_90."""
+    nvrtc.get_supported_ccs = lambda: (SM_90,)
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=SM_90)
+    libs.get_libdevice = nvvm.get_libdevice = lambda: libdevice
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="TagContinuous-v0", help="a registered game (default TagContinuous-v0)")
+    parser.add_argument("--runners", type=int, default=990, help="TagContinuous's runners, every agent in play")
+    parser.add_argument("--bounds", type=int, nargs=2, metavar=("THREADS", "MIN_BLOCKS"))
+    parser.add_argument("--libdevice", default="/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
+    args = parser.parse_args()
+    without_a_driver(args.libdevice)
+    spec = game_spec(args.env)
+    params = spec.definition.make_params()
+    if args.env == "TagContinuous-v0":
+        params = TagContinuousParams(num_runners=args.runners, runner_exits_game_after_tagged=False)
+    buffers = MultiAgentBuffers.allocate(spec.definition, params, 2, torch.device("cpu"))
+    step, _ = _kernels(spec, params)
+    views = {name: tensor.numpy() for name, tensor in buffers.tensors().items()}
+    views["state"] = tuple(tensor.numpy() for tensor in buffers.state_arrays())
+    views["action_masks"] = np.zeros((1, 1), bool)
+    views.setdefault("episode_totals", np.zeros((1, 1), np.float32))
+    views["actions"] = np.zeros((2, params.num_agents, *spec.definition.action_shape(params)), np.int64)
+    views["num_envs"] = views["autoreset_mode"] = np.int32(0)
+    signature = tuple(numba.typeof(views[name]) for name in STEP_ARGUMENTS)
+    bounds = tuple(args.bounds) if args.bounds else step.targetoptions.get("launch_bounds")
+    ptx, _ = cuda.compile_ptx(step.py_func, signature, cc=SM_90, launch_bounds=bounds)
+    result = subprocess.run(
+        ["ptxas", "-arch=sm_90", "-v", "-", "-o", "/dev/null"], input=ptx, capture_output=True, text=True
+    )
+    print(f"{args.env}, {params.num_agents} agents, launch bounds {bounds}:")
+    print("\n".join(line for line in result.stderr.splitlines() if "spill" in line or "Used" in line))
+
+
+if __name__ == "__main__":
+    main()
