@@ -379,36 +379,57 @@ __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
 #endif
 }
 
-// Element w of the observation row of agent a (in the game, at `own` of the staged arrays;
-// `observed`: its nearest others' places): the 7 features of the agent in slot w / 7, then t / T.
-// Branch-free over the feature kinds, which the lanes of a warp writing consecutive floats of a row
-// do not share: each difference reads one of five rows, staged or the state's, and divides by one
-// of three scales.
-__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, const int* observed, int a,
-                                             int own, int w, float time) {
-    if (w == TC_OBS_DIM - 1) return time;
+// Element w of an observation row: feature c = w % 7 of the agent in slot m = w / 7 of the row's
+// nearest others (every other agent, in id order, with the full observation), or the time
+// (w = OBS_DIM - 1). Worked out once per lane where the lanes keep their elements from row to row.
+constexpr int TIME_FEATURE = FEATURES;  // the row's last element
+constexpr int NO_FEATURE = FEATURES + 1;  // past the row
+struct Element {
+    int slot;  // m (0 for the time and past the row, so that every read stays in bounds)
+    int feature;  // c, TIME_FEATURE or NO_FEATURE
+    float scale;  // what the feature's difference is divided by (1 where there is none)
+};
+
+__device__ __forceinline__ Element element_at(int w) {
+    if (w >= TC_OBS_DIM - 1) return Element{0, w == TC_OBS_DIM - 1 ? TIME_FEATURE : NO_FEATURE, 1.0f};
     int m = w / FEATURES, c = w - m * FEATURES;
+    return Element{m, c, c < 2 ? TC_POSITION_SCALE : c < 4 ? TC_SPEED_SCALE : c == 4 ? TC_TWO_PI : 1.0f};
+}
+
+// Element `e` of the observation row of agent a (in the game, at `own` of the staged arrays;
+// `observed`: its nearest others' places), branch-free: the lanes of a warp writing consecutive
+// floats of a row hold different kinds of feature, so each reads one of five rows, staged or the
+// state's (type and in_game read one in vain), and divides by its own scale.
+__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, const int* observed, int a,
+                                             int own, const Element& e, float time) {
+    int c = e.feature;
 #if TC_FULL_OBSERVATION
-    int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
+    int q = e.slot < a ? e.slot : e.slot + 1;  // every other agent in id order (their places: no grid here)
 #else
-    int q = observed[m];
-    if (q < 0) return 0.0f;
+    int q = observed[e.slot];
 #endif
-    int j = id_at(sh, q);
-    int k = min(c, 4);  // the row read: x, y, speed, acceleration, direction (type and in_game read one in vain)
+    int j = id_at(sh, max(q, 0));
+    int k = min(c, 4);  // the row read: x, y, speed, acceleration, direction
 #if TC_STAGE_MOTION
     const float* row = k < 2 ? (const float*)sh.positions() + k : sh.motion() + (k - 2);
     int stride = k < 2 ? 2 : 3;
-    float difference = row[q * stride] - row[own * stride];
+    float difference = row[max(q, 0) * stride] - row[own * stride];
 #else
     const float* row = k == 0 ? (const float*)sh.positions() : k == 1 ? (const float*)sh.positions() + 1
                      : k == 2 ? s.speed : k == 3 ? s.acceleration : s.direction;
     // Positions are staged (x, y) pairs by place; the state's rows are by id.
-    float difference = k < 2 ? row[2 * q] - row[2 * own] : row[j] - row[a];
+    float difference = k < 2 ? row[2 * max(q, 0)] - row[2 * own] : row[j] - row[a];
 #endif
-    float scale = c < 2 ? TC_POSITION_SCALE : c < 4 ? TC_SPEED_SCALE : TC_TWO_PI;
-    float value = difference / scale;
-    return c == 5 ? (j < G ? 1.0f : 0.0f) : c == 6 ? (sh.in_game()[j] ? 1.0f : 0.0f) : value;
+    // A zero difference is divided as a one and its quotient (a zero of the same sign as the true
+    // one) taken from a product: CUDA's division leaves its fast path for a zero dividend, and the
+    // lanes of a warp meet one in nearly every row (equal speeds, zero accelerations).
+    // Lanes with no difference to divide divide a one too.
+    bool zero = difference == 0.0f, plain = zero || c > 4;
+    float value = __fdiv_rn(plain ? 1.0f : difference, e.scale);
+    value = zero ? __fmul_rn(difference, e.scale) : value;
+    value = c == 5 ? (j < G ? 1.0f : 0.0f) : c == 6 ? (sh.in_game()[j] ? 1.0f : 0.0f) : value;
+    value = q < 0 ? 0.0f : value;  // an empty slot
+    return c == TIME_FEATURE ? time : value;
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
@@ -426,6 +447,12 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
 #endif
     const bool* in_game = sh.in_game();
     int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    // A row's elements per lane, computed before any is stored, so that their loads are in flight
+    // together (the stores might alias them, as far as the compiler knows); a row of up to
+    // 32 x ROW_UNROLL elements is one pass, whose elements each lane works out once per group
+    // (after the search, which needs the registers).
+    constexpr int ROW_UNROLL = 4;
+    constexpr bool ONE_PASS = TC_OBS_DIM <= 32 * ROW_UNROLL;
     for (int first = threadIdx.x / 32 * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
 #if !TC_FULL_OBSERVATION
@@ -438,6 +465,9 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
 #endif
         __syncwarp();
 #endif
+        Element plan[ROW_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ROW_UNROLL; ++u) plan[u] = element_at(lane + 32 * u);
         for (int r = 0; r < rows; ++r) {
             int a = id_at(sh, first + r);
             float* out = obs + (long long)a * TC_OBS_DIM;
@@ -447,15 +477,13 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
             const int* observed = lists + r * K;
 #endif
             bool playing = in_game[a];
-            // Up to ROW_UNROLL elements per lane, all computed before any is stored, so that their
-            // loads are in flight together (the stores might alias them, as far as the compiler knows).
-            constexpr int ROW_UNROLL = 4;
             for (int w0 = lane; w0 < TC_OBS_DIM; w0 += 32 * ROW_UNROLL) {
                 float values[ROW_UNROLL];
 #pragma unroll
                 for (int u = 0; u < ROW_UNROLL; ++u) {
                     int w = w0 + 32 * u;
-                    values[u] = playing && w < TC_OBS_DIM ? observation(s, sh, observed, a, first + r, w, time) : 0.0f;
+                    Element e = ONE_PASS ? plan[u] : element_at(w);
+                    values[u] = playing && w < TC_OBS_DIM ? observation(s, sh, observed, a, first + r, e, time) : 0.0f;
                 }
 #pragma unroll
                 for (int u = 0; u < ROW_UNROLL; ++u) {

@@ -14,7 +14,7 @@ handles; what other threads read (positions, in-game flags, the grid, a chunk's 
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
 dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-are written a chunk of agents at a time, one feature at a time.
+are written a chunk of agents at a time, row by row.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -74,7 +74,6 @@ def game_functions(c) -> GameFunctions:
     # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
     # shared_layout() sizes), one thread each here.
     CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // c.SCAN_SPLIT
-    SLOTS = N - 1 if FULL_OBSERVATION else K
     # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
     # runners), then OUT_BUCKET (the agents out of the game).
     C = c.GRID_CELLS
@@ -361,15 +360,29 @@ def game_functions(c) -> GameFunctions:
         """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
         return ids[place] if GRID else place
 
+    @inline_device
+    def divide(x, scale):
+        """x / scale as float32 division, a zero x divided as a one and its quotient (a zero of the
+        true one's sign) taken from a product: the GPU's division leaves its fast path for a zero
+        dividend, which a warp's lanes meet in nearly every row (equal speeds, zero accelerations)."""
+        zero = x == ZERO
+        quotient = (ONE if zero else x) / scale
+        return mul_rn(x, scale) if zero else quotient
+
     @cuda.jit(device=True)
-    def feature(e, a, own, r, m, c, state, sh):
-        """Feature c of the agent in slot m of the observation of agent a (in the game, at `own` of
-        the staged arrays; r: its row within the chunk, whose lists hold places). The motion comes
-        from the state's rows: the .cu stages it in shared memory where there is room
-        (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per step
-        at 100 games x 110 agents, 159 against 136 at 1000)."""
+    def observation(e, a, own, r, w, time, state, sh):
+        """Element w of the observation row of agent a (in the game, at `own` of the staged arrays;
+        r: its row within the chunk, whose lists hold places): feature c = w % 7 of the agent in
+        slot m = w // 7, or the time (w = OBS_DIM - 1). The motion comes from the state's rows: the
+        .cu stages it in shared memory where there is room (STAGE_MOTION), which made these kernels
+        slower on an H100 (38.0 against 37.2 µs per step at 100 games x 110 agents, 159 against 136
+        at 1000)."""
+        if w == OBS_DIM - 1:
+            return time
         _, _, direction, speed, acceleration, _, _ = state
         sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
+        m = w // FEATURES
+        c = w - m * FEATURES
         if FULL_OBSERVATION:
             q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
         else:
@@ -377,31 +390,26 @@ def game_functions(c) -> GameFunctions:
             if q < 0:
                 return ZERO
         j = ids[q] if GRID else q
-        if c == 0:
-            return (sh_x[q] - sh_x[own]) / POSITION_SCALE
-        if c == 1:
-            return (sh_y[q] - sh_y[own]) / POSITION_SCALE
-        if c == 2:
-            return (speed[e, j] - speed[e, a]) / SPEED_SCALE
-        if c == 3:
-            return (acceleration[e, j] - acceleration[e, a]) / SPEED_SCALE
-        if c == 4:
-            return (direction[e, j] - direction[e, a]) / TWO_PI
         if c == 5:
             return ONE if j < G else ZERO
-        return ONE if sh_in_game[j] else ZERO
+        if c == 6:
+            return ONE if sh_in_game[j] else ZERO
+        if c < 2:
+            row = sh_x if c == 0 else sh_y
+            return divide(row[q] - row[own], POSITION_SCALE)
+        row = speed if c == 2 else (acceleration if c == 3 else direction)
+        return divide(row[e, j] - row[e, a], SPEED_SCALE if c < 4 else TWO_PI)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
         grid if any must be current and visible to the whole block), a chunk of agents at a time:
-        each thread finds its agent's nearest others, then the block writes the chunk's rows one
-        feature at a time (consecutive threads compute the same kind of feature: no divergence over
-        the 7 kinds). Every thread runs every chunk, so the barriers are uniform. (The CUDA C kernel
-        also splits one agent's scan over several lanes and lets each warp take its own rows without
-        block barriers, which the simulator cannot run: it has no warp shuffles or warp barriers.)
-        No action masks in this game."""
-        sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
+        each thread finds its agent's nearest others, then the block writes the chunk's rows,
+        consecutive threads writing consecutive floats of a row. Every thread runs every chunk, so
+        the barriers are uniform. (The CUDA C kernel also splits one agent's scan over several lanes
+        and lets each warp take its own rows without block barriers, which the simulator cannot run:
+        it has no warp shuffles or warp barriers.) No action masks in this game."""
+        sh_x, sh_y, ids, sh_in_game = sh[0], sh[1], sh[2], sh[6]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -415,22 +423,16 @@ def game_functions(c) -> GameFunctions:
                         if GRID:
                             nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
                         else:
-                            nearest_others(a, sh_x, sh_y, sh_in_game, observed, tid * K)
+                            nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
                 cuda.syncthreads()
-            pairs = rows * SLOTS
-            for k in range(tid, FEATURES * pairs, threads):
-                c = k // pairs
-                p = k - c * pairs
-                r = p // SLOTS
-                m = p - r * SLOTS
+            for k in range(tid, rows * OBS_DIM, threads):
+                r = k // OBS_DIM
+                w = k - r * OBS_DIM
                 a = id_at(ids, first + r)
                 value = ZERO
                 if sh_in_game[a]:
-                    value = feature(e, a, first + r, r, m, c, state, sh)
-                out[e, a * OBS_DIM + m * FEATURES + c] = value
-            for r in range(tid, rows, threads):
-                a = id_at(ids, first + r)
-                out[e, a * OBS_DIM + OBS_DIM - 1] = time if sh_in_game[a] else ZERO
+                    value = observation(e, a, first + r, r, w, time, state, sh)
+                out[e, a * OBS_DIM + w] = value
             cuda.syncthreads()  # the next chunk overwrites observed
 
     @cuda.jit(device=True)

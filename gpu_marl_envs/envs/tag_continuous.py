@@ -451,10 +451,19 @@ def block_threads(p: TagContinuousParams) -> int:
 
 
 def min_blocks_per_sm(p: TagContinuousParams) -> int:
-    """Blocks of the step kernel that should fit an SM at once: 4 caps its registers at 64 per
-    thread (a few bytes spill), which on an H100 at 2000 games x 1000 agents took 1.10 ms per step
-    against 1.17 ms with 3 blocks (85 registers) and 1.36 ms with 5 (no change at 110 agents)."""
-    return 4
+    """Blocks of the step kernel that should fit an SM at once (the kernels' launch bounds): 4 caps
+    the registers at 64 per thread (a few bytes spill), which on an H100 at 2000 games x 1000 agents
+    took 1.10 ms per step against 1.17 ms with 3 blocks (85 registers) and 1.36 ms with 5 (no change
+    at 110 agents). Fewer where fewer blocks' shared memory fits an SM (:data:`SM_SHARED_BYTES`):
+    a cap on registers then buys no more blocks, only spills."""
+    per_block = dynamic_shared_bytes(p) + BLOCK_RESERVED_SHARED_BYTES
+    return max(1, min(4, SM_SHARED_BYTES // per_block))
+
+
+# Shared memory per SM of an H100 or H200 and what the driver reserves for each block in it (CUDA C
+# Programming Guide, compute capability 9.0: 228 KiB per SM, 1 KiB per block).
+SM_SHARED_BYTES = 228 * 1024
+BLOCK_RESERVED_SHARED_BYTES = 1024
 
 
 def scan_split(p: TagContinuousParams) -> int:
