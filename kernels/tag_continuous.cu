@@ -40,6 +40,7 @@ struct TagShared {
     __device__ int* ends() const { return (int*)(tc_dynamic + TC_SHARED_ENDS); }
     __device__ int* tags() const { return (int*)(tc_dynamic + TC_SHARED_TAGS); }
     __device__ int* observed() const { return (int*)(tc_dynamic + TC_SHARED_OBSERVED); }
+    __device__ float* features() const { return (float*)(tc_dynamic + TC_SHARED_FEATURES); }
     __device__ bool* in_game() const { return (bool*)(tc_dynamic + TC_SHARED_IN_GAME); }
 };
 
@@ -379,117 +380,103 @@ __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
 #endif
 }
 
-// Element w of an observation row: feature c = w % 7 of the agent in slot m = w / 7 of the row's
-// nearest others (every other agent, in id order, with the full observation), or the time
-// (w = OBS_DIM - 1). Worked out once per lane where the lanes keep their elements from row to row.
-constexpr int TIME_FEATURE = FEATURES;  // the row's last element
-constexpr int NO_FEATURE = FEATURES + 1;  // past the row
-struct Element {
-    int slot;  // m (0 for the time and past the row, so that every read stays in bounds)
-    int feature;  // c, TIME_FEATURE or NO_FEATURE
-    float scale;  // what the feature's difference is divided by (1 where there is none)
-};
-
-__device__ __forceinline__ Element element_at(int w) {
-    if (w >= TC_OBS_DIM - 1) return Element{0, w == TC_OBS_DIM - 1 ? TIME_FEATURE : NO_FEATURE, 1.0f};
-    int m = w / FEATURES, c = w - m * FEATURES;
-    return Element{m, c, c < 2 ? TC_POSITION_SCALE : c < 4 ? TC_SPEED_SCALE : c == 4 ? TC_TWO_PI : 1.0f};
-}
-
-// Element `e` of the observation row of agent a (in the game, at `own` of the staged arrays;
-// `observed`: its nearest others' places), branch-free: the lanes of a warp writing consecutive
-// floats of a row hold different kinds of feature, so each reads one of five rows, staged or the
-// state's (type and in_game read one in vain), and divides by its own scale.
-__device__ __forceinline__ float observation(const EnvState& s, const TagShared& sh, const int* observed, int a,
-                                             int own, const Element& e, float time) {
-    int c = e.feature;
-#if TC_FULL_OBSERVATION
-    int q = e.slot < a ? e.slot : e.slot + 1;  // every other agent in id order (their places: no grid here)
-#else
-    int q = observed[e.slot];
-#endif
-    int j = id_at(sh, max(q, 0));
-    int k = min(c, 4);  // the row read: x, y, speed, acceleration, direction
-#if TC_STAGE_MOTION
-    const float* row = k < 2 ? (const float*)sh.positions() + k : sh.motion() + (k - 2);
-    int stride = k < 2 ? 2 : 3;
-    float difference = row[max(q, 0) * stride] - row[own * stride];
-#else
-    const float* row = k == 0 ? (const float*)sh.positions() : k == 1 ? (const float*)sh.positions() + 1
-                     : k == 2 ? s.speed : k == 3 ? s.acceleration : s.direction;
-    // Positions are staged (x, y) pairs by place; the state's rows are by id.
-    float difference = k < 2 ? row[2 * max(q, 0)] - row[2 * own] : row[j] - row[a];
-#endif
-    // A zero difference is divided as a one and its quotient (a zero of the same sign as the true
-    // one) taken from a product: CUDA's division leaves its fast path for a zero dividend, and the
-    // lanes of a warp meet one in nearly every row (equal speeds, zero accelerations).
-    // Lanes with no difference to divide divide a one too.
-    bool zero = difference == 0.0f, plain = zero || c > 4;
-    float value = __fdiv_rn(plain ? 1.0f : difference, e.scale);
-    value = zero ? __fmul_rn(difference, e.scale) : value;
-    value = c == 5 ? (j < G ? 1.0f : 0.0f) : c == 6 ? (sh.in_game()[j] ? 1.0f : 0.0f) : value;
-    value = q < 0 ? 0.0f : value;  // an empty slot
-    return c == TIME_FEATURE ? time : value;
+// difference / scale, a true float32 division, with a zero difference divided as a one and its
+// quotient (a zero of the true one's sign) taken from a product: CUDA's division leaves its fast
+// path for a zero dividend, and the lanes of a warp meet one in nearly every pass (equal speeds,
+// zero accelerations).
+__device__ __forceinline__ float scaled(float difference, float scale) {
+    bool zero = difference == 0.0f;
+    float quotient = __fdiv_rn(zero ? 1.0f : difference, scale);
+    return zero ? __fmul_rn(difference, scale) : quotient;
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
 // any must be current and visible to the whole block). Each warp takes groups of rows on its own
 // (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per agent) into
-// the warp's lists, then write the group's rows one by one, consecutive lanes writing consecutive
-// floats of the row.
+// the warp's lists, then compute the rows a (row, slot) pair per lane and pass: lane l keeps row
+// l / SPLIT, its own agent's values in registers, and takes slots l % SPLIT, + SPLIT, ... (every
+// lane does the same work: no divergence over the kinds of feature). Each pass's 7 features per
+// lane are staged in the warp's part of shared memory and stored from there, consecutive lanes
+// writing consecutive floats (a slot's 7 features are contiguous in its row).
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
-    constexpr int group = 32;
+    constexpr int split = 1, slots = N - 1;  // every other agent
 #else
-    constexpr int group = 32 / SPLIT;  // rows per warp at a time
-    int* lists = sh.observed() + threadIdx.x / 32 * group * K;  // this warp's nearest-others lists
+    constexpr int split = SPLIT, slots = K;
 #endif
+    constexpr int group = 32 / split;  // rows per warp at a time
+    constexpr int PASS = 32 * FEATURES;  // floats a warp stages and stores per pass
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
+    float* staged = sh.features() + warp * PASS;
     const bool* in_game = sh.in_game();
-    int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    // A row's elements per lane, computed before any is stored, so that their loads are in flight
-    // together (the stores might alias them, as far as the compiler knows); a row of up to
-    // 32 x ROW_UNROLL elements is one pass, whose elements each lane works out once per group
-    // (after the search, which needs the registers).
-    constexpr int ROW_UNROLL = 4;
-    constexpr bool ONE_PASS = TC_OBS_DIM <= 32 * ROW_UNROLL;
-    for (int first = threadIdx.x / 32 * group; first < N; first += warps * group) {
+    const float* motion = sh.motion();
+    for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
+        int r = lane / split, part = lane % split;
 #if !TC_FULL_OBSERVATION
-        int r = lane / SPLIT;
 #if GRID
         if (r < rows && in_game[id_at(sh, first + r)])
             nearest_others(sh, first + r, sh.positions()[first + r], lists + r * K);
 #else
-        nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
+        nearest_others(sh, first + r, part, r < rows && in_game[first + r], lists + r * K);
 #endif
         __syncwarp();
 #endif
-        Element plan[ROW_UNROLL];
-#pragma unroll
-        for (int u = 0; u < ROW_UNROLL; ++u) plan[u] = element_at(lane + 32 * u);
-        for (int r = 0; r < rows; ++r) {
-            int a = id_at(sh, first + r);
-            float* out = obs + (long long)a * TC_OBS_DIM;
-#if TC_FULL_OBSERVATION
-            const int* observed = nullptr;
+        // This lane's row (lanes past the last row repeat it; nothing of theirs is stored).
+        int own = first + min(r, rows - 1), a = id_at(sh, own);
+        bool playing = r < rows && in_game[a];
+        float2 xy = sh.positions()[own];
+#if TC_STAGE_MOTION
+        float speed = motion[3 * own], acceleration = motion[3 * own + 1], direction = motion[3 * own + 2];
 #else
-            const int* observed = lists + r * K;
+        float speed = s.speed[a], acceleration = s.acceleration[a], direction = s.direction[a];
 #endif
-            bool playing = in_game[a];
-            for (int w0 = lane; w0 < TC_OBS_DIM; w0 += 32 * ROW_UNROLL) {
-                float values[ROW_UNROLL];
+        if (part == 0 && r < rows) obs[(long long)a * TC_OBS_DIM + TC_OBS_DIM - 1] = playing ? time : 0.0f;
+        // Where each of the lane's 7 stores of a pass goes, relative to the pass's first slot
+        // (element i = lane + 32 u of the pass is feature i % 7 of lane i / 7's pair), or -1.
+        int target[FEATURES];
 #pragma unroll
-                for (int u = 0; u < ROW_UNROLL; ++u) {
-                    int w = w0 + 32 * u;
-                    Element e = ONE_PASS ? plan[u] : element_at(w);
-                    values[u] = playing && w < TC_OBS_DIM ? observation(s, sh, observed, a, first + r, e, time) : 0.0f;
-                }
+        for (int u = 0; u < FEATURES; ++u) {
+            int i = lane + 32 * u, l = i / FEATURES, c = i - FEATURES * l, row = l / split;
+            target[u] = row < rows ? id_at(sh, first + row) * TC_OBS_DIM + (l % split) * FEATURES + c : -1;
+        }
+#pragma unroll 1
+        for (int m0 = 0; m0 < slots; m0 += split) {
+            int m = m0 + part;
+#if TC_FULL_OBSERVATION
+            int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
+#else
+            int q = m < slots ? lists[r * K + m] : -1;
+#endif
+            bool seen = playing && m < slots && q >= 0;
+            q = seen ? q : own;  // reads stay in bounds; the values are zeroed
+            int j = id_at(sh, q);
+            float2 other = sh.positions()[q];
+#if TC_STAGE_MOTION
+            float other_speed = motion[3 * q], other_acceleration = motion[3 * q + 1], other_direction = motion[3 * q + 2];
+#else
+            float other_speed = s.speed[j], other_acceleration = s.acceleration[j], other_direction = s.direction[j];
+#endif
+            float features[FEATURES] = {
+                scaled(other.x - xy.x, TC_POSITION_SCALE),
+                scaled(other.y - xy.y, TC_POSITION_SCALE),
+                scaled(other_speed - speed, TC_SPEED_SCALE),
+                scaled(other_acceleration - acceleration, TC_SPEED_SCALE),
+                scaled(other_direction - direction, TC_TWO_PI),
+                j < G ? 1.0f : 0.0f,
+                in_game[j] ? 1.0f : 0.0f,
+            };
 #pragma unroll
-                for (int u = 0; u < ROW_UNROLL; ++u) {
-                    if (w0 + 32 * u < TC_OBS_DIM) out[w0 + 32 * u] = values[u];
-                }
+            for (int c = 0; c < FEATURES; ++c) staged[lane * FEATURES + c] = seen ? features[c] : 0.0f;
+            __syncwarp();
+#pragma unroll
+            for (int u = 0; u < FEATURES; ++u) {
+                if (target[u] >= 0 && m0 + (lane + 32 * u) / FEATURES % split < slots)
+                    obs[target[u] + m0 * FEATURES] = staged[lane + 32 * u];
             }
+            __syncwarp();  // the next pass overwrites the staged features
         }
         __syncwarp();  // the warp's next group overwrites its lists
     }

@@ -491,6 +491,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``tags``: runners each tagger tagged this step;
     - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
       thread group of :func:`scan_split` lanes);
+    - ``features``: 7 per thread, the CUDA C kernel's observation features staged on their way to
+      global memory (so that a warp's stores are coalesced; the Numba kernel leaves them unused);
     - ``in_game``: each agent's in-game flag, by id.
     """
     return _layout(p, stage_motion(p))
@@ -507,6 +509,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
         ("tags", p.num_taggers, "int32"),
         ("observed", observed, "int32"),
+        ("features", block_threads(p) * FEATURES_PER_AGENT, "float32"),
         ("in_game", p.num_agents, "bool"),
     ]
     layout, offset = {}, 0
@@ -523,9 +526,10 @@ def _end(layout: dict[str, tuple[int, int, str]]) -> int:
 
 def dynamic_shared_bytes(p: TagContinuousParams) -> int:
     """Bytes of dynamic shared memory a block of the kernels uses (:func:`shared_layout`), which
-    bounds the agents per game: 13 bytes per agent with a grid (9 without) and some 15 KiB more,
-    up to what the GPU lets one block opt in to (227 KiB on an H100 or H200: about 16,000 agents
-    with k = 10)."""
+    bounds the agents per game: 13 bytes per agent with a grid (9 without), the grid's bucket ends
+    (about 1.3 bytes per agent) and some 17 KiB more (one chunk's lists with k = 10, the staged
+    features), up to what the GPU lets one block opt in to (227 KiB on an H100 or H200: 14,999
+    agents with k = 10)."""
     return _end(shared_layout(p))
 
 
