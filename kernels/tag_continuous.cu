@@ -390,93 +390,101 @@ __device__ __forceinline__ float scaled(float difference, float scale) {
     return zero ? __fmul_rn(difference, scale) : quotient;
 }
 
+// The observation features of a warp's rows are staged in its part of shared memory, STAGE floats,
+// a chunk of ROWS rows x SLOTS_STAGED slots at a time (each row's features and, with its last
+// slot, its time: contiguous in the row), and stored from there a row segment after another.
+constexpr int OBSERVED_SLOTS = TC_FULL_OBSERVATION ? N - 1 : K;
+constexpr int STAGE = TC_STAGE_FLOATS;
+constexpr int SLOTS_STAGED = OBSERVED_SLOTS < (STAGE - 1) / FEATURES ? OBSERVED_SLOTS : (STAGE - 1) / FEATURES;
+constexpr int ROW_STRIDE = SLOTS_STAGED * FEATURES + 1;  // a staged row: its features, then its time
+constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
+
+// Features m0.. of the rows first.. (at most ROWS_STAGED rows, SLOTS_STAGED slots), a (row, slot)
+// pair per lane and pass: every lane does the same work, whatever kinds of feature its stores hold.
+// `lists`: the rows' nearest-others lists (partial observation).
+__device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
+                               int m0, int slots, float time, float* staged) {
+    const float* motion = sh.motion();
+    const bool* in_game = sh.in_game();
+    bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
+    for (int p = threadIdx.x % 32; p < rows * slots; p += 32) {
+        int r = p / slots, n = p - r * slots, m = m0 + n;
+        int own = first + r, a = id_at(sh, own);
+        bool playing = in_game[a];
+#if TC_FULL_OBSERVATION
+        int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
+#else
+        int q = lists[r * K + m];
+#endif
+        bool seen = playing && q >= 0;
+        q = seen ? q : own;  // reads stay in bounds; the values are zeroed
+        int j = id_at(sh, q);
+        float2 mine = sh.positions()[own], other = sh.positions()[q];
+#if TC_STAGE_MOTION
+        const float* own_motion = motion + 3 * own;
+        const float* other_motion = motion + 3 * q;
+#else
+        const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
+        const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
+#endif
+        float features[FEATURES] = {
+            scaled(other.x - mine.x, TC_POSITION_SCALE),
+            scaled(other.y - mine.y, TC_POSITION_SCALE),
+            scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE),
+            scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE),
+            scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
+            j < G ? 1.0f : 0.0f,
+            in_game[j] ? 1.0f : 0.0f,
+        };
+        float* row = staged + r * ROW_STRIDE;
+#pragma unroll
+        for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = seen ? features[c] : 0.0f;
+        if (last && n == 0) row[slots * FEATURES] = playing ? time : 0.0f;
+    }
+}
+
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
 // any must be current and visible to the whole block). Each warp takes groups of rows on its own
 // (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per agent) into
-// the warp's lists, then compute the rows a (row, slot) pair per lane and pass: lane l keeps row
-// l / SPLIT, its own agent's values in registers, and takes slots l % SPLIT, + SPLIT, ... (every
-// lane does the same work: no divergence over the kinds of feature). Each pass's 7 features per
-// lane are staged in the warp's part of shared memory and stored from there, consecutive lanes
-// writing consecutive floats (a slot's 7 features are contiguous in its row).
+// the warp's lists, then stage the rows' features in chunks and store each chunk's row segments,
+// consecutive lanes writing consecutive floats.
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
-    constexpr int split = 1, slots = N - 1;  // every other agent
+    constexpr int group = 32;
 #else
-    constexpr int split = SPLIT, slots = K;
+    constexpr int group = 32 / SPLIT;  // rows per warp at a time
 #endif
-    constexpr int group = 32 / split;  // rows per warp at a time
-    constexpr int PASS = 32 * FEATURES;  // floats a warp stages and stores per pass
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
-    float* staged = sh.features() + warp * PASS;
-    const bool* in_game = sh.in_game();
-    const float* motion = sh.motion();
+    float* staged = sh.features() + warp * STAGE;
     for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
-        int r = lane / split, part = lane % split;
 #if !TC_FULL_OBSERVATION
+        int r = lane / SPLIT;
+        const bool* in_game = sh.in_game();
 #if GRID
         if (r < rows && in_game[id_at(sh, first + r)])
             nearest_others(sh, first + r, sh.positions()[first + r], lists + r * K);
 #else
-        nearest_others(sh, first + r, part, r < rows && in_game[first + r], lists + r * K);
+        nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
 #endif
         __syncwarp();
 #endif
-        // This lane's row (lanes past the last row repeat it; nothing of theirs is stored).
-        int own = first + min(r, rows - 1), a = id_at(sh, own);
-        bool playing = r < rows && in_game[a];
-        float2 xy = sh.positions()[own];
-#if TC_STAGE_MOTION
-        float speed = motion[3 * own], acceleration = motion[3 * own + 1], direction = motion[3 * own + 2];
-#else
-        float speed = s.speed[a], acceleration = s.acceleration[a], direction = s.direction[a];
-#endif
-        if (part == 0 && r < rows) obs[(long long)a * TC_OBS_DIM + TC_OBS_DIM - 1] = playing ? time : 0.0f;
-        // Where each of the lane's 7 stores of a pass goes, relative to the pass's first slot
-        // (element i = lane + 32 u of the pass is feature i % 7 of lane i / 7's pair), or -1.
-        int target[FEATURES];
-#pragma unroll
-        for (int u = 0; u < FEATURES; ++u) {
-            int i = lane + 32 * u, l = i / FEATURES, c = i - FEATURES * l, row = l / split;
-            target[u] = row < rows ? id_at(sh, first + row) * TC_OBS_DIM + (l % split) * FEATURES + c : -1;
-        }
-#pragma unroll 1
-        for (int m0 = 0; m0 < slots; m0 += split) {
-            int m = m0 + part;
-#if TC_FULL_OBSERVATION
-            int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
-#else
-            int q = m < slots ? lists[r * K + m] : -1;
-#endif
-            bool seen = playing && m < slots && q >= 0;
-            q = seen ? q : own;  // reads stay in bounds; the values are zeroed
-            int j = id_at(sh, q);
-            float2 other = sh.positions()[q];
-#if TC_STAGE_MOTION
-            float other_speed = motion[3 * q], other_acceleration = motion[3 * q + 1], other_direction = motion[3 * q + 2];
-#else
-            float other_speed = s.speed[j], other_acceleration = s.acceleration[j], other_direction = s.direction[j];
-#endif
-            float features[FEATURES] = {
-                scaled(other.x - xy.x, TC_POSITION_SCALE),
-                scaled(other.y - xy.y, TC_POSITION_SCALE),
-                scaled(other_speed - speed, TC_SPEED_SCALE),
-                scaled(other_acceleration - acceleration, TC_SPEED_SCALE),
-                scaled(other_direction - direction, TC_TWO_PI),
-                j < G ? 1.0f : 0.0f,
-                in_game[j] ? 1.0f : 0.0f,
-            };
-#pragma unroll
-            for (int c = 0; c < FEATURES; ++c) staged[lane * FEATURES + c] = seen ? features[c] : 0.0f;
-            __syncwarp();
-#pragma unroll
-            for (int u = 0; u < FEATURES; ++u) {
-                if (target[u] >= 0 && m0 + (lane + 32 * u) / FEATURES % split < slots)
-                    obs[target[u] + m0 * FEATURES] = staged[lane + 32 * u];
+        for (int r0 = 0; r0 < rows; r0 += ROWS_STAGED) {
+            int chunk_rows = min(ROWS_STAGED, rows - r0);
+            for (int m0 = 0; m0 < OBSERVED_SLOTS; m0 += SLOTS_STAGED) {
+                int slots = min(SLOTS_STAGED, OBSERVED_SLOTS - m0);
+                stage_features(s, sh, lists + r0 * K, first + r0, chunk_rows, m0, slots, time, staged);
+                __syncwarp();
+                int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
+                for (int i = lane; i < chunk_rows * length; i += 32) {
+                    int r = i / length, w = i - r * length;
+                    obs[(long long)id_at(sh, first + r0 + r) * TC_OBS_DIM + m0 * FEATURES + w] =
+                        staged[r * ROW_STRIDE + w];
+                }
+                __syncwarp();  // the next chunk overwrites the staged features
             }
-            __syncwarp();  // the next pass overwrites the staged features
         }
         __syncwarp();  // the warp's next group overwrites its lists
     }

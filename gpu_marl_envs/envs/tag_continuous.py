@@ -377,6 +377,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "CELL_MARGIN": _f32(_cell_margin(p)),
         "GRID_TAGS": grid_tags(p),
         "STAGE_MOTION": stage_motion(p),
+        "STAGE_FLOATS": STAGE_FLOATS,
         "BLOCK_ORDER": sum(((di + 1) | (dj + 1) << 2) << 4 * step for step, (di, dj) in enumerate(BLOCK_ORDER)),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
@@ -460,6 +461,10 @@ def min_blocks_per_sm(p: TagContinuousParams) -> int:
     return max(1, min(4, SM_SHARED_BYTES // per_block))
 
 
+# Floats of observation features a warp of the CUDA C kernel stages in shared memory on their way
+# to global memory: eight rows of 71 (k = 10) at a time.
+STAGE_FLOATS = 576
+
 # Shared memory per SM of an H100 or H200 and what the driver reserves for each block in it (CUDA C
 # Programming Guide, compute capability 9.0: 228 KiB per SM, 1 KiB per block).
 SM_SHARED_BYTES = 228 * 1024
@@ -491,8 +496,9 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``tags``: runners each tagger tagged this step;
     - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
       thread group of :func:`scan_split` lanes);
-    - ``features``: 7 per thread, the CUDA C kernel's observation features staged on their way to
-      global memory (so that a warp's stores are coalesced; the Numba kernel leaves them unused);
+    - ``features``: :data:`STAGE_FLOATS` per warp, the CUDA C kernel's observation features staged
+      on their way to global memory (so that a warp's stores are whole row segments; the Numba
+      kernel leaves them unused);
     - ``in_game``: each agent's in-game flag, by id.
     """
     return _layout(p, stage_motion(p))
@@ -509,7 +515,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
         ("tags", p.num_taggers, "int32"),
         ("observed", observed, "int32"),
-        ("features", block_threads(p) * FEATURES_PER_AGENT, "float32"),
+        ("features", block_threads(p) // 32 * STAGE_FLOATS, "float32"),
         ("in_game", p.num_agents, "bool"),
     ]
     layout, offset = {}, 0
