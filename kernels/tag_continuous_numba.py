@@ -14,7 +14,7 @@ handles; what other threads read (positions, in-game flags, the grid, a chunk's 
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
 dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-are written a chunk of agents at a time, row by row.
+are staged in shared memory a chunk of rows at a time and stored row segment by row segment.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -100,6 +100,16 @@ def game_functions(c) -> GameFunctions:
     NUM_IDS = N if GRID else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
     NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
+    # The observation features are staged in shared memory (the layout's `features`, as the .cu's
+    # warps stage theirs, here for the whole block), a chunk of STAGED_ROWS rows x STAGED_SLOTS
+    # slots at a time (a row's features, then its time with its last slot: contiguous in the row),
+    # and stored from there a row segment after another.
+    FEATURES_AT = c.SHARED_FEATURES // 4
+    STAGE = BLOCK_THREADS // 32 * c.STAGE_FLOATS
+    OBSERVED_SLOTS = N - 1 if FULL_OBSERVATION else K
+    STAGED_SLOTS = min(OBSERVED_SLOTS, (STAGE - 1) // FEATURES)
+    ROW_STRIDE = STAGED_SLOTS * FEATURES + 1
+    STAGED_ROWS = STAGE // ROW_STRIDE
 
     @cuda.jit(device=True)
     def squared_distance(dx, dy):
@@ -129,6 +139,7 @@ def game_functions(c) -> GameFunctions:
             ints[OBSERVED : OBSERVED + NUM_OBSERVED],
             flags[IN_GAME : IN_GAME + N],
             runners_left,
+            floats[FEATURES_AT : FEATURES_AT + STAGE],
         )
 
     @cuda.jit(device=True)
@@ -370,46 +381,52 @@ def game_functions(c) -> GameFunctions:
         return mul_rn(x, scale) if zero else quotient
 
     @cuda.jit(device=True)
-    def observation(e, a, own, r, w, time, state, sh):
-        """Element w of the observation row of agent a (in the game, at `own` of the staged arrays;
-        r: its row within the chunk, whose lists hold places): feature c = w % 7 of the agent in
-        slot m = w // 7, or the time (w = OBS_DIM - 1). The motion comes from the state's rows: the
-        .cu stages it in shared memory where there is room (STAGE_MOTION), which made these kernels
-        slower on an H100 (38.0 against 37.2 µs per step at 100 games x 110 agents, 159 against 136
-        at 1000)."""
-        if w == OBS_DIM - 1:
-            return time
+    def stage_features(e, first, rows, lists, m0, slots, time, state, sh):
+        """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
+        of them; their nearest-others lists in observed from index `lists` on) into the staging buffer,
+        a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
+        feature its values are. The motion comes from the state's rows: the .cu stages it in shared
+        memory where there is room (STAGE_MOTION), which made these kernels slower on an H100 (38.0
+        against 37.2 µs per step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, observed, sh_in_game = sh[0], sh[1], sh[2], sh[5], sh[6]
-        m = w // FEATURES
-        c = w - m * FEATURES
-        if FULL_OBSERVATION:
-            q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
-        else:
-            q = observed[r * K + m]
-            if q < 0:
-                return ZERO
-        j = ids[q] if GRID else q
-        if c == 5:
-            return ONE if j < G else ZERO
-        if c == 6:
-            return ONE if sh_in_game[j] else ZERO
-        if c < 2:
-            row = sh_x if c == 0 else sh_y
-            return divide(row[q] - row[own], POSITION_SCALE)
-        row = speed if c == 2 else (acceleration if c == 3 else direction)
-        return divide(row[e, j] - row[e, a], SPEED_SCALE if c < 4 else TWO_PI)
+        sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
+        last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
+        for p in range(cuda.threadIdx.x, rows * slots, cuda.blockDim.x):
+            r = p // slots
+            n = p - r * slots
+            m = m0 + n
+            own = first + r
+            a = id_at(ids, own)
+            playing = sh_in_game[a]
+            if FULL_OBSERVATION:
+                q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
+            else:
+                q = observed[lists + r * K + m]
+            seen = playing and q >= 0
+            q = q if seen else own  # reads stay in bounds; the values are zeroed
+            j = id_at(ids, q)
+            base = r * ROW_STRIDE + n * FEATURES
+            staged[base] = divide(sh_x[q] - sh_x[own], POSITION_SCALE) if seen else ZERO
+            staged[base + 1] = divide(sh_y[q] - sh_y[own], POSITION_SCALE) if seen else ZERO
+            staged[base + 2] = divide(speed[e, j] - speed[e, a], SPEED_SCALE) if seen else ZERO
+            staged[base + 3] = divide(acceleration[e, j] - acceleration[e, a], SPEED_SCALE) if seen else ZERO
+            staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI) if seen else ZERO
+            staged[base + 5] = ONE if seen and j < G else ZERO
+            staged[base + 6] = ONE if seen and sh_in_game[j] else ZERO
+            if last and n == 0:
+                staged[r * ROW_STRIDE + slots * FEATURES] = time if playing else ZERO
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
         grid if any must be current and visible to the whole block), a chunk of agents at a time:
-        each thread finds its agent's nearest others, then the block writes the chunk's rows,
-        consecutive threads writing consecutive floats of a row. Every thread runs every chunk, so
-        the barriers are uniform. (The CUDA C kernel also splits one agent's scan over several lanes
-        and lets each warp take its own rows without block barriers, which the simulator cannot run:
-        it has no warp shuffles or warp barriers.) No action masks in this game."""
-        sh_x, sh_y, ids, sh_in_game = sh[0], sh[1], sh[2], sh[6]
+        each thread finds its agent's nearest others, then the block stages the chunk's features
+        and stores its row segments, consecutive threads writing consecutive floats. Every thread
+        runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
+        scan over several lanes and lets each warp take its own rows without block barriers, which
+        the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
+        this game."""
+        sh_x, sh_y, ids, sh_in_game, staged = sh[0], sh[1], sh[2], sh[6], sh[8]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -425,15 +442,18 @@ def game_functions(c) -> GameFunctions:
                         else:
                             nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
                 cuda.syncthreads()
-            for k in range(tid, rows * OBS_DIM, threads):
-                r = k // OBS_DIM
-                w = k - r * OBS_DIM
-                a = id_at(ids, first + r)
-                value = ZERO
-                if sh_in_game[a]:
-                    value = observation(e, a, first + r, r, w, time, state, sh)
-                out[e, a * OBS_DIM + w] = value
-            cuda.syncthreads()  # the next chunk overwrites observed
+            for r0 in range(0, rows, STAGED_ROWS):
+                staged_rows = min(STAGED_ROWS, rows - r0)
+                for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
+                    slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
+                    stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
+                    cuda.syncthreads()
+                    length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)  # a row segment
+                    for i in range(tid, staged_rows * length, threads):
+                        r = i // length
+                        w = i - r * length
+                        out[e, id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES + w] = staged[r * ROW_STRIDE + w]
+                    cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
 
     @cuda.jit(device=True)
     def nearest_tagger(e, x, y, xa, ya, sh):
