@@ -4,6 +4,7 @@ numba-cuda is in maintenance mode; when its successor (numba-cuda-mlir) gains a 
 switch is this import.
 """
 
+import numpy as np
 from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
@@ -40,6 +41,8 @@ def inline_device(function):
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
 # fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn).
+# float_as_int/int_as_float reinterpret a float32's bits as an int32 and back (CUDA C's
+# __float_as_int/__int_as_float), e.g. to order non-negative floats as integers.
 if config.ENABLE_CUDASIM:
     # The simulator runs numpy float32 operations, each rounded (libdevice has no simulator twin).
     @cuda.jit(device=True)
@@ -49,6 +52,14 @@ if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def add_rn(a, b):
         return a + b
+
+    @cuda.jit(device=True)
+    def float_as_int(v):
+        return np.float32(v).view(np.int32)
+
+    @cuda.jit(device=True)
+    def int_as_float(v):
+        return np.int32(v).view(np.float32)
 else:
     from numba.cuda import libdevice
 
@@ -59,6 +70,14 @@ else:
     @cuda.jit(device=True)
     def add_rn(a, b):
         return libdevice.fadd_rn(a, b)
+
+    @cuda.jit(device=True)
+    def float_as_int(v):
+        return libdevice.float_as_int(v)
+
+    @cuda.jit(device=True)
+    def int_as_float(v):
+        return libdevice.int_as_float(v)
 
 
 def _compiled(kernel, args):

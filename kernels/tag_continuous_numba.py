@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, inline_device, mul_rn
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, float_as_int, inline_device, int_as_float, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import boolean, float32, int32, int64
 
@@ -85,9 +85,11 @@ def game_functions(c) -> GameFunctions:
     CELL_SIZE = c.CELL_SIZE
     CELL_MARGIN = c.CELL_MARGIN
     TAG_REACH = c.TAG_REACH
-    # A nearest-others entry's tie-breaker packs the id above the place (16 bits each, as in the .cu);
-    # an empty slot's comes after every real one.
-    EMPTY = 1 << 40
+    # A nearest-others entry's key, as in the .cu: its squared distance's bits (a non-negative float
+    # orders as its bits) above its id above its place (16 bits each), so that keys order as
+    # (distance, id); an empty slot's is all ones below inf's bits.
+    EMPTY = np.int64(0x7F800000FFFFFFFF)
+    FLT_MAX = np.float32(np.finfo(np.float32).max)
     HALF = np.float32(0.5)
     # The 3 x 3 block's search order (tag_continuous.BLOCK_ORDER): step s is (di, dj) = bits 4s..
     # (each offset + 1, two bits), mirrored towards the agent's nearer sides.
@@ -273,29 +275,24 @@ def game_functions(c) -> GameFunctions:
             observed[base + m] = best_id[m]
 
     @inline_device
-    def consider(best_d2, best_tie, q, place, d2, ids):
-        """The agent at place q of the grid's order at squared distance d2 into the sorted list
-        (best_d2, best_tie) of the agent at `place`: each slot chosen at once, as in the .cu."""
-        # NaN (a runner tagged this step) and inf never enter; equal distances by id.
-        if not (d2 <= best_d2[K - 1]) or d2 == INFINITY or q == place:
-            return
-        tie = (np.int64(ids[q]) << 16) | q
-        if not before(d2, tie, best_d2[K - 1], best_tie[K - 1]):
-            return
-        after = cuda.local.array(K, boolean)  # the new entry goes after slot m's
+    def consider(best, limit, q, place, d2, ids):
+        """The agent at place q of the grid's order at squared distance d2 into the sorted keys
+        `best` of the agent at `place`, whose last distance (or the largest float while it has
+        room) is `limit`; returns the new limit. Each slot is chosen at once, as in the .cu."""
+        # NaN (a runner tagged this step) and inf never enter.
+        if not (d2 <= limit) or q == place:
+            return limit
+        key = (np.int64(float_as_int(d2)) << 32) | (np.int64(ids[q]) << 16) | q
+        if key >= best[K - 1]:
+            return limit
+        after = cuda.local.array(K, boolean)  # the new key goes after slot m's
         for m in range(K):
-            after[m] = before(best_d2[m], best_tie[m], d2, tie)
+            after[m] = best[m] < key
         for m in range(K - 1, 0, -1):
-            if not after[m]:
-                if after[m - 1]:
-                    best_d2[m] = d2
-                    best_tie[m] = tie
-                else:
-                    best_d2[m] = best_d2[m - 1]
-                    best_tie[m] = best_tie[m - 1]
+            best[m] = best[m] if after[m] else (key if after[m - 1] else best[m - 1])
         if not after[0]:
-            best_d2[0] = d2
-            best_tie[0] = tie
+            best[0] = key
+        return min(int_as_float(np.int32(best[K - 1] >> 32)), FLT_MAX)
 
     @inline_device
     def may_hold(i, j, cx, cy, xa, ya, limit):
@@ -311,11 +308,10 @@ def game_functions(c) -> GameFunctions:
         further out until no unscanned cell can hold a nearer agent; the list's places into
         observed[base:base + K] (-1 for empty slots)."""
         sh_x, sh_y, ids, ends, observed = sh[0], sh[1], sh[2], sh[3], sh[5]
-        best_d2 = cuda.local.array(K, float32)
-        best_tie = cuda.local.array(K, int64)  # the tie-breakers: id above place
+        best = cuda.local.array(K, int64)  # sorted keys
         for m in range(K):
-            best_d2[m] = INFINITY
-            best_tie[m] = EMPTY
+            best[m] = EMPTY
+        limit = FLT_MAX
         cx = cell_of(xa)
         cy = cell_of(ya)
         sx = 1 if xa * INV_CELL_SIZE - np.float32(cx) >= HALF else -1  # towards the nearer side cells
@@ -325,7 +321,7 @@ def game_functions(c) -> GameFunctions:
         end = 0
         while True:
             if q < end:
-                consider(best_d2, best_tie, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+                limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
                 q += 1
                 continue
             if step == 9:
@@ -334,7 +330,7 @@ def game_functions(c) -> GameFunctions:
             step += 1
             i = cx + sx * ((code & 3) - 1)
             j = cy + sy * ((code >> 2) - 1)
-            if i < 0 or i >= C or j < 0 or j >= C or not may_hold(i, j, cx, cy, xa, ya, best_d2[K - 1]):
+            if i < 0 or i >= C or j < 0 or j >= C or not may_hold(i, j, cx, cy, xa, ya, limit):
                 continue
             c = j * C + i
             q = bucket_begin(ends, 2 * c)
@@ -350,7 +346,7 @@ def game_functions(c) -> GameFunctions:
             if cy - r >= 0:
                 side = min(side, ya - cell_high(cy - r))
             side = max(side, ZERO)
-            if mul_rn(side, side) > best_d2[K - 1]:
+            if mul_rn(side, side) > limit:
                 break
             for j in range(max(cy - r, 0), min(cy + r, C - 1) + 1):
                 # Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
@@ -358,13 +354,13 @@ def game_functions(c) -> GameFunctions:
                 i0 = max(cx - r, 0) if whole else cx - r
                 i1 = min(cx + r, C - 1) if whole else cx + r
                 for i in range(i0, i1 + 1, 1 if whole else 2 * r):
-                    if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, best_d2[K - 1]):
+                    if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, limit):
                         continue
                     c = j * C + i
                     for q in range(bucket_begin(ends, 2 * c), ends[2 * c + 1]):
-                        consider(best_d2, best_tie, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+                        limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
         for m in range(K):
-            observed[base + m] = (best_tie[m] & 0xFFFF) if best_tie[m] < EMPTY else -1
+            observed[base + m] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
 
     @cuda.jit(device=True)
     def id_at(ids, place):
