@@ -59,11 +59,21 @@ class CaptureOptions:
     have at least ``fused_mlp.AUTO_MIN_ROWS`` rows, with Triton installed; ``true``: wherever they
     can run (a policy of another shape is an error); ``false``: PyTorch's layers. Passes under
     ``bf16`` or ``compile``, and on the CPU, run the layers whatever the setting."""
-    graph_allreduce: bool = True
-    """On several GPUs with ``cuda_graph``: the NCCL all-reduce that averages the ranks' gradients
-    is captured inside the update's graph. False: the update's graph is cut at each all-reduce,
-    which runs between the replays of the pieces (for NCCL builds that cannot capture collectives,
-    and to compare; one more launch per gradient step). No effect on one GPU or the CPU."""
+    graph_allreduce: bool | Literal["auto"] = "auto"
+    """On several GPUs with ``cuda_graph``: true, the NCCL all-reduce that averages the ranks'
+    gradients is captured inside the update's graph; false, the update's graph is cut at each
+    all-reduce, which runs between the replays of the pieces (also for NCCL builds that cannot
+    capture collectives; one more launch per gradient step). ``"auto"`` (the default): false for
+    the single-agent trainers, true for the multi-agent one (:meth:`graph_allreduce_setting`). No
+    effect on one GPU or the CPU."""
+
+    def graph_allreduce_setting(self, multi_agent: bool) -> bool:
+        """``graph_allreduce`` as a trainer applies it: ``"auto"`` is what measured faster on 2 and 4
+        H100s in one call (docs/benchmarks/train-gpus-4xh100.md): PPO on CartPole scaled 1.90x and
+        3.75x with the all-reduce between replays against 1.84x and 3.56x inside the graph; Tag's
+        A2C 1.98x and 3.94x inside against 1.96x and 3.92x between (its policies' updates, forked
+        branches of one graph, would run one after another if cut)."""
+        return multi_agent if self.graph_allreduce == "auto" else self.graph_allreduce
 
     def fused_mlp_setting(self, minibatch_rows: int) -> bool | str:
         """``fused_mlp`` as the trainers apply it to a policy whose update minibatches have

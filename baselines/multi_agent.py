@@ -845,7 +845,9 @@ def start(
         gae=config.compiled(compute_gae),
         loss_fns={"ppo": config.compiled(masked_ppo_loss), "a2c": config.compiled(masked_a2c_loss)},
         averagers={
-            name: GradientAverager(policies[name].parameters(), context, in_graph=config.graph_allreduce)
+            name: GradientAverager(
+                policies[name].parameters(), context, in_graph=config.graph_allreduce_setting(multi_agent=True)
+            )
             for name in trained
         },
     )
@@ -865,7 +867,7 @@ class Phases:
     def __init__(self, run: Run):
         self.run = run
         config, device = run.config, run.device
-        cut = run.context.enabled and not config.graph_allreduce
+        cut = run.context.enabled and not config.graph_allreduce_setting(multi_agent=True)
         rollout_branches = Branches(run.policies, device)
         self._update_branches = Branches(() if cut else run.trained, device)
 
@@ -909,7 +911,7 @@ class Phases:
             run.ent_coefs[name],
             run.averagers[name],
             autocast=lambda: config.autocast(run.device),
-            sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce),
+            sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce_setting(multi_agent=True)),
         )
         return {f"{name}/{term}": tensor for term, tensor in terms.items()}
 

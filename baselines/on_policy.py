@@ -108,7 +108,9 @@ def start(
         act=config.compiled(agent.action_and_value),
         value=config.compiled(agent.value),
         gae=config.compiled(compute_gae),
-        average_gradients=GradientAverager(agent.parameters(), context, in_graph=config.graph_allreduce),
+        average_gradients=GradientAverager(
+            agent.parameters(), context, in_graph=config.graph_allreduce_setting(multi_agent=False)
+        ),
         rollout=Rollout.allocate(config.num_steps, envs),
         stats=EpisodeStats(config.num_envs, device),
     )

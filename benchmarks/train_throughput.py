@@ -256,14 +256,17 @@ def gpu_cases(quick: bool):
     ):
         for gpus in gpu_counts():
             config = dataclasses.replace(per_gpu, total_timesteps=per_gpu.total_timesteps * gpus)
-            yield f"{case}, {gpus} GPU", case, algorithm, env_id, config, backend, gpus
-            if gpus > 1:
+            if gpus == 1:
+                yield f"{case}, 1 GPU", case, algorithm, env_id, config, backend, gpus
+                continue
+            # Both places of the gradient all-reduce (graph_allreduce; its "auto" picks one per trainer).
+            for in_graph, where in ((True, "in the graph"), (False, "between graph replays")):
                 yield (
-                    f"{case}, {gpus} GPU, all-reduce between graph replays",
+                    f"{case}, {gpus} GPU, all-reduce {where}",
                     case,
                     algorithm,
                     env_id,
-                    dataclasses.replace(config, graph_allreduce=False),
+                    dataclasses.replace(config, graph_allreduce=in_graph),
                     backend,
                     gpus,
                 )
