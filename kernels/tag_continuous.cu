@@ -9,7 +9,8 @@
 // (positions, in-game flags, the grid) is staged in shared memory before a barrier; the grid's
 // counts and placements, tag counts and the count of runners left are integer atomics, exact in any
 // order (the order of agents within a grid cell is arbitrary, and nothing depends on it). A warp
-// writes its own nearest-others lists and reads them back after a __syncwarp.
+// writes its own nearest-others lists and staged observation features and reads them back after a
+// __syncwarp.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
 #include <cfloat>
 
@@ -391,7 +392,7 @@ __device__ __forceinline__ float scaled(float difference, float scale) {
 }
 
 // The observation features of a warp's rows are staged in its part of shared memory, STAGE floats,
-// a chunk of ROWS rows x SLOTS_STAGED slots at a time (each row's features and, with its last
+// a chunk of ROWS_STAGED rows x SLOTS_STAGED slots at a time (each row's features and, with its last
 // slot, its time: contiguous in the row), and stored from there a row segment after another.
 constexpr int OBSERVED_SLOTS = TC_FULL_OBSERVATION ? N - 1 : K;
 constexpr int STAGE = TC_STAGE_FLOATS;
@@ -404,7 +405,6 @@ constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
 // `lists`: the rows' nearest-others lists (partial observation).
 __device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
                                int m0, int slots, float time, float* staged) {
-    const float* motion = sh.motion();
     const bool* in_game = sh.in_game();
     bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
     for (int p = threadIdx.x % 32; p < rows * slots; p += 32) {
@@ -421,8 +421,8 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
         int j = id_at(sh, q);
         float2 mine = sh.positions()[own], other = sh.positions()[q];
 #if TC_STAGE_MOTION
-        const float* own_motion = motion + 3 * own;
-        const float* other_motion = motion + 3 * q;
+        const float* own_motion = sh.motion() + 3 * own;
+        const float* other_motion = sh.motion() + 3 * q;
 #else
         const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
         const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
