@@ -113,6 +113,15 @@ def test_auto_rule_picks_the_grid_for_large_games_only():
     assert tc.search_grid_cells(dataclasses.replace(large, use_full_observation=True)) == 1
 
 
+@pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])
+def test_launch_bounds_ask_only_for_blocks_whose_shared_memory_fits(agents, blocks):
+    # A register cap for more blocks than an SM's shared memory holds would buy spills, not blocks.
+    p = TagContinuousParams(num_runners=agents - 10)
+    assert tc.min_blocks_per_sm(p) == blocks
+    per_block = tc.dynamic_shared_bytes(p) + tc.BLOCK_RESERVED_SHARED_BYTES
+    assert blocks * per_block <= tc.SM_SHARED_BYTES and (blocks == 4 or (blocks + 1) * per_block > tc.SM_SHARED_BYTES)
+
+
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
 def test_a_game_beyond_the_shared_memory_limit_is_refused_naming_it(backend):
     # On the CPU the simulator takes the 48 KiB any GPU gives a block; 5000 agents need more.
