@@ -122,6 +122,13 @@ def test_launch_bounds_ask_only_for_blocks_whose_shared_memory_fits(agents, bloc
     assert blocks * per_block <= tc.SM_SHARED_BYTES and (blocks == 4 or (blocks + 1) * per_block > tc.SM_SHARED_BYTES)
 
 
+def test_the_largest_game_the_docs_name_is_the_largest_that_fits_an_h100_block():
+    # docs/tag.md and README.md: 14,194 agents with k = 10 in the 227 KiB an H100 or H200 block may opt in to.
+    limit = 227 * 1024
+    largest, one_more = (TagContinuousParams(num_runners=n - 10) for n in (14194, 14195))
+    assert tc.dynamic_shared_bytes(largest) <= limit < tc.dynamic_shared_bytes(one_more)
+
+
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
 def test_a_game_beyond_the_shared_memory_limit_is_refused_naming_it(backend):
     # On the CPU the simulator takes the 48 KiB any GPU gives a block; 5000 agents need more.

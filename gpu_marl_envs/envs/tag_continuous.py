@@ -453,10 +453,12 @@ def block_threads(p: TagContinuousParams) -> int:
 
 def min_blocks_per_sm(p: TagContinuousParams) -> int:
     """Blocks of the step kernel that should fit an SM at once (the kernels' launch bounds): 4 caps
-    the registers at 64 per thread (a few bytes spill), which on an H100 at 2000 games x 1000 agents
-    took 1.10 ms per step against 1.17 ms with 3 blocks (85 registers) and 1.36 ms with 5 (no change
-    at 110 agents). Fewer where fewer blocks' shared memory fits an SM (:data:`SM_SHARED_BYTES`):
-    a cap on registers then buys no more blocks, only spills."""
+    the registers at 64 per thread (the CUDA C kernel spills 60 bytes at 1,000 agents). On an H100
+    at 2000 games x 1000 agents, every agent in play, in one call: 862.7 µs per step against 874.9
+    with 3 blocks (CUDA C), 2110.8 against 2225.8 (Numba); with the kernels before the staged
+    observations, 1.10 ms against 1.17 with 3 and 1.36 with 5 (CUDA C). Fewer where fewer blocks'
+    shared memory fits an SM (:data:`SM_SHARED_BYTES`): a cap on registers then buys no more
+    blocks, only spills."""
     per_block = dynamic_shared_bytes(p) + BLOCK_RESERVED_SHARED_BYTES
     return max(1, min(4, SM_SHARED_BYTES // per_block))
 
@@ -532,10 +534,10 @@ def _end(layout: dict[str, tuple[int, int, str]]) -> int:
 
 def dynamic_shared_bytes(p: TagContinuousParams) -> int:
     """Bytes of dynamic shared memory a block of the kernels uses (:func:`shared_layout`), which
-    bounds the agents per game: 13 bytes per agent with a grid (9 without), the grid's bucket ends
-    (about 1.3 bytes per agent) and some 17 KiB more (one chunk's lists with k = 10, the staged
-    features), up to what the GPU lets one block opt in to (227 KiB on an H100 or H200: 14,999
-    agents with k = 10)."""
+    bounds the agents per game: 13 bytes per agent with a grid (9 without; 12 more where the motion
+    is staged), the grid's bucket ends (about 1.3 bytes per agent) and some 28 KiB more (one chunk's
+    lists with k = 10, 10 KiB, and the staged observation features, 18 KiB), up to what the GPU lets
+    one block opt in to (227 KiB on an H100 or H200: 14,194 agents with k = 10)."""
     return _end(shared_layout(p))
 
 
