@@ -235,44 +235,46 @@ struct NearestList {
 };
 
 // The K nearest others in the game of the agent at place `place` of the grid's order (at `own`), by
-// (squared distance, id), into out: their places, -1 for empty slots. First the 3 x 3 block of cells around its
-// own, in one flat loop over their agents (the lanes of a warp stay together however the agents
-// fall into cells); then rings of cells further out, nearest ring first: before ring r, every agent
-// not yet scanned lies in a column or row at least r cells away, hence at a squared distance no
-// less than the square of the nearest such side's gap; once that bound exceeds the list's last
-// distance, nothing unscanned can enter it. A cell whose own bound exceeds it is skipped. The
-// order of the scan does not matter: keys order by (distance, id).
+// (squared distance, id), into out: their places, -1 for empty slots. First the 3 x 3 block of cells
+// around its own: in the grid's row-major order a row's three cells are one run of places, so the
+// block is three runs (its own row, then the nearer, then the farther), read as one flat sequence so
+// that a lane never waits at a cell's or a run's end for the others. Then rings of cells further out,
+// nearest ring first: before ring r, every agent not yet scanned lies in a column or row at least r
+// cells away, hence at a squared distance no less than the square of the nearest such side's gap;
+// once that bound exceeds the list's last distance, nothing unscanned can enter it. A ring's cell
+// whose own bound exceeds it is skipped. The order of the scan does not matter: keys order by
+// (distance, id).
 __device__ void nearest_others(const TagShared& sh, int place, float2 own, int* out) {
     float xa = own.x, ya = own.y;
     NearestList list;
     const float2* positions = sh.positions();
     const int* ends = sh.ends();
     int cx = cell_of(xa), cy = cell_of(ya);
-    int sx = xa * TC_INV_CELL_SIZE - (float)cx >= 0.5f ? 1 : -1;  // towards the nearer side cells
-    int sy = ya * TC_INV_CELL_SIZE - (float)cy >= 0.5f ? 1 : -1;
-    int step = 0, q = 0, end = 0;
+    int sy = ya * TC_INV_CELL_SIZE - (float)cy >= 0.5f ? 1 : -1;  // towards the nearer row
+    int i0 = max(cx - 1, 0), i1 = min(cx + 1, C - 1);
+    // The runs: rows cy, cy + sy, cy - sy (a row off the grid is an empty run); sequence position t
+    // is place t + shift[r] in run r.
+    int shift[3], stop[3], total = 0;
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+        int j = r == 0 ? cy : (r == 1 ? cy + sy : cy - sy);
+        bool row = j >= 0 && j < C;
+        int begin = row ? bucket_begin(sh, 2 * (j * C + i0)) : 0, end = row ? ends[2 * (j * C + i1) + 1] : 0;
+        shift[r] = begin - total;
+        total += end - begin;
+        stop[r] = total;
+    }
 #pragma unroll 1
-    while (true) {
-        if (q < end) {
-            // Two candidates at a time (the second may be past the cell's end: then it is ignored),
-            // their loads in flight together.
-            float2 p0 = positions[q], p1 = positions[min(q + 1, end - 1)];
-            float d0 = squared_distance(p0.x - xa, p0.y - ya), d1 = squared_distance(p1.x - xa, p1.y - ya);
-            list.consider(sh, q, place, d0);
-            if (q + 1 < end) list.consider(sh, q + 1, place, d1);
-            q += 2;
-            continue;
-        }
-        if (step == 9) break;
-        // The 3 x 3 block's search order (tag_continuous.BLOCK_ORDER): step s is (di, dj) = bits
-        // 4s.. (each offset + 1, two bits), mirrored towards the agent's nearer sides.
-        unsigned code = (unsigned)((unsigned long long)TC_BLOCK_ORDER >> (4 * step)) & 15u;
-        ++step;
-        int i = cx + sx * ((int)(code & 3u) - 1), j = cy + sy * ((int)(code >> 2) - 1);
-        if (i < 0 || i >= C || j < 0 || j >= C || !list.may_hold(i, j, cx, cy, xa, ya)) continue;
-        int c = j * C + i;
-        q = bucket_begin(sh, 2 * c);
-        end = ends[2 * c + 1];
+    for (int t = 0; t < total; t += 2) {
+        // Two candidates at a time (the second may be past the sequence's end: then it is ignored),
+        // their loads in flight together.
+        int t1 = min(t + 1, total - 1);
+        int q0 = t + (t < stop[0] ? shift[0] : (t < stop[1] ? shift[1] : shift[2]));
+        int q1 = t1 + (t1 < stop[0] ? shift[0] : (t1 < stop[1] ? shift[1] : shift[2]));
+        float2 p0 = positions[q0], p1 = positions[q1];
+        float d0 = squared_distance(p0.x - xa, p0.y - ya), d1 = squared_distance(p1.x - xa, p1.y - ya);
+        list.consider(sh, q0, place, d0);
+        if (t + 1 < total) list.consider(sh, q1, place, d1);
     }
     int reach = max(max(cx, C - 1 - cx), max(cy, C - 1 - cy));
 #pragma unroll 1

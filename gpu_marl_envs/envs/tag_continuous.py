@@ -378,7 +378,6 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "GRID_TAGS": grid_tags(p),
         "STAGE_MOTION": stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
-        "BLOCK_ORDER": sum(((di + 1) | (dj + 1) << 2) << 4 * step for step, (di, dj) in enumerate(BLOCK_ORDER)),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
         **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
@@ -391,12 +390,6 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 # both; at 110, 0.74x and 0.47x); cells of about 6 agents beat 2, 3, 4 and 8 at 1,000 and 10,000.
 GRID_MIN_AGENTS = 256
 AGENTS_PER_CELL = 6.0
-
-
-# The kernels search the 3 x 3 block of cells around an agent's own first, in this order of (column,
-# row) offsets, each mirrored towards the agent's nearer sides: its own cell, the side cells, then
-# the corners, so that near agents come early and fewer enter the list only to be pushed out.
-BLOCK_ORDER = ((0, 0), (1, 0), (0, 1), (-1, 0), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
 
 
 def search_grid_cells(p: TagContinuousParams) -> int:
