@@ -91,9 +91,6 @@ def game_functions(c) -> GameFunctions:
     EMPTY = np.int64(0x7F800000FFFFFFFF)
     FLT_MAX = np.float32(np.finfo(np.float32).max)
     HALF = np.float32(0.5)
-    # The 3 x 3 block's search order (tag_continuous.BLOCK_ORDER): step s is (di, dj) = bits 4s..
-    # (each offset + 1, two bits), mirrored towards the agent's nearer sides.
-    BLOCK_ORDER = c.BLOCK_ORDER
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
     POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
     IDS, ENDS = c.SHARED_IDS // 4, c.SHARED_ENDS // 4
@@ -301,12 +298,19 @@ def game_functions(c) -> GameFunctions:
         gy = gap(j, cy, ya)
         return not (add_rn(mul_rn(gx, gx), mul_rn(gy, gy)) > limit)
 
+    @inline_device
+    def row_run(ends, j, i0, i1):
+        """The places of cells i0..i1 of grid row j: one run in the grid's row-major order (empty off the grid)."""
+        if j < 0 or j >= C:
+            return 0, 0
+        return bucket_begin(ends, 2 * (j * C + i0)), ends[2 * (j * C + i1) + 1]
+
     @cuda.jit(device=True)
     def nearest_others_in_grid(place, xa, ya, sh, base):
         """The .cu's nearest_others for the agent at `place` of the grid's order (at xa, ya): the 3 x 3
-        block of cells around its own in one flat loop, nearer cells first, then rings of cells
-        further out until no unscanned cell can hold a nearer agent; the list's places into
-        observed[base:base + K] (-1 for empty slots)."""
+        block of cells around its own as three runs of places (its own row, the nearer, the farther)
+        read as one flat sequence, then rings of cells further out until no unscanned cell can hold a
+        nearer agent; the list's places into observed[base:base + K] (-1 for empty slots)."""
         sh_x, sh_y, ids, ends, observed = sh[0], sh[1], sh[2], sh[3], sh[5]
         best = cuda.local.array(K, int64)  # sorted keys
         for m in range(K):
@@ -314,27 +318,19 @@ def game_functions(c) -> GameFunctions:
         limit = FLT_MAX
         cx = cell_of(xa)
         cy = cell_of(ya)
-        sx = 1 if xa * INV_CELL_SIZE - np.float32(cx) >= HALF else -1  # towards the nearer side cells
-        sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1
-        step = 0
-        q = 0
-        end = 0
-        while True:
-            if q < end:
-                limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
-                q += 1
-                continue
-            if step == 9:
-                break
-            code = (BLOCK_ORDER >> (4 * step)) & 15
-            step += 1
-            i = cx + sx * ((code & 3) - 1)
-            j = cy + sy * ((code >> 2) - 1)
-            if i < 0 or i >= C or j < 0 or j >= C or not may_hold(i, j, cx, cy, xa, ya, limit):
-                continue
-            c = j * C + i
-            q = bucket_begin(ends, 2 * c)
-            end = ends[2 * c + 1]
+        sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1  # towards the nearer row
+        i0 = max(cx - 1, 0)
+        i1 = min(cx + 1, C - 1)
+        # Sequence position t is place t + shift in its run.
+        begin0, end0 = row_run(ends, cy, i0, i1)
+        begin1, end1 = row_run(ends, cy + sy, i0, i1)
+        begin2, end2 = row_run(ends, cy - sy, i0, i1)
+        stop0 = end0 - begin0
+        stop1 = stop0 + end1 - begin1
+        total = stop1 + end2 - begin2
+        for t in range(total):
+            q = t + (begin0 if t < stop0 else (begin1 - stop0 if t < stop1 else begin2 - stop1))
+            limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
         for r in range(2, max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)) + 1):
             side = INFINITY
             if cx + r < C:
