@@ -364,6 +364,17 @@ def game_functions(c) -> GameFunctions:
         return ids[place] if GRID else place
 
     @inline_device
+    def step_pair(r, c, rows_step, columns_step, width):
+        """(row, column) of a row-major index over rows of `width`, moved on by rows_step * width +
+        columns_step (columns_step < width). A thread's strided loop over a chunk's (row, column)
+        pairs steps this way rather than dividing each index: Numba's integers are 64-bit, and a
+        64-bit division is dozens of instructions per element."""
+        c += columns_step
+        if c >= width:
+            return r + rows_step + 1, c - width
+        return r + rows_step, c
+
+    @inline_device
     def divide(x, scale):
         """x / scale as float32 division, a zero x divided as a one and its quotient (a zero of the
         true one's sign) taken from a product: the GPU's division leaves its fast path for a zero
@@ -383,9 +394,12 @@ def game_functions(c) -> GameFunctions:
         _, _, direction, speed, acceleration, _, _ = state
         sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
-        for p in range(cuda.threadIdx.x, rows * slots, cuda.blockDim.x):
-            r = p // slots
-            n = p - r * slots
+        threads = cuda.blockDim.x
+        r = cuda.threadIdx.x // slots
+        n = cuda.threadIdx.x - r * slots
+        rows_step = threads // slots
+        slots_step = threads - rows_step * slots
+        for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
             own = first + r
             a = id_at(ids, own)
@@ -407,6 +421,7 @@ def game_functions(c) -> GameFunctions:
             staged[base + 6] = ONE if seen and sh_in_game[j] else ZERO
             if last and n == 0:
                 staged[r * ROW_STRIDE + slots * FEATURES] = time if playing else ZERO
+            r, n = step_pair(r, n, rows_step, slots_step, slots)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
@@ -441,10 +456,13 @@ def game_functions(c) -> GameFunctions:
                     stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
                     length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)  # a row segment
-                    for i in range(tid, staged_rows * length, threads):
-                        r = i // length
-                        w = i - r * length
+                    r = tid // length
+                    w = tid - r * length
+                    rows_step = threads // length
+                    floats_step = threads - rows_step * length
+                    for _ in range(tid, staged_rows * length, threads):
                         out[e, id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES + w] = staged[r * ROW_STRIDE + w]
+                        r, w = step_pair(r, w, rows_step, floats_step, length)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
 
     @cuda.jit(device=True)

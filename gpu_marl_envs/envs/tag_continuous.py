@@ -388,6 +388,9 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 # with benchmarks/tag_search_rule.py (docs/benchmarks/tag-search-rule-h100.md): from 256 agents per
 # game the grid is 1.31x faster than the scan at 2,000 games and 0.92x at 100 (from 400, faster at
 # both; at 110, 0.74x and 0.47x); cells of about 6 agents beat 2, 3, 4 and 8 at 1,000 and 10,000.
+# With the 3 x 3 block searched as three runs (docs/benchmarks/tag-runs-h100.md), 4 and 5 agents
+# per cell were 2-4% faster at 2,000 x 1,000 with every agent in play and 1-5% slower with the
+# published rules, in one process: 6 stays.
 GRID_MIN_AGENTS = 256
 AGENTS_PER_CELL = 6.0
 
