@@ -13,8 +13,10 @@ envs must differ), and whether Lightning's parameters and history equal ``train`
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -22,6 +24,11 @@ import torch
 import torch.distributed as dist
 from gpu_marl_envs.baselines import multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import teardown
+from lightning.pytorch.strategies import DDPStrategy
+
+# A rank left waiting in a collective (another rank stuck or dead) fails after this long with
+# NCCL's or gloo's message naming the collective, rather than holding the test until its timeout.
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
 
 CASES = {
     "ppo": (
@@ -73,6 +80,11 @@ class CompareRanks(pl.Callback):
         self.steps += 1
 
 
+def progress(message: str) -> None:
+    """A line on stderr, which the test shows if the run fails or times out."""
+    print(f"rank {dist.get_rank()}: {message}", file=sys.stderr, flush=True)
+
+
 def strip(history):
     return [{key: value for key, value in entry.items() if not key.endswith("seconds")} for entry in history]
 
@@ -90,7 +102,7 @@ def main() -> None:
         trainer = pl.Trainer(
             accelerator="gpu" if args.device == "cuda" else "cpu",
             devices=2,
-            strategy="ddp",
+            strategy=DDPStrategy(timeout=COLLECTIVE_TIMEOUT),
             max_epochs=1,
             log_every_n_steps=1,
             logger=False,
@@ -100,7 +112,9 @@ def main() -> None:
             callbacks=[compare],
         )
         trainer.fit(module)
+        progress(f"{name}: Lightning's fit done")
         trained, history = trainer_module.train(env_id, config, device=args.device, log_every=1, log=None)
+        progress(f"{name}: train() done")
         trained = trained.values() if isinstance(trained, dict) else [trained]
         result[name] = {
             "steps": compare.steps,

@@ -263,23 +263,15 @@ def test_two_ddp_processes_keep_their_parameters_equal(tmp_path):
 
 
 def run_ddp_worker(tmp_path, device: str) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(WORKER),
-            "--out",
-            str(tmp_path),
-            "--device",
-            device,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(WORKER)]
+    try:
+        result = subprocess.run(
+            [*command, "--out", str(tmp_path), "--device", device], capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired as timeout:  # what the ranks had reported by then (their progress lines)
+        pytest.fail(
+            f"the DDP run timed out; its stderr ended:\n{(timeout.stderr or b'').decode(errors='replace')[-4000:]}"
+        )
     assert result.returncode == 0, result.stderr[-4000:]
     zero, one = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
     for case, iterations in (("ppo", 4), ("tag", 3)):
