@@ -203,6 +203,19 @@ class GraphedPhase:
                 work()
         return self._outputs
 
+    @property
+    def pieces(self) -> int:
+        """The graphs a replay runs: 0 before the capture and after :meth:`release`."""
+        return len(self._graphs)
+
+    def release(self) -> None:
+        """Free the captured graphs (a later call warms up and captures again). NCCL waits, when its
+        process group is destroyed, for the graphs that captured its collectives: a run that ends
+        while its phases stay referenced (a LightningModule after ``fit``) releases them here."""
+        for graph in self._graphs:
+            graph.reset()
+        self._graphs, self._between, self._outputs, self._warmed_up = [], [], {}, False
+
     def _capture(self) -> None:
         """Capture records the work without doing it: the replay that follows does this call's work.
         What ``torch.cuda.graph`` does, with room for cuts: the pieces share one memory pool (a

@@ -357,6 +357,13 @@ def test_clear_errors(capsys):
     assert code == 2 and "--lightning trains" in err
 
 
+class PiecesAtEnd(pl.Callback):
+    """The graphs of each of the module's captured phases after its last training step."""
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.captured = [phase.pieces for phase in module.graphed_phases]
+
+
 @pytest.mark.gpu
 def test_cartpole_through_lightning_is_ppo_train_on_the_gpu(cuda_device):
     """With CUDA graphs (captured at the second iteration), the fused MLP and TF32, as on the CPU."""
@@ -368,9 +375,12 @@ def test_tag_through_lightning_is_multi_agent_train_on_the_gpu(cuda_device):
     """Each policy's update replays as its own graph under Lightning (train() captures them together)."""
     expected, history = train_iterations(multi_agent, "TagContinuous-v0", TAG, 4, cuda_device)
     module, snapshots = training_module("TagContinuous-v0", TAG), Snapshots()
-    trainer(cuda_device, callbacks=[snapshots]).fit(module)
+    pieces = PiecesAtEnd()
+    trainer(cuda_device, callbacks=[snapshots, pieces]).fit(module)
     assert_same(expected, snapshots.states)
     assert without_timings(module.history) == without_timings(history)
+    # Captured while training, freed when fitting ends (NCCL's teardown would wait for them under DDP).
+    assert pieces.captured == [1, 1, 1] and [phase.pieces for phase in module.graphed_phases] == [0, 0, 0]
 
 
 @pytest.mark.gpu

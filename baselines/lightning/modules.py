@@ -201,8 +201,21 @@ class TrainingModule(pl.LightningModule):
         if last:
             self.trainer.should_stop = True  # the run (or max_steps) is done: no more epochs
 
+    @property
+    def graphed_phases(self) -> list[GraphedPhase]:
+        """The run's captured phases, released when fitting ends (DDPG's module captures none)."""
+        return []
+
     def on_train_end(self) -> None:
         self.run.envs.close()
+        self.release_graphs()
+
+    def release_graphs(self) -> None:
+        # A fitted module trains no more (setup refuses), and keeping its graphs would hold the GPU
+        # memory and, under DDP, the NCCL communicator that their captured all-reduces use, so that
+        # destroy_process_group waits for them.
+        for phase in self.graphed_phases:
+            phase.release()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {
@@ -278,6 +291,10 @@ class OnPolicyModule(TrainingModule):
     def trained(self):
         return self.agent
 
+    @property
+    def graphed_phases(self):
+        return [self.phases.rollout, self.phases.update]
+
     def configure_optimizers(self):
         return RolloutUpdate(self.run.optimizer, self.phases.update)
 
@@ -343,8 +360,13 @@ class MultiAgentModule(TrainingModule):
             run.context,
         )
 
+    @property
+    def graphed_phases(self):
+        return [self.phases.rollout, *self.updates.values()]
+
     def on_train_end(self) -> None:
         self.run.env.close()
+        self.release_graphs()
 
 
 class DDPGModule(TrainingModule):
