@@ -2,8 +2,9 @@
 (``tag_continuous.search_grid_cells``): TagContinuous env-steps/s through ``step_groups`` on the CUDA
 C backend
 
-- with ``neighbour_search="scan"`` and ``"grid"``, over agents per game (10 taggers, the published
-  rules otherwise), at 100 and 2,000 games: where the grid starts to win is ``GRID_MIN_AGENTS``;
+- with ``neighbour_search="scan"`` and ``"grid"``, over agents per game (10 taggers), at 100 and
+  2,000 games, with the published rules (tagged runners leave: the games thin out) and with every
+  agent in play: where the grid starts to win is ``GRID_MIN_AGENTS``;
 - with the grid at several sizes of its cells (``AGENTS_PER_CELL``, a module constant rather than a
   param: set here before each kernel is built), every agent in play.
 
@@ -22,7 +23,7 @@ import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
-AGENTS = [64, 110, 160, 200, 256, 400, 640, 1000]
+AGENTS = [64, 110, 160, 200, 220, 256, 400, 640, 1000]
 GAMES = [100, 2000]
 DENSITIES = [2.0, 3.0, 4.0, 6.0, 8.0]
 DENSITY_GAMES = {1000: 2000, 10000: 100}  # agents per game -> games
@@ -44,15 +45,19 @@ def main() -> None:
         f"Hardware: {hardware}. Command: `python benchmarks/tag_search_rule.py`. TagContinuous, CUDA C, "
         "`step_groups`, M env-steps/s.",
         "",
-        "| agents | games | scan | grid | grid / scan |",
-        "|---:|---:|---:|---:|---:|",
+        "| agents | games | published rules: scan | grid | grid / scan "
+        "| every agent in play: scan | grid | grid / scan |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in AGENTS:
         for num_envs in GAMES:
-            params = TagContinuousParams(num_runners=n - 10)
-            scan = rate(num_envs, dataclasses.replace(params, neighbour_search="scan"), args)
-            grid = rate(num_envs, dataclasses.replace(params, neighbour_search="grid"), args)
-            lines.append(f"| {n} | {num_envs} | {scan / 1e6:.3f} | {grid / 1e6:.3f} | {grid / scan:.2f} |")
+            cells = []
+            for exits in (True, False):
+                params = TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=exits)
+                scan = rate(num_envs, dataclasses.replace(params, neighbour_search="scan"), args)
+                grid = rate(num_envs, dataclasses.replace(params, neighbour_search="grid"), args)
+                cells.append(f"{scan / 1e6:.3f} | {grid / 1e6:.3f} | {grid / scan:.2f}")
+            lines.append(f"| {n} | {num_envs} | {' | '.join(cells)} |")
             print(lines[-1], flush=True)
     lines += [
         "",

@@ -385,13 +385,14 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 
 
 # The rule that picks the kernels' neighbour search (neighbour_search="auto"), measured on an H100
-# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-search-rule-h100.md): from 256 agents per
-# game the grid is 1.31x faster than the scan at 2,000 games and 0.92x at 100 (from 400, faster at
-# both; at 110, 0.74x and 0.47x); cells of about 6 agents beat 2, 3, 4 and 8 at 1,000 and 10,000.
-# With the 3 x 3 block searched as three runs (docs/benchmarks/tag-runs-h100.md), 4 and 5 agents
-# per cell were 2-4% faster at 2,000 x 1,000 with every agent in play and 1-5% slower with the
-# published rules, in one process: 6 stays.
-GRID_MIN_AGENTS = 256
+# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-search-rule-h100.md), the 3 x 3 block
+# searched as three runs: from 160 agents per game the grid beats the scan at 100 and 2,000 games,
+# with the published rules (1.12x, 1.31x) and with every agent in play (1.72x, 1.86x); at 110 it
+# loses at 100 games (0.76x, 0.84x) and wins at 2,000 (1.07x, 1.22x), so 110-agent games (the
+# published size) keep the scan. Cells of about 6 agents: at 10,000 agents per game they beat 2, 3,
+# 4 and 8; at 1,000 x 2,000, 4 agents per cell were 2-4% faster with every agent in play and 1-5%
+# slower with the published rules (docs/benchmarks/tag-runs-h100.md), so 6 stays.
+GRID_MIN_AGENTS = 160
 AGENTS_PER_CELL = 6.0
 
 
