@@ -84,7 +84,8 @@ def run_train(trainer_module, env_id, config, backend, log_every):
 
 def run_lightning(env_id, config, backend, log_every, defaults: bool):
     release_last_run()
-    module = training_module(env_id, config, backend=backend)
+    # As gpu-marl-train --lightning makes it (no self.log), or as a user would (the progress bar shows mean_return).
+    module = training_module(env_id, config, backend=backend, log_mean_return=defaults)
     with tempfile.TemporaryDirectory() as folder:
         options = (
             {"logger": CSVLogger(folder), "callbacks": [TrainingStats(verbose=False)]}

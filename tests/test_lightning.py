@@ -106,16 +106,20 @@ README_RUN = ["total_timesteps=100000"]
 """The README's first command: the shipped CartPole config with 100k env steps (195 iterations)."""
 
 
-def cartpole(device="cpu", iterations=4):
+def cartpole(device="cpu", iterations=4, log_mean_return=True):
     """The README's CartPole run for its first ``iterations`` (the learning-rate schedule is the
     full run's) through ``ppo.train`` and through Lightning (``max_steps``: one step an
     iteration); both networks and the greedy returns of both."""
     _, env_id, config = build_config(read_config(None, "CartPole-v1"), README_RUN, seed=0)
     expected, history = train_iterations(ppo, env_id, config, iterations, device)
-    module, snapshots = training_module(env_id, config), Snapshots()
+    module, snapshots = training_module(env_id, config, log_mean_return=log_mean_return), Snapshots()
     fit = trainer(device, max_steps=iterations, callbacks=[snapshots])
     fit.fit(module)
     assert fit.global_step == iterations and module.next_iteration == iterations
+    if log_mean_return:
+        assert float(fit.callback_metrics["mean_return"]) == module.history[-1]["mean_return"]
+    else:
+        assert "mean_return" not in fit.callback_metrics
     assert_same(expected, snapshots.states)
     assert without_timings(module.history) == without_timings(history)
     agent = module.agent.to(device)  # Lightning moves the module to the CPU at the end
@@ -128,6 +132,11 @@ def test_cartpole_through_lightning_is_ppo_train_iteration_by_iteration():
     """Equality, not a threshold: the integration changes nothing about learning. The README's
     budget is 195 iterations; the first 4 of that run (its schedule) keep the test short."""
     cartpole()
+
+
+def test_without_self_log_the_run_is_the_same():
+    """log_mean_return=False (gpu-marl-train --lightning's module) only leaves Lightning's metrics out."""
+    cartpole(log_mean_return=False)
 
 
 TAG = multi_agent.MultiAgentConfig.from_dict(

@@ -65,7 +65,8 @@ def train(env_id: str, config, *, checkpoint: Path, device, log, resume: dict | 
     """Train ``config`` on ``env_id`` through Lightning's Trainer, as the trainers' ``train``
     (``log``, ``save``, ``resume``, ``log_every``), with Lightning's checkpoint at ``checkpoint``;
     returns ``(policy or policies, history)`` on ``device``."""
-    module = training_module(env_id, config, resume=resume)
+    # The command reports the entries itself (metrics.csv, its progress line): no self.log.
+    module = training_module(env_id, config, resume=resume, log_mean_return=False)
     trainer = pl.Trainer(
         **trainer_options(device),
         max_epochs=1,
