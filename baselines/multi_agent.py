@@ -61,7 +61,14 @@ from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverage
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Adam
-from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, RolloutSizes, bootstrap_values, old_policy_outputs
+from gpu_marl_envs.baselines.rollout import (
+    EpisodeStats,
+    PhaseTimes,
+    RolloutSizes,
+    bootstrap_values,
+    mean_and_count,
+    old_policy_outputs,
+)
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
@@ -687,10 +694,12 @@ def log_entry(
     Every rank of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode
     returns pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls
     ``log``. ``env_steps``: of all ranks."""
-    returns = {group: group_stats.read_and_clear(context) for group, group_stats in stats.items()}
-    seconds = context.max(
-        {"seconds": time.perf_counter() - start, **{f"{phase}_seconds": value for phase, value in times.read().items()}}
-    )
+    # As rollout.log_entry: one read of this rank's numbers, the seconds after it, one collective.
+    taken = [group_stats.take() for group_stats in stats.values()]
+    local = torch.cat([*taken, *(value.detach().float().reshape(1) for value in losses.values())]).tolist()
+    phases = {f"{phase}_seconds": value for phase, value in times.read().items()}
+    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
+    returns = {group: mean_and_count(*sums[2 * g : 2 * g + 2]) for g, group in enumerate(stats)}
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),
@@ -698,7 +707,7 @@ def log_entry(
         "episodes": returns[reported][1],
         **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
         **seconds,
-        **context.mean(losses),
+        **{name: total / context.world_size for name, total in zip(losses, sums[2 * len(stats) :])},
     }
     if log is not None and context.is_main:
         log(entry)

@@ -164,13 +164,24 @@ class EpisodeStats:
             torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0], self.running + sums[-1])
         )
 
+    def take(self) -> torch.Tensor:
+        """The sum of the returns and the number of the episodes finished since the last call, as a
+        device tensor ``[total, count]`` (nothing synchronised); then both are zero."""
+        sums = torch.stack([self.total, self.count])
+        self.total.zero_()
+        self.count.zero_()
+        return sums
+
     def read_and_clear(self, context: Context = SINGLE) -> tuple[float, int]:
         """Mean return and number of the episodes finished since the last call (on all ranks of
         ``context``, which every rank calls this with)."""
-        total, count = context.read_sums(torch.stack([self.total, self.count]))
-        self.total.zero_()
-        self.count.zero_()
-        return total / max(count, 1.0), int(count)
+        (total, count), _ = context.pool(self.take().tolist(), {})
+        return mean_and_count(total, count)
+
+
+def mean_and_count(total: float, count: float) -> tuple[float, int]:
+    """The mean return and the number of episodes of a sum of returns over ``count`` episodes."""
+    return total / max(count, 1.0), int(count)
 
 
 def collect(
@@ -257,16 +268,19 @@ def log_entry(
     with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...). Every rank
     of ``context`` calls it: episode returns are pooled over the ranks, losses averaged, seconds
     the slowest rank's; only rank 0 calls ``log``. ``env_steps``: of all ranks."""
-    mean_return, episodes = stats.read_and_clear(context)
+    # One read of this rank's numbers (which waits for its GPU's work: the seconds are taken after
+    # it), then one collective for all of them.
+    local = torch.cat([stats.take(), *(value.detach().float().reshape(1) for value in losses.values())]).tolist()
     phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
-    seconds = context.max({"seconds": time.perf_counter() - start, **phases})
+    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
+    mean_return, episodes = mean_and_count(*sums[:2])
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),
         "mean_return": mean_return,
         "episodes": episodes,
         **seconds,
-        **context.mean(losses),
+        **{name: total / context.world_size for name, total in zip(losses, sums[2:])},
     }
     if log is not None and context.is_main:
         log(entry)

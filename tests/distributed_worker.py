@@ -166,11 +166,8 @@ def main() -> None:
     )
     for hook in hooks:
         hook.remove()
-    reductions = {
-        "sums": context.read_sums(torch.tensor([1.0, context.rank + 1.0])),
-        "mean": context.mean({"x": torch.tensor(float(context.rank))}),
-        "max": context.max({"seconds": float(context.rank)}),
-    }
+    sums, maxima = context.pool([1.0, context.rank + 1.0], {"seconds": float(context.rank)})
+    reductions = {"sums": sums, "max": maxima}
     result = {
         "rank": context.rank,
         "world_size": context.world_size,
