@@ -253,8 +253,8 @@ __device__ void nearest_others(const TagShared& sh, int place, float2 own, int* 
     int sy = ya * TC_INV_CELL_SIZE - (float)cy >= 0.5f ? 1 : -1;  // towards the nearer row
     int i0 = max(cx - 1, 0), i1 = min(cx + 1, C - 1);
     // The runs: rows cy, cy + sy, cy - sy (a row off the grid is an empty run); sequence position t
-    // is place t + shift[r] in run r.
-    int shift[3], stop[3], total = 0;
+    // is place t + shift[r] in run r, which ends before stop[r] (the last run ends at total).
+    int shift[3], stop[2], total = 0;
 #pragma unroll
     for (int r = 0; r < 3; ++r) {
         int j = r == 0 ? cy : (r == 1 ? cy + sy : cy - sy);
@@ -262,7 +262,7 @@ __device__ void nearest_others(const TagShared& sh, int place, float2 own, int* 
         int begin = row ? bucket_begin(sh, 2 * (j * C + i0)) : 0, end = row ? ends[2 * (j * C + i1) + 1] : 0;
         shift[r] = begin - total;
         total += end - begin;
-        stop[r] = total;
+        if (r < 2) stop[r] = total;
     }
 #pragma unroll 1
     for (int t = 0; t < total; t += 2) {

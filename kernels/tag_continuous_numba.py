@@ -364,6 +364,14 @@ def game_functions(c) -> GameFunctions:
         return ids[place] if GRID else place
 
     @inline_device
+    def first_pair(index, stride, width):
+        """(row, column) of the row-major `index` over rows of `width`, and the (rows, columns) that a
+        `stride` of indices moves it by: where a thread's strided loop starts, for step_pair."""
+        r = index // width
+        rows_step = stride // width
+        return r, index - r * width, rows_step, stride - rows_step * width
+
+    @inline_device
     def step_pair(r, c, rows_step, columns_step, width):
         """(row, column) of a row-major index over rows of `width`, moved on by rows_step * width +
         columns_step (columns_step < width). A thread's strided loop over a chunk's (row, column)
@@ -395,10 +403,7 @@ def game_functions(c) -> GameFunctions:
         sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
-        r = cuda.threadIdx.x // slots
-        n = cuda.threadIdx.x - r * slots
-        rows_step = threads // slots
-        slots_step = threads - rows_step * slots
+        r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
             own = first + r
@@ -456,10 +461,7 @@ def game_functions(c) -> GameFunctions:
                     stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
                     length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)  # a row segment
-                    r = tid // length
-                    w = tid - r * length
-                    rows_step = threads // length
-                    floats_step = threads - rows_step * length
+                    r, w, rows_step, floats_step = first_pair(tid, threads, length)
                     for _ in range(tid, staged_rows * length, threads):
                         out[e, id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES + w] = staged[r * ROW_STRIDE + w]
                         r, w = step_pair(r, w, rows_step, floats_step, length)
