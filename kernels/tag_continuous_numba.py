@@ -29,7 +29,7 @@ import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, float_as_int, inline_device, int_as_float, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import boolean, float32, int32, int64
+from numba import boolean, float32, int32, int64, uint32
 
 FEATURES = 7
 
@@ -59,6 +59,7 @@ def game_functions(c) -> GameFunctions:
     TAGGING_RADIUS = c.TAGGING_RADIUS
     POSITION_SCALE = c.POSITION_SCALE
     SPEED_SCALE = c.SPEED_SCALE
+    SPEED_RECIPROCAL = c.SPEED_RECIPROCAL
     TAG_REWARD_FOR_TAGGER = c.TAG_REWARD_FOR_TAGGER
     TAG_PENALTY_FOR_RUNNER = c.TAG_PENALTY_FOR_RUNNER
     STEP_PENALTY_FOR_TAGGER = c.STEP_PENALTY_FOR_TAGGER
@@ -85,10 +86,15 @@ def game_functions(c) -> GameFunctions:
     CELL_SIZE = c.CELL_SIZE
     CELL_MARGIN = c.CELL_MARGIN
     TAG_REACH = c.TAG_REACH
-    # A nearest-others entry's key, as in the .cu: its squared distance's bits (a non-negative float
-    # orders as its bits) above its id above its place (16 bits each), so that keys order as
+    # An exact nearest-others entry's key, as in the .cu: its squared distance's bits (a non-negative
+    # float orders as its bits) above its id above its place (16 bits each), so that keys order as
     # (distance, id); an empty slot's is all ones below inf's bits.
     EMPTY = np.int64(0x7F800000FFFFFFFF)
+    # A packed entry's key, as in the .cu: the distance's bits with the lowest replaced by the place.
+    PLACE_MASK = np.uint32((1 << max(N - 1, 0).bit_length()) - 1)
+    TRUNCATE = np.uint32(~int(PLACE_MASK) & 0xFFFFFFFF)
+    EMPTY_PACKED = np.uint32(0x7F800000)  # inf's bits: above every finite distance's key
+    PACKED_SLOTS = K + 1
     FLT_MAX = np.float32(np.finfo(np.float32).max)
     HALF = np.float32(0.5)
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
@@ -273,9 +279,9 @@ def game_functions(c) -> GameFunctions:
 
     @inline_device
     def consider(best, limit, q, place, d2, ids):
-        """The agent at place q of the grid's order at squared distance d2 into the sorted keys
-        `best` of the agent at `place`, whose last distance (or the largest float while it has
-        room) is `limit`; returns the new limit. Each slot is chosen at once, as in the .cu."""
+        """The agent at place q of the grid's order at squared distance d2 into the exact list's
+        sorted keys `best` of the agent at `place`, whose last distance (or the largest float while
+        it has room) is `limit`; returns the new limit. Each slot is chosen at once, as in the .cu."""
         # NaN (a runner tagged this step) and inf never enter.
         if not (d2 <= limit) or q == place:
             return limit
@@ -292,6 +298,28 @@ def game_functions(c) -> GameFunctions:
         return min(int_as_float(np.int32(best[K - 1] >> 32)), FLT_MAX)
 
     @inline_device
+    def exact_bound(best, limit):
+        return limit
+
+    @inline_device
+    def consider_packed(best, limit, q, place, d2, ids):
+        """The .cu's PackedList.consider: into the K + 1 sorted 32-bit keys `best`, a min and a max per
+        slot (the limit is unused: the packed list's bound comes from its keys)."""
+        # NaN (a runner tagged this step) and inf give keys at or above the empty slot's: never in.
+        key = np.uint32((np.uint32(float_as_int(d2)) & TRUNCATE) | np.uint32(q))
+        if not (key < best[K]) or q == place:
+            return limit
+        for m in range(K, 0, -1):
+            best[m] = max(best[m - 1], min(best[m], key))
+        best[0] = min(best[0], key)
+        return limit
+
+    @inline_device
+    def packed_bound(best, limit):
+        """The largest squared distance the packed list's K-th entry may stand for (inf while it has room)."""
+        return INFINITY if best[K - 1] == EMPTY_PACKED else int_as_float(np.int32(best[K - 1] | PLACE_MASK))
+
+    @inline_device
     def may_hold(i, j, cx, cy, xa, ya, limit):
         """Whether cell (i, j) may hold an agent at a squared distance up to `limit` from (xa, ya) in (cx, cy)."""
         gx = gap(i, cx, xa)
@@ -305,56 +333,98 @@ def game_functions(c) -> GameFunctions:
             return 0, 0
         return bucket_begin(ends, 2 * (j * C + i0)), ends[2 * (j * C + i1) + 1]
 
+    def search_cells(consider, bound):
+        """The .cu's search_cells for one kind of list (its `consider` and its `bound`, the largest
+        distance an entry may still replace): the agent at `place` of the grid's order (at xa, ya)
+        against the 3 x 3 block of cells around its own as three runs of places (its own row, the
+        nearer, the farther) read as one flat sequence, then rings of cells further out until no
+        unscanned cell can hold a nearer agent."""
+
+        @inline_device
+        def search(place, xa, ya, sh, best, limit):
+            sh_x, sh_y, ids, ends = sh[0], sh[1], sh[2], sh[3]
+            cx = cell_of(xa)
+            cy = cell_of(ya)
+            sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1  # towards the nearer row
+            i0 = max(cx - 1, 0)
+            i1 = min(cx + 1, C - 1)
+            # Sequence position t is place t + shift in its run.
+            begin0, end0 = row_run(ends, cy, i0, i1)
+            begin1, end1 = row_run(ends, cy + sy, i0, i1)
+            begin2, end2 = row_run(ends, cy - sy, i0, i1)
+            stop0 = end0 - begin0
+            stop1 = stop0 + end1 - begin1
+            total = stop1 + end2 - begin2
+            for t in range(total):
+                q = t + (begin0 if t < stop0 else (begin1 - stop0 if t < stop1 else begin2 - stop1))
+                limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+            for r in range(2, max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)) + 1):
+                side = INFINITY
+                if cx + r < C:
+                    side = min(side, cell_low(cx + r) - xa)
+                if cx - r >= 0:
+                    side = min(side, xa - cell_high(cx - r))
+                if cy + r < C:
+                    side = min(side, cell_low(cy + r) - ya)
+                if cy - r >= 0:
+                    side = min(side, ya - cell_high(cy - r))
+                side = max(side, ZERO)
+                if mul_rn(side, side) > bound(best, limit):
+                    break
+                for j in range(max(cy - r, 0), min(cy + r, C - 1) + 1):
+                    # Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
+                    whole = j == cy - r or j == cy + r
+                    i0 = max(cx - r, 0) if whole else cx - r
+                    i1 = min(cx + r, C - 1) if whole else cx + r
+                    for i in range(i0, i1 + 1, 1 if whole else 2 * r):
+                        if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, bound(best, limit)):
+                            continue
+                        c = j * C + i
+                        for q in range(bucket_begin(ends, 2 * c), ends[2 * c + 1]):
+                            limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+            return limit
+
+        return search
+
+    search_exact = search_cells(consider, exact_bound)
+    search_packed = search_cells(consider_packed, packed_bound)
+
+    @inline_device
+    def truncated(key):
+        return key & TRUNCATE
+
     @cuda.jit(device=True)
     def nearest_others_in_grid(place, xa, ya, sh, base):
-        """The .cu's nearest_others for the agent at `place` of the grid's order (at xa, ya): the 3 x 3
-        block of cells around its own as three runs of places (its own row, the nearer, the farther)
-        read as one flat sequence, then rings of cells further out until no unscanned cell can hold a
-        nearer agent; the list's places into observed[base:base + K] (-1 for empty slots)."""
-        sh_x, sh_y, ids, ends, observed = sh[0], sh[1], sh[2], sh[3], sh[5]
-        best = cuda.local.array(K, int64)  # sorted keys
+        """The .cu's nearest_others for the agent at `place` of the grid's order (at xa, ya): the packed
+        list's search; where its entries are the right agents but two have equal truncated distances,
+        their exact order from the exact list's insertion of those K alone; where it cannot vouch for
+        its agents, the exact list's search. The places into observed[base:base + K] (-1 for empty
+        slots)."""
+        sh_x, sh_y, ids, observed = sh[0], sh[1], sh[2], sh[5]
+        packed = cuda.local.array(PACKED_SLOTS, uint32)
+        for m in range(PACKED_SLOTS):
+            packed[m] = EMPTY_PACKED
+        search_packed(place, xa, ya, sh, packed, FLT_MAX)
+        right_agents = packed[K] == EMPTY_PACKED or truncated(packed[K - 1]) < truncated(packed[K])
+        distinct = True
+        for m in range(K - 1):
+            if packed[m + 1] != EMPTY_PACKED and truncated(packed[m]) == truncated(packed[m + 1]):
+                distinct = False
+        if right_agents and distinct:
+            for m in range(K):
+                observed[base + m] = -1 if packed[m] == EMPTY_PACKED else np.int32(packed[m] & PLACE_MASK)
+            return
+        best = cuda.local.array(K, int64)  # the exact list's sorted keys
         for m in range(K):
             best[m] = EMPTY
         limit = FLT_MAX
-        cx = cell_of(xa)
-        cy = cell_of(ya)
-        sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1  # towards the nearer row
-        i0 = max(cx - 1, 0)
-        i1 = min(cx + 1, C - 1)
-        # Sequence position t is place t + shift in its run.
-        begin0, end0 = row_run(ends, cy, i0, i1)
-        begin1, end1 = row_run(ends, cy + sy, i0, i1)
-        begin2, end2 = row_run(ends, cy - sy, i0, i1)
-        stop0 = end0 - begin0
-        stop1 = stop0 + end1 - begin1
-        total = stop1 + end2 - begin2
-        for t in range(total):
-            q = t + (begin0 if t < stop0 else (begin1 - stop0 if t < stop1 else begin2 - stop1))
-            limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
-        for r in range(2, max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)) + 1):
-            side = INFINITY
-            if cx + r < C:
-                side = min(side, cell_low(cx + r) - xa)
-            if cx - r >= 0:
-                side = min(side, xa - cell_high(cx - r))
-            if cy + r < C:
-                side = min(side, cell_low(cy + r) - ya)
-            if cy - r >= 0:
-                side = min(side, ya - cell_high(cy - r))
-            side = max(side, ZERO)
-            if mul_rn(side, side) > limit:
-                break
-            for j in range(max(cy - r, 0), min(cy + r, C - 1) + 1):
-                # Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
-                whole = j == cy - r or j == cy + r
-                i0 = max(cx - r, 0) if whole else cx - r
-                i1 = min(cx + r, C - 1) if whole else cx + r
-                for i in range(i0, i1 + 1, 1 if whole else 2 * r):
-                    if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, limit):
-                        continue
-                    c = j * C + i
-                    for q in range(bucket_begin(ends, 2 * c), ends[2 * c + 1]):
-                        limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+        if right_agents:
+            for m in range(K):
+                if packed[m] != EMPTY_PACKED:
+                    q = np.int32(packed[m] & PLACE_MASK)
+                    limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+        else:
+            search_exact(place, xa, ya, sh, best, limit)
         for m in range(K):
             observed[base + m] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
 
@@ -362,6 +432,14 @@ def game_functions(c) -> GameFunctions:
     def id_at(ids, place):
         """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
         return ids[place] if GRID else place
+
+    @inline_device
+    def first_pair(index, stride, width):
+        """(row, column) of the row-major `index` over rows of `width`, and the (rows, columns) that a
+        `stride` of indices moves it by: where a thread's strided loop starts, for step_pair."""
+        r = index // width
+        rows_step = stride // width
+        return r, index - r * width, rows_step, stride - rows_step * width
 
     @inline_device
     def step_pair(r, c, rows_step, columns_step, width):
@@ -383,6 +461,13 @@ def game_functions(c) -> GameFunctions:
         quotient = (ONE if zero else x) / scale
         return mul_rn(x, scale) if zero else quotient
 
+    @inline_device
+    def divide_speed(x):
+        """x / SPEED_SCALE: a product where SPEED_RECIPROCAL is the exact 1 / SPEED_SCALE (see the .cu's scaled)."""
+        if SPEED_RECIPROCAL != ZERO:
+            return mul_rn(x, SPEED_RECIPROCAL)
+        return divide(x, SPEED_SCALE)
+
     @cuda.jit(device=True)
     def stage_features(e, first, rows, lists, m0, slots, time, state, sh):
         """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
@@ -395,10 +480,7 @@ def game_functions(c) -> GameFunctions:
         sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
-        r = cuda.threadIdx.x // slots
-        n = cuda.threadIdx.x - r * slots
-        rows_step = threads // slots
-        slots_step = threads - rows_step * slots
+        r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
             own = first + r
@@ -414,8 +496,8 @@ def game_functions(c) -> GameFunctions:
             base = r * ROW_STRIDE + n * FEATURES
             staged[base] = divide(sh_x[q] - sh_x[own], POSITION_SCALE) if seen else ZERO
             staged[base + 1] = divide(sh_y[q] - sh_y[own], POSITION_SCALE) if seen else ZERO
-            staged[base + 2] = divide(speed[e, j] - speed[e, a], SPEED_SCALE) if seen else ZERO
-            staged[base + 3] = divide(acceleration[e, j] - acceleration[e, a], SPEED_SCALE) if seen else ZERO
+            staged[base + 2] = divide_speed(speed[e, j] - speed[e, a]) if seen else ZERO
+            staged[base + 3] = divide_speed(acceleration[e, j] - acceleration[e, a]) if seen else ZERO
             staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI) if seen else ZERO
             staged[base + 5] = ONE if seen and j < G else ZERO
             staged[base + 6] = ONE if seen and sh_in_game[j] else ZERO
@@ -456,10 +538,7 @@ def game_functions(c) -> GameFunctions:
                     stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
                     length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)  # a row segment
-                    r = tid // length
-                    w = tid - r * length
-                    rows_step = threads // length
-                    floats_step = threads - rows_step * length
+                    r, w, rows_step, floats_step = first_pair(tid, threads, length)
                     for _ in range(tid, staged_rows * length, threads):
                         out[e, id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES + w] = staged[r * ROW_STRIDE + w]
                         r, w = step_pair(r, w, rows_step, floats_step, length)

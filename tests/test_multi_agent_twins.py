@@ -75,6 +75,9 @@ GAMES = {
     "continuous-partial": Case("TagContinuous-v0", SMALL_CONTINUOUS),
     # The neighbour grid at 7 agents (2 x 2 cells: ring searches across cells, edges, ties in corners).
     "continuous-grid": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, neighbour_search="grid")),
+    # A speed scale that is no power of two: the kernels divide speed differences by it (by the
+    # default, 1, they multiply by its exact reciprocal).
+    "continuous-speed-scale-1.5": Case("TagContinuous-v0", dataclasses.replace(SMALL_CONTINUOUS, max_speed=1.5)),
     "continuous-full-stay": Case(
         "TagContinuous-v0",
         dataclasses.replace(SMALL_CONTINUOUS, use_full_observation=True, runner_exits_game_after_tagged=False),

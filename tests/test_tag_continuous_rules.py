@@ -498,3 +498,13 @@ def test_params_reject_invalid_values(overrides, field):
 def test_params_k_is_free_with_full_observation():
     p = TagContinuousParams(num_taggers=1, num_runners=2, use_full_observation=True)
     assert p.obs_dim == 7 * 2 + 1, f"obs_dim {p.obs_dim}"
+
+
+def test_kernels_multiply_by_the_speed_scale_only_where_its_reciprocal_is_exact():
+    # A product with an exact reciprocal is the quotient's own float; anything else divides.
+    assert tc.kernel_constants(TagContinuousParams())["SPEED_RECIPROCAL"] == 1.0  # max_speed 1 (+1e-10)
+    assert tc.kernel_constants(TagContinuousParams(max_speed=4.0))["SPEED_RECIPROCAL"] == 0.25
+    for max_speed in (1.5, 3.0, 0.1):
+        assert tc.kernel_constants(TagContinuousParams(max_speed=max_speed))["SPEED_RECIPROCAL"] == 0.0
+    differences = torch.linspace(-3, 3, 10001, dtype=torch.float32)
+    assert torch.equal(differences * np.float32(0.25), differences / np.float32(4.0))

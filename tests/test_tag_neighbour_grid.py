@@ -2,7 +2,8 @@
 games, both against the torch reference and against each other, from crafted states of a few
 hundred agents: more agents than a block has threads, several cells per side, in the situations the
 grid's bounds must get right (sparse and crowded arenas, agents out of the game, on the arena's
-edges, exact ties, fewer agents in the game than the k observed, tags across cell boundaries).
+edges, exact ties on one point and on a lattice, fewer agents in the game than the k observed,
+tags across cell boundaries).
 
 Agents stand still (speed 0, "no change" actions), so a step keeps every position bit for bit and
 the kernels' nearest-others search meets the reference's on the very positions crafted: the
@@ -39,6 +40,13 @@ def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams,
         p = dataclasses.replace(p, grid_length=1.0)
         points = torch.tensor([[0.25, 0.25], [0.25, 0.5], [0.75, 0.25], [1.0, 1.0]])
         x, y = points[torch.randint(0, 4, (n,), generator=generator)].T.contiguous()
+    elif kind == "lattice":
+        # Whole-number positions: squared distances are whole numbers, so exact ties fall inside the
+        # kernels' packed lists (their entries then put in exact order) and at their boundary (then
+        # the exact search): here two agents in three take the exact search and the rest the
+        # reordering, while in the "sparse" arena every agent keeps the packed list's own order.
+        x = torch.randint(0, 21, (n,), generator=generator).float()
+        y = torch.randint(0, 21, (n,), generator=generator).float()
     elif kind == "edges":
         # Agents on the arena's four sides and corners: cells clamped at the grid's borders.
         side = torch.randint(0, 4, (n,), generator=generator)
@@ -82,7 +90,7 @@ def step_still(p: TagContinuousParams, state: dict, backend: str):
     return ({g: v.clone() for g, v in obs.items()}, {g: v.clone() for g, v in rewards.items()})
 
 
-KINDS = ["sparse", "crowded", "edges", "out_of_game", "fewer_than_k", "tags_across_cells"]
+KINDS = ["sparse", "crowded", "edges", "out_of_game", "fewer_than_k", "tags_across_cells", "lattice"]
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
