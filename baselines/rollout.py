@@ -172,12 +172,6 @@ class EpisodeStats:
         self.count.zero_()
         return sums
 
-    def read_and_clear(self, context: Context = SINGLE) -> tuple[float, int]:
-        """Mean return and number of the episodes finished since the last call (on all ranks of
-        ``context``, which every rank calls this with)."""
-        (total, count), _ = context.pool(self.take().tolist(), {})
-        return mean_and_count(total, count)
-
 
 def mean_and_count(total: float, count: float) -> tuple[float, int]:
     """The mean return and the number of episodes of a sum of returns over ``count`` episodes."""

@@ -13,7 +13,7 @@ import torch
 from gpu_marl_envs.baselines import multi_agent, run_config, train
 from gpu_marl_envs.baselines.checkpoint import load_checkpoint
 from gpu_marl_envs.baselines.models import ActorCritic
-from gpu_marl_envs.baselines.rollout import EpisodeStats
+from gpu_marl_envs.baselines.rollout import EpisodeStats, mean_and_count
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
@@ -323,7 +323,7 @@ def test_the_trainers_returns_are_the_runtimes_episode_returns():
         )
     for group in GROUPS:
         ended = torch.cat([returns for g, returns in env.ended if g == group])
-        mean, count = stats[group].read_and_clear()
+        mean, count = mean_and_count(*stats[group].take().tolist())
         assert count == len(ended) == 4
         assert mean == pytest.approx(ended.mean().item(), rel=1e-5)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gpu_marl_envs.baselines import multi_agent, run_config, train
 from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.rollout import EpisodeStats
+from gpu_marl_envs.baselines.rollout import EpisodeStats, mean_and_count
 from gymnasium import spaces
 
 # A TagContinuous small enough for a CPU test.
@@ -99,8 +99,8 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
     rewards, _ = rollout.bootstrap(policy.value, state.obs, gamma)
     assert rewards[:, 0].tolist() == [[1, 2, 3, 4], [5 + gamma * 10, 0, 7 + gamma * 30, 8]]
     assert state.active.all(), "the reset game's agents all count again"
-    assert stats["taggers"].read_and_clear() == (6.0, 1)
-    assert stats["runners"].read_and_clear() == (pytest.approx((2 + 10 + 12) / 3), 1)
+    assert mean_and_count(*stats["taggers"].take().tolist()) == (6.0, 1)
+    assert mean_and_count(*stats["runners"].take().tolist()) == (pytest.approx((2 + 10 + 12) / 3), 1)
 
     # Rows of agents out of the game change neither the loss nor its gradient.
     net = multi_agent.make_policies("TagContinuous-v0", config(), models=None)["taggers"]
