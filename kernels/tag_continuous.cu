@@ -233,9 +233,7 @@ struct NearestList {
     __device__ __forceinline__ int place(int m) const { return best[m] == EMPTY_KEY ? -1 : (int)(best[m] & 0xffffu); }
 };
 
-// Bits that hold a place of the grid's order.
-constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
-constexpr unsigned PLACE_MASK = (1u << bits_for(N)) - 1u;
+constexpr unsigned PLACE_MASK = (1u << TC_PLACE_BITS) - 1u;  // the bits of a place of the grid's order
 constexpr unsigned EMPTY_PACKED = 0x7f800000u;  // inf's bits: above every finite distance's key
 
 // The packed list, the search's first try: 32-bit keys, a squared distance's bits with its lowest

@@ -91,7 +91,7 @@ def game_functions(c) -> GameFunctions:
     # (distance, id); an empty slot's is all ones below inf's bits.
     EMPTY = np.int64(0x7F800000FFFFFFFF)
     # A packed entry's key, as in the .cu: the distance's bits with the lowest replaced by the place.
-    PLACE_MASK = np.uint32((1 << max(N - 1, 0).bit_length()) - 1)
+    PLACE_MASK = np.uint32((1 << c.PLACE_BITS) - 1)
     TRUNCATE = np.uint32(~int(PLACE_MASK) & 0xFFFFFFFF)
     EMPTY_PACKED = np.uint32(0x7F800000)  # inf's bits: above every finite distance's key
     PACKED_SLOTS = K + 1
@@ -299,6 +299,7 @@ def game_functions(c) -> GameFunctions:
 
     @inline_device
     def exact_bound(best, limit):
+        """The largest squared distance the exact list's last entry may be replaced from: its own."""
         return limit
 
     @inline_device

@@ -377,6 +377,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "CELL_SIZE": _f32(cell_size),
         "CELL_MARGIN": _f32(_cell_margin(p)),
         "GRID_TAGS": grid_tags(p),
+        "PLACE_BITS": max(p.num_agents - 1, 0).bit_length(),  # a place of the grid's order, in packed keys
         "STAGE_MOTION": stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
         "TAG_REACH": _f32(_tag_reach(p)),
