@@ -66,8 +66,8 @@ from gpu_marl_envs.baselines.rollout import (
     PhaseTimes,
     RolloutSizes,
     bootstrap_values,
-    mean_and_count,
     old_policy_outputs,
+    pool_entry,
 )
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
@@ -694,12 +694,8 @@ def log_entry(
     Every rank of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode
     returns pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls
     ``log``. ``env_steps``: of all ranks."""
-    # As rollout.log_entry: one read of this rank's numbers, the seconds after it, one collective.
-    taken = [group_stats.take() for group_stats in stats.values()]
-    local = torch.cat([*taken, *(value.detach().float().reshape(1) for value in losses.values())]).tolist()
-    phases = {f"{phase}_seconds": value for phase, value in times.read().items()}
-    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
-    returns = {group: mean_and_count(*sums[2 * g : 2 * g + 2]) for g, group in enumerate(stats)}
+    pooled, averages, seconds = pool_entry(start, list(stats.values()), losses, times, context)
+    returns = dict(zip(stats, pooled))
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),
@@ -707,7 +703,7 @@ def log_entry(
         "episodes": returns[reported][1],
         **{f"mean_return/{group}": r for group, (r, _) in returns.items()},
         **seconds,
-        **{name: total / context.world_size for name, total in zip(losses, sums[2 * len(stats) :])},
+        **averages,
     }
     if log is not None and context.is_main:
         log(entry)

@@ -249,6 +249,21 @@ def print_entry(entry: dict) -> None:
     )
 
 
+def pool_entry(
+    start: float, stats: list[EpisodeStats], losses: dict, times: PhaseTimes | None, context: Context
+) -> tuple[list[tuple[float, int]], dict[str, float], dict[str, float]]:
+    """What a history entry reduces over the ranks of ``context``, in one read of this rank's numbers
+    (which waits for its GPU's work: the seconds are taken after it) and one collective: each of
+    ``stats``' (mean return, episodes) pooled over the ranks, ``losses`` averaged, and the seconds
+    (``seconds``, and ``<phase>_seconds`` with ``times``) the slowest rank's."""
+    local = torch.cat([*(s.take() for s in stats), *(v.detach().float().reshape(1) for v in losses.values())]).tolist()
+    phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
+    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
+    returns = [mean_and_count(*sums[2 * k : 2 * k + 2]) for k in range(len(stats))]
+    averages = {name: total / context.world_size for name, total in zip(losses, sums[2 * len(stats) :])}
+    return returns, averages, seconds
+
+
 def log_entry(
     env_steps: int,
     start: float,
@@ -261,20 +276,15 @@ def log_entry(
     """One history entry (the only host synchronisation of a run), handed to ``log`` if given;
     with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...). Every rank
     of ``context`` calls it: episode returns are pooled over the ranks, losses averaged, seconds
-    the slowest rank's; only rank 0 calls ``log``. ``env_steps``: of all ranks."""
-    # One read of this rank's numbers (which waits for its GPU's work: the seconds are taken after
-    # it), then one collective for all of them.
-    local = torch.cat([stats.take(), *(value.detach().float().reshape(1) for value in losses.values())]).tolist()
-    phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
-    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
-    mean_return, episodes = mean_and_count(*sums[:2])
+    the slowest rank's (:func:`pool_entry`); only rank 0 calls ``log``. ``env_steps``: of all ranks."""
+    [(mean_return, episodes)], averages, seconds = pool_entry(start, [stats], losses, times, context)
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),
         "mean_return": mean_return,
         "episodes": episodes,
         **seconds,
-        **{name: total / context.world_size for name, total in zip(losses, sums[2:])},
+        **averages,
     }
     if log is not None and context.is_main:
         log(entry)
