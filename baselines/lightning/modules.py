@@ -225,11 +225,13 @@ class TrainingModule(pl.LightningModule):
         """The run's captured phases, released when fitting ends (DDPG's module captures none)."""
         return []
 
-    def on_train_end(self) -> None:
-        self.run.envs.close()
-        self.release_graphs()
+    @property
+    def run_envs(self):
+        """The run's envs, closed when fitting ends."""
+        return self.run.envs
 
-    def release_graphs(self) -> None:
+    def on_train_end(self) -> None:
+        self.run_envs.close()
         # A fitted module trains no more (setup refuses), and keeping its graphs would hold the GPU
         # memory and, under DDP, the NCCL communicator that their captured all-reduces use, so that
         # destroy_process_group waits for them.
@@ -383,9 +385,9 @@ class MultiAgentModule(TrainingModule):
     def graphed_phases(self):
         return [self.phases.rollout, *self.updates.values()]
 
-    def on_train_end(self) -> None:
-        self.run.env.close()
-        self.release_graphs()
+    @property
+    def run_envs(self):
+        return self.run.env
 
 
 class DDPGModule(TrainingModule):
