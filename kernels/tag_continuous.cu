@@ -571,10 +571,12 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 stage_features(s, sh, lists + r0 * K, first + r0, chunk_rows, m0, slots, time, staged);
                 __syncwarp();
                 int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
-                for (int i = lane; i < chunk_rows * length; i += 32) {
-                    int r = i / length, w = i - r * length;
-                    obs[(long long)id_at(sh, first + r0 + r) * TC_OBS_DIM + m0 * FEATURES + w] =
-                        staged[r * ROW_STRIDE + w];
+                // A row segment at a time, its address computed once (the same for every lane):
+                // a flat walk over the chunk's floats spent a division and a 64-bit address on each.
+                for (int r = 0; r < chunk_rows; ++r) {
+                    float* segment = obs + (long long)id_at(sh, first + r0 + r) * TC_OBS_DIM + m0 * FEATURES;
+                    const float* row = staged + r * ROW_STRIDE;
+                    for (int w = lane; w < length; w += 32) segment[w] = row[w];
                 }
                 __syncwarp();  // the next chunk overwrites the staged features
             }
