@@ -494,8 +494,9 @@ constexpr int ROW_STRIDE = SLOTS_STAGED * FEATURES + 1;  // a staged row: its fe
 constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
 
 // Features m0.. of the rows first.. (at most ROWS_STAGED rows, SLOTS_STAGED slots), a (row, slot)
-// pair per lane and pass: every lane does the same work, whatever kinds of feature its stores hold.
-// `lists`: the rows' nearest-others lists (partial observation).
+// pair per lane and pass: every lane does the same work, whatever kinds of feature its stores hold;
+// a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the rows'
+// nearest-others lists (partial observation).
 __device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
                                int m0, int slots, float time, float* staged) {
     const bool* in_game = sh.in_game();
@@ -510,28 +511,34 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
         int q = lists[r * K + m];
 #endif
         bool seen = playing && q >= 0;
-        q = seen ? q : own;  // reads stay in bounds; the values are zeroed
-        int j = id_at(sh, q);
-        float2 mine = sh.positions()[own], other = sh.positions()[q];
-#if TC_STAGE_MOTION
-        const float* own_motion = sh.motion() + 3 * own;
-        const float* other_motion = sh.motion() + 3 * q;
-#else
-        const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
-        const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
-#endif
-        float features[FEATURES] = {
-            scaled(other.x - mine.x, TC_POSITION_SCALE),
-            scaled(other.y - mine.y, TC_POSITION_SCALE),
-            scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-            scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-            scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
-            j < G ? 1.0f : 0.0f,
-            in_game[j] ? 1.0f : 0.0f,
-        };
         float* row = staged + r * ROW_STRIDE;
+        if (seen) {
+            int j = id_at(sh, q);
+            float2 mine = sh.positions()[own], other = sh.positions()[q];
+#if TC_STAGE_MOTION
+            const float* own_motion = sh.motion() + 3 * own;
+            const float* other_motion = sh.motion() + 3 * q;
+#else
+            const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
+            const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
+#endif
+            float features[FEATURES] = {
+                scaled(other.x - mine.x, TC_POSITION_SCALE),
+                scaled(other.y - mine.y, TC_POSITION_SCALE),
+                scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
+                j < G ? 1.0f : 0.0f,
+                in_game[j] ? 1.0f : 0.0f,
+            };
 #pragma unroll
-        for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = seen ? features[c] : 0.0f;
+            for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = features[c];
+        } else {
+            // An agent out of the game (its rows are the grid order's last: whole warps take this
+            // way in thinned games) or an empty slot: zeros, nothing computed.
+#pragma unroll
+            for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = 0.0f;
+        }
         if (last && n == 0) row[slots * FEATURES] = playing ? time : 0.0f;
     }
 }

@@ -474,9 +474,10 @@ def game_functions(c) -> GameFunctions:
         """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
         of them; their nearest-others lists in observed from index `lists` on) into the staging buffer,
         a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
-        feature its values are. The motion comes from the state's rows: the .cu stages it in shared
-        memory where there is room (STAGE_MOTION), which made these kernels slower on an H100 (38.0
-        against 37.2 µs per step at 100 games x 110 agents, 159 against 136 at 1000)."""
+        feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
+        The motion comes from the state's rows: the .cu stages it in shared memory where there is
+        room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
+        step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
         sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
@@ -491,17 +492,19 @@ def game_functions(c) -> GameFunctions:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
             else:
                 q = observed[lists + r * K + m]
-            seen = playing and q >= 0
-            q = q if seen else own  # reads stay in bounds; the values are zeroed
-            j = id_at(ids, q)
             base = r * ROW_STRIDE + n * FEATURES
-            staged[base] = divide(sh_x[q] - sh_x[own], POSITION_SCALE) if seen else ZERO
-            staged[base + 1] = divide(sh_y[q] - sh_y[own], POSITION_SCALE) if seen else ZERO
-            staged[base + 2] = divide_speed(speed[e, j] - speed[e, a]) if seen else ZERO
-            staged[base + 3] = divide_speed(acceleration[e, j] - acceleration[e, a]) if seen else ZERO
-            staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI) if seen else ZERO
-            staged[base + 5] = ONE if seen and j < G else ZERO
-            staged[base + 6] = ONE if seen and sh_in_game[j] else ZERO
+            if playing and q >= 0:
+                j = id_at(ids, q)
+                staged[base] = divide(sh_x[q] - sh_x[own], POSITION_SCALE)
+                staged[base + 1] = divide(sh_y[q] - sh_y[own], POSITION_SCALE)
+                staged[base + 2] = divide_speed(speed[e, j] - speed[e, a])
+                staged[base + 3] = divide_speed(acceleration[e, j] - acceleration[e, a])
+                staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
+                staged[base + 5] = ONE if j < G else ZERO
+                staged[base + 6] = ONE if sh_in_game[j] else ZERO
+            else:  # an agent out of the game (the grid order's last rows) or an empty slot: zeros
+                for c in range(FEATURES):
+                    staged[base + c] = ZERO
             if last and n == 0:
                 staged[r * ROW_STRIDE + slots * FEATURES] = time if playing else ZERO
             r, n = step_pair(r, n, rows_step, slots_step, slots)
