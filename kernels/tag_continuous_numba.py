@@ -590,39 +590,45 @@ def game_functions(c) -> GameFunctions:
         if tid == 0:
             runners_left[0] = 0
         for a in range(tid, N, threads):
+            # Every agent's move is computed, in play or not, and kept where it is: its state and
+            # action are read together, in one round trip to global memory (see the CUDA C kernel).
             playing = in_game[e, a]
             px = x[e, a]
             py = y[e, a]
             heading = direction[e, a]
             acc = acceleration[e, a]
             v = speed[e, a]
-            reward = ZERO
+            acc_index = min(max(actions[e, a, 0], 0), NUM_ACCELERATION_LEVELS)
+            turn_index = min(max(actions[e, a, 1], 0), NUM_TURN_LEVELS)
+            moved_heading = np.float32(math.fmod(heading + TURN_LEVELS[turn_index], TWO_PI))
+            if moved_heading < ZERO:
+                moved_heading = moved_heading + TWO_PI
+            if moved_heading == TWO_PI:
+                moved_heading = ZERO
+            moved_acc = acc + ACCELERATION_LEVELS[acc_index]
+            top = MAX_SPEED_TAGGER if a < G else MAX_SPEED_RUNNER
+            moved_v = min(max(v + moved_acc, ZERO), top)
+            if moved_v == ZERO or moved_v == top:
+                moved_acc = ZERO
+            moved_x = add_rn(px, mul_rn(moved_v, np.float32(math.cos(moved_heading))))
+            moved_y = add_rn(py, mul_rn(moved_v, np.float32(math.sin(moved_heading))))
+            edge = moved_x < ZERO or moved_x > GRID_LENGTH or moved_y < ZERO or moved_y > GRID_LENGTH
+            reward = STEP_PENALTY_FOR_TAGGER if a < G else STEP_REWARD_FOR_RUNNER
+            if edge:
+                reward = reward + EDGE_HIT_PENALTY
+            if not playing:
+                reward = ZERO
             if playing:
-                acc_index = min(max(actions[e, a, 0], 0), NUM_ACCELERATION_LEVELS)
-                turn_index = min(max(actions[e, a, 1], 0), NUM_TURN_LEVELS)
-                heading = np.float32(math.fmod(heading + TURN_LEVELS[turn_index], TWO_PI))
-                if heading < ZERO:
-                    heading = heading + TWO_PI
-                if heading == TWO_PI:
-                    heading = ZERO
-                acc = acc + ACCELERATION_LEVELS[acc_index]
-                top = MAX_SPEED_TAGGER if a < G else MAX_SPEED_RUNNER
-                v = min(max(v + acc, ZERO), top)
-                if v == ZERO or v == top:
-                    acc = ZERO
-                px = add_rn(px, mul_rn(v, np.float32(math.cos(heading))))
-                py = add_rn(py, mul_rn(v, np.float32(math.sin(heading))))
-                edge = px < ZERO or px > GRID_LENGTH or py < ZERO or py > GRID_LENGTH
-                px = min(max(px, ZERO), GRID_LENGTH)
-                py = min(max(py, ZERO), GRID_LENGTH)
+                heading = moved_heading
+                acc = moved_acc
+                v = moved_v
+                px = min(max(moved_x, ZERO), GRID_LENGTH)
+                py = min(max(moved_y, ZERO), GRID_LENGTH)
                 direction[e, a] = heading
                 acceleration[e, a] = acc
                 speed[e, a] = v
                 x[e, a] = px
                 y[e, a] = py
-                reward = STEP_PENALTY_FOR_TAGGER if a < G else STEP_REWARD_FOR_RUNNER
-                if edge:
-                    reward = reward + EDGE_HIT_PENALTY
             if not GRID:
                 sh_x[a] = px
                 sh_y[a] = py
