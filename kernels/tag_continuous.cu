@@ -580,8 +580,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
                 // A row segment at a time (a flat walk over the chunk's floats spent a division and a
                 // 64-bit address on each). Lane r holds row r's offset and the loop takes it by a
-                // shuffle: reading each row's id from shared memory in the loop made every store
-                // wait on it. Unrolled, so that the rows' shared-memory reads run ahead of the stores.
+                // shuffle, unrolled: read from shared memory in the loop, each row's id held up its
+                // stores.
                 int offset = lane < chunk_rows ? id_at(sh, first + r0 + lane) * TC_OBS_DIM + m0 * FEATURES : 0;
 #pragma unroll
                 for (int r = 0; r < ROWS_STAGED; ++r) {
@@ -655,10 +655,10 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
     for (int g = threadIdx.x; g < G; g += blockDim.x) tags[g] = 0;
     if (threadIdx.x == 0) sh.runners_left = 0;
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
-        // Every agent's move is computed, in play or not, and kept where it is: its state and
-        // action are read together, in one round trip to global memory. (Where only agents in play
-        // read them, the reads waited on the in-game flag: with the published rules, a seventh of
-        // the step's stall samples in Nsight Compute on an H100.)
+        // Every agent's move is computed, in play or not, and kept where it is in play: its state
+        // and action are read together, in one round trip to global memory. (Where only agents in
+        // play read them, the compiler sank the reads under the in-game flag's, and the waits on
+        // the two were a seventh of the step's stall samples with the published rules.)
         bool playing = s.in_game[a];
         float px = s.x[a], py = s.y[a];
         float dir = s.direction[a], acc = s.acceleration[a], v = s.speed[a];

@@ -590,8 +590,9 @@ def game_functions(c) -> GameFunctions:
         if tid == 0:
             runners_left[0] = 0
         for a in range(tid, N, threads):
-            # Every agent's move is computed, in play or not, and kept where it is: its state and
-            # action are read together, in one round trip to global memory (see the CUDA C kernel).
+            # Every agent's move is computed, in play or not, and kept where it is in play: its
+            # state and action are read together, in one round trip to global memory (as in the
+            # CUDA C kernel).
             playing = in_game[e, a]
             px = x[e, a]
             py = y[e, a]
