@@ -584,7 +584,7 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 // stores.
                 int offset = lane < chunk_rows ? id_at(sh, first + r0 + lane) * TC_OBS_DIM + m0 * FEATURES : 0;
 #pragma unroll
-                for (int r = 0; r < ROWS_STAGED; ++r) {
+                for (int r = 0; r < (ROWS_STAGED < group ? ROWS_STAGED : group); ++r) {  // a chunk's rows at most
                     float* segment = obs + __shfl_sync(0xffffffffu, offset, r);
                     const float* row = staged + r * ROW_STRIDE;
                     if (r < chunk_rows) {

@@ -619,7 +619,7 @@ def game_functions(c) -> GameFunctions:
                 reward = reward + EDGE_HIT_PENALTY
             if not playing:
                 reward = ZERO
-            if playing:
+            else:
                 heading = moved_heading
                 acc = moved_acc
                 v = moved_v
