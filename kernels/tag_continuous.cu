@@ -37,11 +37,12 @@ struct TagShared {
 
     __device__ float2* positions() const { return (float2*)(tc_dynamic + TC_SHARED_POSITIONS); }
     __device__ float* motion() const { return (float*)(tc_dynamic + TC_SHARED_MOTION); }
-    __device__ int* ids() const { return (int*)(tc_dynamic + TC_SHARED_IDS); }
+    __device__ unsigned short* ids() const { return (unsigned short*)(tc_dynamic + TC_SHARED_IDS); }
     __device__ int* ends() const { return (int*)(tc_dynamic + TC_SHARED_ENDS); }
     __device__ int* tags() const { return (int*)(tc_dynamic + TC_SHARED_TAGS); }
     __device__ int* observed() const { return (int*)(tc_dynamic + TC_SHARED_OBSERVED); }
     __device__ float* features() const { return (float*)(tc_dynamic + TC_SHARED_FEATURES); }
+    __device__ unsigned short* places() const { return (unsigned short*)(tc_dynamic + TC_SHARED_PLACES); }
     __device__ bool* in_game() const { return (bool*)(tc_dynamic + TC_SHARED_IN_GAME); }
 };
 
@@ -147,13 +148,14 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
     }
     __syncthreads();
     float2* positions = sh.positions();
-    int* ids = sh.ids();
+    unsigned short* ids = sh.ids();
     for (int a = threadIdx.x; a < N; a += blockDim.x) {
         float px = s.x[a], py = s.y[a];
         int b = in_game[a] ? 2 * (cell_of(py) * C + cell_of(px)) + (a >= G) : OUT_BUCKET;
         int place = atomicAdd(&ends[b], 1);  // the bucket's start, advanced: afterwards its end
         positions[place] = make_float2(px, py);
-        ids[place] = a;
+        ids[place] = (unsigned short)a;
+        sh.places()[a] = (unsigned short)place;
 #if TC_STAGE_MOTION
         stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
 #endif
@@ -462,13 +464,20 @@ __device__ void nearest_others(const TagShared& sh, int a, int part, bool active
 #endif
 #endif
 
-// The id of the agent at `place` of the staged arrays: the grid's order with a grid (nearby agents in
-// one warp scan the same cells), else the ids'.
+// The id of the agent at `place` of the staged arrays (the grid's order with a grid, else the ids'),
+// and the place of agent a.
 __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
 #if GRID
     return sh.ids()[place];
 #else
     return place;
+#endif
+}
+__device__ __forceinline__ int place_of(const TagShared& sh, int a) {
+#if GRID
+    return sh.places()[a];
+#else
+    return a;
 #endif
 }
 
@@ -493,17 +502,17 @@ constexpr int SLOTS_STAGED = OBSERVED_SLOTS < (STAGE - 1) / FEATURES ? OBSERVED_
 constexpr int ROW_STRIDE = SLOTS_STAGED * FEATURES + 1;  // a staged row: its features, then its time
 constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
 
-// Features m0.. of the rows first.. (at most ROWS_STAGED rows, SLOTS_STAGED slots), a (row, slot)
-// pair per lane and pass: every lane does the same work, whatever kinds of feature its stores hold;
-// a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the rows'
-// nearest-others lists (partial observation).
+// Features m0.. of the rows of agents first.. (at most ROWS_STAGED rows, SLOTS_STAGED slots), a
+// (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
+// stores hold; a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the
+// rows' nearest-others lists (partial observation).
 __device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
                                int m0, int slots, float time, float* staged) {
     const bool* in_game = sh.in_game();
     bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
     for (int p = threadIdx.x % 32; p < rows * slots; p += 32) {
         int r = p / slots, n = p - r * slots, m = m0 + n;
-        int own = first + r, a = id_at(sh, own);
+        int a = first + r, own = place_of(sh, a);
         bool playing = in_game[a];
 #if TC_FULL_OBSERVATION
         int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
@@ -534,8 +543,7 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
 #pragma unroll
             for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = features[c];
         } else {
-            // An agent out of the game (its rows are the grid order's last: whole warps take this
-            // way in thinned games) or an empty slot: zeros, nothing computed.
+            // An agent out of the game or an empty slot: zeros, nothing computed.
 #pragma unroll
             for (int c = 0; c < FEATURES; ++c) row[n * FEATURES + c] = 0.0f;
         }
@@ -544,10 +552,13 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
-// any must be current and visible to the whole block). Each warp takes groups of rows on its own
-// (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per agent) into
-// the warp's lists, then stage the rows' features in chunks and store each chunk's row segments,
-// consecutive lanes writing consecutive floats.
+// any must be current and visible to the whole block). Each warp takes groups of consecutive agents
+// on its own (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per
+// agent) into the warp's lists, then stage the rows' features in chunks and store each chunk,
+// consecutive lanes writing consecutive floats. By id, not in the grid's order: a chunk's rows are
+// then one run of the buffer, whose stores fill whole sectors (an H100 took 543 µs to store 2,000 x
+// 1,000 rows of 71 floats a row at a time in a random order of each game's rows, 238 in id order,
+// 181 as one run a warp: docs/benchmarks/tag-order-h100.md).
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
@@ -564,8 +575,10 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
         int r = lane / SPLIT;
         const bool* in_game = sh.in_game();
 #if GRID
-        if (r < rows && in_game[id_at(sh, first + r)])
-            nearest_others(sh, first + r, sh.positions()[first + r], lists + r * K);
+        if (r < rows && in_game[first + r]) {
+            int place = place_of(sh, first + r);
+            nearest_others(sh, place, sh.positions()[place], lists + r * K);
+        }
 #else
         nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
 #endif
@@ -577,18 +590,13 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 int slots = min(SLOTS_STAGED, OBSERVED_SLOTS - m0);
                 stage_features(s, sh, lists + r0 * K, first + r0, chunk_rows, m0, slots, time, staged);
                 __syncwarp();
-                int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
-                // A row segment at a time (a flat walk over the chunk's floats spent a division and a
-                // 64-bit address on each). Lane r holds row r's offset and the loop takes it by a
-                // shuffle, unrolled: read from shared memory in the loop, each row's id held up its
-                // stores.
-                int offset = lane < chunk_rows ? id_at(sh, first + r0 + lane) * TC_OBS_DIM + m0 * FEATURES : 0;
-#pragma unroll
-                for (int r = 0; r < (ROWS_STAGED < group ? ROWS_STAGED : group); ++r) {  // a chunk's rows at most
-                    float* segment = obs + __shfl_sync(0xffffffffu, offset, r);
-                    const float* row = staged + r * ROW_STRIDE;
-                    if (r < chunk_rows) {
-                        for (int w = lane; w < length; w += 32) segment[w] = row[w];
+                float* segment = obs + (first + r0) * TC_OBS_DIM + m0 * FEATURES;
+                if (ROW_STRIDE == TC_OBS_DIM) {  // whole rows staged: the chunk is one run of the buffer
+                    for (int w = lane; w < chunk_rows * TC_OBS_DIM; w += 32) segment[w] = staged[w];
+                } else {  // a row segment after another
+                    int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);
+                    for (int r = 0; r < chunk_rows; ++r) {
+                        for (int w = lane; w < length; w += 32) segment[r * TC_OBS_DIM + w] = staged[r * ROW_STRIDE + w];
                     }
                 }
                 __syncwarp();  // the next chunk overwrites the staged features
@@ -611,7 +619,7 @@ __device__ __forceinline__ float nearest_tagger(const EnvState& s, const TagShar
     nearest = 0;
 #if TC_GRID_TAGS
     const float2* positions = sh.positions();
-    const int* ids = sh.ids();
+    const unsigned short* ids = sh.ids();
     int i0 = cell_of(xa - TC_TAG_REACH), i1 = cell_of(xa + TC_TAG_REACH);
     int j0 = cell_of(ya - TC_TAG_REACH), j1 = cell_of(ya + TC_TAG_REACH);
     for (int j = j0; j <= j1; ++j) {

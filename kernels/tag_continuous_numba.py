@@ -14,7 +14,8 @@ handles; what other threads read (positions, in-game flags, the grid, a chunk's 
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
 dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-are staged in shared memory a chunk of rows at a time and stored row segment by row segment.
+go by agent id (as the .cu's: a chunk's rows are one run of the buffer), staged in shared memory a
+chunk of rows at a time and stored from there.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -29,7 +30,7 @@ import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, float_as_int, inline_device, int_as_float, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import boolean, float32, int32, int64, uint32
+from numba import boolean, float32, int32, int64, uint16, uint32
 
 FEATURES = 7
 
@@ -99,10 +100,12 @@ def game_functions(c) -> GameFunctions:
     HALF = np.float32(0.5)
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
     POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
-    IDS, ENDS = c.SHARED_IDS // 4, c.SHARED_ENDS // 4
+    ENDS = c.SHARED_ENDS // 4
     TAGS, OBSERVED = c.SHARED_TAGS // 4, c.SHARED_OBSERVED // 4
     IN_GAME = c.SHARED_IN_GAME
+    IDS, PLACES = c.SHARED_IDS // 2, c.SHARED_PLACES // 2  # uint16: the grid's order's ids, the agents' places
     NUM_IDS = N if GRID else 0
+    NUM_PLACES = N if GRID else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
     NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
     # The observation features are staged in shared memory (the layout's `features`, as the .cu's
@@ -132,19 +135,21 @@ def game_functions(c) -> GameFunctions:
         floats = cuda.shared.array(0, float32)
         ints = cuda.shared.array(0, int32)
         flags = cuda.shared.array(0, boolean)
+        shorts = cuda.shared.array(0, uint16)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
         x = floats[POSITIONS : POSITIONS + 2 * N : 2]  # the x of each (x, y) pair
         y = floats[POSITIONS + 1 : POSITIONS + 2 * N : 2]
         return (
             x,
             y,
-            ints[IDS : IDS + NUM_IDS],
+            shorts[IDS : IDS + NUM_IDS],
             ints[ENDS : ENDS + NUM_ENDS],
             ints[TAGS : TAGS + G],
             ints[OBSERVED : OBSERVED + NUM_OBSERVED],
             flags[IN_GAME : IN_GAME + N],
             runners_left,
             floats[FEATURES_AT : FEATURES_AT + STAGE],
+            shorts[PLACES : PLACES + NUM_PLACES],
         )
 
     @cuda.jit(device=True)
@@ -186,7 +191,7 @@ def game_functions(c) -> GameFunctions:
         """The counting sort of the .cu's build_grid (the scan by thread segments here: the
         simulator has no warp shuffles; the observed lists serve as the segments' scratch)."""
         x, y, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, ends, observed, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
+        sh_x, sh_y, ids, ends, observed, sh_in_game, places = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6], sh[9]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         for b in range(tid, OUT_BUCKET + 1, threads):
@@ -217,7 +222,8 @@ def game_functions(c) -> GameFunctions:
             place = cuda.atomic.add(ends, bucket(a, px, py, sh_in_game), np.int32(1))  # afterwards the bucket's end
             sh_x[place] = px
             sh_y[place] = py
-            ids[place] = a
+            ids[place] = uint16(a)
+            places[a] = uint16(place)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -432,7 +438,12 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def id_at(ids, place):
         """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
-        return ids[place] if GRID else place
+        return np.int32(ids[place]) if GRID else place
+
+    @cuda.jit(device=True)
+    def place_of(places, a):
+        """The place of agent a in the staged arrays."""
+        return np.int32(places[a]) if GRID else a
 
     @inline_device
     def first_pair(index, stride, width):
@@ -471,22 +482,22 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def stage_features(e, first, rows, lists, m0, slots, time, state, sh):
-        """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
-        of them; their nearest-others lists in observed from index `lists` on) into the staging buffer,
+        """Features m0.. (`slots` of them) of the rows of agents first.. (`rows` of them; their
+        nearest-others lists in observed from index `lists` on) into the staging buffer,
         a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
         feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
         The motion comes from the state's rows: the .cu stages it in shared memory where there is
         room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
         step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
+        sh_x, sh_y, ids, observed, sh_in_game, staged, places = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8], sh[9]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
-            own = first + r
-            a = id_at(ids, own)
+            a = first + r
+            own = place_of(places, a)
             playing = sh_in_game[a]
             if FULL_OBSERVATION:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
@@ -502,7 +513,7 @@ def game_functions(c) -> GameFunctions:
                 staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
                 staged[base + 5] = ONE if j < G else ZERO
                 staged[base + 6] = ONE if sh_in_game[j] else ZERO
-            else:  # an agent out of the game (the grid order's last rows) or an empty slot: zeros
+            else:  # an agent out of the game or an empty slot: zeros
                 for c in range(FEATURES):
                     staged[base + c] = ZERO
             if last and n == 0:
@@ -512,14 +523,15 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
-        grid if any must be current and visible to the whole block), a chunk of agents at a time:
-        each thread finds its agent's nearest others, then the block stages the chunk's features
-        and stores its row segments, consecutive threads writing consecutive floats. Every thread
+        grid if any must be current and visible to the whole block), a chunk of consecutive agents
+        at a time (by id: the chunk's rows are one run of out, as in the .cu): each thread finds its
+        agent's nearest others, then the block stages the chunk's features and stores them,
+        consecutive threads writing consecutive floats. Every thread
         runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
         scan over several lanes and lets each warp take its own rows without block barriers, which
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
-        sh_x, sh_y, ids, sh_in_game, staged = sh[0], sh[1], sh[2], sh[6], sh[8]
+        sh_x, sh_y, sh_in_game, staged, places = sh[0], sh[1], sh[6], sh[8], sh[9]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -528,10 +540,11 @@ def game_functions(c) -> GameFunctions:
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION:
                 if tid < rows:
-                    a = id_at(ids, first + tid)
+                    a = first + tid
                     if sh_in_game[a]:
                         if GRID:
-                            nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
+                            place = place_of(places, a)
+                            nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, tid * K)
                         else:
                             nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
                 cuda.syncthreads()
@@ -541,11 +554,16 @@ def game_functions(c) -> GameFunctions:
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
-                    length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)  # a row segment
-                    r, w, rows_step, floats_step = first_pair(tid, threads, length)
-                    for _ in range(tid, staged_rows * length, threads):
-                        out[e, id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES + w] = staged[r * ROW_STRIDE + w]
-                        r, w = step_pair(r, w, rows_step, floats_step, length)
+                    segment = (first + r0) * OBS_DIM + m0 * FEATURES
+                    if ROW_STRIDE == OBS_DIM:  # whole rows staged: the chunk is one run of out
+                        for i in range(tid, staged_rows * OBS_DIM, threads):
+                            out[e, segment + i] = staged[i]
+                    else:  # a row segment after another
+                        length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
+                        r, w, rows_step, floats_step = first_pair(tid, threads, length)
+                        for _ in range(tid, staged_rows * length, threads):
+                            out[e, segment + r * OBS_DIM + w] = staged[r * ROW_STRIDE + w]
+                            r, w = step_pair(r, w, rows_step, floats_step, length)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
 
     @cuda.jit(device=True)
@@ -561,9 +579,9 @@ def game_functions(c) -> GameFunctions:
                     b = 2 * (j * C + i)
                     for q in range(bucket_begin(ends, b), ends[b]):
                         d2 = squared_distance(xa - sh_x[q], ya - sh_y[q])
-                        if before(d2, ids[q], best, nearest):
+                        if before(d2, np.int32(ids[q]), best, nearest):
                             best = d2
-                            nearest = ids[q]
+                            nearest = np.int32(ids[q])
         else:
             for j in range(G):
                 if not sh_in_game[j]:
@@ -648,7 +666,7 @@ def game_functions(c) -> GameFunctions:
         else:
             begin, end = G + tid, N
         for q in range(begin, end, threads):
-            a = ids[q] if GRID else q
+            a = np.int32(ids[q]) if GRID else q
             if a < G or not sh_in_game[a]:
                 continue
             best, nearest = nearest_tagger(e, x, y, sh_x[q], sh_y[q], sh)
