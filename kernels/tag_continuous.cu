@@ -155,7 +155,9 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
         int place = atomicAdd(&ends[b], 1);  // the bucket's start, advanced: afterwards its end
         positions[place] = make_float2(px, py);
         ids[place] = (unsigned short)a;
+#if TC_ROWS_BY_ID
         sh.places()[a] = (unsigned short)place;
+#endif
 #if TC_STAGE_MOTION
         stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
 #endif
@@ -464,8 +466,7 @@ __device__ void nearest_others(const TagShared& sh, int a, int part, bool active
 #endif
 #endif
 
-// The id of the agent at `place` of the staged arrays (the grid's order with a grid, else the ids'),
-// and the place of agent a.
+// The id of the agent at `place` of the staged arrays: the grid's order with a grid, else the ids'.
 __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
 #if GRID
     return sh.ids()[place];
@@ -473,11 +474,17 @@ __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
     return place;
 #endif
 }
-__device__ __forceinline__ int place_of(const TagShared& sh, int a) {
-#if GRID
-    return sh.places()[a];
+
+// The observation rows go by agent id (TC_ROWS_BY_ID, rows_by_id in the reference module: a
+// chunk's rows are then one run of the buffer, whose stores fill whole sectors) or, in the largest
+// games, in the grid's order (a warp's agents are neighbours: they search the same cells). Row
+// `row` of that order: its agent, and the agent's place in the staged arrays.
+__device__ __forceinline__ int row_agent(const TagShared& sh, int row) { return TC_ROWS_BY_ID ? row : id_at(sh, row); }
+__device__ __forceinline__ int row_place(const TagShared& sh, int row) {
+#if GRID && TC_ROWS_BY_ID
+    return sh.places()[row];
 #else
-    return a;
+    return row;  // the grid's order, or by id without a grid: the staged arrays' own order
 #endif
 }
 
@@ -502,8 +509,8 @@ constexpr int SLOTS_STAGED = OBSERVED_SLOTS < (STAGE - 1) / FEATURES ? OBSERVED_
 constexpr int ROW_STRIDE = SLOTS_STAGED * FEATURES + 1;  // a staged row: its features, then its time
 constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
 
-// Features m0.. of the rows of agents first.. (at most ROWS_STAGED rows, SLOTS_STAGED slots), a
-// (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
+// Features m0.. of rows first.. (of row_agent's order; at most ROWS_STAGED rows, SLOTS_STAGED slots),
+// a (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
 // stores hold; a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the
 // rows' nearest-others lists (partial observation).
 __device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
@@ -512,7 +519,7 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
     bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
     for (int p = threadIdx.x % 32; p < rows * slots; p += 32) {
         int r = p / slots, n = p - r * slots, m = m0 + n;
-        int a = first + r, own = place_of(sh, a);
+        int a = row_agent(sh, first + r), own = row_place(sh, first + r);
         bool playing = in_game[a];
 #if TC_FULL_OBSERVATION
         int q = m < a ? m : m + 1;  // every other agent in id order (their places: no grid here)
@@ -552,13 +559,12 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
-// any must be current and visible to the whole block). Each warp takes groups of consecutive agents
-// on its own (no block-wide barrier): its lanes find the group's nearest others (SPLIT lanes per
-// agent) into the warp's lists, then stage the rows' features in chunks and store each chunk,
-// consecutive lanes writing consecutive floats. By id, not in the grid's order: a chunk's rows are
-// then one run of the buffer, whose stores fill whole sectors (an H100 took 543 µs to store 2,000 x
-// 1,000 rows of 71 floats a row at a time in a random order of each game's rows, 238 in id order,
-// 181 as one run a warp: docs/benchmarks/tag-order-h100.md).
+// any must be current and visible to the whole block). Each warp takes groups of consecutive rows
+// (row_agent) on its own (no block-wide barrier): its lanes find the group's nearest others (SPLIT
+// lanes per agent) into the warp's lists, then stage the rows' features in chunks and store each
+// chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows are one run of the
+// buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at a time in a random
+// order of each game's rows, 238 in id order, 181 as one run a warp: docs/benchmarks/tag-order-h100.md).
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
@@ -575,8 +581,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
         int r = lane / SPLIT;
         const bool* in_game = sh.in_game();
 #if GRID
-        if (r < rows && in_game[first + r]) {
-            int place = place_of(sh, first + r);
+        if (r < rows && in_game[row_agent(sh, first + r)]) {
+            int place = row_place(sh, first + r);
             nearest_others(sh, place, sh.positions()[place], lists + r * K);
         }
 #else
@@ -590,15 +596,31 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 int slots = min(SLOTS_STAGED, OBSERVED_SLOTS - m0);
                 stage_features(s, sh, lists + r0 * K, first + r0, chunk_rows, m0, slots, time, staged);
                 __syncwarp();
+                int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
+#if TC_ROWS_BY_ID
                 float* segment = obs + (first + r0) * TC_OBS_DIM + m0 * FEATURES;
                 if (ROW_STRIDE == TC_OBS_DIM) {  // whole rows staged: the chunk is one run of the buffer
                     for (int w = lane; w < chunk_rows * TC_OBS_DIM; w += 32) segment[w] = staged[w];
                 } else {  // a row segment after another
-                    int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);
                     for (int r = 0; r < chunk_rows; ++r) {
                         for (int w = lane; w < length; w += 32) segment[r * TC_OBS_DIM + w] = staged[r * ROW_STRIDE + w];
                     }
                 }
+#else
+                // A row segment at a time (a flat walk over the chunk's floats spent a division and a
+                // 64-bit address on each). Lane r holds row r's offset and the loop takes it by a
+                // shuffle, unrolled: read from shared memory in the loop, each row's id held up its
+                // stores.
+                int offset = lane < chunk_rows ? id_at(sh, first + r0 + lane) * TC_OBS_DIM + m0 * FEATURES : 0;
+#pragma unroll
+                for (int r = 0; r < (ROWS_STAGED < group ? ROWS_STAGED : group); ++r) {  // a chunk's rows at most
+                    float* segment = obs + __shfl_sync(0xffffffffu, offset, r);
+                    const float* row = staged + r * ROW_STRIDE;
+                    if (r < chunk_rows) {
+                        for (int w = lane; w < length; w += 32) segment[w] = row[w];
+                    }
+                }
+#endif
                 __syncwarp();  // the next chunk overwrites the staged features
             }
         }

@@ -14,8 +14,7 @@ handles; what other threads read (positions, in-game flags, the grid, a chunk's 
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
 dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-go by agent id (as the .cu's: a chunk's rows are one run of the buffer), staged in shared memory a
-chunk of rows at a time and stored from there.
+are staged in shared memory a chunk of rows at a time and stored row segment by row segment.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -100,12 +99,10 @@ def game_functions(c) -> GameFunctions:
     HALF = np.float32(0.5)
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
     POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
-    ENDS = c.SHARED_ENDS // 4
+    IDS, ENDS = c.SHARED_IDS // 2, c.SHARED_ENDS // 4  # ids: uint16
     TAGS, OBSERVED = c.SHARED_TAGS // 4, c.SHARED_OBSERVED // 4
     IN_GAME = c.SHARED_IN_GAME
-    IDS, PLACES = c.SHARED_IDS // 2, c.SHARED_PLACES // 2  # uint16: the grid's order's ids, the agents' places
     NUM_IDS = N if GRID else 0
-    NUM_PLACES = N if GRID else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
     NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
     # The observation features are staged in shared memory (the layout's `features`, as the .cu's
@@ -149,7 +146,6 @@ def game_functions(c) -> GameFunctions:
             flags[IN_GAME : IN_GAME + N],
             runners_left,
             floats[FEATURES_AT : FEATURES_AT + STAGE],
-            shorts[PLACES : PLACES + NUM_PLACES],
         )
 
     @cuda.jit(device=True)
@@ -191,7 +187,7 @@ def game_functions(c) -> GameFunctions:
         """The counting sort of the .cu's build_grid (the scan by thread segments here: the
         simulator has no warp shuffles; the observed lists serve as the segments' scratch)."""
         x, y, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, ends, observed, sh_in_game, places = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6], sh[9]
+        sh_x, sh_y, ids, ends, observed, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         for b in range(tid, OUT_BUCKET + 1, threads):
@@ -223,7 +219,6 @@ def game_functions(c) -> GameFunctions:
             sh_x[place] = px
             sh_y[place] = py
             ids[place] = uint16(a)
-            places[a] = uint16(place)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -440,11 +435,6 @@ def game_functions(c) -> GameFunctions:
         """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
         return np.int32(ids[place]) if GRID else place
 
-    @cuda.jit(device=True)
-    def place_of(places, a):
-        """The place of agent a in the staged arrays."""
-        return np.int32(places[a]) if GRID else a
-
     @inline_device
     def first_pair(index, stride, width):
         """(row, column) of the row-major `index` over rows of `width`, and the (rows, columns) that a
@@ -482,22 +472,22 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def stage_features(e, first, rows, lists, m0, slots, time, state, sh):
-        """Features m0.. (`slots` of them) of the rows of agents first.. (`rows` of them; their
-        nearest-others lists in observed from index `lists` on) into the staging buffer,
+        """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
+        of them; their nearest-others lists in observed from index `lists` on) into the staging buffer,
         a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
         feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
         The motion comes from the state's rows: the .cu stages it in shared memory where there is
         room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
         step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, observed, sh_in_game, staged, places = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8], sh[9]
+        sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
-            a = first + r
-            own = place_of(places, a)
+            own = first + r
+            a = id_at(ids, own)
             playing = sh_in_game[a]
             if FULL_OBSERVATION:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
@@ -513,7 +503,7 @@ def game_functions(c) -> GameFunctions:
                 staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
                 staged[base + 5] = ONE if j < G else ZERO
                 staged[base + 6] = ONE if sh_in_game[j] else ZERO
-            else:  # an agent out of the game or an empty slot: zeros
+            else:  # an agent out of the game (the grid order's last rows) or an empty slot: zeros
                 for c in range(FEATURES):
                     staged[base + c] = ZERO
             if last and n == 0:
@@ -523,15 +513,14 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
-        grid if any must be current and visible to the whole block), a chunk of consecutive agents
-        at a time (by id: the chunk's rows are one run of out, as in the .cu): each thread finds its
-        agent's nearest others, then the block stages the chunk's features and stores them,
-        consecutive threads writing consecutive floats. Every thread
+        grid if any must be current and visible to the whole block), a chunk of agents at a time:
+        each thread finds its agent's nearest others, then the block stages the chunk's features
+        and stores its row segments, consecutive threads writing consecutive floats. Every thread
         runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
         scan over several lanes and lets each warp take its own rows without block barriers, which
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
-        sh_x, sh_y, sh_in_game, staged, places = sh[0], sh[1], sh[6], sh[8], sh[9]
+        sh_x, sh_y, ids, sh_in_game, staged = sh[0], sh[1], sh[2], sh[6], sh[8]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -540,11 +529,10 @@ def game_functions(c) -> GameFunctions:
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION:
                 if tid < rows:
-                    a = first + tid
+                    a = id_at(ids, first + tid)
                     if sh_in_game[a]:
                         if GRID:
-                            place = place_of(places, a)
-                            nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, tid * K)
+                            nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
                         else:
                             nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
                 cuda.syncthreads()
@@ -554,15 +542,15 @@ def game_functions(c) -> GameFunctions:
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
-                    segment = (first + r0) * OBS_DIM + m0 * FEATURES
-                    if ROW_STRIDE == OBS_DIM:  # whole rows staged: the chunk is one run of out
+                    if not GRID and ROW_STRIDE == OBS_DIM:  # rows by id, whole: the chunk is one run of out
                         for i in range(tid, staged_rows * OBS_DIM, threads):
-                            out[e, segment + i] = staged[i]
+                            out[e, (first + r0) * OBS_DIM + i] = staged[i]
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
                         r, w, rows_step, floats_step = first_pair(tid, threads, length)
                         for _ in range(tid, staged_rows * length, threads):
-                            out[e, segment + r * OBS_DIM + w] = staged[r * ROW_STRIDE + w]
+                            row = id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES
+                            out[e, row + w] = staged[r * ROW_STRIDE + w]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
 

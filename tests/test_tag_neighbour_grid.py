@@ -121,6 +121,16 @@ def test_auto_rule_picks_the_grid_for_large_games_only():
     assert tc.search_grid_cells(dataclasses.replace(large, use_full_observation=True)) == 1
 
 
+@pytest.mark.parametrize("agents, by_id", [(110, True), (1000, True), (5000, True), (5001, False), (10000, False)])
+def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(agents, by_id):
+    # tag_continuous.ROWS_BY_ID_MAX_AGENTS (docs/benchmarks/tag-order-h100.md); without a grid the
+    # rows' order is the ids' anyway, and the agents' places are kept only where the rows use them.
+    p = TagContinuousParams(num_runners=agents - 10)
+    assert tc.rows_by_id(p) is by_id and tc.kernel_constants(p)["ROWS_BY_ID"] is by_id
+    grid = tc.search_grid_cells(p) > 1
+    assert tc.shared_layout(p)["places"][1] == (agents if grid and by_id else 0)
+
+
 @pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])
 def test_launch_bounds_ask_only_for_blocks_whose_shared_memory_fits(agents, blocks):
     # A register cap for more blocks than an SM's shared memory holds would buy spills, not blocks.
@@ -131,9 +141,9 @@ def test_launch_bounds_ask_only_for_blocks_whose_shared_memory_fits(agents, bloc
 
 
 def test_the_largest_game_the_docs_name_is_the_largest_that_fits_an_h100_block():
-    # docs/tag.md and README.md: 14,194 agents with k = 10 in the 227 KiB an H100 or H200 block may opt in to.
+    # docs/tag.md and README.md: 16,537 agents with k = 10 in the 227 KiB an H100 or H200 block may opt in to.
     limit = 227 * 1024
-    largest, one_more = (TagContinuousParams(num_runners=n - 10) for n in (14194, 14195))
+    largest, one_more = (TagContinuousParams(num_runners=n - 10) for n in (16537, 16538))
     assert tc.dynamic_shared_bytes(largest) <= limit < tc.dynamic_shared_bytes(one_more)
 
 

@@ -380,6 +380,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "PLACE_BITS": max(p.num_agents - 1, 0).bit_length(),  # a place of the grid's order, in packed keys
         "STAGE_MOTION": stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
+        "ROWS_BY_ID": rows_by_id(p),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
         **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
@@ -396,6 +397,24 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 # slower with the published rules (docs/benchmarks/tag-runs-h100.md), so 6 stays.
 GRID_MIN_AGENTS = 160
 AGENTS_PER_CELL = 6.0
+
+# The CUDA C kernel's warps take the observation rows by agent id (a chunk of rows is then one run
+# of the buffer) in games of up to this many agents, and in the grid's order beyond. Measured on an
+# H100 (docs/benchmarks/tag-order-h100.md): by id, 2,000 games of 1,000 to 5,000 agents ran 1.05x to
+# 1.23x faster, with the published rules and with every agent in play; at 10,000 agents the
+# published rules' thinned games ran slower (0.88x at 500 games, 0.86x at 100: by id, a warp's
+# searches are spread over the arena and its agents out of the game idle), every agent in play
+# faster (1.13x).
+ROWS_BY_ID_MAX_AGENTS = 5000
+
+
+def rows_by_id(p: TagContinuousParams) -> bool:
+    """Whether the CUDA C kernel writes the observations by agent id (without a grid, its order is
+    the ids' anyway) rather than in the grid's order: :data:`ROWS_BY_ID_MAX_AGENTS`. The Numba
+    kernel keeps the grid's order: its chunks are the whole block's, and by id each chunk's search
+    waits on its slowest agent while thinned games' chunks all search (1,480 against 1,131 µs per
+    step at 2,000 x 1,000 with the published rules on an H100)."""
+    return search_grid_cells(p) == 1 or p.num_agents <= ROWS_BY_ID_MAX_AGENTS
 
 
 def search_grid_cells(p: TagContinuousParams) -> int:
@@ -511,9 +530,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       whole block's in one);
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
-    - ``places``: with a grid, each agent's place in that order, by id (16 bits): the observations
-      go by id, so that a chunk of rows is one run of the buffer (stored in the grid's order, the
-      scattered rows took most of a step at 2,000 x 1,000 on an H100);
+    - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
+      bits), for the CUDA C kernel's observations by id;
     - ``in_game``: each agent's in-game flag, by id.
     """
     return _layout(p, stage_motion(p))
@@ -531,7 +549,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("observed", observed, "int32"),
         ("features", block_threads(p) // 32 * STAGE_FLOATS, "float32"),
         ("ids", p.num_agents if grid else 0, "uint16"),
-        ("places", p.num_agents if grid else 0, "uint16"),
+        ("places", p.num_agents if grid and rows_by_id(p) else 0, "uint16"),
         ("in_game", p.num_agents, "bool"),
     ]
     layout, offset = {}, 0
@@ -548,10 +566,11 @@ def _end(layout: dict[str, tuple[int, int, str]]) -> int:
 
 def dynamic_shared_bytes(p: TagContinuousParams) -> int:
     """Bytes of dynamic shared memory a block of the kernels uses (:func:`shared_layout`), which
-    bounds the agents per game: 13 bytes per agent with a grid (9 without; 12 more where the motion
-    is staged), the grid's bucket ends (about 1.3 bytes per agent) and some 28 KiB more (one chunk's
-    lists with k = 10, 10 KiB, and the staged observation features, 18 KiB), up to what the GPU lets
-    one block opt in to (227 KiB on an H100 or H200: 14,194 agents with k = 10)."""
+    bounds the agents per game: 11 bytes per agent with a grid (13 where :func:`rows_by_id`; 9
+    without a grid; 12 more where the motion is staged), the grid's bucket ends (about 1.3 bytes
+    per agent) and some 28 KiB more (one chunk's lists with k = 10, 10 KiB, and the staged
+    observation features, 18 KiB), up to what the GPU lets one block opt in to (227 KiB on an H100
+    or H200: 16,537 agents with k = 10)."""
     return _end(shared_layout(p))
 
 
