@@ -14,7 +14,8 @@ handles; what other threads read (positions, in-game flags, the grid, a chunk's 
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
 dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-are staged in shared memory a chunk of rows at a time and stored row segment by row segment.
+are staged in shared memory a chunk of rows at a time and stored from there: row segment by row
+segment in the grid's order, or, without a grid (rows by id), as one run of the buffer.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums

@@ -401,7 +401,7 @@ AGENTS_PER_CELL = 6.0
 # The CUDA C kernel's warps take the observation rows by agent id (a chunk of rows is then one run
 # of the buffer) in games of up to this many agents, and in the grid's order beyond. Measured on an
 # H100 (docs/benchmarks/tag-order-h100.md): by id, 2,000 games of 1,000 to 5,000 agents ran 1.05x to
-# 1.23x faster, with the published rules and with every agent in play; at 10,000 agents the
+# 1.24x faster, with the published rules and with every agent in play; at 10,000 agents the
 # published rules' thinned games ran slower (0.88x at 500 games, 0.86x at 100: by id, a warp's
 # searches are spread over the arena and its agents out of the game idle), every agent in play
 # faster (1.13x).
