@@ -14,6 +14,7 @@ import gpu_marl_envs
 from gpu_marl_envs import buffers, multi_agent_buffers
 from gpu_marl_envs.backends import multi_agent_numba, numba_backend
 from gpu_marl_envs.checker import compile_cuda
+from gpu_marl_envs.envs import tag_continuous
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.registration import GAMES, env_spec
 
@@ -91,11 +92,13 @@ def _game_params(game_id):
         many = {"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners") else {"num_taggers": 4095}
         variants.append(dataclasses.replace(default, **many))
     if hasattr(default, "neighbour_search"):
-        # The grid at a small game, with the tag phase on it (10 taggers) and off it (2); the scan at a large one.
+        # The grid at a small game, with the tag phase on it (10 taggers) and off it (2); the scan at a
+        # large one; a game beyond ROWS_BY_ID_MAX_AGENTS, whose rows go in the grid's order.
         variants += [
             dataclasses.replace(default, neighbour_search="grid"),
             dataclasses.replace(default, neighbour_search="grid", num_taggers=2),
             dataclasses.replace(default, num_runners=4086, neighbour_search="scan"),
+            dataclasses.replace(default, num_runners=tag_continuous.ROWS_BY_ID_MAX_AGENTS + 1 - default.num_taggers),
         ]
     if hasattr(default, "crra_eta"):
         variants.append(dataclasses.replace(default, crra_eta=1.5))  # powf instead of the reciprocal
