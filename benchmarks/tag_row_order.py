@@ -10,7 +10,7 @@
   with every agent in play. ``ROWS_BY_ID_MAX_AGENTS`` is a module constant rather than a param:
   set here before each kernel is built.
 
-    python benchmarks/tag_row_order.py --out docs/benchmarks/tag-order-h200.md
+    python benchmarks/tag_row_order.py --out docs/benchmarks/tag-order-h200.md --json tag-order-h200.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from report import gpu_hardware
+import torch
+from report import gpu_hardware, save
 from tag_throughput import measure
 
 import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
@@ -73,9 +74,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) run(float* obs, const int* 
 """
 
 
-def probe(repeats: int = 50) -> list[str]:
-    """The store probe's rows of the table: µs per store of the whole buffer."""
-    import pycuda.autoinit  # noqa: F401  (a context on the current GPU)
+def probe(repeats: int = 50) -> dict[str, float]:
+    """µs per store of the whole buffer, by ``"<stores>, <rows>"``."""
+    torch.cuda.init()  # the primary context, which pycuda then retains: the one the envs use after
+    import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.driver as drv
     from pycuda.compiler import SourceModule
 
@@ -87,7 +89,7 @@ def probe(repeats: int = 50) -> list[str]:
         "random order": drv.to_device(np.concatenate([rng.permutation(ROWS).astype(np.int32) for _ in range(GAMES)])),
     }
     shared = 50 * 1024  # about the Tag kernel's at 1,000 agents: four blocks an SM
-    lines = []
+    times = {}
     for name, label in [("rows", "a row at a time"), ("chunks", "32 rows a warp"), ("run", "one run a warp")]:
         kernel = module.get_function(name)
         kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
@@ -103,9 +105,9 @@ def probe(repeats: int = 50) -> list[str]:
                 kernel(obs, perm, np.int32(ROWS), np.int32(FLOATS), **launch)
             end.record()
             end.synchronize()
-            lines.append(f"| {label} | {order} | {start.time_till(end) * 1000 / repeats:.1f} |")
-            print(lines[-1], flush=True)
-    return lines
+            times[f"{label}, {order}"] = start.time_till(end) * 1000 / repeats
+            print(f"{label}, {order}: {times[f'{label}, {order}']:.1f} µs", flush=True)
+    return times
 
 
 def rate(num_envs: int, params: TagContinuousParams, by_id: bool, args) -> float:
@@ -120,15 +122,18 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument("--json")
     args = parser.parse_args()
+    hardware = gpu_hardware()
+    stores = probe()
     lines = [
-        f"Hardware: {gpu_hardware()}. Command: `python benchmarks/tag_row_order.py`.",
+        f"Hardware: {hardware}. Command: `python benchmarks/tag_row_order.py`.",
         "",
         f"Storing {GAMES:,} x {ROWS:,} rows of {FLOATS} floats (zeros), µs:",
         "",
-        "| stores | rows | µs |",
-        "|---|---|---:|",
-        *probe(),
+        "| stores, rows | µs |",
+        "|---|---:|",
+        *(f"| {name} | {us:.1f} |" for name, us in stores.items()),
         "",
         "TagContinuous, CUDA C, `step_groups`, µs per step:",
         "",
@@ -136,19 +141,19 @@ def main() -> None:
         "|---:|---:|---|---:|---:|---:|",
     ]
     chosen = tc.ROWS_BY_ID_MAX_AGENTS
+    sweep = []
     for num_envs, agents, published in SIZES:
         params = TagContinuousParams(num_runners=agents - 10, runner_exits_game_after_tagged=published)
         grid_order, by_id = (1e6 / rate(num_envs, params, order, args) * num_envs for order in (False, True))
         rules = "published" if published else "every agent in play"
+        sweep.append(dict(games=num_envs, agents=agents, rules=rules, grid_order_us=grid_order, by_id_us=by_id))
         lines.append(f"| {num_envs} | {agents} | {rules} | {grid_order:.1f} | {by_id:.1f} | {grid_order / by_id:.2f} |")
         print(lines[-1], flush=True)
     tc.ROWS_BY_ID_MAX_AGENTS = chosen
     pycuda_backend._module.cache_clear()
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    save(args, text, {"hardware": hardware, "stores_us": stores, "sweep": sweep})
 
 
 if __name__ == "__main__":
