@@ -20,7 +20,7 @@ import argparse
 import numpy as np
 import torch
 from report import gpu_hardware, save
-from tag_throughput import measure
+from tag_search_rule import rate as cuda_c_rate
 
 import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 from gpu_marl_envs.envs import tag_continuous as tc
@@ -113,8 +113,7 @@ def probe(repeats: int = 50) -> dict[str, float]:
 def rate(num_envs: int, params: TagContinuousParams, by_id: bool, args) -> float:
     tc.ROWS_BY_ID_MAX_AGENTS = params.num_agents if by_id else 0
     pycuda_backend._module.cache_clear()  # the kernels are built per params; the constant is not one
-    r = measure("TagContinuous-v0", num_envs, params, "pycuda", "step_groups", False, args.min_seconds, args.repeats)
-    return r["env_steps_per_s"]
+    return cuda_c_rate(num_envs, params, args)
 
 
 def main() -> None:
