@@ -43,6 +43,7 @@ struct TagShared {
     __device__ int* observed() const { return (int*)(tc_dynamic + TC_SHARED_OBSERVED); }
     __device__ float* features() const { return (float*)(tc_dynamic + TC_SHARED_FEATURES); }
     __device__ unsigned short* places() const { return (unsigned short*)(tc_dynamic + TC_SHARED_PLACES); }
+    __device__ short* lists() const { return (short*)(tc_dynamic + TC_SHARED_LISTS); }
     __device__ bool* in_game() const { return (bool*)(tc_dynamic + TC_SHARED_IN_GAME); }
 };
 
@@ -192,6 +193,14 @@ __device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, 
     build_grid(s, sh);
 #endif
 }
+
+// A slot of a nearest-others list: a place, -1 if empty. With TC_TWO_PHASE every agent's list is
+// kept in shared memory (`lists`), 16 bits a slot; otherwise a warp's few lists (`observed`).
+#if TC_TWO_PHASE
+typedef short ListSlot;
+#else
+typedef int ListSlot;
+#endif
 
 #if !TC_FULL_OBSERVATION
 #define SPLIT TC_SCAN_SPLIT  // lanes that share one observer's scan (a power of 2, at most 32; 1 with a grid)
@@ -364,7 +373,7 @@ __device__ __forceinline__ void search_cells(const TagShared& sh, int place, flo
 // The exact list's search, where the packed list cannot vouch for its agents (rare: truncated
 // distances equal at its boundary). Inline: out of line, the call's saved registers made the step
 // 7% slower on an H100.
-__device__ __forceinline__ void exact_nearest_others(const TagShared& sh, int place, float2 own, int* out) {
+__device__ __forceinline__ void exact_nearest_others(const TagShared& sh, int place, float2 own, ListSlot* out) {
     NearestList list;
     search_cells(sh, place, own, list);
 #pragma unroll
@@ -376,7 +385,7 @@ __device__ __forceinline__ void exact_nearest_others(const TagShared& sh, int pl
 // the right agents but two of them have equal truncated distances (agents at nearly or exactly
 // the same distance), their exact order from the exact list's insertion of those K alone; where
 // it cannot vouch for its agents, the exact list's search.
-__device__ void nearest_others(const TagShared& sh, int place, float2 own, int* out) {
+__device__ void nearest_others(const TagShared& sh, int place, float2 own, ListSlot* out) {
     PackedList packed;
     search_cells(sh, place, own, packed);
     if (!packed.right_agents()) {
@@ -513,7 +522,7 @@ constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
 // a (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
 // stores hold; a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the
 // rows' nearest-others lists (partial observation).
-__device__ void stage_features(const EnvState& s, const TagShared& sh, const int* lists, int first, int rows,
+__device__ void stage_features(const EnvState& s, const TagShared& sh, const ListSlot* lists, int first, int rows,
                                int m0, int slots, float time, float* staged) {
     const bool* in_game = sh.in_game();
     bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
@@ -559,12 +568,16 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const int
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
-// any must be current and visible to the whole block). Each warp takes groups of consecutive rows
-// (row_agent) on its own (no block-wide barrier): its lanes find the group's nearest others (SPLIT
-// lanes per agent) into the warp's lists, then stage the rows' features in chunks and store each
-// chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows are one run of the
-// buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at a time in a random
-// order of each game's rows, 238 in id order, 181 as one run a warp: docs/benchmarks/tag-order-h100.md).
+// any must be current and visible to the whole block). With TC_TWO_PHASE, every agent in the game
+// first finds its nearest others into its list, a thread per place of the grid's order (a warp's
+// agents are neighbours: they search the same cells; the agents out of the game, the order's last,
+// take no thread), then a block barrier. Each warp then takes groups of consecutive rows
+// (row_agent) on its own (no block-wide barrier): without TC_TWO_PHASE its lanes find the group's
+// nearest others (SPLIT lanes per agent) into the warp's lists; it stages the rows' features in
+// chunks and stores each chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows
+// are one run of the buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at
+// a time in a random order of each game's rows, 238 in id order, 181 as one run a warp:
+// docs/benchmarks/tag-order-h100.md).
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
@@ -573,11 +586,23 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
     constexpr int group = 32 / SPLIT;  // rows per warp at a time
 #endif
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
+#if TC_TWO_PHASE
+    const bool* in_game = sh.in_game();
+    int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
+    for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
+        int a = id_at(sh, place);
+        if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);  // (tagged: not)
+    }
+    __syncthreads();
+#else
+    ListSlot* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
+#endif
     float* staged = sh.features() + warp * STAGE;
     for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
-#if !TC_FULL_OBSERVATION
+#if TC_TWO_PHASE
+        const ListSlot* lists = sh.lists() + first * K;  // the group's rows' lists (row_agent: by id)
+#elif !TC_FULL_OBSERVATION
         int r = lane / SPLIT;
         const bool* in_game = sh.in_game();
 #if GRID

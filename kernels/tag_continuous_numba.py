@@ -30,7 +30,7 @@ import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, float_as_int, inline_device, int_as_float, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import boolean, float32, int32, int64, uint16, uint32
+from numba import boolean, float32, int16, int32, int64, uint16, uint32
 
 FEATURES = 7
 
@@ -101,9 +101,17 @@ def game_functions(c) -> GameFunctions:
     # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
     POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
     IDS, ENDS = c.SHARED_IDS // 2, c.SHARED_ENDS // 4  # ids: uint16
+    PLACES, LISTS = c.SHARED_PLACES // 2, c.SHARED_LISTS // 2  # uint16, int16
     TAGS, OBSERVED = c.SHARED_TAGS // 4, c.SHARED_OBSERVED // 4
     IN_GAME = c.SHARED_IN_GAME
     NUM_IDS = N if GRID else 0
+    # With TWO_PHASE (as the .cu's): every agent in the game finds its nearest others first, in the
+    # grid's order, into its own list (`lists`, by id), and the rows are then written by id (without
+    # a grid they are by id anyway); each agent's place in the grid's order is `places`.
+    TWO_PHASE = c.TWO_PHASE
+    BY_ID = TWO_PHASE or not GRID
+    NUM_PLACES = N if TWO_PHASE else 0
+    NUM_LISTS = N * K if TWO_PHASE else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
     NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
     # The observation features are staged in shared memory (the layout's `features`, as the .cu's
@@ -134,6 +142,7 @@ def game_functions(c) -> GameFunctions:
         ints = cuda.shared.array(0, int32)
         flags = cuda.shared.array(0, boolean)
         shorts = cuda.shared.array(0, uint16)
+        signed_shorts = cuda.shared.array(0, int16)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
         x = floats[POSITIONS : POSITIONS + 2 * N : 2]  # the x of each (x, y) pair
         y = floats[POSITIONS + 1 : POSITIONS + 2 * N : 2]
@@ -147,6 +156,9 @@ def game_functions(c) -> GameFunctions:
             flags[IN_GAME : IN_GAME + N],
             runners_left,
             floats[FEATURES_AT : FEATURES_AT + STAGE],
+            shorts[PLACES : PLACES + NUM_PLACES],
+            signed_shorts[LISTS : LISTS + NUM_LISTS],
+            ints[FEATURES_AT : FEATURES_AT + STAGE],  # the staging buffer's bytes: build_grid's scratch
         )
 
     @cuda.jit(device=True)
@@ -186,9 +198,10 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def build_grid(e, state, sh):
         """The counting sort of the .cu's build_grid (the scan by thread segments here: the
-        simulator has no warp shuffles; the observed lists serve as the segments' scratch)."""
+        simulator has no warp shuffles; the staging buffer, free until the observations, serves as
+        the segments' scratch)."""
         x, y, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, ends, observed, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
+        sh_x, sh_y, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[3], sh[6], sh[9], sh[11]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         for b in range(tid, OUT_BUCKET + 1, threads):
@@ -203,11 +216,11 @@ def game_functions(c) -> GameFunctions:
         total = 0
         for b in range(first, last):
             total += ends[b]
-        observed[tid] = total
+        scratch[tid] = total
         cuda.syncthreads()
         start = 0
         for u in range(tid):
-            start += observed[u]
+            start += scratch[u]
         for b in range(first, last):
             count = ends[b]
             ends[b] = start
@@ -220,6 +233,8 @@ def game_functions(c) -> GameFunctions:
             sh_x[place] = px
             sh_y[place] = py
             ids[place] = uint16(a)
+            if TWO_PHASE:
+                places[a] = uint16(place)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -397,13 +412,13 @@ def game_functions(c) -> GameFunctions:
         return key & TRUNCATE
 
     @cuda.jit(device=True)
-    def nearest_others_in_grid(place, xa, ya, sh, base):
+    def nearest_others_in_grid(place, xa, ya, sh, out, base):
         """The .cu's nearest_others for the agent at `place` of the grid's order (at xa, ya): the packed
         list's search; where its entries are the right agents but two have equal truncated distances,
         their exact order from the exact list's insertion of those K alone; where it cannot vouch for
-        its agents, the exact list's search. The places into observed[base:base + K] (-1 for empty
+        its agents, the exact list's search. The places into out[base:base + K] (-1 for empty
         slots)."""
-        sh_x, sh_y, ids, observed = sh[0], sh[1], sh[2], sh[5]
+        sh_x, sh_y, ids = sh[0], sh[1], sh[2]
         packed = cuda.local.array(PACKED_SLOTS, uint32)
         for m in range(PACKED_SLOTS):
             packed[m] = EMPTY_PACKED
@@ -415,7 +430,7 @@ def game_functions(c) -> GameFunctions:
                 distinct = False
         if right_agents and distinct:
             for m in range(K):
-                observed[base + m] = -1 if packed[m] == EMPTY_PACKED else np.int32(packed[m] & PLACE_MASK)
+                out[base + m] = -1 if packed[m] == EMPTY_PACKED else np.int32(packed[m] & PLACE_MASK)
             return
         best = cuda.local.array(K, int64)  # the exact list's sorted keys
         for m in range(K):
@@ -429,12 +444,22 @@ def game_functions(c) -> GameFunctions:
         else:
             search_exact(place, xa, ya, sh, best, limit)
         for m in range(K):
-            observed[base + m] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
+            out[base + m] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
 
     @cuda.jit(device=True)
     def id_at(ids, place):
         """The id of the agent at `place` of the staged arrays: the grid's order with a grid."""
         return np.int32(ids[place]) if GRID else place
+
+    @cuda.jit(device=True)
+    def row_agent(ids, row):
+        """The agent of observation row `row` in the rows' order: by id (BY_ID), else the grid's."""
+        return row if BY_ID else id_at(ids, row)
+
+    @cuda.jit(device=True)
+    def row_place(places, row):
+        """The place in the staged arrays of the agent of row `row`."""
+        return np.int32(places[row]) if TWO_PHASE else row
 
     @inline_device
     def first_pair(index, stride, width):
@@ -472,23 +497,23 @@ def game_functions(c) -> GameFunctions:
         return divide(x, SPEED_SCALE)
 
     @cuda.jit(device=True)
-    def stage_features(e, first, rows, lists, m0, slots, time, state, sh):
-        """Features m0.. (`slots` of them) of the rows at places first.. of the staged arrays (`rows`
-        of them; their nearest-others lists in observed from index `lists` on) into the staging buffer,
+    def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh):
+        """Features m0.. (`slots` of them) of rows first.. (`rows` of them, in row_agent's order;
+        their nearest-others lists in `observed` from index `lists` on) into the staging buffer,
         a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
         feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
         The motion comes from the state's rows: the .cu stages it in shared memory where there is
         room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
         step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, observed, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[6], sh[8]
+        sh_x, sh_y, ids, sh_in_game, staged, places = sh[0], sh[1], sh[2], sh[6], sh[8], sh[9]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         for _ in range(cuda.threadIdx.x, rows * slots, threads):
             m = m0 + n
-            own = first + r
-            a = id_at(ids, own)
+            a = row_agent(ids, first + r)
+            own = row_place(places, first + r)
             playing = sh_in_game[a]
             if FULL_OBSERVATION:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
@@ -504,7 +529,7 @@ def game_functions(c) -> GameFunctions:
                 staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
                 staged[base + 5] = ONE if j < G else ZERO
                 staged[base + 6] = ONE if sh_in_game[j] else ZERO
-            else:  # an agent out of the game (the grid order's last rows) or an empty slot: zeros
+            else:  # an agent out of the game or an empty slot: zeros
                 for c in range(FEATURES):
                     staged[base + c] = ZERO
             if last and n == 0:
@@ -514,26 +539,34 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
-        grid if any must be current and visible to the whole block), a chunk of agents at a time:
-        each thread finds its agent's nearest others, then the block stages the chunk's features
-        and stores its row segments, consecutive threads writing consecutive floats. Every thread
-        runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
+        grid if any must be current and visible to the whole block), a chunk of rows at a time:
+        each thread finds its row's nearest others (with TWO_PHASE every agent in the game has found
+        them before, in the grid's order), then the block stages the chunk's features and stores
+        them, consecutive threads writing consecutive floats (by id, the chunk's rows are one run of
+        out). Every thread runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
         scan over several lanes and lets each warp take its own rows without block barriers, which
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
-        sh_x, sh_y, ids, sh_in_game, staged = sh[0], sh[1], sh[2], sh[6], sh[8]
+        sh_x, sh_y, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[3], sh[6], sh[8]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
-        chunk = min(threads, CHUNK)  # observed holds CHUNK agents' lists
+        if TWO_PHASE:  # every agent's list (sh[10], by id); otherwise a chunk's lists (sh[5])
+            for place in range(tid, ends[OUT_BUCKET - 1], threads):  # the agents out of the game come after
+                a = id_at(ids, place)
+                if sh_in_game[a]:  # (a runner tagged this step is still in its cell)
+                    nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, sh[10], a * K)
+            cuda.syncthreads()
+        chunk = min(threads, CHUNK)  # sh[5] holds CHUNK agents' lists
         for first in range(0, N, chunk):
             rows = min(chunk, N - first)
-            if not FULL_OBSERVATION:
+            if not FULL_OBSERVATION and not TWO_PHASE:
                 if tid < rows:
                     a = id_at(ids, first + tid)
                     if sh_in_game[a]:
                         if GRID:
-                            nearest_others_in_grid(first + tid, sh_x[first + tid], sh_y[first + tid], sh, tid * K)
+                            place = first + tid
+                            nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, sh[5], tid * K)
                         else:
                             nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
                 cuda.syncthreads()
@@ -541,16 +574,19 @@ def game_functions(c) -> GameFunctions:
                 staged_rows = min(STAGED_ROWS, rows - r0)
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
-                    stage_features(e, first + r0, staged_rows, r0 * K, m0, slots, time, state, sh)
+                    if TWO_PHASE:
+                        stage_features(e, first + r0, staged_rows, sh[10], (first + r0) * K, m0, slots, time, state, sh)
+                    else:
+                        stage_features(e, first + r0, staged_rows, sh[5], r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
-                    if not GRID and ROW_STRIDE == OBS_DIM:  # rows by id, whole: the chunk is one run of out
+                    if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
                         for i in range(tid, staged_rows * OBS_DIM, threads):
                             out[e, (first + r0) * OBS_DIM + i] = staged[i]
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
                         r, w, rows_step, floats_step = first_pair(tid, threads, length)
                         for _ in range(tid, staged_rows * length, threads):
-                            row = id_at(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES
+                            row = row_agent(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES
                             out[e, row + w] = staged[r * ROW_STRIDE + w]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)

@@ -381,6 +381,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "STAGE_MOTION": stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
         "ROWS_BY_ID": rows_by_id(p),
+        "TWO_PHASE": two_phase(p),
         "TAG_REACH": _f32(_tag_reach(p)),
         # Where each shared array starts in the block's dynamic shared memory (bytes).
         **{f"SHARED_{name.upper()}": offset for name, (offset, _, _) in shared_layout(p).items()},
@@ -411,10 +412,24 @@ ROWS_BY_ID_MAX_AGENTS = 5000
 def rows_by_id(p: TagContinuousParams) -> bool:
     """Whether the CUDA C kernel writes the observations by agent id (without a grid, its order is
     the ids' anyway) rather than in the grid's order: :data:`ROWS_BY_ID_MAX_AGENTS`. The Numba
-    kernel keeps the grid's order: its chunks are the whole block's, and by id each chunk's search
-    waits on its slowest agent while thinned games' chunks all search (1,480 against 1,131 µs per
-    step at 2,000 x 1,000 with the published rules on an H100)."""
+    kernel takes them by id only where :func:`two_phase`: its chunks are the whole block's, and
+    with the search by id each chunk's search waits on its slowest agent while thinned games'
+    chunks all search (1,480 against 1,131 µs per step at 2,000 x 1,000 with the published rules on
+    an H100)."""
     return search_grid_cells(p) == 1 or p.num_agents <= ROWS_BY_ID_MAX_AGENTS
+
+
+# Games of up to this many agents (with a grid) keep every agent's list in shared memory
+# (:func:`two_phase`): 20 KB at 1,000 agents with k = 10, where four blocks still fit an SM.
+TWO_PHASE_MAX_AGENTS = 1000
+
+
+def two_phase(p: TagContinuousParams) -> bool:
+    """Whether the kernels find every agent's nearest others first, in the grid's order (a warp's
+    agents are neighbours and search the same cells; only agents in the game search, packed
+    together), into one list per agent in shared memory (``lists``), and then write the rows by id
+    from those lists: with a grid, up to :data:`TWO_PHASE_MAX_AGENTS` (and where :func:`rows_by_id`)."""
+    return search_grid_cells(p) > 1 and rows_by_id(p) and p.num_agents <= TWO_PHASE_MAX_AGENTS
 
 
 def search_grid_cells(p: TagContinuousParams) -> int:
@@ -524,14 +539,16 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       ..., then the agents out of the game);
     - ``tags``: runners each tagger tagged this step;
     - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
-      thread group of :func:`scan_split` lanes);
+      thread group of :func:`scan_split` lanes), where not :func:`two_phase`;
     - ``features``: :data:`STAGE_FLOATS` per warp, the observation features staged on their way to
       global memory (so that the stores are whole runs of the buffer; the Numba kernel stages the
       whole block's in one);
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
     - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
-      bits), for the CUDA C kernel's observations by id;
+      bits), for the observations by id;
+    - ``lists``: where :func:`two_phase`, every agent's k nearest others (their places, -1 for an
+      empty slot; 16 bits), by id;
     - ``in_game``: each agent's in-game flag, by id.
     """
     return _layout(p, stage_motion(p))
@@ -540,7 +557,9 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
 def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, str]]:
     cells = search_grid_cells(p)
     grid = cells > 1
-    observed = 0 if p.use_full_observation else block_threads(p) // scan_split(p) * p.num_other_agents_observed
+    k = p.num_other_agents_observed
+    lists = two_phase(p)
+    observed = 0 if p.use_full_observation or lists else block_threads(p) // scan_split(p) * k
     arrays = [
         ("positions", 2 * p.num_agents, "float32"),
         ("motion", 3 * p.num_agents if staged else 0, "float32"),
@@ -550,6 +569,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("features", block_threads(p) // 32 * STAGE_FLOATS, "float32"),
         ("ids", p.num_agents if grid else 0, "uint16"),
         ("places", p.num_agents if grid and rows_by_id(p) else 0, "uint16"),
+        ("lists", p.num_agents * k if lists else 0, "int16"),
         ("in_game", p.num_agents, "bool"),
     ]
     layout, offset = {}, 0
