@@ -591,7 +591,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
     int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
     for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
         int a = id_at(sh, place);
-        if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);  // (tagged: not)
+        // A runner tagged this step is still in its cell, out of the game: no list.
+        if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
     }
     __syncthreads();
 #else
