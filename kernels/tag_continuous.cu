@@ -194,8 +194,9 @@ __device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, 
 #endif
 }
 
-// A slot of a nearest-others list: a place, -1 if empty. With TC_TWO_PHASE every agent's list is
-// kept in shared memory (`lists`), 16 bits a slot; otherwise a warp's few lists (`observed`).
+// A slot of a nearest-others list: a place, -1 if empty. With TC_TWO_PHASE the lists are kept in
+// `lists`, 16 bits a slot (every agent's, or in a step of one phase each warp's); otherwise a warp's
+// few lists (`observed`).
 #if TC_TWO_PHASE
 typedef short ListSlot;
 #else
@@ -568,15 +569,16 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
 }
 
 // Observations of this env's agents at step t (the state rows, the staged positions and the grid if
-// any must be current and visible to the whole block). With TC_TWO_PHASE, every agent in the game
-// first finds its nearest others into its list, a thread per place of the grid's order (a warp's
-// agents are neighbours: they search the same cells; the agents out of the game, the order's last,
-// take no thread), then a block barrier. Each warp then takes groups of consecutive rows
-// (row_agent) on its own (no block-wide barrier): without TC_TWO_PHASE its lanes find the group's
-// nearest others (SPLIT lanes per agent) into the warp's lists; it stages the rows' features in
-// chunks and stores each chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows
-// are one run of the buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at
-// a time in a random order of each game's rows, 238 in id order, 181 as one run a warp:
+// any must be current and visible to the whole block). With TC_TWO_PHASE, in a step where at most
+// TC_TWO_PHASE_MAX_IN_PLAY agents are in the game (a thinned game), every agent in the game first
+// finds its nearest others into its list, a thread per place of the grid's order (a warp's agents
+// are neighbours: they search the same cells; the agents out of the game, the order's last, take no
+// thread), then a block barrier. Each warp then takes groups of consecutive rows (row_agent) on its
+// own (no block-wide barrier): in a step of one phase its lanes first find the group's nearest
+// others (SPLIT lanes per agent) into the warp's lists; it stages the rows' features in chunks and
+// stores each chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows are one run
+// of the buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at a time in a
+// random order of each game's rows, 238 in id order, 181 as one run a warp:
 // docs/benchmarks/tag-order-h100.md).
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
@@ -589,12 +591,16 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
 #if TC_TWO_PHASE
     const bool* in_game = sh.in_game();
     int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
-    for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
-        int a = id_at(sh, place);
-        // A runner tagged this step is still in its cell, out of the game: no list.
-        if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
+    // Block-uniform (from shared memory after the grid's barrier), so the barrier below is too.
+    bool two_phase = in_play <= TC_TWO_PHASE_MAX_IN_PLAY;
+    if (two_phase) {
+        for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
+            int a = id_at(sh, place);
+            // A runner tagged this step is still in its cell, out of the game: no list.
+            if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
+        }
+        __syncthreads();
     }
-    __syncthreads();
 #else
     ListSlot* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
 #endif
@@ -602,7 +608,17 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
     for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
 #if TC_TWO_PHASE
-        const ListSlot* lists = sh.lists() + first * K;  // the group's rows' lists (row_agent: by id)
+        // Two phases: the group's rows' lists (row_agent: by id). One: the warp's own lists, in the
+        // same shared array (its first blockDim.x lists; nothing else uses it in this step).
+        ListSlot* lists = sh.lists() + (two_phase ? first : warp * group) * K;
+        if (!two_phase) {
+            int r = lane;  // SPLIT is 1 with a grid
+            if (r < rows && in_game[row_agent(sh, first + r)]) {
+                int place = row_place(sh, first + r);
+                nearest_others(sh, place, sh.positions()[place], lists + r * K);
+            }
+            __syncwarp();
+        }
 #elif !TC_FULL_OBSERVATION
         int r = lane / SPLIT;
         const bool* in_game = sh.in_game();

@@ -1,0 +1,82 @@
+"""The measurements behind the Tag kernels' two phases (``tag_continuous.two_phase``,
+``TWO_PHASE_MAX_AGENTS``, ``TWO_PHASE_IN_PLAY_SHARE``): TagContinuous through ``step_groups`` at
+2,000 games of 250, 500 and 1,000 agents (a grid in each), with the published rules (tagged runners
+leave: the games thin out) and with every agent in play,
+
+- on both kernels, without the two phases (each warp, or the Numba block's chunk, searches for its
+  own rows) and with them;
+- on the CUDA C kernel, which chooses in every step, with the two phases taken only where at most a
+  share of a game's agents is in the game, for each share in ``SHARES``.
+
+The constants are module constants rather than params: set here before each kernel is built.
+
+    python benchmarks/tag_two_phase.py --out docs/benchmarks/tag-two-phase-h200.md --json tag-two-phase-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from report import gpu_hardware, save
+from tag_throughput import measure
+
+import gpu_marl_envs.backends.multi_agent_numba as numba_backend
+import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
+from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+
+GAMES = 2000
+AGENTS = [1000, 500, 250]
+SHARES = [0.8, 0.9, 0.95, 1.0]  # 1.0: the CUDA C kernel takes the two phases in every step
+
+
+def us_per_step(backend: str, params: TagContinuousParams, max_agents: int, share: float, args) -> float:
+    tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE = max_agents, share
+    pycuda_backend._module.cache_clear()  # the kernels are built per params; the constants are not
+    numba_backend._kernels.cache_clear()
+    r = measure("TagContinuous-v0", GAMES, params, backend, "step_groups", False, args.min_seconds, args.repeats)
+    return r["us_per_step"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", nargs="+", default=["pycuda", "numba"])
+    parser.add_argument("--agents", nargs="+", type=int, default=AGENTS)
+    parser.add_argument("--min-seconds", type=float, default=0.2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    hardware = gpu_hardware()
+    chosen = tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE
+    columns = ["one phase", *(f"two, in play ≤ {s:g}" for s in SHARES)]
+    lines = [
+        f"Hardware: {hardware}. Command: `python benchmarks/tag_two_phase.py`.",
+        "",
+        f"TagContinuous, {GAMES:,} games, `step_groups`, µs per step (Numba: one phase or two in every step):",
+        "",
+        f"| kernel | agents | rules | {' | '.join(columns)} |",
+        "|---|---:|---|" + "---:|" * len(columns),
+    ]
+    rows = []
+    for backend in args.backends:
+        for agents in args.agents:
+            for published in (True, False):
+                params = TagContinuousParams(num_runners=agents - 10, runner_exits_game_after_tagged=published)
+                times = {"one phase": us_per_step(backend, params, 0, 1.0, args)}
+                for share, column in zip(SHARES, columns[1:]):
+                    if backend == "pycuda" or share == 1.0:  # Numba does not choose per step
+                        times[column] = us_per_step(backend, params, agents, share, args)
+                rules = "published" if published else "every agent in play"
+                rows.append(dict(backend=backend, games=GAMES, agents=agents, rules=rules, us=times))
+                cells = " | ".join(f"{times[c]:.1f}" if c in times else "—" for c in columns)
+                lines.append(f"| {'CUDA C' if backend == 'pycuda' else 'Numba'} | {agents} | {rules} | {cells} |")
+                print(lines[-1], flush=True)
+    tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE = chosen
+    text = "\n".join(lines) + "\n"
+    print(text)
+    save(args, text, {"hardware": hardware, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
