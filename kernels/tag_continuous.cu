@@ -34,6 +34,7 @@ extern __shared__ __align__(16) unsigned char tc_dynamic[];
 
 struct TagShared {
     int runners_left;  // runners in the game after this step's tags
+    bool two_phase;    // with TC_TWO_PHASE: this step finds the nearest others in two phases (build_grid)
 
     __device__ float2* positions() const { return (float2*)(tc_dynamic + TC_SHARED_POSITIONS); }
     __device__ float* motion() const { return (float*)(tc_dynamic + TC_SHARED_MOTION); }
@@ -88,6 +89,16 @@ __device__ __forceinline__ void stage_motion(const TagShared& sh, int place, flo
     motion[0] = speed;
     motion[1] = acceleration;
     motion[2] = direction;
+}
+
+// Whether this step's motion is staged (after build_grid's barrier, with a grid): with
+// TC_TWO_PHASE, in a step of one phase (the two phases' lists take its room).
+__device__ __forceinline__ bool motion_staged(const TagShared& sh) {
+#if TC_TWO_PHASE
+    return TC_STAGE_MOTION && !sh.two_phase;
+#else
+    return TC_STAGE_MOTION;
+#endif
 }
 
 // (d2, id) before (other_d2, other_id): nearer first, ties to the lower id; ids compare unsigned, so
@@ -146,6 +157,10 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
             ends[b] = start;
             start += count;
         }
+#if TC_TWO_PHASE
+        __syncwarp();  // the out-of-game bucket's start is the number of agents in the game
+        if (lane == 0) sh.two_phase = ends[OUT_BUCKET] <= TC_TWO_PHASE_MAX_IN_PLAY;
+#endif
     }
     __syncthreads();
     float2* positions = sh.positions();
@@ -160,7 +175,7 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
         sh.places()[a] = (unsigned short)place;
 #endif
 #if TC_STAGE_MOTION
-        stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
+        if (motion_staged(sh)) stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
 #endif
     }
     __syncthreads();
@@ -541,19 +556,21 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
         if (seen) {
             int j = id_at(sh, q);
             float2 mine = sh.positions()[own], other = sh.positions()[q];
-#if TC_STAGE_MOTION
-            const float* own_motion = sh.motion() + 3 * own;
-            const float* other_motion = sh.motion() + 3 * q;
-#else
-            const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
-            const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
-#endif
+            float dv, da, dd;  // the other's speed, acceleration and direction less its own
+            if (motion_staged(sh)) {
+                const float *own_motion = sh.motion() + 3 * own, *other_motion = sh.motion() + 3 * q;
+                dv = other_motion[0] - own_motion[0], da = other_motion[1] - own_motion[1];
+                dd = other_motion[2] - own_motion[2];
+            } else {
+                dv = s.speed[j] - s.speed[a], da = s.acceleration[j] - s.acceleration[a];
+                dd = s.direction[j] - s.direction[a];
+            }
             float features[FEATURES] = {
                 scaled(other.x - mine.x, TC_POSITION_SCALE),
                 scaled(other.y - mine.y, TC_POSITION_SCALE),
-                scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
+                scaled(dv, TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(da, TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(dd, TC_TWO_PI),
                 j < G ? 1.0f : 0.0f,
                 in_game[j] ? 1.0f : 0.0f,
             };
@@ -591,7 +608,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
 #if TC_TWO_PHASE
     const bool* in_game = sh.in_game();
     int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
-    // Block-uniform (from shared memory after the grid's barrier), so the barrier below is too.
+    // build_grid's sh.two_phase, block-uniform (so the barrier below is too); from the ends here, as
+    // read from the flag the kernel spilled registers at 1,000 agents.
     bool two_phase = in_play <= TC_TWO_PHASE_MAX_IN_PLAY;
     if (two_phase) {
         for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
@@ -608,8 +626,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
     for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
 #if TC_TWO_PHASE
-        // Two phases: the group's rows' lists (row_agent: by id). One: the warp's own lists, in the
-        // same shared array (its first blockDim.x lists; nothing else uses it in this step).
+        // Two phases: the group's rows' lists (row_agent: by id). One: the warp's own lists, at the
+        // start of the same shared array (the staged motion follows them).
         ListSlot* lists = sh.lists() + (two_phase ? first : warp * group) * K;
         if (!two_phase) {
             int r = lane;  // SPLIT is 1 with a grid
@@ -799,7 +817,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
             s.speed[a] = 0.0f;
             s.acceleration[a] = 0.0f;
 #if TC_STAGE_MOTION
-            sh.motion()[3 * place] = sh.motion()[3 * place + 1] = 0.0f;
+            if (motion_staged(sh)) sh.motion()[3 * place] = sh.motion()[3 * place + 1] = 0.0f;
 #endif
 #if GRID
             sh.positions()[place].x = NAN;  // out of the nearest-others search: no distance to it is ever kept

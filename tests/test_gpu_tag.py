@@ -19,6 +19,8 @@ from conftest import GPU_BACKENDS
 from gymnasium.vector import AutoresetMode
 from harness import assert_close, random_group_actions
 
+import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
+from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -150,6 +152,22 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
 def test_kernels_match_reference_at_issue_sizes(config, backend, cuda_device):
     env_id, num_envs, params = CONFIGS[config]
     run_twins(env_id, num_envs, params, backend, AutoresetMode.NEXT_STEP)
+
+
+@pytest.mark.skipif("pycuda" not in KERNEL_BACKENDS, reason="pycuda (the CUDA C backend) is not installed")
+@pytest.mark.parametrize("config", ["continuous-2000x1000", "continuous-2000x1000-crowded"])
+def test_cuda_c_two_phases_in_every_step_match_the_reference(config, monkeypatch, cuda_device):
+    # The CUDA C kernel takes the two phases only in steps where few enough agents are in play
+    # (tc.TWO_PHASE_IN_PLAY_SHARE): the tests above may take them in some steps, the all-in-play one
+    # in none. With a share of 1 it takes them in every step.
+    env_id, num_envs, params = CONFIGS[config]
+    assert tc.two_phase(params)
+    monkeypatch.setattr(tc, "TWO_PHASE_IN_PLAY_SHARE", 1.0)
+    pycuda_backend._module.cache_clear()  # the kernels are built per params; the share is not one
+    try:
+        run_twins(env_id, num_envs, params, "pycuda", AutoresetMode.NEXT_STEP)
+    finally:
+        pycuda_backend._module.cache_clear()
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

@@ -14,6 +14,7 @@ simulator; ``test_kernel_abi.py`` compiles the CUDA C kernels for the same paths
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from conftest import KERNEL_BACKENDS_HERE
@@ -129,6 +130,32 @@ def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(age
     assert tc.rows_by_id(p) is by_id and tc.kernel_constants(p)["ROWS_BY_ID"] is by_id
     grid = tc.search_grid_cells(p) > 1
     assert tc.shared_layout(p)["places"][1] == (agents if grid and by_id else 0)
+
+
+@pytest.mark.parametrize("agents, two", [(110, False), (250, True), (1000, True), (1001, False)])
+def test_two_phases_up_to_the_measured_size_with_the_motion_in_the_lists_room(agents, two):
+    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/tag-two-phase-h100.md).
+    p = TagContinuousParams(num_runners=agents - 10)
+    k = p.num_other_agents_observed
+    constants = tc.kernel_constants(p)
+    assert tc.two_phase(p) is two and constants["TWO_PHASE"] is two
+    layout = tc.shared_layout(p)
+    if not two:
+        assert layout["lists"][1] == 0 and constants["TWO_PHASE_MAX_IN_PLAY"] == -1
+        return
+    assert constants["TWO_PHASE_MAX_IN_PLAY"] == int(agents * tc.TWO_PHASE_IN_PLAY_SHARE)
+    assert tc.stage_motion(p) and layout["observed"][1] == 0
+    lists_at, slots, _ = layout["lists"]
+    motion_at, floats, _ = layout["motion"]
+    assert slots >= agents * k  # two phases: every agent's list
+    # One phase: the warps' lists at the start of the room, the motion after them, within it.
+    assert motion_at == lists_at + 2 * tc.block_threads(p) * k and motion_at % 4 == 0
+    assert motion_at + 4 * floats <= lists_at + 2 * slots
+    # No other array shares the room.
+    for name, (at, count, dtype) in layout.items():
+        if name not in ("lists", "motion") and count:
+            end = at + count * np.dtype(dtype).itemsize
+            assert end <= lists_at or at >= lists_at + 2 * slots, name
 
 
 @pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])

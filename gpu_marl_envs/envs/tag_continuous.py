@@ -578,22 +578,35 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
     observed = 0 if p.use_full_observation or lists else block_threads(p) // scan_split(p) * k
     arrays = [
         ("positions", 2 * p.num_agents, "float32"),
-        ("motion", 3 * p.num_agents if staged else 0, "float32"),
+        ("motion", 3 * p.num_agents if staged and not lists else 0, "float32"),
         ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
         ("tags", p.num_taggers, "int32"),
         ("observed", observed, "int32"),
         ("features", block_threads(p) // 32 * STAGE_FLOATS, "float32"),
         ("ids", p.num_agents if grid else 0, "uint16"),
         ("places", p.num_agents if grid and rows_by_id(p) else 0, "uint16"),
-        # In a step of one phase the CUDA C kernel's warps keep their own lists there.
-        ("lists", max(p.num_agents, block_threads(p)) * k if lists else 0, "int16"),
+        ("lists", _list_slots(p, staged) if lists else 0, "int16"),
         ("in_game", p.num_agents, "bool"),
     ]
     layout, offset = {}, 0
     for name, count, dtype in arrays:
         layout[name] = (offset, count, dtype)
         offset += count * np.dtype(dtype).itemsize
+    if lists and staged:
+        # The staged motion shares the lists' room, after the warps' own lists: it is staged only in
+        # a step of one phase.
+        warps_lists = 2 * block_threads(p) * k  # bytes
+        assert (layout["lists"][0] + warps_lists) % 4 == 0, "the motion's floats need 4-byte alignment"
+        layout["motion"] = (layout["lists"][0] + warps_lists, 3 * p.num_agents, "float32")
     return layout
+
+
+def _list_slots(p: TagContinuousParams, staged: bool) -> int:
+    """``lists``' 16-bit slots where :func:`two_phase`: every agent's k; in a step of one phase the
+    CUDA C kernel's warps keep their own lists at its start, and the staged motion (3 floats an
+    agent) follows them."""
+    k = p.num_other_agents_observed
+    return max(p.num_agents * k, block_threads(p) * k + (6 * p.num_agents if staged else 0))
 
 
 def _end(layout: dict[str, tuple[int, int, str]]) -> int:
