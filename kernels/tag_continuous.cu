@@ -34,7 +34,9 @@ extern __shared__ __align__(16) unsigned char tc_dynamic[];
 
 struct TagShared {
     int runners_left;  // runners in the game after this step's tags
-    bool two_phase;    // with TC_TWO_PHASE: this step finds the nearest others in two phases (build_grid)
+#if TC_TWO_PHASE
+    bool two_phase;    // this step finds the nearest others in two phases (build_grid)
+#endif
 
     __device__ float2* positions() const { return (float2*)(tc_dynamic + TC_SHARED_POSITIONS); }
     __device__ float* motion() const { return (float*)(tc_dynamic + TC_SHARED_MOTION); }
@@ -556,21 +558,28 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
         if (seen) {
             int j = id_at(sh, q);
             float2 mine = sh.positions()[own], other = sh.positions()[q];
-            float dv, da, dd;  // the other's speed, acceleration and direction less its own
+#if TC_TWO_PHASE  // the motion is staged only in a step of one phase
+            float own_motion[3], other_motion[3];
             if (motion_staged(sh)) {
-                const float *own_motion = sh.motion() + 3 * own, *other_motion = sh.motion() + 3 * q;
-                dv = other_motion[0] - own_motion[0], da = other_motion[1] - own_motion[1];
-                dd = other_motion[2] - own_motion[2];
+#pragma unroll
+                for (int c = 0; c < 3; ++c) own_motion[c] = sh.motion()[3 * own + c], other_motion[c] = sh.motion()[3 * q + c];
             } else {
-                dv = s.speed[j] - s.speed[a], da = s.acceleration[j] - s.acceleration[a];
-                dd = s.direction[j] - s.direction[a];
+                own_motion[0] = s.speed[a], own_motion[1] = s.acceleration[a], own_motion[2] = s.direction[a];
+                other_motion[0] = s.speed[j], other_motion[1] = s.acceleration[j], other_motion[2] = s.direction[j];
             }
+#elif TC_STAGE_MOTION
+            const float* own_motion = sh.motion() + 3 * own;
+            const float* other_motion = sh.motion() + 3 * q;
+#else
+            const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
+            const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
+#endif
             float features[FEATURES] = {
                 scaled(other.x - mine.x, TC_POSITION_SCALE),
                 scaled(other.y - mine.y, TC_POSITION_SCALE),
-                scaled(dv, TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(da, TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(dd, TC_TWO_PI),
+                scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
+                scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
                 j < G ? 1.0f : 0.0f,
                 in_game[j] ? 1.0f : 0.0f,
             };
