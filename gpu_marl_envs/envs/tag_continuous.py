@@ -421,7 +421,10 @@ def rows_by_id(p: TagContinuousParams) -> bool:
 
 
 # Games of up to this many agents (with a grid) keep every agent's list in shared memory
-# (:func:`two_phase`): 20 KB at 1,000 agents with k = 10, where four blocks still fit an SM.
+# (:func:`two_phase`): 20 KB at 1,000 agents with k = 10, where four blocks still fit an SM. Measured
+# on an H100 at 2,000 games of 250, 500 and 1,000 agents (docs/benchmarks/tag-two-phase-h100.md):
+# with the published rules 1.01x, 1.13x and 1.10x faster on CUDA C, 1.07x, 1.09x and 1.10x on Numba;
+# with every agent in play Numba 1.10x, 1.13x and 1.17x, CUDA C as before (it chooses per step).
 TWO_PHASE_MAX_AGENTS = 1000
 
 
@@ -436,9 +439,11 @@ def two_phase(p: TagContinuousParams) -> bool:
 # The CUDA C kernel takes the two phases (:func:`two_phase`) only in a step where at most this
 # share of a game's agents is in the game; with more, each warp searches for its own rows by id as
 # without them. Measured on an H100 at 2,000 x 1,000 (docs/benchmarks/tag-two-phase-h100.md): with
-# every agent in play, the two phases took 524 µs per step against 502 in one; with the published
-# rules, where tagged runners leave, 458 against 501. The Numba kernel, whose chunks are the whole
-# block's, takes them in every step: 1,204 against 1,413 µs with every agent in play.
+# every agent in play, the two phases in every step took 532.6 µs per step against 505.3 in one;
+# with the published rules (tagged runners leave) 459.2 against 502.9, and the same (458.1 to 459.0)
+# with a share of 0.8 to 0.95, which leaves every agent in play at one phase (506.3 at 0.9). The
+# Numba kernel, whose chunks are the whole block's, takes them in every step (1,210 against 1,412 µs
+# with every agent in play).
 TWO_PHASE_IN_PLAY_SHARE = 0.9
 
 
@@ -550,7 +555,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``positions``: (x, y) pairs after this step's moves; with a grid, in the grid's order (by
       cell, each cell's taggers first), else by agent id;
     - ``motion``: (speed, acceleration, direction) triples by place, as ``positions``, where
-      :func:`stage_motion` (otherwise the observations read the state's rows);
+      :func:`stage_motion` (otherwise the observations read the state's rows); where
+      :func:`two_phase`, in the room of ``lists`` and staged only in a CUDA C step of one phase;
     - ``ends``: with a grid, where each bucket of that order ends (a cell's taggers, its runners,
       ..., then the agents out of the game);
     - ``tags``: runners each tagger tagged this step;
@@ -564,7 +570,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
       bits), for the observations by id;
     - ``lists``: where :func:`two_phase`, every agent's k nearest others (their places, -1 for an
-      empty slot; 16 bits), by id;
+      empty slot; 16 bits), by id; in a CUDA C step of one phase each warp's own lists, then the
+      staged motion;
     - ``in_game``: each agent's in-game flag, by id.
     """
     return _layout(p, stage_motion(p))
