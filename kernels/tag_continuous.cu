@@ -10,7 +10,8 @@
 // counts and placements, tag counts and the count of runners left are integer atomics, exact in any
 // order (the order of agents within a grid cell is arbitrary, and nothing depends on it). A warp
 // writes its own nearest-others lists and staged observation features and reads them back after a
-// __syncwarp.
+// __syncwarp; in a step of two phases each thread writes the lists of the agents it searches for,
+// which the warps read after a block barrier.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
 #include <cfloat>
 
@@ -617,8 +618,8 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
 #if TC_TWO_PHASE
     const bool* in_game = sh.in_game();
     int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
-    // build_grid's sh.two_phase, block-uniform (so the barrier below is too); from the ends here, as
-    // read from the flag the kernel spilled registers at 1,000 agents.
+    // build_grid's choice (sh.two_phase), taken again from the ends: reading the flag here made the
+    // kernel spill registers at 1,000 agents. Block-uniform, so the barrier below is too.
     bool two_phase = in_play <= TC_TWO_PHASE_MAX_IN_PLAY;
     if (two_phase) {
         for (int place = threadIdx.x; place < in_play; place += blockDim.x) {

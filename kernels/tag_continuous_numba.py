@@ -113,7 +113,7 @@ def game_functions(c) -> GameFunctions:
     NUM_PLACES = N if TWO_PHASE else 0
     NUM_LISTS = N * K if TWO_PHASE else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
-    NUM_OBSERVED = 0 if FULL_OBSERVATION else CHUNK * K
+    NUM_OBSERVED = 0 if FULL_OBSERVATION or TWO_PHASE else CHUNK * K  # a chunk's lists (`observed`)
     # The observation features are staged in shared memory (the layout's `features`, as the .cu's
     # warps stage theirs, here for the whole block), a chunk of STAGED_ROWS rows x STAGED_SLOTS
     # slots at a time (a row's features, then its time with its last slot: contiguous in the row),
