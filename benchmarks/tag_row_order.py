@@ -21,9 +21,8 @@ import numpy as np
 import torch
 from report import gpu_hardware, save
 from tag_search_rule import rate as cuda_c_rate
+from tag_throughput import tag_constants
 
-import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
-from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
 GAMES, ROWS, FLOATS = 2000, 1000, 71
@@ -111,10 +110,9 @@ def probe(repeats: int = 50) -> dict[str, float]:
 
 
 def rate(num_envs: int, params: TagContinuousParams, by_id: bool, args) -> float:
-    tc.ROWS_BY_ID_MAX_AGENTS = params.num_agents if by_id else 0
-    tc.TWO_PHASE_MAX_AGENTS = 0  # the order alone, as measured before the two phases (tag_two_phase.py)
-    pycuda_backend._module.cache_clear()  # the kernels are built per params; the constant is not one
-    return cuda_c_rate(num_envs, params, args)
+    # The order alone, as measured before the two phases (tag_two_phase.py).
+    with tag_constants(ROWS_BY_ID_MAX_AGENTS=params.num_agents if by_id else 0, TWO_PHASE_MAX_AGENTS=0):
+        return cuda_c_rate(num_envs, params, args)
 
 
 def main() -> None:
@@ -140,7 +138,6 @@ def main() -> None:
         "| games | agents | rules | grid's order | by id | grid's order / by id |",
         "|---:|---:|---|---:|---:|---:|",
     ]
-    chosen = tc.ROWS_BY_ID_MAX_AGENTS, tc.TWO_PHASE_MAX_AGENTS
     sweep = []
     for num_envs, agents, published in SIZES:
         params = TagContinuousParams(num_runners=agents - 10, runner_exits_game_after_tagged=published)
@@ -149,8 +146,6 @@ def main() -> None:
         sweep.append(dict(games=num_envs, agents=agents, rules=rules, grid_order_us=grid_order, by_id_us=by_id))
         lines.append(f"| {num_envs} | {agents} | {rules} | {grid_order:.1f} | {by_id:.1f} | {grid_order / by_id:.2f} |")
         print(lines[-1], flush=True)
-    tc.ROWS_BY_ID_MAX_AGENTS, tc.TWO_PHASE_MAX_AGENTS = chosen
-    pycuda_backend._module.cache_clear()
     text = "\n".join(lines) + "\n"
     print(text)
     save(args, text, {"hardware": hardware, "stores_us": stores, "sweep": sweep})

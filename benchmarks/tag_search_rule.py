@@ -17,10 +17,8 @@ import argparse
 import dataclasses
 
 from report import gpu_hardware
-from tag_throughput import measure
+from tag_throughput import measure, tag_constants
 
-import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
-from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
 AGENTS = [64, 110, 160, 200, 220, 256, 400, 640, 1000]
@@ -66,19 +64,15 @@ def main() -> None:
         "| agents | games | " + " | ".join(f"{d:g}" for d in DENSITIES) + " |",
         "|---:|---:|" + "---:|" * len(DENSITIES),
     ]
-    chosen = tc.AGENTS_PER_CELL
     for n, num_envs in DENSITY_GAMES.items():
         rates = []
         for density in DENSITIES:
-            tc.AGENTS_PER_CELL = density
-            pycuda_backend._module.cache_clear()  # the kernels are built per params; the constant is not one
-            rates.append(
-                rate(num_envs, TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=False), args)
-            )
+            with tag_constants(AGENTS_PER_CELL=density):
+                rates.append(
+                    rate(num_envs, TagContinuousParams(num_runners=n - 10, runner_exits_game_after_tagged=False), args)
+                )
         lines.append(f"| {n} | {num_envs} | " + " | ".join(f"{r / 1e6:.3f}" for r in rates) + " |")
         print(lines[-1], flush=True)
-    tc.AGENTS_PER_CELL = chosen
-    pycuda_backend._module.cache_clear()
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -18,11 +18,8 @@ from __future__ import annotations
 import argparse
 
 from report import gpu_hardware, save
-from tag_throughput import measure
+from tag_throughput import measure, tag_constants
 
-import gpu_marl_envs.backends.multi_agent_numba as numba_backend
-import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
-from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
 GAMES = 2000
@@ -31,10 +28,8 @@ SHARES = [0.8, 0.9, 0.95, 1.0]  # 1.0: the CUDA C kernel takes the two phases in
 
 
 def us_per_step(backend: str, params: TagContinuousParams, max_agents: int, share: float, args) -> float:
-    tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE = max_agents, share
-    pycuda_backend._module.cache_clear()  # the kernels are built per params; the constants are not
-    numba_backend._kernels.cache_clear()
-    r = measure("TagContinuous-v0", GAMES, params, backend, "step_groups", False, args.min_seconds, args.repeats)
+    with tag_constants(TWO_PHASE_MAX_AGENTS=max_agents, TWO_PHASE_IN_PLAY_SHARE=share):
+        r = measure("TagContinuous-v0", GAMES, params, backend, "step_groups", False, args.min_seconds, args.repeats)
     return r["us_per_step"]
 
 
@@ -48,7 +43,6 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     hardware = gpu_hardware()
-    chosen = tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE
     columns = ["one phase", *(f"two, in play ≤ {s:g}" for s in SHARES)]
     lines = [
         f"Hardware: {hardware}. Command: `python benchmarks/tag_two_phase.py`.",
@@ -72,7 +66,6 @@ def main() -> None:
                 cells = " | ".join(f"{times[c]:.1f}" if c in times else "—" for c in columns)
                 lines.append(f"| {'CUDA C' if backend == 'pycuda' else 'Numba'} | {agents} | {rules} | {cells} |")
                 print(lines[-1], flush=True)
-    tc.TWO_PHASE_MAX_AGENTS, tc.TWO_PHASE_IN_PLAY_SHARE = chosen
     text = "\n".join(lines) + "\n"
     print(text)
     save(args, text, {"hardware": hardware, "rows": rows})
