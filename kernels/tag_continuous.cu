@@ -635,30 +635,28 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
     float* staged = sh.features() + warp * STAGE;
     for (int first = warp * group; first < N; first += warps * group) {
         int rows = min(group, N - first);
+#if !TC_FULL_OBSERVATION
 #if TC_TWO_PHASE
         // Two phases: the group's rows' lists (row_agent: by id). One: the warp's own lists, at the
         // start of the same shared array (the staged motion follows them).
         ListSlot* lists = sh.lists() + (two_phase ? first : warp * group) * K;
-        if (!two_phase) {
-            int r = lane;  // SPLIT is 1 with a grid
+        bool search = !two_phase;
+#else
+        constexpr bool search = true;
+#endif
+        if (search) {  // the group's nearest others, into the warp's lists
+            int r = lane / SPLIT;
+            const bool* in_game = sh.in_game();
+#if GRID
             if (r < rows && in_game[row_agent(sh, first + r)]) {
                 int place = row_place(sh, first + r);
                 nearest_others(sh, place, sh.positions()[place], lists + r * K);
             }
+#else
+            nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
+#endif
             __syncwarp();
         }
-#elif !TC_FULL_OBSERVATION
-        int r = lane / SPLIT;
-        const bool* in_game = sh.in_game();
-#if GRID
-        if (r < rows && in_game[row_agent(sh, first + r)]) {
-            int place = row_place(sh, first + r);
-            nearest_others(sh, place, sh.positions()[place], lists + r * K);
-        }
-#else
-        nearest_others(sh, first + r, lane % SPLIT, r < rows && in_game[first + r], lists + r * K);
-#endif
-        __syncwarp();
 #endif
         for (int r0 = 0; r0 < rows; r0 += ROWS_STAGED) {
             int chunk_rows = min(ROWS_STAGED, rows - r0);
