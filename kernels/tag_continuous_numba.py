@@ -129,6 +129,20 @@ def game_functions(c) -> GameFunctions:
     def squared_distance(dx, dy):
         return add_rn(mul_rn(dx, dx), mul_rn(dy, dy))
 
+    @inline_device
+    def position(positions, q):
+        """The (x, y) at place q of the staged pairs, read at an unsigned index: a signed one costs
+        Numba's wraparound of negative indices, and from an unsigned one NVVM merges the two loads
+        into one 64-bit load (as the .cu's float2)."""
+        i = np.uint32(q) * np.uint32(2)
+        return positions[i], positions[i + np.uint32(1)]
+
+    @inline_device
+    def set_position(positions, q, px, py):
+        i = np.uint32(q) * np.uint32(2)
+        positions[i] = px
+        positions[i + np.uint32(1)] = py
+
     @cuda.jit(device=True)
     def before(d2, i, other_d2, other_i):
         """(d2, i) before (other_d2, other_i): nearer first, ties to the lower id."""
@@ -144,11 +158,12 @@ def game_functions(c) -> GameFunctions:
         shorts = cuda.shared.array(0, uint16)
         signed_shorts = cuda.shared.array(0, int16)
         runners_left = cuda.shared.array(1, int32)  # runners in the game after this step's tags
-        x = floats[POSITIONS : POSITIONS + 2 * N : 2]  # the x of each (x, y) pair
-        y = floats[POSITIONS + 1 : POSITIONS + 2 * N : 2]
         return (
-            x,
-            y,
+            # The (x, y) pairs, one flat run (read and written through position / set_position):
+            # NVVM keeps loads through a strided view, x = floats[POSITIONS::2], in the generic
+            # address space (LD with 64-bit addresses instead of LDS), where the hot loop spent
+            # half its instructions.
+            floats[POSITIONS : POSITIONS + 2 * N],
             shorts[IDS : IDS + NUM_IDS],
             ints[ENDS : ENDS + NUM_ENDS],
             ints[TAGS : TAGS + G],
@@ -201,7 +216,7 @@ def game_functions(c) -> GameFunctions:
         simulator has no warp shuffles; the staging buffer, free until the observations, serves as
         the segments' scratch)."""
         x, y, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[3], sh[6], sh[9], sh[11]
+        positions, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         for b in range(tid, OUT_BUCKET + 1, threads):
@@ -230,8 +245,7 @@ def game_functions(c) -> GameFunctions:
             px = x[e, a]
             py = y[e, a]
             place = cuda.atomic.add(ends, bucket(a, px, py, sh_in_game), np.int32(1))  # afterwards the bucket's end
-            sh_x[place] = px
-            sh_y[place] = py
+            set_position(positions, place, px, py)
             ids[place] = uint16(a)
             if TWO_PHASE:
                 places[a] = uint16(place)
@@ -242,7 +256,7 @@ def game_functions(c) -> GameFunctions:
         # Draws as in the reference's reset: x_a is draw a, y_a draw N + a, the direction's quarter
         # draw 2N + a.
         x, y, direction, speed, acceleration, in_game, t = state
-        sh_x, sh_y, sh_in_game = sh[0], sh[1], sh[6]
+        positions, sh_in_game = sh[0], sh[5]
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
             px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
             py = uniform(seed, episode, N + a, ZERO, GRID_LENGTH)
@@ -250,8 +264,7 @@ def game_functions(c) -> GameFunctions:
             x[e, a] = px
             y[e, a] = py
             if not GRID:
-                sh_x[a] = px
-                sh_y[a] = py
+                set_position(positions, a, px, py)
             direction[e, a] = quarter * HALF_PI
             speed[e, a] = ZERO
             acceleration[e, a] = ZERO
@@ -264,7 +277,7 @@ def game_functions(c) -> GameFunctions:
             build_grid(e, state, sh)
 
     @cuda.jit(device=True)
-    def nearest_others(a, sh_x, sh_y, sh_in_game, observed, base):
+    def nearest_others(a, positions, sh_in_game, observed, base):
         """Agent a's K nearest others in the game by scanning every other, by (squared distance,
         id), into observed[base:base + K] (-1 for empty slots). The sorted list is meant to live in
         registers, as in the .cu: K is a compile-time constant, so the loops over it unroll and
@@ -275,12 +288,12 @@ def game_functions(c) -> GameFunctions:
         for m in range(K):
             best_d2[m] = INFINITY
             best_id[m] = -1
-        xa = sh_x[a]
-        ya = sh_y[a]
+        xa, ya = position(positions, a)
         for j in range(N):
             if j == a or not sh_in_game[j]:
                 continue
-            d2 = squared_distance(sh_x[j] - xa, sh_y[j] - ya)
+            xj, yj = position(positions, j)
+            d2 = squared_distance(xj - xa, yj - ya)
             if not (d2 < best_d2[K - 1]):
                 continue
             for m in range(K - 1, 0, -1):
@@ -360,22 +373,25 @@ def game_functions(c) -> GameFunctions:
 
         @inline_device
         def search(place, xa, ya, sh, best, limit):
-            sh_x, sh_y, ids, ends = sh[0], sh[1], sh[2], sh[3]
+            positions, ids, ends = sh[0], sh[1], sh[2]
             cx = cell_of(xa)
             cy = cell_of(ya)
             sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1  # towards the nearer row
             i0 = max(cx - 1, 0)
             i1 = min(cx + 1, C - 1)
-            # Sequence position t is place t + shift in its run.
+            # Sequence position t is place t + shift in its run. (32-bit: Numba's arithmetic is
+            # 64-bit, which doubled the loop's index instructions.)
             begin0, end0 = row_run(ends, cy, i0, i1)
             begin1, end1 = row_run(ends, cy + sy, i0, i1)
             begin2, end2 = row_run(ends, cy - sy, i0, i1)
-            stop0 = end0 - begin0
-            stop1 = stop0 + end1 - begin1
-            total = stop1 + end2 - begin2
+            stop0 = np.int32(end0 - begin0)
+            stop1 = np.int32(stop0 + end1 - begin1)
+            total = np.int32(stop1 + end2 - begin2)
+            shift0, shift1, shift2 = np.int32(begin0), np.int32(begin1 - stop0), np.int32(begin2 - stop1)
             for t in range(total):
-                q = t + (begin0 if t < stop0 else (begin1 - stop0 if t < stop1 else begin2 - stop1))
-                limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+                q = np.int32(t + (shift0 if t < stop0 else (shift1 if t < stop1 else shift2)))
+                xq, yq = position(positions, q)
+                limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
             for r in range(2, max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)) + 1):
                 side = INFINITY
                 if cx + r < C:
@@ -398,8 +414,9 @@ def game_functions(c) -> GameFunctions:
                         if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, bound(best, limit)):
                             continue
                         c = j * C + i
-                        for q in range(bucket_begin(ends, 2 * c), ends[2 * c + 1]):
-                            limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+                        for q in range(np.int32(bucket_begin(ends, 2 * c)), np.int32(ends[2 * c + 1])):
+                            xq, yq = position(positions, q)
+                            limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
             return limit
 
         return search
@@ -418,7 +435,7 @@ def game_functions(c) -> GameFunctions:
         their exact order from the exact list's insertion of those K alone; where it cannot vouch for
         its agents, the exact list's search. The places into out[base:base + K] (-1 for empty
         slots)."""
-        sh_x, sh_y, ids = sh[0], sh[1], sh[2]
+        positions, ids = sh[0], sh[1]
         packed = cuda.local.array(PACKED_SLOTS, uint32)
         for m in range(PACKED_SLOTS):
             packed[m] = EMPTY_PACKED
@@ -440,7 +457,8 @@ def game_functions(c) -> GameFunctions:
             for m in range(K):
                 if packed[m] != EMPTY_PACKED:
                     q = np.int32(packed[m] & PLACE_MASK)
-                    limit = consider(best, limit, q, place, squared_distance(sh_x[q] - xa, sh_y[q] - ya), ids)
+                    xq, yq = position(positions, q)
+                    limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
         else:
             search_exact(place, xa, ya, sh, best, limit)
         for m in range(K):
@@ -506,7 +524,7 @@ def game_functions(c) -> GameFunctions:
         room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
         step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        sh_x, sh_y, ids, sh_in_game, staged, places = sh[0], sh[1], sh[2], sh[6], sh[8], sh[9]
+        positions, ids, sh_in_game, staged, places = sh[0], sh[1], sh[5], sh[7], sh[8]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
@@ -522,8 +540,10 @@ def game_functions(c) -> GameFunctions:
             base = r * ROW_STRIDE + n * FEATURES
             if playing and q >= 0:
                 j = id_at(ids, q)
-                staged[base] = divide(sh_x[q] - sh_x[own], POSITION_SCALE)
-                staged[base + 1] = divide(sh_y[q] - sh_y[own], POSITION_SCALE)
+                xq, yq = position(positions, q)
+                x_own, y_own = position(positions, own)
+                staged[base] = divide(xq - x_own, POSITION_SCALE)
+                staged[base + 1] = divide(yq - y_own, POSITION_SCALE)
                 staged[base + 2] = divide_speed(speed[e, j] - speed[e, a])
                 staged[base + 3] = divide_speed(acceleration[e, j] - acceleration[e, a])
                 staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
@@ -547,17 +567,18 @@ def game_functions(c) -> GameFunctions:
         scan over several lanes and lets each warp take its own rows without block barriers, which
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
-        sh_x, sh_y, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[3], sh[6], sh[8]
+        positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
-        if TWO_PHASE:  # every agent's list (sh[10], by id); otherwise a chunk's lists (sh[5])
+        if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise a chunk's lists (sh[4])
             for place in range(tid, ends[OUT_BUCKET - 1], threads):  # the agents out of the game come after
                 a = id_at(ids, place)
                 if sh_in_game[a]:  # (a runner tagged this step is still in its cell)
-                    nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, sh[10], a * K)
+                    xa, ya = position(positions, place)
+                    nearest_others_in_grid(place, xa, ya, sh, sh[9], a * K)
             cuda.syncthreads()
-        chunk = min(threads, CHUNK)  # sh[5] holds CHUNK agents' lists
+        chunk = min(threads, CHUNK)  # sh[4] holds CHUNK agents' lists
         for first in range(0, N, chunk):
             rows = min(chunk, N - first)
             if not FULL_OBSERVATION and not TWO_PHASE:
@@ -566,18 +587,19 @@ def game_functions(c) -> GameFunctions:
                     if sh_in_game[a]:
                         if GRID:
                             place = first + tid
-                            nearest_others_in_grid(place, sh_x[place], sh_y[place], sh, sh[5], tid * K)
+                            xa, ya = position(positions, place)
+                            nearest_others_in_grid(place, xa, ya, sh, sh[4], tid * K)
                         else:
-                            nearest_others(a, sh_x, sh_y, sh_in_game, sh[5], tid * K)
+                            nearest_others(a, positions, sh_in_game, sh[4], tid * K)
                 cuda.syncthreads()
             for r0 in range(0, rows, STAGED_ROWS):
                 staged_rows = min(STAGED_ROWS, rows - r0)
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     if TWO_PHASE:
-                        stage_features(e, first + r0, staged_rows, sh[10], (first + r0) * K, m0, slots, time, state, sh)
+                        stage_features(e, first + r0, staged_rows, sh[9], (first + r0) * K, m0, slots, time, state, sh)
                     else:
-                        stage_features(e, first + r0, staged_rows, sh[5], r0 * K, m0, slots, time, state, sh)
+                        stage_features(e, first + r0, staged_rows, sh[4], r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
                         for i in range(tid, staged_rows * OBS_DIM, threads):
@@ -595,7 +617,7 @@ def game_functions(c) -> GameFunctions:
     def nearest_tagger(e, x, y, xa, ya, sh):
         """Runner (xa, ya)'s nearest tagger in the game (ties: lowest id) and its squared distance
         (inf if none), as far as a tag is concerned: see the .cu."""
-        sh_x, sh_y, ids, ends, sh_in_game = sh[0], sh[1], sh[2], sh[3], sh[6]
+        positions, ids, ends, sh_in_game = sh[0], sh[1], sh[2], sh[5]
         best = INFINITY
         nearest = 0
         if GRID_TAGS:
@@ -603,7 +625,8 @@ def game_functions(c) -> GameFunctions:
                 for i in range(cell_of(xa - TAG_REACH), cell_of(xa + TAG_REACH) + 1):
                     b = 2 * (j * C + i)
                     for q in range(bucket_begin(ends, b), ends[b]):
-                        d2 = squared_distance(xa - sh_x[q], ya - sh_y[q])
+                        xq, yq = position(positions, q)
+                        d2 = squared_distance(xa - xq, ya - yq)
                         if before(d2, np.int32(ids[q]), best, nearest):
                             best = d2
                             nearest = np.int32(ids[q])
@@ -614,7 +637,8 @@ def game_functions(c) -> GameFunctions:
                 if GRID:
                     d2 = squared_distance(xa - x[e, j], ya - y[e, j])
                 else:
-                    d2 = squared_distance(xa - sh_x[j], ya - sh_y[j])
+                    xj, yj = position(positions, j)
+                    d2 = squared_distance(xa - xj, ya - yj)
                 if d2 < best:
                     best = d2
                     nearest = j
@@ -624,7 +648,7 @@ def game_functions(c) -> GameFunctions:
     def step_env(state, sh, e, actions, rewards):
         # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
         x, y, direction, speed, acceleration, in_game, t = state
-        sh_x, sh_y, ids, ends, tags, sh_in_game, runners_left = sh[0], sh[1], sh[2], sh[3], sh[4], sh[6], sh[7]
+        positions, ids, ends, tags, sh_in_game, runners_left = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         now = t[e] + 1
@@ -674,8 +698,7 @@ def game_functions(c) -> GameFunctions:
                 x[e, a] = px
                 y[e, a] = py
             if not GRID:
-                sh_x[a] = px
-                sh_y[a] = py
+                set_position(positions, a, px, py)
             sh_in_game[a] = playing
             rewards[e, a] = reward
         cuda.syncthreads()
@@ -694,7 +717,8 @@ def game_functions(c) -> GameFunctions:
             a = np.int32(ids[q]) if GRID else q
             if a < G or not sh_in_game[a]:
                 continue
-            best, nearest = nearest_tagger(e, x, y, sh_x[q], sh_y[q], sh)
+            xq, yq = position(positions, q)
+            best, nearest = nearest_tagger(e, x, y, xq, yq, sh)
             if np.float32(math.sqrt(best)) < TAGGING_RADIUS:
                 cuda.atomic.add(tags, nearest, np.int32(1))
                 rewards[e, a] = rewards[e, a] + TAG_PENALTY_FOR_RUNNER
@@ -704,8 +728,8 @@ def game_functions(c) -> GameFunctions:
                     in_game[e, a] = False
                     speed[e, a] = ZERO
                     acceleration[e, a] = ZERO
-                    if GRID:
-                        sh_x[q] = NAN  # out of the nearest-others search: no distance to it is kept
+                    if GRID:  # out of the nearest-others search: no distance to it is kept
+                        set_position(positions, q, NAN, yq)
             if sh_in_game[a]:
                 left += 1
         if left > 0:
@@ -731,7 +755,7 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def agent_in_game(state, sh, e, a):
-        return sh[6][a]  # sh_in_game, current after a step
+        return sh[5][a]  # sh_in_game, current after a step
 
     # The .cu's bound (min_blocks_per_sm in the reference module): unbounded, NVVM gave the step
     # kernel 149 registers at 2,000 x 1,000 (ptxas for sm_90), one 256-thread block per SM.
