@@ -49,6 +49,18 @@ struct TagShared {
     __device__ unsigned short* places() const { return (unsigned short*)(tc_dynamic + TC_SHARED_PLACES); }
     __device__ short* lists() const { return (short*)(tc_dynamic + TC_SHARED_LISTS); }
     __device__ bool* in_game() const { return (bool*)(tc_dynamic + TC_SHARED_IN_GAME); }
+#if TC_TWO_PHASE && TC_STAGE_MOTION
+    // The staged motion of a step of two phases, whose lists fill the room of motion()'s.
+    __device__ float* two_phase_motion() const { return (float*)(tc_dynamic + TC_SHARED_TWO_PHASE_MOTION); }
+#endif
+    // This step's staged motion (after build_grid's scan, with a grid).
+    __device__ float* step_motion() const {
+#if TC_TWO_PHASE && TC_STAGE_MOTION
+        return two_phase ? two_phase_motion() : motion();
+#else
+        return motion();
+#endif
+    }
 };
 
 struct EnvState {  // one env's rows of the state arrays
@@ -85,23 +97,14 @@ __device__ __forceinline__ float squared_distance(float dx, float dy) {
 }
 
 // Agent data at `place` of the staged arrays (the grid's order with a grid, else the ids'): the
-// speed, acceleration and direction the observations compare, where shared memory has room for them.
-__device__ __forceinline__ void stage_motion(const TagShared& sh, int place, float speed, float acceleration,
+// speed, acceleration and direction the observations compare, where shared memory has room for them
+// (`staged`: this step's motion, TagShared::step_motion).
+__device__ __forceinline__ void stage_motion(float* staged, int place, float speed, float acceleration,
                                              float direction) {
-    float* motion = sh.motion() + 3 * place;
+    float* motion = staged + 3 * place;
     motion[0] = speed;
     motion[1] = acceleration;
     motion[2] = direction;
-}
-
-// Whether this step's motion is staged (after build_grid's barrier, with a grid): with
-// TC_TWO_PHASE, in a step of one phase (the two phases' lists take its room).
-__device__ __forceinline__ bool motion_staged(const TagShared& sh) {
-#if TC_TWO_PHASE
-    return TC_STAGE_MOTION && !sh.two_phase;
-#else
-    return TC_STAGE_MOTION;
-#endif
 }
 
 // (d2, id) before (other_d2, other_id): nearer first, ties to the lower id; ids compare unsigned, so
@@ -178,7 +181,7 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
         sh.places()[a] = (unsigned short)place;
 #endif
 #if TC_STAGE_MOTION
-        if (motion_staged(sh)) stage_motion(sh, place, s.speed[a], s.acceleration[a], s.direction[a]);
+        stage_motion(sh.step_motion(), place, s.speed[a], s.acceleration[a], s.direction[a]);
 #endif
     }
     __syncthreads();
@@ -197,7 +200,7 @@ __device__ void TagContinuous::reset_env(const State& state, Shared& sh, int e, 
 #if !GRID
         sh.positions()[a] = make_float2(x, y);
 #if TC_STAGE_MOTION
-        stage_motion(sh, a, 0.0f, 0.0f, quarter * TC_HALF_PI);
+        stage_motion(sh.motion(), a, 0.0f, 0.0f, quarter * TC_HALF_PI);
 #endif
 #endif
         s.direction[a] = quarter * TC_HALF_PI;
@@ -528,21 +531,27 @@ __device__ __forceinline__ float scaled(float difference, float scale, float rec
     return zero ? __fmul_rn(difference, scale) : quotient;
 }
 
-// The observation features of a warp's rows are staged in its part of shared memory, STAGE floats,
-// a chunk of ROWS_STAGED rows x SLOTS_STAGED slots at a time (each row's features and, with its last
-// slot, its time: contiguous in the row), and stored from there a row segment after another.
+// The observation features of a warp's rows are staged in its part of shared memory, FLOATS floats
+// (TC_STAGE_FLOATS; in a step of two phases TC_TWO_PHASE_STAGE_FLOATS), a chunk of ROWS rows x SLOTS
+// slots at a time (each row's features and, with its last slot, its time: contiguous in the row),
+// and stored from there a row segment after another.
 constexpr int OBSERVED_SLOTS = TC_FULL_OBSERVATION ? N - 1 : K;
-constexpr int STAGE = TC_STAGE_FLOATS;
-constexpr int SLOTS_STAGED = OBSERVED_SLOTS < (STAGE - 1) / FEATURES ? OBSERVED_SLOTS : (STAGE - 1) / FEATURES;
-constexpr int ROW_STRIDE = SLOTS_STAGED * FEATURES + 1;  // a staged row: its features, then its time
-constexpr int ROWS_STAGED = STAGE / ROW_STRIDE;
+template <int STAGE_FLOATS>
+struct Staging {
+    static constexpr int FLOATS = STAGE_FLOATS;
+    static constexpr int SLOTS = OBSERVED_SLOTS < (FLOATS - 1) / FEATURES ? OBSERVED_SLOTS : (FLOATS - 1) / FEATURES;
+    static constexpr int ROW_STRIDE = SLOTS * FEATURES + 1;  // a staged row: its features, then its time
+    static constexpr int ROWS = FLOATS / ROW_STRIDE;
+};
 
-// Features m0.. of rows first.. (of row_agent's order; at most ROWS_STAGED rows, SLOTS_STAGED slots),
+// Features m0.. of rows first.. (of row_agent's order; at most Stage::ROWS rows, Stage::SLOTS slots),
 // a (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
 // stores hold; a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the
-// rows' nearest-others lists (partial observation).
-__device__ void stage_features(const EnvState& s, const TagShared& sh, const ListSlot* lists, int first, int rows,
-                               int m0, int slots, float time, float* staged) {
+// rows' nearest-others lists (partial observation); `motion`: this step's staged motion (where
+// TC_STAGE_MOTION).
+template <class Stage>
+__device__ void stage_features(const EnvState& s, const TagShared& sh, const ListSlot* lists, const float* motion,
+                               int first, int rows, int m0, int slots, float time, float* staged) {
     const bool* in_game = sh.in_game();
     bool last = m0 + slots == OBSERVED_SLOTS;  // the rows' times come with their last slots
     for (int p = threadIdx.x % 32; p < rows * slots; p += 32) {
@@ -555,22 +564,13 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
         int q = lists[r * K + m];
 #endif
         bool seen = playing && q >= 0;
-        float* row = staged + r * ROW_STRIDE;
+        float* row = staged + r * Stage::ROW_STRIDE;
         if (seen) {
             int j = id_at(sh, q);
             float2 mine = sh.positions()[own], other = sh.positions()[q];
-#if TC_TWO_PHASE  // the motion is staged only in a step of one phase
-            float own_motion[3], other_motion[3];
-            if (motion_staged(sh)) {
-#pragma unroll
-                for (int c = 0; c < 3; ++c) own_motion[c] = sh.motion()[3 * own + c], other_motion[c] = sh.motion()[3 * q + c];
-            } else {
-                own_motion[0] = s.speed[a], own_motion[1] = s.acceleration[a], own_motion[2] = s.direction[a];
-                other_motion[0] = s.speed[j], other_motion[1] = s.acceleration[j], other_motion[2] = s.direction[j];
-            }
-#elif TC_STAGE_MOTION
-            const float* own_motion = sh.motion() + 3 * own;
-            const float* other_motion = sh.motion() + 3 * q;
+#if TC_STAGE_MOTION
+            const float* own_motion = motion + 3 * own;
+            const float* other_motion = motion + 3 * q;
 #else
             const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
             const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
@@ -595,56 +595,36 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
     }
 }
 
-// Observations of this env's agents at step t (the state rows, the staged positions and the grid if
-// any must be current and visible to the whole block). With TC_TWO_PHASE, in a step where at most
-// TC_TWO_PHASE_MAX_IN_PLAY agents are in the game (a thinned game), every agent in the game first
-// finds its nearest others into its list, a thread per place of the grid's order (a warp's agents
-// are neighbours: they search the same cells; the agents out of the game, the order's last, take no
-// thread), then a block barrier. Each warp then takes groups of consecutive rows (row_agent) on its
-// own (no block-wide barrier): in a step of one phase its lanes first find the group's nearest
-// others (SPLIT lanes per agent) into the warp's lists; it stages the rows' features in chunks and
-// stores each chunk, consecutive lanes writing consecutive floats. By id, a chunk's rows are one run
-// of the buffer (an H100 took 543 µs to store 2,000 x 1,000 rows of 71 floats a row at a time in a
-// random order of each game's rows, 238 in id order, 181 as one run a warp:
-// docs/benchmarks/tag-order-h100.md).
-__device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
-    float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_FULL_OBSERVATION
-    constexpr int group = 32;
+constexpr int GROUP = 32;  // rows a warp takes at a time
 #else
-    constexpr int group = 32 / SPLIT;  // rows per warp at a time
+constexpr int GROUP = 32 / SPLIT;  // rows a warp takes at a time
 #endif
+
+// Each warp takes groups of GROUP consecutive rows (row_agent) on its own (no block-wide barrier):
+// in a step of one phase its lanes first find the group's nearest others (SPLIT lanes per agent)
+// into the warp's lists (TWO_PHASES: every agent's list is already in `lists`); it stages the
+// rows' features in chunks (Stage) and stores each chunk, consecutive lanes writing consecutive
+// floats. By id, a chunk's rows are one run of the buffer (an H100 took 543 µs to store 2,000 x
+// 1,000 rows of 71 floats a row at a time in a random order of each game's rows, 238 in id order,
+// 181 as one run a warp: docs/benchmarks/tag-order-h100.md). `motion`: this step's staged motion.
+template <bool TWO_PHASES, class Stage>
+__device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, float time, float* obs,
+                                           const float* motion) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-#if TC_TWO_PHASE
-    const bool* in_game = sh.in_game();
-    int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
-    // build_grid's choice (sh.two_phase), taken again from the ends: reading the flag here made the
-    // kernel spill registers at 1,000 agents. Block-uniform, so the barrier below is too.
-    bool two_phase = in_play <= TC_TWO_PHASE_MAX_IN_PLAY;
-    if (two_phase) {
-        for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
-            int a = id_at(sh, place);
-            // A runner tagged this step is still in its cell, out of the game: no list.
-            if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
-        }
-        __syncthreads();
-    }
-#else
-    ListSlot* lists = sh.observed() + warp * group * K;  // this warp's nearest-others lists (partial observation)
+#if !TC_TWO_PHASE
+    ListSlot* lists = sh.observed() + warp * GROUP * K;  // this warp's nearest-others lists (partial observation)
 #endif
-    float* staged = sh.features() + warp * STAGE;
-    for (int first = warp * group; first < N; first += warps * group) {
-        int rows = min(group, N - first);
+    float* staged = sh.features() + warp * Stage::FLOATS;
+    for (int first = warp * GROUP; first < N; first += warps * GROUP) {
+        int rows = min(GROUP, N - first);
 #if !TC_FULL_OBSERVATION
 #if TC_TWO_PHASE
         // Two phases: the group's rows' lists (row_agent: by id). One: the warp's own lists, at the
-        // start of the same shared array (the staged motion follows them).
-        ListSlot* lists = sh.lists() + (two_phase ? first : warp * group) * K;
-        bool search = !two_phase;
-#else
-        constexpr bool search = true;
+        // start of the same shared array.
+        ListSlot* lists = sh.lists() + (TWO_PHASES ? first : warp * GROUP) * K;
 #endif
-        if (search) {  // the group's nearest others, into the warp's lists
+        if (!TWO_PHASES) {  // the group's nearest others, into the warp's lists
             int r = lane / SPLIT;
             const bool* in_game = sh.in_game();
 #if GRID
@@ -658,20 +638,21 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
             __syncwarp();
         }
 #endif
-        for (int r0 = 0; r0 < rows; r0 += ROWS_STAGED) {
-            int chunk_rows = min(ROWS_STAGED, rows - r0);
-            for (int m0 = 0; m0 < OBSERVED_SLOTS; m0 += SLOTS_STAGED) {
-                int slots = min(SLOTS_STAGED, OBSERVED_SLOTS - m0);
-                stage_features(s, sh, lists + r0 * K, first + r0, chunk_rows, m0, slots, time, staged);
+        for (int r0 = 0; r0 < rows; r0 += Stage::ROWS) {
+            int chunk_rows = min(Stage::ROWS, rows - r0);
+            for (int m0 = 0; m0 < OBSERVED_SLOTS; m0 += Stage::SLOTS) {
+                int slots = min(Stage::SLOTS, OBSERVED_SLOTS - m0);
+                stage_features<Stage>(s, sh, lists + r0 * K, motion, first + r0, chunk_rows, m0, slots, time, staged);
                 __syncwarp();
                 int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
 #if TC_ROWS_BY_ID
                 float* segment = obs + (first + r0) * TC_OBS_DIM + m0 * FEATURES;
-                if (ROW_STRIDE == TC_OBS_DIM) {  // whole rows staged: the chunk is one run of the buffer
+                if (Stage::ROW_STRIDE == TC_OBS_DIM) {  // whole rows staged: the chunk is one run of the buffer
                     for (int w = lane; w < chunk_rows * TC_OBS_DIM; w += 32) segment[w] = staged[w];
                 } else {  // a row segment after another
                     for (int r = 0; r < chunk_rows; ++r) {
-                        for (int w = lane; w < length; w += 32) segment[r * TC_OBS_DIM + w] = staged[r * ROW_STRIDE + w];
+                        for (int w = lane; w < length; w += 32)
+                            segment[r * TC_OBS_DIM + w] = staged[r * Stage::ROW_STRIDE + w];
                     }
                 }
 #else
@@ -681,9 +662,9 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
                 // stores.
                 int offset = lane < chunk_rows ? id_at(sh, first + r0 + lane) * TC_OBS_DIM + m0 * FEATURES : 0;
 #pragma unroll
-                for (int r = 0; r < (ROWS_STAGED < group ? ROWS_STAGED : group); ++r) {  // a chunk's rows at most
+                for (int r = 0; r < (Stage::ROWS < GROUP ? Stage::ROWS : GROUP); ++r) {  // a chunk's rows at most
                     float* segment = obs + __shfl_sync(0xffffffffu, offset, r);
-                    const float* row = staged + r * ROW_STRIDE;
+                    const float* row = staged + r * Stage::ROW_STRIDE;
                     if (r < chunk_rows) {
                         for (int w = lane; w < length; w += 32) segment[w] = row[w];
                     }
@@ -694,6 +675,38 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
         }
         __syncwarp();  // the warp's next group overwrites its lists
     }
+}
+
+// Observations of this env's agents at step t (the state rows, the staged positions and the grid if
+// any must be current and visible to the whole block), by write_rows. With TC_TWO_PHASE, in a step
+// where at most TC_TWO_PHASE_MAX_IN_PLAY agents are in the game (a thinned game), every agent in
+// the game first finds its nearest others into its list, a thread per place of the grid's order (a
+// warp's agents are neighbours: they search the same cells; the agents out of the game, the order's
+// last, take no thread), then a block barrier; the rows are then staged in smaller chunks
+// (TC_TWO_PHASE_STAGE_FLOATS), whose room the step's staged motion shares.
+__device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
+    float time = (float)t / (float)TC_EPISODE_LENGTH;
+#if TC_TWO_PHASE
+    const bool* in_game = sh.in_game();
+    int in_play = sh.ends()[OUT_BUCKET - 1];  // where the agents out of the game begin
+    // build_grid's choice (sh.two_phase), taken again from the ends: reading the flag here made the
+    // kernel spill registers at 1,000 agents. Block-uniform, so the barrier below is too.
+    if (in_play <= TC_TWO_PHASE_MAX_IN_PLAY) {
+        for (int place = threadIdx.x; place < in_play; place += blockDim.x) {
+            int a = id_at(sh, place);
+            // A runner tagged this step is still in its cell, out of the game: no list.
+            if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
+        }
+        __syncthreads();
+#if TC_STAGE_MOTION
+        write_rows<true, Staging<TC_TWO_PHASE_STAGE_FLOATS>>(s, sh, time, obs, sh.two_phase_motion());
+#else
+        write_rows<true, Staging<TC_TWO_PHASE_STAGE_FLOATS>>(s, sh, time, obs, nullptr);
+#endif
+        return;
+    }
+#endif
+    write_rows<false, Staging<TC_STAGE_FLOATS>>(s, sh, time, obs, sh.motion());
 }
 
 __device__ void TagContinuous::observe_env(const State& state, Shared& sh, int e, float* obs, bool*) {
@@ -790,7 +803,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
 #if !GRID
         sh.positions()[a] = make_float2(px, py);
 #if TC_STAGE_MOTION
-        stage_motion(sh, a, v, acc, dir);
+        stage_motion(sh.motion(), a, v, acc, dir);
 #endif
 #endif
         in_game[a] = playing;
@@ -825,7 +838,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
             s.speed[a] = 0.0f;
             s.acceleration[a] = 0.0f;
 #if TC_STAGE_MOTION
-            if (motion_staged(sh)) sh.motion()[3 * place] = sh.motion()[3 * place + 1] = 0.0f;
+            sh.step_motion()[3 * place] = sh.step_motion()[3 * place + 1] = 0.0f;
 #endif
 #if GRID
             sh.positions()[place].x = NAN;  // out of the nearest-others search: no distance to it is ever kept

@@ -92,7 +92,7 @@ def _game_params(game_id):
         many = {"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners") else {"num_taggers": 4095}
         variants.append(dataclasses.replace(default, **many))
     if hasattr(default, "neighbour_search"):
-        # The grid at a small game (the two phases, with the motion in their lists' room), with the
+        # The grid at a small game (the two phases, with the staged motion of both kinds of step), with the
         # tag phase on it (10 taggers) and off it (2); the scan at a large one; a game beyond
         # ROWS_BY_ID_MAX_AGENTS, whose rows go in the grid's order.
         variants += [

@@ -133,8 +133,10 @@ def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(age
 
 
 @pytest.mark.parametrize("agents, two", [(110, False), (250, True), (1000, True), (1001, False)])
-def test_two_phases_up_to_the_measured_size_with_the_motion_in_the_lists_room(agents, two):
-    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/tag-two-phase-h100.md).
+def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step(agents, two):
+    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/tag-two-phase-h100.md);
+    # the staged motion in the lists' room in a step of one phase, after the warps' halved feature
+    # staging in a step of two (TWO_PHASE_STAGE_FLOATS), with four blocks an SM still.
     p = TagContinuousParams(num_runners=agents - 10)
     k = p.num_other_agents_observed
     constants = tc.kernel_constants(p)
@@ -142,20 +144,32 @@ def test_two_phases_up_to_the_measured_size_with_the_motion_in_the_lists_room(ag
     layout = tc.shared_layout(p)
     if not two:
         assert layout["lists"][1] == 0 and constants["TWO_PHASE_MAX_IN_PLAY"] == -1
+        assert "two_phase_motion" not in layout
         return
     assert constants["TWO_PHASE_MAX_IN_PLAY"] == int(agents * tc.TWO_PHASE_IN_PLAY_SHARE)
-    assert tc.stage_motion(p) and layout["observed"][1] == 0
-    lists_at, slots, _ = layout["lists"]
-    motion_at, floats, _ = layout["motion"]
-    assert slots >= agents * k  # two phases: every agent's list
-    # One phase: the warps' lists at the start of the room, the motion after them, within it.
-    assert motion_at == lists_at + 2 * tc.block_threads(p) * k and motion_at % 4 == 0
-    assert motion_at + 4 * floats <= lists_at + 2 * slots
-    # No other array shares the room.
-    for name, (at, count, dtype) in layout.items():
-        if name not in ("lists", "motion") and count:
-            end = at + count * np.dtype(dtype).itemsize
-            assert end <= lists_at or at >= lists_at + 2 * slots, name
+    assert tc.stage_motion(p) and layout["observed"][1] == 0 and tc.min_blocks_per_sm(p) == 4
+
+    def room(name):
+        at, count, dtype = layout[name]
+        return at, at + count * np.dtype(dtype).itemsize
+
+    lists, features = room("lists"), room("features")
+    assert layout["lists"][1] >= agents * k  # two phases: every agent's list
+    # One phase: the warps' lists at the start of the lists' room, the motion after them, within it.
+    motion = room("motion")
+    assert motion[0] == lists[0] + 2 * tc.block_threads(p) * k and motion[0] % 4 == 0 and motion[1] <= lists[1]
+    # Two phases: the motion after the warps' halved staging, within the features' room.
+    two_phase_motion = room("two_phase_motion")
+    warps = tc.block_threads(p) // 32
+    assert two_phase_motion[0] == features[0] + 4 * warps * tc.TWO_PHASE_STAGE_FLOATS
+    assert two_phase_motion[1] <= features[1]
+    assert features[1] - features[0] >= 4 * warps * tc.STAGE_FLOATS  # a step of one phase stages in full
+    # No other array shares either room.
+    for name in layout:
+        if name not in ("lists", "motion", "features", "two_phase_motion") and layout[name][1]:
+            begin, end = room(name)
+            assert end <= lists[0] or begin >= lists[1], name
+            assert end <= features[0] or begin >= features[1], name
 
 
 @pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])

@@ -380,6 +380,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "PLACE_BITS": max(p.num_agents - 1, 0).bit_length(),  # a place of the grid's order, in packed keys
         "STAGE_MOTION": stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
+        "TWO_PHASE_STAGE_FLOATS": TWO_PHASE_STAGE_FLOATS,
         "ROWS_BY_ID": rows_by_id(p),
         "TWO_PHASE": two_phase(p),
         "TWO_PHASE_MAX_IN_PLAY": two_phase_max_in_play(p),
@@ -528,8 +529,14 @@ def min_blocks_per_sm(p: TagContinuousParams) -> int:
 
 
 # Floats of observation features a warp of the CUDA C kernel stages in shared memory on their way
-# to global memory: eight rows of 71 (k = 10) at a time.
+# to global memory: eight rows of 71 (k = 10) at a time. In a step of two phases (:func:`two_phase`),
+# half as many (four rows), so that the staged motion fits beside every agent's list with four
+# blocks an SM. Measured on an H200 at 2,000 x 1,000 (docs/benchmarks/tag-motion-h200.md): with
+# the published rules 408.8 and 406.7 µs per step against 431.4 and 428.1 with that motion read
+# from the state; four rows in every step as well took 544.0 µs against 500.3 with every agent in
+# play (a chunk of four rows is 40 (row, slot) pairs: a warp's lanes in one pass and a quarter).
 STAGE_FLOATS = 576
+TWO_PHASE_STAGE_FLOATS = STAGE_FLOATS // 2
 
 # Shared memory per SM of an H100 or H200 and what the driver reserves for each block in it (CUDA C
 # Programming Guide, compute capability 9.0: 228 KiB per SM, 1 KiB per block).
@@ -556,7 +563,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       cell, each cell's taggers first), else by agent id;
     - ``motion``: (speed, acceleration, direction) triples by place, as ``positions``, where
       :func:`stage_motion` (otherwise the observations read the state's rows); where
-      :func:`two_phase`, in the room of ``lists`` and staged only in a CUDA C step of one phase;
+      :func:`two_phase`, in the room of ``lists`` (in a CUDA C step of one phase: see
+      ``two_phase_motion`` for a step of two);
     - ``ends``: with a grid, where each bucket of that order ends (a cell's taggers, its runners,
       ..., then the agents out of the game);
     - ``tags``: runners each tagger tagged this step;
@@ -564,7 +572,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       thread group of :func:`scan_split` lanes), where not :func:`two_phase`;
     - ``features``: :data:`STAGE_FLOATS` per warp, the observation features staged on their way to
       global memory (so that the stores are whole runs of the buffer; the Numba kernel stages the
-      whole block's in one);
+      whole block's in one); in a CUDA C step of two phases, :data:`TWO_PHASE_STAGE_FLOATS` per
+      warp, then ``two_phase_motion``;
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
     - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
@@ -572,7 +581,10 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``lists``: where :func:`two_phase`, every agent's k nearest others (their places, -1 for an
       empty slot; 16 bits), by id; in a CUDA C step of one phase each warp's own lists, then the
       staged motion;
-    - ``in_game``: each agent's in-game flag, by id.
+    - ``in_game``: each agent's in-game flag, by id;
+    - ``two_phase_motion``: where :func:`two_phase` and :func:`stage_motion`, the staged motion
+      (as ``motion``) of a CUDA C step of two phases, in the room of ``features`` after the
+      warps' halved staging.
     """
     return _layout(p, stage_motion(p))
 
@@ -589,7 +601,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
         ("tags", p.num_taggers, "int32"),
         ("observed", observed, "int32"),
-        ("features", block_threads(p) // 32 * STAGE_FLOATS, "float32"),
+        ("features", _feature_floats(p, staged), "float32"),
         ("ids", p.num_agents if grid else 0, "uint16"),
         ("places", p.num_agents if grid and rows_by_id(p) else 0, "uint16"),
         ("lists", _list_slots(p, staged) if lists else 0, "int16"),
@@ -605,7 +617,20 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         warps_lists = 2 * block_threads(p) * k  # bytes
         assert (layout["lists"][0] + warps_lists) % 4 == 0, "the motion's floats need 4-byte alignment"
         layout["motion"] = (layout["lists"][0] + warps_lists, 3 * p.num_agents, "float32")
+        # In a step of two phases, whose lists fill that room, after the warps' halved staging.
+        warps_staging = 4 * block_threads(p) // 32 * TWO_PHASE_STAGE_FLOATS  # bytes
+        layout["two_phase_motion"] = (layout["features"][0] + warps_staging, 3 * p.num_agents, "float32")
     return layout
+
+
+def _feature_floats(p: TagContinuousParams, staged: bool) -> int:
+    """``features``' floats: the warps' :data:`STAGE_FLOATS`; where :func:`two_phase` and the motion
+    is staged, at least the warps' :data:`TWO_PHASE_STAGE_FLOATS` and, after them, the motion of a
+    step of two phases (``two_phase_motion``)."""
+    warps = block_threads(p) // 32
+    if two_phase(p) and staged:
+        return max(warps * STAGE_FLOATS, warps * TWO_PHASE_STAGE_FLOATS + 3 * p.num_agents)
+    return warps * STAGE_FLOATS
 
 
 def _list_slots(p: TagContinuousParams, staged: bool) -> int:
