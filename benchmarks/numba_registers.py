@@ -13,6 +13,9 @@ agents took 149 registers (one 256-thread block per SM; the .cu's kernel is boun
 (256, 4) 64 registers and 772 bytes of spill stores, with (256, 3) 80 and 504, with (256, 2) 128
 and none. At 110 agents: 92 unbounded, 64 with 40 bytes of spills at (256, 4).
 TagGridworld (5 agents): 56 registers; CovidEconomy (52 agents): 112, both unbounded.
+(2026-11-27) The PTX it compiles showed TagContinuous's reads of its staged positions as generic
+loads with 64-bit addresses (through strided views of the shared buffer), since read as shared
+memory: 680 bytes of spill stores at (256, 4) (docs/benchmarks/tag-motion-h200.md).
 """
 
 import argparse
