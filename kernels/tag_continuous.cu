@@ -49,13 +49,13 @@ struct TagShared {
     __device__ unsigned short* places() const { return (unsigned short*)(tc_dynamic + TC_SHARED_PLACES); }
     __device__ short* lists() const { return (short*)(tc_dynamic + TC_SHARED_LISTS); }
     __device__ bool* in_game() const { return (bool*)(tc_dynamic + TC_SHARED_IN_GAME); }
-#if TC_TWO_PHASE && TC_STAGE_MOTION
+#if TC_TWO_PHASE_STAGE_MOTION
     // The staged motion of a step of two phases, whose lists fill the room of motion()'s.
     __device__ float* two_phase_motion() const { return (float*)(tc_dynamic + TC_SHARED_TWO_PHASE_MOTION); }
 #endif
-    // This step's staged motion (after build_grid's scan, with a grid).
+    // This step's staged motion, where motion_staged (after build_grid's scan, with a grid).
     __device__ float* step_motion() const {
-#if TC_TWO_PHASE && TC_STAGE_MOTION
+#if TC_TWO_PHASE_STAGE_MOTION
         return two_phase ? two_phase_motion() : motion();
 #else
         return motion();
@@ -105,6 +105,17 @@ __device__ __forceinline__ void stage_motion(float* staged, int place, float spe
     motion[0] = speed;
     motion[1] = acceleration;
     motion[2] = direction;
+}
+
+// Whether this step's motion is staged (after build_grid's scan, with a grid): with TC_TWO_PHASE
+// but not TC_TWO_PHASE_STAGE_MOTION, only in a step of one phase (the two phases' lists fill its
+// room, and the features' room has none to spare).
+__device__ __forceinline__ bool motion_staged(const TagShared& sh) {
+#if TC_TWO_PHASE && !TC_TWO_PHASE_STAGE_MOTION
+    return TC_STAGE_MOTION && !sh.two_phase;
+#else
+    return TC_STAGE_MOTION;
+#endif
 }
 
 // (d2, id) before (other_d2, other_id): nearer first, ties to the lower id; ids compare unsigned, so
@@ -181,7 +192,7 @@ __device__ void build_grid(const EnvState& s, TagShared& sh) {
         sh.places()[a] = (unsigned short)place;
 #endif
 #if TC_STAGE_MOTION
-        stage_motion(sh.step_motion(), place, s.speed[a], s.acceleration[a], s.direction[a]);
+        if (motion_staged(sh)) stage_motion(sh.step_motion(), place, s.speed[a], s.acceleration[a], s.direction[a]);
 #endif
     }
     __syncthreads();
@@ -544,12 +555,29 @@ struct Staging {
     static constexpr int ROWS = FLOATS / ROW_STRIDE;
 };
 
+// The speed, acceleration and direction of agent a (at place `own`) and of agent j (at place q) that
+// the observations compare: the staged motion's (STAGED), else the state's.
+template <bool STAGED>
+struct Motions;
+template <>
+struct Motions<true> {
+    const float *own, *other;
+    __device__ __forceinline__ Motions(const EnvState&, const float* motion, int own_place, int q, int, int)
+        : own(motion + 3 * own_place), other(motion + 3 * q) {}
+};
+template <>
+struct Motions<false> {
+    float own[3], other[3];
+    __device__ __forceinline__ Motions(const EnvState& s, const float*, int, int, int a, int j)
+        : own{s.speed[a], s.acceleration[a], s.direction[a]}, other{s.speed[j], s.acceleration[j], s.direction[j]} {}
+};
+
 // Features m0.. of rows first.. (of row_agent's order; at most Stage::ROWS rows, Stage::SLOTS slots),
 // a (row, slot) pair per lane and pass: every lane does the same work, whatever kinds of feature its
 // stores hold; a pair of an agent out of the game, or an empty slot, is only zeros. `lists`: the
 // rows' nearest-others lists (partial observation); `motion`: this step's staged motion (where
-// TC_STAGE_MOTION).
-template <class Stage>
+// MOTION_STAGED; otherwise the motion is read from the state).
+template <class Stage, bool MOTION_STAGED>
 __device__ void stage_features(const EnvState& s, const TagShared& sh, const ListSlot* lists, const float* motion,
                                int first, int rows, int m0, int slots, float time, float* staged) {
     const bool* in_game = sh.in_game();
@@ -568,13 +596,9 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
         if (seen) {
             int j = id_at(sh, q);
             float2 mine = sh.positions()[own], other = sh.positions()[q];
-#if TC_STAGE_MOTION
-            const float* own_motion = motion + 3 * own;
-            const float* other_motion = motion + 3 * q;
-#else
-            const float own_motion[3] = {s.speed[a], s.acceleration[a], s.direction[a]};
-            const float other_motion[3] = {s.speed[j], s.acceleration[j], s.direction[j]};
-#endif
+            Motions<MOTION_STAGED> motions(s, motion, own, q, a, j);
+            const float* own_motion = motions.own;
+            const float* other_motion = motions.other;
             float features[FEATURES] = {
                 scaled(other.x - mine.x, TC_POSITION_SCALE),
                 scaled(other.y - mine.y, TC_POSITION_SCALE),
@@ -608,7 +632,7 @@ constexpr int GROUP = 32 / SPLIT;  // rows a warp takes at a time
 // floats. By id, a chunk's rows are one run of the buffer (an H100 took 543 µs to store 2,000 x
 // 1,000 rows of 71 floats a row at a time in a random order of each game's rows, 238 in id order,
 // 181 as one run a warp: docs/benchmarks/tag-order-h100.md). `motion`: this step's staged motion.
-template <bool TWO_PHASES, class Stage>
+template <bool TWO_PHASES, bool MOTION_STAGED, class Stage>
 __device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, float time, float* obs,
                                            const float* motion) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -642,7 +666,7 @@ __device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, flo
             int chunk_rows = min(Stage::ROWS, rows - r0);
             for (int m0 = 0; m0 < OBSERVED_SLOTS; m0 += Stage::SLOTS) {
                 int slots = min(Stage::SLOTS, OBSERVED_SLOTS - m0);
-                stage_features<Stage>(s, sh, lists + r0 * K, motion, first + r0, chunk_rows, m0, slots, time, staged);
+                stage_features<Stage, MOTION_STAGED>(s, sh, lists + r0 * K, motion, first + r0, chunk_rows, m0, slots, time, staged);
                 __syncwarp();
                 int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
 #if TC_ROWS_BY_ID
@@ -698,15 +722,15 @@ __device__ void write_observations(const EnvState& s, TagShared& sh, int t, floa
             if (in_game[a]) nearest_others(sh, place, sh.positions()[place], sh.lists() + a * K);
         }
         __syncthreads();
-#if TC_STAGE_MOTION
-        write_rows<true, Staging<TC_TWO_PHASE_STAGE_FLOATS>>(s, sh, time, obs, sh.two_phase_motion());
+#if TC_TWO_PHASE_STAGE_MOTION
+        write_rows<true, true, Staging<TC_TWO_PHASE_STAGE_FLOATS>>(s, sh, time, obs, sh.two_phase_motion());
 #else
-        write_rows<true, Staging<TC_TWO_PHASE_STAGE_FLOATS>>(s, sh, time, obs, nullptr);
+        write_rows<true, false, Staging<TC_STAGE_FLOATS>>(s, sh, time, obs, nullptr);
 #endif
         return;
     }
 #endif
-    write_rows<false, Staging<TC_STAGE_FLOATS>>(s, sh, time, obs, sh.motion());
+    write_rows<false, TC_STAGE_MOTION, Staging<TC_STAGE_FLOATS>>(s, sh, time, obs, sh.motion());
 }
 
 __device__ void TagContinuous::observe_env(const State& state, Shared& sh, int e, float* obs, bool*) {
@@ -838,7 +862,7 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
             s.speed[a] = 0.0f;
             s.acceleration[a] = 0.0f;
 #if TC_STAGE_MOTION
-            sh.step_motion()[3 * place] = sh.step_motion()[3 * place + 1] = 0.0f;
+            if (motion_staged(sh)) sh.step_motion()[3 * place] = sh.step_motion()[3 * place + 1] = 0.0f;
 #endif
 #if GRID
             sh.positions()[place].x = NAN;  // out of the nearest-others search: no distance to it is ever kept

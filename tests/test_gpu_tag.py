@@ -48,6 +48,8 @@ CONFIGS = {
     ),
     # Agents pinned to the walls and corners of a small arena: many equal distances (ties by id).
     "continuous-2000x1000-crowded": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, grid_length=2.0)),
+    # k = 12: a CUDA C step of two phases reads the motion from the state (two_phase_stage_motion).
+    "continuous-2000x1000-k12": ("TagContinuous-v0", 2000, dataclasses.replace(LARGE, num_other_agents_observed=12)),
     "continuous-4x4096": ("TagContinuous-v0", 4, dataclasses.replace(CONTINUOUS, num_runners=4086, grid_length=8.0)),
     "continuous-100x10000": (
         "TagContinuous-v0",

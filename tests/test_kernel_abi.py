@@ -93,11 +93,13 @@ def _game_params(game_id):
         variants.append(dataclasses.replace(default, **many))
     if hasattr(default, "neighbour_search"):
         # The grid at a small game (the two phases, with the staged motion of both kinds of step), with the
-        # tag phase on it (10 taggers) and off it (2); the scan at a large one; a game beyond
+        # tag phase on it (10 taggers) and off it (2); the two phases at 1,000 agents with k = 12, whose
+        # steps of two phases read the motion from the state; the scan at a large one; a game beyond
         # ROWS_BY_ID_MAX_AGENTS, whose rows go in the grid's order.
         variants += [
             dataclasses.replace(default, neighbour_search="grid"),
             dataclasses.replace(default, neighbour_search="grid", num_taggers=2),
+            dataclasses.replace(default, num_runners=1000 - default.num_taggers, num_other_agents_observed=12),
             dataclasses.replace(default, num_runners=4086, neighbour_search="scan"),
             dataclasses.replace(default, num_runners=tag_continuous.ROWS_BY_ID_MAX_AGENTS + 1 - default.num_taggers),
         ]

@@ -147,7 +147,8 @@ def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step
         assert "two_phase_motion" not in layout
         return
     assert constants["TWO_PHASE_MAX_IN_PLAY"] == int(agents * tc.TWO_PHASE_IN_PLAY_SHARE)
-    assert tc.stage_motion(p) and layout["observed"][1] == 0 and tc.min_blocks_per_sm(p) == 4
+    assert tc.stage_motion(p) and tc.two_phase_stage_motion(p) and constants["TWO_PHASE_STAGE_MOTION"]
+    assert layout["observed"][1] == 0 and tc.min_blocks_per_sm(p) == 4
 
     def room(name):
         at, count, dtype = layout[name]
@@ -170,6 +171,21 @@ def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step
             begin, end = room(name)
             assert end <= lists[0] or begin >= lists[1], name
             assert end <= features[0] or begin >= features[1], name
+
+
+def test_a_step_of_two_phases_stages_the_motion_only_where_the_block_keeps_its_room():
+    # With k = 12 at 1,000 agents the lists leave no room for the motion of a step of two phases
+    # (the block would pass STAGING_BYTES): that step reads it from the state and stages whole
+    # chunks, while a step of one phase keeps its staged motion in the lists' room, as before the
+    # two phases staged theirs.
+    p = TagContinuousParams(num_runners=990, num_other_agents_observed=12)
+    assert tc.two_phase(p) and tc.stage_motion(p) and not tc.two_phase_stage_motion(p)
+    layout = tc.shared_layout(p)
+    assert "two_phase_motion" not in layout and layout["motion"][1] == 3 * 1000
+    assert layout["features"][1] == tc.block_threads(p) // 32 * tc.STAGE_FLOATS
+    assert tc.dynamic_shared_bytes(p) <= tc.STAGING_BYTES and tc.min_blocks_per_sm(p) == 4
+    staged_too = tc._end(tc._layout(p, True, True))  # what staging it as well would take
+    assert staged_too > tc.STAGING_BYTES
 
 
 @pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])

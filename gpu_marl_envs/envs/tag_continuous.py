@@ -379,6 +379,7 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "GRID_TAGS": grid_tags(p),
         "PLACE_BITS": max(p.num_agents - 1, 0).bit_length(),  # a place of the grid's order, in packed keys
         "STAGE_MOTION": stage_motion(p),
+        "TWO_PHASE_STAGE_MOTION": two_phase_stage_motion(p),
         "STAGE_FLOATS": STAGE_FLOATS,
         "TWO_PHASE_STAGE_FLOATS": TWO_PHASE_STAGE_FLOATS,
         "ROWS_BY_ID": rows_by_id(p),
@@ -583,13 +584,13 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       staged motion;
     - ``in_game``: each agent's in-game flag, by id;
     - ``two_phase_motion``: where :func:`two_phase` and :func:`stage_motion`, the staged motion
-      (as ``motion``) of a CUDA C step of two phases, in the room of ``features`` after the
-      warps' halved staging.
+      (as ``motion``) of a CUDA C step of two phases, where :func:`two_phase_stage_motion`, in the
+      room of ``features`` after the warps' halved staging.
     """
-    return _layout(p, stage_motion(p))
+    return _layout(p, stage_motion(p), two_phase_stage_motion(p))
 
 
-def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, str]]:
+def _layout(p: TagContinuousParams, staged: bool, two_phase_staged: bool = False) -> dict[str, tuple[int, int, str]]:
     cells = search_grid_cells(p)
     grid = cells > 1
     k = p.num_other_agents_observed
@@ -601,7 +602,7 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         ("ends", 2 * cells * cells + 1 if grid else 0, "int32"),
         ("tags", p.num_taggers, "int32"),
         ("observed", observed, "int32"),
-        ("features", _feature_floats(p, staged), "float32"),
+        ("features", _feature_floats(p, two_phase_staged), "float32"),
         ("ids", p.num_agents if grid else 0, "uint16"),
         ("places", p.num_agents if grid and rows_by_id(p) else 0, "uint16"),
         ("lists", _list_slots(p, staged) if lists else 0, "int16"),
@@ -617,18 +618,19 @@ def _layout(p: TagContinuousParams, staged: bool) -> dict[str, tuple[int, int, s
         warps_lists = 2 * block_threads(p) * k  # bytes
         assert (layout["lists"][0] + warps_lists) % 4 == 0, "the motion's floats need 4-byte alignment"
         layout["motion"] = (layout["lists"][0] + warps_lists, 3 * p.num_agents, "float32")
+    if lists and two_phase_staged:
         # In a step of two phases, whose lists fill that room, after the warps' halved staging.
         warps_staging = 4 * block_threads(p) // 32 * TWO_PHASE_STAGE_FLOATS  # bytes
         layout["two_phase_motion"] = (layout["features"][0] + warps_staging, 3 * p.num_agents, "float32")
     return layout
 
 
-def _feature_floats(p: TagContinuousParams, staged: bool) -> int:
-    """``features``' floats: the warps' :data:`STAGE_FLOATS`; where :func:`two_phase` and the motion
-    is staged, at least the warps' :data:`TWO_PHASE_STAGE_FLOATS` and, after them, the motion of a
-    step of two phases (``two_phase_motion``)."""
+def _feature_floats(p: TagContinuousParams, two_phase_staged: bool) -> int:
+    """``features``' floats: the warps' :data:`STAGE_FLOATS`; where a step of two phases stages the
+    motion, at least the warps' :data:`TWO_PHASE_STAGE_FLOATS` and, after them, that motion
+    (``two_phase_motion``)."""
     warps = block_threads(p) // 32
-    if two_phase(p) and staged:
+    if two_phase_staged:
         return max(warps * STAGE_FLOATS, warps * TWO_PHASE_STAGE_FLOATS + 3 * p.num_agents)
     return warps * STAGE_FLOATS
 
@@ -664,8 +666,18 @@ STAGING_BYTES = 56 * 1024
 def stage_motion(p: TagContinuousParams) -> bool:
     """Whether the kernels copy each agent's speed, acceleration and direction into shared memory
     (12 bytes per agent) for the observations, which otherwise read them from the state in global
-    memory (as random as the neighbours are): where the block stays within :data:`STAGING_BYTES`."""
+    memory (as random as the neighbours are): where the block stays within :data:`STAGING_BYTES`.
+    Where :func:`two_phase`, this is the motion of a CUDA C step of one phase (in the lists' room);
+    see :func:`two_phase_stage_motion` for a step of two."""
     return _end(_layout(p, True)) <= STAGING_BYTES
+
+
+def two_phase_stage_motion(p: TagContinuousParams) -> bool:
+    """Whether a CUDA C step of two phases also stages the motion, after the warps' feature
+    staging halved (:data:`TWO_PHASE_STAGE_FLOATS`): where :func:`two_phase` and
+    :func:`stage_motion`, and the block still stays within :data:`STAGING_BYTES`. Otherwise that
+    step stages whole chunks and reads the motion from the state."""
+    return two_phase(p) and stage_motion(p) and _end(_layout(p, True, True)) <= STAGING_BYTES
 
 
 def reset(p: TagContinuousParams, key: torch.Tensor, num_envs: int) -> TagContinuousState:
