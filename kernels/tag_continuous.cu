@@ -666,7 +666,8 @@ __device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, flo
             int chunk_rows = min(Stage::ROWS, rows - r0);
             for (int m0 = 0; m0 < OBSERVED_SLOTS; m0 += Stage::SLOTS) {
                 int slots = min(Stage::SLOTS, OBSERVED_SLOTS - m0);
-                stage_features<Stage, MOTION_STAGED>(s, sh, lists + r0 * K, motion, first + r0, chunk_rows, m0, slots, time, staged);
+                stage_features<Stage, MOTION_STAGED>(s, sh, lists + r0 * K, motion, first + r0, chunk_rows, m0, slots,
+                                                     time, staged);
                 __syncwarp();
                 int length = slots * FEATURES + (m0 + slots == OBSERVED_SLOTS);  // a row segment
 #if TC_ROWS_BY_ID
@@ -706,8 +707,8 @@ __device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, flo
 // where at most TC_TWO_PHASE_MAX_IN_PLAY agents are in the game (a thinned game), every agent in
 // the game first finds its nearest others into its list, a thread per place of the grid's order (a
 // warp's agents are neighbours: they search the same cells; the agents out of the game, the order's
-// last, take no thread), then a block barrier; the rows are then staged in smaller chunks
-// (TC_TWO_PHASE_STAGE_FLOATS), whose room the step's staged motion shares.
+// last, take no thread), then a block barrier; with TC_TWO_PHASE_STAGE_MOTION the rows are then
+// staged in smaller chunks (TC_TWO_PHASE_STAGE_FLOATS), whose room the step's staged motion shares.
 __device__ void write_observations(const EnvState& s, TagShared& sh, int t, float* obs) {
     float time = (float)t / (float)TC_EPISODE_LENGTH;
 #if TC_TWO_PHASE
