@@ -532,10 +532,11 @@ def min_blocks_per_sm(p: TagContinuousParams) -> int:
 # Floats of observation features a warp of the CUDA C kernel stages in shared memory on their way
 # to global memory: eight rows of 71 (k = 10) at a time. In a step of two phases (:func:`two_phase`),
 # half as many (four rows), so that the staged motion fits beside every agent's list with four
-# blocks an SM. Measured on an H200 at 2,000 x 1,000 (docs/benchmarks/tag-motion-h200.md): with
-# the published rules 408.8 and 406.7 µs per step against 431.4 and 428.1 with that motion read
-# from the state; four rows in every step as well took 544.0 µs against 500.3 with every agent in
-# play (a chunk of four rows is 40 (row, slot) pairs: a warp's lanes in one pass and a quarter).
+# blocks an SM (where it does: :func:`two_phase_stage_motion`). Measured on an H200 at 2,000 x
+# 1,000 (docs/benchmarks/tag-motion-h200.md): with the published rules 408.8 and 406.7 µs per step
+# against 431.4 and 428.1 with that motion read from the state; four rows in every step as well
+# took 544.0 µs against 500.3 with every agent in play (a chunk of four rows is 40 (row, slot)
+# pairs: a warp's lanes in one pass and a quarter).
 STAGE_FLOATS = 576
 TWO_PHASE_STAGE_FLOATS = STAGE_FLOATS // 2
 
@@ -573,8 +574,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       thread group of :func:`scan_split` lanes), where not :func:`two_phase`;
     - ``features``: :data:`STAGE_FLOATS` per warp, the observation features staged on their way to
       global memory (so that the stores are whole runs of the buffer; the Numba kernel stages the
-      whole block's in one); in a CUDA C step of two phases, :data:`TWO_PHASE_STAGE_FLOATS` per
-      warp, then ``two_phase_motion``;
+      whole block's in one); in a CUDA C step of two phases where :func:`two_phase_stage_motion`,
+      :data:`TWO_PHASE_STAGE_FLOATS` per warp, then ``two_phase_motion``;
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
     - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
@@ -583,9 +584,9 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       empty slot; 16 bits), by id; in a CUDA C step of one phase each warp's own lists, then the
       staged motion;
     - ``in_game``: each agent's in-game flag, by id;
-    - ``two_phase_motion``: where :func:`two_phase` and :func:`stage_motion`, the staged motion
-      (as ``motion``) of a CUDA C step of two phases, where :func:`two_phase_stage_motion`, in the
-      room of ``features`` after the warps' halved staging.
+    - ``two_phase_motion``: where :func:`two_phase_stage_motion`, the staged motion (as
+      ``motion``) of a CUDA C step of two phases, in the room of ``features`` after the warps'
+      halved staging.
     """
     return _layout(p, stage_motion(p), two_phase_stage_motion(p))
 
