@@ -26,7 +26,7 @@ from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
 from gpu_marl_envs.baselines.models import layer
 from gpu_marl_envs.baselines.optimizers import Adam, Optimizer
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
-from gpu_marl_envs.baselines.rollout import EpisodeStats, log_entry, make_envs, print_entry
+from gpu_marl_envs.baselines.rollout import EntryNumbers, EpisodeStats, log_entry, make_envs, print_entry
 from gymnasium import spaces
 from torch import nn
 
@@ -401,7 +401,13 @@ def train(
         step(run, iteration)
         if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
             history.append(
-                log_entry((iteration + 1) * run.steps_per_iteration, begin, run.stats, run.losses, log, context=context)
+                log_entry(
+                    (iteration + 1) * run.steps_per_iteration,
+                    begin,
+                    EntryNumbers([run.stats], run.losses),
+                    log,
+                    context,
+                )
             )
             if save is not None and context.is_main:
                 save(training_state(iteration + 1, history, context.world_size, **run.parts))

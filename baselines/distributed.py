@@ -22,6 +22,7 @@ rendezvous store (see :func:`launch_problem`).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from collections.abc import Mapping, Sequence
@@ -121,10 +122,14 @@ class Context:
         sums, maxima = [float(v) for v in sums], dict(maxima)
         if not self.enabled:
             return sums, maxima
-        local = torch.tensor([*sums, *maxima.values()], dtype=torch.float64, device=self._collective_device)
-        everyone = torch.empty(self.world_size * local.numel(), dtype=torch.float64, device=self._collective_device)
-        dist.all_gather_into_tensor(everyone, local)  # the ranks' vectors one after another (gloo: flat only)
-        rows = everyone.view(self.world_size, -1).tolist()
+        device = self._collective_device
+        # On a GPU, on a stream of its own: these host numbers wait for no GPU work, and so the
+        # collective does not wait behind a rollout launched before it (rollout.iterate_overlapping).
+        with torch.cuda.stream(torch.cuda.Stream(device)) if device.type == "cuda" else contextlib.nullcontext():
+            local = torch.tensor([*sums, *maxima.values()], dtype=torch.float64, device=device)
+            everyone = torch.empty(self.world_size * local.numel(), dtype=torch.float64, device=device)
+            dist.all_gather_into_tensor(everyone, local)  # the ranks' vectors one after another (gloo: flat only)
+            rows = everyone.view(self.world_size, -1).tolist()
         n = len(sums)
         totals = [sum(row[i] for row in rows) for i in range(n)]
         return totals, {name: max(row[n + k] for row in rows) for k, name in enumerate(maxima)}

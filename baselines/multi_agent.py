@@ -49,6 +49,7 @@ import math
 import re
 import time
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
@@ -62,10 +63,12 @@ from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
+    EntryNumbers,
     EpisodeStats,
     PhaseTimes,
     RolloutSizes,
     bootstrap_values,
+    iterate_overlapping,
     old_policy_outputs,
     pool_entry,
 )
@@ -683,19 +686,19 @@ def print_entry(entry: dict) -> None:
 def log_entry(
     env_steps: int,
     start: float,
-    stats: dict,
-    losses: dict,
+    numbers: EntryNumbers,
+    groups: list[str],
     reported: str,
     log,
-    times: PhaseTimes,
     context: Context = SINGLE,
 ) -> dict:
-    """One history entry (the only host synchronisation of a run), handed to ``log`` if given.
-    Every rank of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode
-    returns pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls
-    ``log``. ``env_steps``: of all ranks."""
-    pooled, averages, seconds = pool_entry(start, list(stats.values()), losses, times, context)
-    returns = dict(zip(stats, pooled))
+    """One history entry from ``numbers`` (of each of ``groups``' episode statistics, in that order;
+    reading them is the only host synchronisation of a run), handed to ``log`` if given. Every rank
+    of ``context`` calls it, and it reduces as :func:`rollout.log_entry` does: episode returns
+    pooled over the ranks, losses averaged, seconds the slowest rank's; only rank 0 calls ``log``.
+    ``env_steps``: of all ranks."""
+    pooled, averages, seconds = pool_entry(start, numbers, context)
+    returns = dict(zip(groups, pooled))
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),
@@ -859,10 +862,11 @@ def start(
 
 
 class Phases:
-    """One iteration of a run: the schedules (:meth:`schedule`), then the rollout and the update of
-    every trained policy, each a CUDA graph on CUDA (:class:`GraphedPhase`), with the seconds spent
-    in each (``times``). Each policy's share of a rollout step, and each policy's update, is a
-    branch of its own (:class:`Branches`); but an update whose graph is cut at each all-reduce
+    """One iteration of a run: the rollout (:meth:`collect`), then the schedules (:meth:`schedule`)
+    and the update of every trained policy (:meth:`learn`), the rollout and the update each a CUDA
+    graph on CUDA (:class:`GraphedPhase`), with the seconds spent in each (``times``). Each
+    policy's share of a rollout step, and each policy's update, is a branch of its own
+    (:class:`Branches`); but an update whose graph is cut at each all-reduce
     (``between_graphs``) cannot fork: no branches there.
 
     ``update_policy(name)`` is one policy's update alone (uncaptured), returning its loss terms as
@@ -931,11 +935,14 @@ class Phases:
                 policy.entropy_coefficient(iteration * run.config.batch_size * run.context.world_size)
             )
 
-    def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
-        """Iteration ``iteration``: its schedules, rollout and update; returns the update's losses."""
-        self.schedule(iteration)
+    def collect(self) -> None:
+        """An iteration's rollout."""
         with self.times("rollout"):
             self.rollout()
+
+    def learn(self, iteration: int) -> dict[str, torch.Tensor]:
+        """Iteration ``iteration``'s schedules and update, after its rollout; returns the update's losses."""
+        self.schedule(iteration)
         with self.times("update"):
             return self.update()
 
@@ -980,24 +987,22 @@ def train(
     if resume is None and save is not None and context.is_main:  # the run's starting point
         save(training_state(0, history, context.world_size, **run.parts))
     begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+
+    def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
+        if (iteration + 1) % log_every and iteration + 1 != run.iterations:
+            return None
+        numbers = EntryNumbers(list(run.stats.values()), losses, phases.times)
+
+        def finish():
+            steps = (iteration + 1) * config.batch_size * context.world_size
+            history.append(log_entry(steps, begin, numbers, list(run.stats), reported, log, context))
+            if save is not None and context.is_main:
+                save(training_state(iteration + 1, history, context.world_size, **run.parts))
+
+        return finish
+
     with config.matmul_precision():
-        for iteration in range(run.first, run.iterations):
-            losses = phases(iteration)
-            if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
-                history.append(
-                    log_entry(
-                        (iteration + 1) * config.batch_size * context.world_size,
-                        begin,
-                        run.stats,
-                        losses,
-                        reported,
-                        log,
-                        phases.times,
-                        context,
-                    )
-                )
-                if save is not None and context.is_main:
-                    save(training_state(iteration + 1, history, context.world_size, **run.parts))
+        iterate_overlapping(range(run.first, run.iterations), phases.collect, phases.learn, entry, overlap=save is None)
     run.env.close()
     return run.policies, history
 

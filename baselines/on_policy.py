@@ -18,7 +18,16 @@ from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Optimizer
-from gpu_marl_envs.baselines.rollout import EpisodeStats, PhaseTimes, Rollout, collect, log_entry, make_envs
+from gpu_marl_envs.baselines.rollout import (
+    EntryNumbers,
+    EpisodeStats,
+    PhaseTimes,
+    Rollout,
+    collect,
+    iterate_overlapping,
+    log_entry,
+    make_envs,
+)
 
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
@@ -117,9 +126,10 @@ def start(
 
 
 class Phases:
-    """One iteration of a run: the learning-rate schedule (:meth:`schedule`), then the rollout and
-    ``update()`` (returning its losses), each a CUDA graph on CUDA (:class:`GraphedPhase`), with
-    the seconds spent in each (``times``)."""
+    """One iteration of a run: the rollout (:meth:`collect`), then the learning-rate schedule
+    (:meth:`schedule`) and ``update()`` (:meth:`learn`, returning its losses), the rollout and the
+    update each a CUDA graph on CUDA (:class:`GraphedPhase`), with the seconds spent in each
+    (``times``)."""
 
     def __init__(self, run: Run, update: Callable[[], dict[str, torch.Tensor]]):
         self.run, config = run, run.config
@@ -139,11 +149,14 @@ class Phases:
         if run.config.anneal_lr:
             set_learning_rate(run.optimizer, run.config.learning_rate * (1.0 - iteration / run.iterations))
 
-    def __call__(self, iteration: int) -> dict[str, torch.Tensor]:
-        """Iteration ``iteration``: its schedule, rollout and update; returns the update's losses."""
-        self.schedule(iteration)
+    def collect(self) -> None:
+        """An iteration's rollout."""
         with self.times("rollout"):
             self.rollout()
+
+    def learn(self, iteration: int) -> dict[str, torch.Tensor]:
+        """Iteration ``iteration``'s schedule and update, after its rollout; returns the update's losses."""
+        self.schedule(iteration)
         with self.times("update"):
             return self.update()
 
@@ -161,23 +174,22 @@ def iterate(
     if resume is None and save is not None and run.context.is_main:  # the run's starting point
         save(training_state(0, history, run.context.world_size, **run.parts))
     begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    config = run.config
+    config, context = run.config, run.context
+
+    def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
+        if (iteration + 1) % log_every and iteration + 1 != run.iterations:
+            return None
+        numbers = EntryNumbers([run.stats], losses, phases.times)
+
+        def finish():
+            steps = (iteration + 1) * config.batch_size * context.world_size
+            history.append(log_entry(steps, begin, numbers, log, context))
+            if save is not None and context.is_main:
+                save(training_state(iteration + 1, history, context.world_size, **run.parts))
+
+        return finish
+
     with config.matmul_precision():
-        for iteration in range(run.first, run.iterations):
-            losses = phases(iteration)
-            if (iteration + 1) % log_every == 0 or iteration + 1 == run.iterations:
-                history.append(
-                    log_entry(
-                        (iteration + 1) * config.batch_size * run.context.world_size,
-                        begin,
-                        run.stats,
-                        losses,
-                        log,
-                        phases.times,
-                        run.context,
-                    )
-                )
-                if save is not None and run.context.is_main:
-                    save(training_state(iteration + 1, history, run.context.world_size, **run.parts))
+        iterate_overlapping(range(run.first, run.iterations), phases.collect, phases.learn, entry, overlap=save is None)
     run.envs.close()
     return run.agent, history

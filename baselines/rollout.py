@@ -3,7 +3,7 @@
 The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
 observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
 last reward; a terminated one is not. Nothing here synchronises with the host (except
-``log_entry``, at the log interval).
+``log_entry``, when a history entry is made).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -212,12 +213,12 @@ def collect(
 
 class PhaseTimes:
     """Seconds spent in each phase of training (rollout, update). On a GPU they are measured with
-    CUDA events, read only at the log interval, so timing adds no synchronisation."""
+    CUDA events, read only when a history entry is made, so timing adds no synchronisation."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.seconds: dict[str, float] = {}
-        self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self._pending: list[tuple[str, Callable[[], float]]] = []
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
@@ -226,19 +227,85 @@ class PhaseTimes:
             start.record()
             yield
             end.record()
-            self._pending.append((phase, start, end))
+            self._pending.append((phase, lambda: (end.synchronize(), start.elapsed_time(end) / 1000)[1]))
         else:
             start = time.perf_counter()
             yield
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self._pending.append((phase, lambda: seconds))
 
-    def read(self) -> dict[str, float]:
-        """Total seconds per phase since the start of the run."""
-        for phase, start, end in self._pending:
-            end.synchronize()
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + start.elapsed_time(end) / 1000
-        self._pending.clear()
+    def take(self) -> list[tuple[str, Callable[[], float]]]:
+        """The phases timed since the last call (their seconds not read yet), for :meth:`read`."""
+        taken, self._pending = self._pending, []
+        return taken
+
+    def read(self, taken: list[tuple[str, Callable[[], float]]]) -> dict[str, float]:
+        """Total seconds per phase up to the end of the ``taken`` phases (waiting for them)."""
+        for phase, seconds in taken:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds()
         return dict(self.seconds)
+
+
+class EntryNumbers:
+    """What a history entry reads from the device, taken at the end of an iteration without waiting
+    for it: each of ``stats``' episode sums (taken, so they start again from zero), ``losses``, and
+    the phases ``times`` timed so far. On a GPU the numbers are copied into pinned host memory
+    behind a CUDA event, so that the host can read them (:func:`pool_entry`) while the GPU runs the
+    next rollout (:func:`iterate_overlapping`); on the CPU everything has already run."""
+
+    def __init__(self, stats: Sequence[EpisodeStats], losses: dict, times: PhaseTimes | None = None):
+        numbers = torch.cat([*(s.take() for s in stats), *(v.detach().float().reshape(1) for v in losses.values())])
+        self.groups, self.losses = len(stats), list(losses)
+        self.times, self.timed = times, times.take() if times else []
+        self.event, self.taken_at = None, time.perf_counter()
+        if numbers.is_cuda:
+            self.host = torch.empty(numbers.shape, dtype=numbers.dtype, pin_memory=True)
+            self.host.copy_(numbers, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = numbers
+
+    def read(self, start: float) -> tuple[list[float], dict[str, float]]:
+        """The numbers, once the GPU has them, and the seconds (the iteration's end since ``start``,
+        on this rank; ``<phase>_seconds`` with ``times``)."""
+        if self.event is not None:
+            self.event.synchronize()
+            self.taken_at = time.perf_counter()  # the GPU's end of the iteration, as the host sees it
+        phases = {f"{phase}_seconds": s for phase, s in self.times.read(self.timed).items()} if self.times else {}
+        return self.host.tolist(), {"seconds": self.taken_at - start, **phases}
+
+
+def iterate_overlapping(
+    iterations: range,
+    rollout: Callable[[], None],
+    update: Callable[[int], dict],
+    entry: Callable[[int, dict], Callable[[], None] | None],
+    overlap: bool,
+) -> None:
+    """A trainer's loop: each of ``iterations`` runs ``rollout()`` then ``update(iteration)`` (which
+    returns the losses); after it, ``entry(iteration, losses)`` takes the numbers of a history entry
+    that is due (:class:`EntryNumbers`) and returns what finishes the entry (pool, log, save), or
+    None when none is due.
+
+    With ``overlap``, an entry is finished after the next iteration's rollout has been launched:
+    the host then waits for the entry's numbers and pools them over the ranks while the GPU runs
+    that rollout, instead of the GPU idling through that round trip. A rollout writes neither the
+    parameters nor the optimizer state, so nothing the entry reads changes under it. Without
+    ``overlap`` (where a checkpoint is saved with the entry, which must not wait behind a rollout),
+    each entry is finished before the next iteration starts."""
+    finish = None
+    for iteration in iterations:
+        rollout()
+        if finish is not None:
+            finish()
+        losses = update(iteration)
+        finish = entry(iteration, losses)
+        if finish is not None and not overlap:
+            finish()
+            finish = None
+    if finish is not None:
+        finish()
 
 
 def print_entry(entry: dict) -> None:
@@ -250,34 +317,26 @@ def print_entry(entry: dict) -> None:
 
 
 def pool_entry(
-    start: float, stats: list[EpisodeStats], losses: dict, times: PhaseTimes | None, context: Context
+    start: float, numbers: EntryNumbers, context: Context
 ) -> tuple[list[tuple[float, int]], dict[str, float], dict[str, float]]:
-    """What a history entry reduces over the ranks of ``context``, in one read of this rank's numbers
-    (which waits for its GPU's work: the seconds are taken after it) and one collective: each of
-    ``stats``' (mean return, episodes) pooled over the ranks, ``losses`` averaged, and the seconds
-    (``seconds``, and ``<phase>_seconds`` with ``times``) the slowest rank's."""
-    local = torch.cat([*(s.take() for s in stats), *(v.detach().float().reshape(1) for v in losses.values())]).tolist()
-    phases = {f"{phase}_seconds": seconds for phase, seconds in times.read().items()} if times else {}
-    sums, seconds = context.pool(local, {"seconds": time.perf_counter() - start, **phases})
-    returns = [mean_and_count(*sums[2 * k : 2 * k + 2]) for k in range(len(stats))]
-    averages = {name: total / context.world_size for name, total in zip(losses, sums[2 * len(stats) :])}
+    """What a history entry reduces over the ranks of ``context``, in one read of this rank's
+    ``numbers`` and one collective: each group's (mean return, episodes) pooled over the ranks, the
+    losses averaged, and the seconds (``seconds``, and ``<phase>_seconds`` with times) the slowest
+    rank's."""
+    local, seconds = numbers.read(start)
+    sums, seconds = context.pool(local, seconds)
+    returns = [mean_and_count(*sums[2 * k : 2 * k + 2]) for k in range(numbers.groups)]
+    averages = {name: total / context.world_size for name, total in zip(numbers.losses, sums[2 * numbers.groups :])}
     return returns, averages, seconds
 
 
-def log_entry(
-    env_steps: int,
-    start: float,
-    stats: EpisodeStats,
-    losses: dict,
-    log,
-    times: PhaseTimes | None = None,
-    context: Context = SINGLE,
-) -> dict:
-    """One history entry (the only host synchronisation of a run), handed to ``log`` if given;
-    with ``times``, the seconds spent so far in each phase (``rollout_seconds``, ...). Every rank
-    of ``context`` calls it: episode returns are pooled over the ranks, losses averaged, seconds
-    the slowest rank's (:func:`pool_entry`); only rank 0 calls ``log``. ``env_steps``: of all ranks."""
-    [(mean_return, episodes)], averages, seconds = pool_entry(start, [stats], losses, times, context)
+def log_entry(env_steps: int, start: float, numbers: EntryNumbers, log, context: Context = SINGLE) -> dict:
+    """One history entry from ``numbers`` (of one :class:`EpisodeStats`; reading them is the only
+    host synchronisation of a run), handed to ``log`` if given; with times, the seconds spent so
+    far in each phase (``rollout_seconds``, ...). Every rank of ``context`` calls it: episode
+    returns are pooled over the ranks, losses averaged, seconds the slowest rank's
+    (:func:`pool_entry`); only rank 0 calls ``log``. ``env_steps``: of all ranks."""
+    [(mean_return, episodes)], averages, seconds = pool_entry(start, numbers, context)
     entry = {
         "env_steps": env_steps,
         "seconds": seconds.pop("seconds"),

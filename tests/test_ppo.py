@@ -11,7 +11,7 @@ from gpu_marl_envs.baselines import a2c, ppo
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.ppo import PPOConfig, evaluate, ppo_loss, train
-from gpu_marl_envs.baselines.rollout import EpisodeStats, bootstrap_values, mean_and_count
+from gpu_marl_envs.baselines.rollout import EpisodeStats, bootstrap_values, iterate_overlapping, mean_and_count
 from gymnasium import spaces
 
 
@@ -148,6 +148,73 @@ def test_training_smoke(env_id):
     assert history[-1]["approx_kl"] > 0.0
     returns = evaluate(agent, env_id, num_episodes=2, device="cpu")
     assert returns.shape == (2,) and torch.isfinite(returns).all()
+
+
+def test_an_entry_is_finished_after_the_next_rollout_only_without_a_checkpoint():
+    """With ``overlap`` the host reads an entry while the next rollout runs; with a checkpoint due
+    (no overlap) the entry and its save come before the next iteration starts."""
+
+    def calls(overlap):
+        order = []
+
+        def entry(iteration, losses):
+            order.append(f"entry {iteration}")
+            return (lambda: order.append(f"finish {iteration}")) if iteration % 2 else None
+
+        iterate_overlapping(
+            range(4),
+            lambda: order.append("rollout"),
+            lambda iteration: order.append(f"update {iteration}") or {},
+            entry,
+            overlap,
+        )
+        return order
+
+    first = ["rollout", "update 0", "entry 0", "rollout", "update 1", "entry 1"]
+    assert calls(overlap=True) == [
+        *first,
+        "rollout",
+        "finish 1",
+        "update 2",
+        "entry 2",
+        "rollout",
+        "update 3",
+        "entry 3",
+        "finish 3",
+    ]
+    assert calls(overlap=False) == [
+        *first,
+        "finish 1",
+        "rollout",
+        "update 2",
+        "entry 2",
+        "rollout",
+        "update 3",
+        "entry 3",
+        "finish 3",
+    ]
+
+
+@pytest.mark.parametrize("module", [ppo, a2c])
+def test_overlapped_entries_equal_entries_before_the_next_iteration(module):
+    """A run without ``save`` reads its entries while the next rollout runs; one with ``save``
+    reads them first. The entries (all but the seconds) and the trained weights are the same."""
+    config = dataclasses.replace(
+        module.PPOConfig() if module is ppo else module.A2CConfig(), num_envs=4, num_steps=16, total_timesteps=320
+    )
+    saved = []
+    runs = [
+        module.train("CartPole-v1", config, device="cpu", log_every=2, log=None, save=save)
+        for save in (None, saved.append)
+    ]
+    (agent, history), (agent_saved, history_saved) = runs
+    untimed = [
+        [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in hs] for hs in (history, history_saved)
+    ]
+    assert untimed[0] == untimed[1] and [h["env_steps"] for h in history] == [128, 256, 320]
+    assert [s["iteration"] for s in saved] == [0, 2, 4, 5]
+    for mine, theirs in zip(agent.state_dict().values(), agent_saved.state_dict().values()):
+        assert torch.equal(mine, theirs)
 
 
 def test_bad_config_is_rejected():

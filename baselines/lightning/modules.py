@@ -324,10 +324,8 @@ class OnPolicyModule(TrainingModule):
         return rollout.log_entry(
             self.next_iteration * self.config.batch_size * run.context.world_size,
             self.begin,
-            run.stats,
-            losses,
+            rollout.EntryNumbers([run.stats], losses, self.phases.times),
             None,
-            self.phases.times,
             run.context,
         )
 
@@ -373,11 +371,10 @@ class MultiAgentModule(TrainingModule):
         return multi_agent.log_entry(
             self.next_iteration * self.config.batch_size * run.context.world_size,
             self.begin,
-            run.stats,
-            losses,
+            rollout.EntryNumbers(list(run.stats.values()), losses, self.phases.times),
+            list(run.stats),
             multi_agent.reported_group(self.config),
             None,
-            self.phases.times,
             run.context,
         )
 
@@ -428,7 +425,11 @@ class DDPGModule(TrainingModule):
     def entry(self, losses):
         run = self.run
         return rollout.log_entry(
-            self.next_iteration * run.steps_per_iteration, self.begin, run.stats, losses, None, context=run.context
+            self.next_iteration * run.steps_per_iteration,
+            self.begin,
+            rollout.EntryNumbers([run.stats], losses),
+            None,
+            run.context,
         )
 
     def extra_state(self):
