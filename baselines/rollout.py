@@ -227,7 +227,12 @@ class PhaseTimes:
             start.record()
             yield
             end.record()
-            self._pending.append((phase, lambda: (end.synchronize(), start.elapsed_time(end) / 1000)[1]))
+
+            def seconds() -> float:
+                end.synchronize()
+                return start.elapsed_time(end) / 1000
+
+            self._pending.append((phase, seconds))
         else:
             start = time.perf_counter()
             yield
@@ -292,8 +297,8 @@ def iterate_overlapping(
     the host then waits for the entry's numbers and pools them over the ranks while the GPU runs
     that rollout, instead of the GPU idling through that round trip. A rollout writes neither the
     parameters nor the optimizer state, so nothing the entry reads changes under it. Without
-    ``overlap`` (where a checkpoint is saved with the entry, which must not wait behind a rollout),
-    each entry is finished before the next iteration starts."""
+    ``overlap`` (where a checkpoint is saved with the entry: it is on disk before the run goes on,
+    as it always was), each entry is finished before the next iteration starts."""
     finish = None
     for iteration in iterations:
         rollout()
