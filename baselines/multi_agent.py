@@ -567,11 +567,14 @@ def masked_ppo_loss(
     value_loss = 0.5 * masked_mean((values - returns) ** 2, weights)
     entropy_loss = masked_mean(entropy, weights)
     loss = policy_loss - ent_coef * entropy_loss + config.vf_coef * value_loss
+    # Detached: a loss term kept (as the update's output) with its autograd graph keeps that
+    # graph's AccumulateGrad nodes alive into the next captured update, on another stream (torch
+    # warns of the mismatch and of the synchronisation it may cost).
     with torch.no_grad():
         stats = {
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy_loss,
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_loss.detach(),
             "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
             "clip_fraction": masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights),
         }

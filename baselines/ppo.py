@@ -77,11 +77,14 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
         value_loss = 0.5 * ((values - returns) ** 2).mean()
     entropy_loss = entropy.mean()
     loss = policy_loss - config.ent_coef * entropy_loss + config.vf_coef * value_loss
+    # Detached: a loss term kept (as the update's output) with its autograd graph keeps that
+    # graph's AccumulateGrad nodes alive into the next captured update, on another stream (torch
+    # warns of the mismatch and of the synchronisation it may cost).
     with torch.no_grad():
         stats = {
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy_loss,
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_loss.detach(),
             "approx_kl": ((ratio - 1) - log_ratio).mean(),
             "clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean(),
         }

@@ -117,12 +117,16 @@ def test_rollout_masks_inactive_agents_and_bootstraps_truncations_only():
             noisy = [x + scale * garbage.view(-1, *[1] * (x.dim() - 1)) for x in (obs, advantages, returns)]
             net.zero_grad()
             if loss_fn is multi_agent.masked_ppo_loss:
-                loss, _ = loss_fn(
+                loss, terms = loss_fn(
                     net, noisy[0], actions, old_log_probs, noisy[1], noisy[2], weights, settings, settings.ent_coef
                 )
             else:
                 _, log_probs, entropy, values = net.action_and_value(noisy[0], actions)
-                loss, _ = loss_fn(log_probs, entropy, values, noisy[1], noisy[2], weights, settings, settings.ent_coef)
+                loss, terms = loss_fn(
+                    log_probs, entropy, values, noisy[1], noisy[2], weights, settings, settings.ent_coef
+                )
+            # The terms an update returns keep no autograd graph alive into the next update.
+            assert not any(term.requires_grad for term in terms.values()), loss_fn.__name__
             loss.backward()
             gradients.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
         torch.testing.assert_close(gradients[0], gradients[1], msg=f"{loss_fn.__name__} reads masked rows")

@@ -117,6 +117,8 @@ def test_clipped_losses_follow_their_formulas():
     assert stats["value_loss"].item() == pytest.approx(value.item(), rel=1e-5)
     assert loss.item() == pytest.approx((policy - 0.01 * entropy.mean() + 0.5 * value).item(), rel=1e-5)
     assert stats["clip_fraction"].item() == 1.0
+    # The terms an update returns keep no autograd graph alive into the next update.
+    assert not any(term.requires_grad for term in stats.values())
 
 
 @pytest.mark.parametrize(
