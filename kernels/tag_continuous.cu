@@ -542,6 +542,29 @@ __device__ __forceinline__ float scaled(float difference, float scale, float rec
     return zero ? __fmul_rn(difference, scale) : quotient;
 }
 
+#if TC_FULL_OBSERVATION
+constexpr int GROUP = 32;  // rows a warp takes at a time
+#else
+constexpr int GROUP = 32 / SPLIT;  // rows a warp takes at a time
+#endif
+
+// Of 1 to `most` rows a chunk, the one that stages a warp's GROUP rows (`slots` (row, slot) pairs a
+// row) in the fewest passes of its 32 lanes (a pass costs as much with idle lanes), ties to the most
+// rows (fewer chunks). With k = 10 and GROUP 32: 3 rows of at most 4 (11 passes; 4 rows take two
+// passes, the second a quarter full: 16), 6 of at most 8 (11 passes; 8 rows: 12). On an H200 at
+// 2,000 x 1,000 with the published rules, 1.01x faster (docs/benchmarks/tag-chunks-h200.md).
+constexpr int chunk_rows(int most, int slots) {
+    int best = 1, fewest = GROUP * ((slots + 31) / 32);
+    for (int rows = 2; rows <= most; ++rows) {
+        int passes = GROUP / rows * ((rows * slots + 31) / 32) + (GROUP % rows * slots + 31) / 32;
+        if (passes <= fewest) {
+            best = rows;
+            fewest = passes;
+        }
+    }
+    return best;
+}
+
 // The observation features of a warp's rows are staged in its part of shared memory, FLOATS floats
 // (TC_STAGE_FLOATS; in a step of two phases TC_TWO_PHASE_STAGE_FLOATS), a chunk of ROWS rows x SLOTS
 // slots at a time (each row's features and, with its last slot, its time: contiguous in the row),
@@ -552,7 +575,7 @@ struct Staging {
     static constexpr int FLOATS = STAGE_FLOATS;
     static constexpr int SLOTS = OBSERVED_SLOTS < (FLOATS - 1) / FEATURES ? OBSERVED_SLOTS : (FLOATS - 1) / FEATURES;
     static constexpr int ROW_STRIDE = SLOTS * FEATURES + 1;  // a staged row: its features, then its time
-    static constexpr int ROWS = FLOATS / ROW_STRIDE;
+    static constexpr int ROWS = chunk_rows(FLOATS / ROW_STRIDE, SLOTS);
 };
 
 // The speed, acceleration and direction of agent a (at place `own`) and of agent j (at place q) that
@@ -618,12 +641,6 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
         if (last && n == 0) row[slots * FEATURES] = playing ? time : 0.0f;
     }
 }
-
-#if TC_FULL_OBSERVATION
-constexpr int GROUP = 32;  // rows a warp takes at a time
-#else
-constexpr int GROUP = 32 / SPLIT;  // rows a warp takes at a time
-#endif
 
 // Each warp takes groups of GROUP consecutive rows (row_agent) on its own (no block-wide barrier):
 // in a step of one phase its lanes first find the group's nearest others (SPLIT lanes per agent)

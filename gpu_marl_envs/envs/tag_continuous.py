@@ -530,13 +530,14 @@ def min_blocks_per_sm(p: TagContinuousParams) -> int:
 
 
 # Floats of observation features a warp of the CUDA C kernel stages in shared memory on their way
-# to global memory: eight rows of 71 (k = 10) at a time. In a step of two phases (:func:`two_phase`),
-# half as many (four rows), so that the staged motion fits beside every agent's list with four
+# to global memory: room for eight rows of 71 (k = 10). In a step of two phases (:func:`two_phase`),
+# half as much (four rows), so that the staged motion fits beside every agent's list with four
 # blocks an SM (where it does: :func:`two_phase_stage_motion`). Measured on an H200 at 2,000 x
 # 1,000 (docs/benchmarks/tag-motion-h200.md): with the published rules 408.8 and 406.7 µs per step
-# against 431.4 and 428.1 with that motion read from the state; four rows in every step as well
-# took 544.0 µs against 500.3 with every agent in play (a chunk of four rows is 40 (row, slot)
-# pairs: a warp's lanes in one pass and a quarter).
+# against 431.4 and 428.1 with that motion read from the state; the halved room in every step as
+# well took 544.0 µs against 500.3 with every agent in play. Of the rows its room holds, a warp
+# stages the chunk that fills its passes of 32 (row, slot) pairs best (``chunk_rows`` in the
+# kernel: with k = 10, 6 rows of 8 and 3 of 4; docs/benchmarks/tag-chunks-h200.md).
 STAGE_FLOATS = 576
 TWO_PHASE_STAGE_FLOATS = STAGE_FLOATS // 2
 
