@@ -104,6 +104,9 @@ def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
         for name in kernel_env.state_fields:
             getattr(kernel_env._buffers.state, name)[:k] = getattr(reference._buffers.state, name)
         actions = random_group_actions(kernel_env, generator)
+        # Every float of the observations must be written by the step itself: one left over from the
+        # previous step would read as NaN.
+        kernel_env._buffers.observations.fill_(float("nan"))
         kernel_out = kernel_env.step_groups(actions)
         reference_out = reference.step_groups({g: a[:k] for g, a in actions.items()})
         context = f"{env_id} E={num_envs} {backend} {mode.name} step {t}"
