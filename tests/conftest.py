@@ -25,6 +25,19 @@ KERNEL_BACKENDS_HERE = [b for b in CPU_BACKENDS if b != "torch"]
 GPU_BACKENDS = gpu_marl_envs.available_backends("cuda") if HAS_GPU else []
 
 
+@pytest.fixture(autouse=True, scope="session")
+def sb3_log_folder(tmp_path_factory):
+    """Stable-Baselines3's loggers write into this session's temporary folder: without a folder of
+    their own they would each leave an empty one in the system's (tempdir/SB3-<date>)."""
+    folder = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3"))
+    yield
+    if folder is None:
+        del os.environ["SB3_LOGDIR"]
+    else:
+        os.environ["SB3_LOGDIR"] = folder
+
+
 @pytest.fixture(params=ENV_IDS)
 def env_id(request):
     return request.param
