@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from gpu_marl_envs.adapters._batched import is_multi_agent, make_batched_env
 from gymnasium import spaces
-from report import save
+from report import add_output_options, save
 
 import gpu_marl_envs
 
@@ -382,12 +382,9 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=list(ENV_IDS), help=f"env ids (default: {' '.join(ENV_IDS)})")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[4096, 65536])
     parser.add_argument("--adapters", nargs="+", default=list(ADAPTERS), choices=list(ADAPTERS))
-    parser.add_argument("--min-seconds", type=float, default=1.0, help="length of one timed repeat")
-    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--train-timesteps", type=int, default=200_000, help="0 skips the training section")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="write the markdown table here")
-    parser.add_argument("--json", help="write the raw results here")
+    add_output_options(parser, min_seconds=1.0, repeats=5)
     args = parser.parse_args()
     device = torch.device(args.device)
 

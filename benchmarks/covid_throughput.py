@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 from tag_throughput import pool, time_steps
 from throughput import copy_bandwidth
 
@@ -103,10 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the GPU")
     parser.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
-    parser.add_argument("--min-seconds", type=float, default=0.3)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out")
-    parser.add_argument("--json")
+    add_output_options(parser, min_seconds=0.3, repeats=5)
     args = parser.parse_args()
     hardware = gpu_hardware()
     backends = args.backends or gpu_marl_envs.available_backends("cuda")

@@ -33,7 +33,7 @@ import torch
 from gpu_marl_envs.baselines import multi_agent, ppo
 from gpu_marl_envs.baselines.lightning import TrainingStats, training_module
 from lightning.pytorch.loggers import CSVLogger
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 from train_throughput import tag_a2c
 
 WARM_UP_ENTRIES = 3
@@ -118,8 +118,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per row (default 3)")
     parser.add_argument("--log-every", type=int, nargs="+", default=[1, 10])
-    parser.add_argument("--out", help="markdown table")
-    parser.add_argument("--json", help="results as JSON")
+    add_output_options(parser)
     args = parser.parse_args()
     hardware = gpu_hardware()
     if any(args.iterations < WARM_UP_ENTRIES * every + 2 * every for every in args.log_every):

@@ -1,7 +1,8 @@
-"""What the benchmark scripts share: the GPU they ran on, and where their results go."""
+"""What the benchmark scripts share: the GPU they ran on, their common options and where their results go."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import torch
@@ -13,6 +14,26 @@ def gpu_hardware() -> str:
         raise SystemExit("this benchmark needs a CUDA GPU")
     props = torch.cuda.get_device_properties(0)
     return f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+
+
+def add_output_options(
+    parser: argparse.ArgumentParser, min_seconds: float | None = None, repeats: int | None = None
+) -> None:
+    """The options the benchmarks share: ``--out`` and ``--json``, where :func:`save` writes, and
+    where a benchmark times repeats, ``--min-seconds`` and ``--repeats`` with its defaults."""
+    if min_seconds is not None:
+        parser.add_argument(
+            "--min-seconds",
+            type=float,
+            default=min_seconds,
+            help=f"the least length of one timed repeat, in seconds (default {min_seconds:g})",
+        )
+    if repeats is not None:
+        parser.add_argument(
+            "--repeats", type=int, default=repeats, help=f"timed repeats, whose median is reported (default {repeats})"
+        )
+    parser.add_argument("--out", help="write the markdown table here")
+    parser.add_argument("--json", help="write the raw results here")
 
 
 def save(args, text: str, record: dict) -> None:

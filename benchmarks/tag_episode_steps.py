@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 from tag_throughput import ACTION_POOL, pool
 
 from gpu_marl_envs import GpuParallelEnv
@@ -58,8 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", default=["pycuda"])
     parser.add_argument("--steps", type=int, default=2 * PARAMS.episode_length)
-    parser.add_argument("--out", help="the table, as markdown")
-    parser.add_argument("--json", help="every step's µs and in-game count")
+    add_output_options(parser)
     args = parser.parse_args()
     hardware = gpu_hardware()
     runs = [episode_steps(backend, args.steps) for backend in args.backends]

@@ -19,7 +19,7 @@ import argparse
 
 import numpy as np
 import torch
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 from tag_search_rule import rate as cuda_c_rate
 from tag_throughput import tag_constants
 
@@ -117,10 +117,7 @@ def rate(num_envs: int, params: TagContinuousParams, by_id: bool, args) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--min-seconds", type=float, default=0.2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out")
-    parser.add_argument("--json")
+    add_output_options(parser, min_seconds=0.2, repeats=3)
     args = parser.parse_args()
     hardware = gpu_hardware()
     stores = probe()

@@ -29,7 +29,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
-from report import gpu_hardware
+from report import add_output_options, gpu_hardware, save
 from tag_throughput import measure
 
 import gpu_marl_envs
@@ -173,19 +173,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plot", help="draw the figures from this JSON of an earlier run (no GPU needed)")
     parser.add_argument("--images", default="docs/images", help="where the PNGs go")
-    parser.add_argument("--min-seconds", type=float, default=0.2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", help="the table, as markdown")
-    parser.add_argument("--json", help="the measurements")
+    add_output_options(parser, min_seconds=0.2, repeats=3)
     args = parser.parse_args()
     if args.plot:
         record = json.loads(Path(args.plot).read_text())
     else:
         record = sweep(args)
-        if args.json:
-            Path(args.json).write_text(json.dumps(record, indent=1))
-        if args.out:
-            Path(args.out).write_text(table(record))
+        save(args, table(record), record)
         print(table(record))
     for path in plot(record, Path(args.images)):
         print(f"wrote {path}")

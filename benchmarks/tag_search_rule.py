@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from report import gpu_hardware
+from report import add_output_options, gpu_hardware, save
 from tag_throughput import measure, tag_constants
 
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
@@ -34,9 +34,7 @@ def rate(num_envs: int, params: TagContinuousParams, args) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--min-seconds", type=float, default=0.2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out")
+    add_output_options(parser, min_seconds=0.2, repeats=3)
     args = parser.parse_args()
     hardware = gpu_hardware()
     lines = [
@@ -47,6 +45,7 @@ def main() -> None:
         "| every agent in play: scan | grid | grid / scan |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    searches, densities = [], []
     for n in AGENTS:
         for num_envs in GAMES:
             cells = []
@@ -55,6 +54,7 @@ def main() -> None:
                 scan = rate(num_envs, dataclasses.replace(params, neighbour_search="scan"), args)
                 grid = rate(num_envs, dataclasses.replace(params, neighbour_search="grid"), args)
                 cells.append(f"{scan / 1e6:.3f} | {grid / 1e6:.3f} | {grid / scan:.2f}")
+                searches.append({"agents": n, "games": num_envs, "published_rules": exits, "scan": scan, "grid": grid})
             lines.append(f"| {n} | {num_envs} | {' | '.join(cells)} |")
             print(lines[-1], flush=True)
     lines += [
@@ -73,11 +73,10 @@ def main() -> None:
                 )
         lines.append(f"| {n} | {num_envs} | " + " | ".join(f"{r / 1e6:.3f}" for r in rates) + " |")
         print(lines[-1], flush=True)
+        densities.append({"agents": n, "games": num_envs, "env_steps_per_s": dict(zip(DENSITIES, rates))})
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    save(args, text, {"hardware": hardware, "searches": searches, "agents_per_cell": densities})
 
 
 if __name__ == "__main__":

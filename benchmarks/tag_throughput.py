@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 
 import gpu_marl_envs
 import gpu_marl_envs.backends.multi_agent_numba as numba_backend
@@ -137,10 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", default=None, help="default: every backend available on the GPU")
     parser.add_argument("--configs", nargs="+", default=None, help="labels to run (default: all)")
-    parser.add_argument("--min-seconds", type=float, default=0.3)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out")
-    parser.add_argument("--json")
+    add_output_options(parser, min_seconds=0.3, repeats=5)
     args = parser.parse_args()
     hardware = gpu_hardware()
     backends = args.backends or gpu_marl_envs.available_backends("cuda")

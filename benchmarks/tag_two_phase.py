@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 from tag_throughput import measure, tag_constants
 
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
@@ -37,10 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", default=["pycuda", "numba"])
     parser.add_argument("--agents", nargs="+", type=int, default=AGENTS)
-    parser.add_argument("--min-seconds", type=float, default=0.2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out")
-    parser.add_argument("--json")
+    add_output_options(parser, min_seconds=0.2, repeats=3)
     args = parser.parse_args()
     hardware = gpu_hardware()
     columns = ["one phase", *(f"two, in play ≤ {s:g}" for s in SHARES)]

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import torch
-from report import gpu_hardware, save
+from report import add_output_options, gpu_hardware, save
 
 import gpu_marl_envs
 from gpu_marl_envs import GpuVectorEnv
@@ -151,10 +151,7 @@ def main() -> None:
         default="off",
         help="validate_actions setting(s) to time (on adds one host sync per step)",
     )
-    parser.add_argument("--min-seconds", type=float, default=0.25, help="length of one timed repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", help="write a markdown table here")
-    parser.add_argument("--json", help="write raw results here")
+    add_output_options(parser, min_seconds=0.25, repeats=5)
     args = parser.parse_args()
 
     backends = args.backends or gpu_marl_envs.available_backends(args.device)

@@ -42,7 +42,7 @@ from gpu_marl_envs.baselines import a2c, multi_agent, ppo
 from gpu_marl_envs.baselines.distributed import setup, teardown
 from gpu_marl_envs.baselines.plotting import plot_learning_curves
 from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
-from report import save
+from report import add_output_options, save
 
 THRESHOLD = 475.0
 
@@ -393,8 +393,7 @@ def save_gpus(args, gpu: str, rows: list[str], results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="markdown table")
-    parser.add_argument("--json", help="raw results")
+    add_output_options(parser)
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--only", help="run the cases whose label contains this text")
     parser.add_argument(
