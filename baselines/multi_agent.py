@@ -47,9 +47,7 @@ import contextlib
 import functools
 import math
 import re
-import time
 import typing
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
@@ -57,7 +55,7 @@ import numpy as np
 import torch
 from gpu_marl_envs.baselines import settings
 from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
-from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
@@ -65,12 +63,13 @@ from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
     EntryNumbers,
     EpisodeStats,
+    IterationPhases,
     PhaseTimes,
     RolloutSizes,
     bootstrap_values,
-    iterate_overlapping,
     old_policy_outputs,
     pool_entry,
+    train_iterations,
 )
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
@@ -864,7 +863,7 @@ def start(
     )
 
 
-class Phases:
+class Phases(IterationPhases):
     """One iteration of a run: the rollout (:meth:`collect`), then the schedules (:meth:`schedule`)
     and the update of every trained policy (:meth:`learn`), the rollout and the update each a CUDA
     graph on CUDA (:class:`GraphedPhase`), with the seconds spent in each (``times``). Each
@@ -938,17 +937,6 @@ class Phases:
                 policy.entropy_coefficient(iteration * run.config.batch_size * run.context.world_size)
             )
 
-    def collect(self) -> None:
-        """An iteration's rollout."""
-        with self.times("rollout"):
-            self.rollout()
-
-    def learn(self, iteration: int) -> dict[str, torch.Tensor]:
-        """Iteration ``iteration``'s schedules and update, after its rollout; returns the update's losses."""
-        self.schedule(iteration)
-        with self.times("update"):
-            return self.update()
-
 
 def train(
     env_id: str,
@@ -985,27 +973,16 @@ def train(
     context = run.context
     phases = Phases(run)
     reported = reported_group(config)
-    history = restore(resume, **run.parts)
-    context.broadcast_parameters(*run.policies.values())
-    if resume is None and save is not None and context.is_main:  # the run's starting point
-        save(training_state(0, history, context.world_size, **run.parts))
-    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-
-    def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
-        if (iteration + 1) % log_every and iteration + 1 != run.iterations:
-            return None
-        numbers = EntryNumbers(list(run.stats.values()), losses, phases.times)
-
-        def finish():
-            steps = (iteration + 1) * config.batch_size * context.world_size
-            history.append(log_entry(steps, begin, numbers, list(run.stats), reported, log, context))
-            if save is not None and context.is_main:
-                save(training_state(iteration + 1, history, context.world_size, **run.parts))
-
-        return finish
-
-    with config.matmul_precision():
-        iterate_overlapping(range(run.first, run.iterations), phases.collect, phases.learn, entry, overlap=save is None)
+    history = train_iterations(
+        run,
+        phases,
+        list(run.stats.values()),
+        lambda steps, begin, numbers: log_entry(steps, begin, numbers, list(run.stats), reported, log, context),
+        modules=list(run.policies.values()),
+        log_every=log_every,
+        save=save,
+        resume=resume,
+    )
     run.env.close()
     return run.policies, history
 

@@ -7,26 +7,25 @@ same phases (:mod:`gpu_marl_envs.baselines.lightning`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from gpu_marl_envs.baselines.capture import GraphedPhase, make_optimizer, set_learning_rate
-from gpu_marl_envs.baselines.checkpoint import restore, resumed_iteration, training_state
+from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.optimizers import Optimizer
 from gpu_marl_envs.baselines.rollout import (
-    EntryNumbers,
     EpisodeStats,
+    IterationPhases,
     PhaseTimes,
     Rollout,
     collect,
-    iterate_overlapping,
     log_entry,
     make_envs,
+    train_iterations,
 )
 
 from gpu_marl_envs.vector_env import GpuVectorEnv
@@ -125,7 +124,7 @@ def start(
     )
 
 
-class Phases:
+class Phases(IterationPhases):
     """One iteration of a run: the rollout (:meth:`collect`), then the learning-rate schedule
     (:meth:`schedule`) and ``update()`` (:meth:`learn`, returning its losses), the rollout and the
     update each a CUDA graph on CUDA (:class:`GraphedPhase`), with the seconds spent in each
@@ -149,17 +148,6 @@ class Phases:
         if run.config.anneal_lr:
             set_learning_rate(run.optimizer, run.config.learning_rate * (1.0 - iteration / run.iterations))
 
-    def collect(self) -> None:
-        """An iteration's rollout."""
-        with self.times("rollout"):
-            self.rollout()
-
-    def learn(self, iteration: int) -> dict[str, torch.Tensor]:
-        """Iteration ``iteration``'s schedule and update, after its rollout; returns the update's losses."""
-        self.schedule(iteration)
-        with self.times("update"):
-            return self.update()
-
 
 def iterate(
     run: Run, update: Callable[[], dict[str, torch.Tensor]], *, log_every: int, log, save, resume: dict | None
@@ -169,27 +157,15 @@ def iterate(
     iterations and at the end, and a fresh run's starting state to ``save`` before its first
     iteration. Returns ``(agent, history)``."""
     phases = Phases(run, update)
-    history = restore(resume, **run.parts)
-    run.context.broadcast_parameters(run.agent)
-    if resume is None and save is not None and run.context.is_main:  # the run's starting point
-        save(training_state(0, history, run.context.world_size, **run.parts))
-    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
-    config, context = run.config, run.context
-
-    def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
-        if (iteration + 1) % log_every and iteration + 1 != run.iterations:
-            return None
-        numbers = EntryNumbers([run.stats], losses, phases.times)
-
-        def finish():
-            steps = (iteration + 1) * config.batch_size * context.world_size
-            history.append(log_entry(steps, begin, numbers, log, context))
-            if save is not None and context.is_main:
-                save(training_state(iteration + 1, history, context.world_size, **run.parts))
-
-        return finish
-
-    with config.matmul_precision():
-        iterate_overlapping(range(run.first, run.iterations), phases.collect, phases.learn, entry, overlap=save is None)
+    history = train_iterations(
+        run,
+        phases,
+        [run.stats],
+        lambda steps, begin, numbers: log_entry(steps, begin, numbers, log, run.context),
+        modules=[run.agent],
+        log_every=log_every,
+        save=save,
+        resume=resume,
+    )
     run.envs.close()
     return run.agent, history

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from gpu_marl_envs.baselines.checkpoint import restore, training_state
 from gpu_marl_envs.baselines.distributed import SINGLE, Context
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
@@ -311,6 +312,72 @@ def iterate_overlapping(
             finish = None
     if finish is not None:
         finish()
+
+
+class IterationPhases:
+    """A trainer's iteration in two parts: :meth:`collect` (``rollout()``), then :meth:`learn`
+    (``schedule(iteration)`` and ``update()``, which returns the losses), with the seconds of each
+    in ``times``. A trainer's subclass sets ``rollout``, ``update`` and ``times`` and defines
+    ``schedule``."""
+
+    rollout: Callable[[], dict]
+    update: Callable[[], dict]
+    times: PhaseTimes
+
+    def schedule(self, iteration: int) -> None:
+        raise NotImplementedError
+
+    def collect(self) -> None:
+        """An iteration's rollout."""
+        with self.times("rollout"):
+            self.rollout()
+
+    def learn(self, iteration: int) -> dict[str, torch.Tensor]:
+        """Iteration ``iteration``'s schedules and update, after its rollout; returns the update's losses."""
+        self.schedule(iteration)
+        with self.times("update"):
+            return self.update()
+
+
+def train_iterations(
+    run,
+    phases: IterationPhases,
+    stats: Sequence[EpisodeStats],
+    make_entry: Callable[[int, float, EntryNumbers], dict],
+    *,
+    modules: Sequence[torch.nn.Module],
+    log_every: int,
+    save,
+    resume: dict | None,
+) -> list[dict]:
+    """A run's iterations from ``run.first`` to ``run.iterations`` (:func:`iterate_overlapping`),
+    after ``resume``'s history is restored, ``modules``' parameters are broadcast from rank 0 and a
+    fresh run's starting state is handed to ``save`` (on rank 0). Every ``log_every`` iterations
+    and at the end, ``make_entry(env_steps, start, numbers)`` makes a history entry from ``stats``'
+    episode sums and the update's losses (:class:`EntryNumbers`), and the training state goes to
+    ``save``. Returns the history."""
+    context, config = run.context, run.config
+    history = restore(resume, **run.parts)
+    context.broadcast_parameters(*modules)
+    if resume is None and save is not None and context.is_main:  # the run's starting point
+        save(training_state(0, history, context.world_size, **run.parts))
+    begin = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+
+    def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
+        if (iteration + 1) % log_every and iteration + 1 != run.iterations:
+            return None
+        numbers = EntryNumbers(stats, losses, phases.times)
+
+        def finish():
+            history.append(make_entry((iteration + 1) * config.batch_size * context.world_size, begin, numbers))
+            if save is not None and context.is_main:
+                save(training_state(iteration + 1, history, context.world_size, **run.parts))
+
+        return finish
+
+    with config.matmul_precision():
+        iterate_overlapping(range(run.first, run.iterations), phases.collect, phases.learn, entry, overlap=save is None)
+    return history
 
 
 def print_entry(entry: dict) -> None:
