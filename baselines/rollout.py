@@ -1,9 +1,10 @@
-"""On-policy rollouts on a batched env, kept on the env's device (shared by PPO and A2C).
+"""On-policy rollouts on a batched env, kept on the env's device (shared by PPO and A2C), and the
+on-policy trainers' iteration loop (:func:`train_iterations`, shared with the multi-agent trainer).
 
 The env runs with SAME_STEP autoreset, so an episode's last transition carries its final
 observation: a truncated episode is bootstrapped by adding ``gamma * V(final observation)`` to its
-last reward; a terminated one is not. Nothing here synchronises with the host (except
-``log_entry``, when a history entry is made).
+last reward; a terminated one is not. Nothing here synchronises with the host except a history
+entry (``log_entry``, ``pool_entry``) and the checkpoints handed to ``save``.
 """
 
 from __future__ import annotations
