@@ -351,7 +351,8 @@ def train_iterations(
     save,
     resume: dict | None,
 ) -> list[dict]:
-    """A run's iterations from ``run.first`` to ``run.iterations`` (:func:`iterate_overlapping`),
+    """A trainer's run (its ``config``, ``context``, ``parts``, ``first`` and ``iterations``)
+    through its iterations from ``run.first`` to ``run.iterations`` (:func:`iterate_overlapping`),
     after ``resume``'s history is restored, ``modules``' parameters are broadcast from rank 0 and a
     fresh run's starting state is handed to ``save`` (on rank 0). Every ``log_every`` iterations
     and at the end, ``make_entry(env_steps, start, numbers)`` makes a history entry from ``stats``'
