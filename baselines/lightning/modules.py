@@ -148,9 +148,8 @@ class TrainingModule(pl.LightningModule):
         Here: the trainer's ``Phases`` (``self.phases``) as its ``train`` runs them, each update as
         its optimizer's Lightning step (DDPG's module runs ``ddpg.step`` instead)."""
         with self.config.matmul_precision():
+            self.phases.collect()
             self.phases.schedule(iteration)
-            with self.phases.times("rollout"):
-                self.phases.rollout()
             with self.phases.times("update"):
                 return self.step_optimizers()
 
