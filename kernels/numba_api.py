@@ -9,11 +9,15 @@ from numba import cuda
 from numba.cuda.core import config
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
+from gpu_marl_envs import float32
+
 __all__ = [
     "cuda",
     "NumbaPerformanceWarning",
     "add_rn",
     "allow_dynamic_shared_memory",
+    "divide",
+    "fma_rn",
     "inline_device",
     "mul_rn",
     "named_kernel",
@@ -40,7 +44,8 @@ def inline_device(function):
 
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
-# fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn).
+# fuses a * b + c into an FMA, but never libdevice's fmul_rn/fadd_rn (CUDA C's __fmul_rn/__fadd_rn);
+# fma_rn is a fused multiply-add, rounded once (the simulator's cuda.fma rounds the product first).
 # float_as_int/int_as_float reinterpret a float32's bits as an int32 and back (CUDA C's
 # __float_as_int/__int_as_float), e.g. to order non-negative floats as integers.
 if config.ENABLE_CUDASIM:
@@ -52,6 +57,10 @@ if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def add_rn(a, b):
         return a + b
+
+    @cuda.jit(device=True)
+    def fma_rn(a, b, c):
+        return np.float32(float32.fma(a, b, c))
 
     @cuda.jit(device=True)
     def float_as_int(v):
@@ -72,12 +81,37 @@ else:
         return libdevice.fadd_rn(a, b)
 
     @cuda.jit(device=True)
+    def fma_rn(a, b, c):
+        return libdevice.fmaf_rn(a, b, c)
+
+    @cuda.jit(device=True)
     def float_as_int(v):
         return libdevice.float_as_int(v)
 
     @cuda.jit(device=True)
     def int_as_float(v):
         return libdevice.int_as_float(v)
+
+
+_ZERO, _ONE = np.float32(0.0), np.float32(1.0)
+_CORRECTED_LOW, _CORRECTED_HIGH = (np.float32(v) for v in float32.CORRECTED_DIVIDENDS)
+
+
+@inline_device
+def divide(x, divisor, reciprocal, exact):
+    """``x / divisor`` as a true float32 division, the twin of ``gme_divide`` in kernels/float32.cuh
+    (which says how ``reciprocal`` and ``exact``, constants of the caller, choose the way)."""
+    if reciprocal != _ZERO:
+        q = mul_rn(x, reciprocal)
+        if exact:
+            return q
+        magnitude = abs(x)
+        if magnitude >= _CORRECTED_LOW and magnitude <= _CORRECTED_HIGH:
+            return fma_rn(fma_rn(-q, divisor, x), reciprocal, q)
+        return q if x == _ZERO else x / divisor
+    zero = x == _ZERO
+    quotient = (_ONE if zero else x) / divisor
+    return mul_rn(x, divisor) if zero else quotient
 
 
 def _compiled(kernel, args):

@@ -15,6 +15,7 @@
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
 #include <cfloat>
 
+#include "float32.cuh"
 #include "multi_agent.cuh"
 
 #define N TC_NUM_AGENTS
@@ -24,6 +25,10 @@
 #define C TC_GRID_CELLS  // cells per side of the neighbour grid; 1: no grid (every agent scans every other)
 #define GRID (C > 1)
 #define OUT_BUCKET (2 * C * C)  // the grid's buckets: cell c's taggers (2c), its runners (2c + 1), then the agents out of the game
+// An observation's difference over one of its scales (TC_POSITION_SCALE, TC_SPEED_SCALE, TC_TWO_PI), as
+// a true float32 division with the scale's reciprocal (gme_divide; kernel_constants' *_RECIPROCAL).
+#define SCALED(difference, SCALE) \
+    gme_divide(difference, TC_##SCALE, TC_##SCALE##_RECIPROCAL, TC_##SCALE##_RECIPROCAL_EXACT)
 
 __constant__ float tc_acceleration_levels[TC_NUM_ACCELERATION_LEVELS + 1] = TC_ACCELERATION_LEVELS;
 __constant__ float tc_turn_levels[TC_NUM_TURN_LEVELS + 1] = TC_TURN_LEVELS;
@@ -530,18 +535,6 @@ __device__ __forceinline__ int row_place(const TagShared& sh, int row) {
 #endif
 }
 
-// difference / scale, a true float32 division, with a zero difference divided as a one and its
-// quotient (a zero of the true one's sign) taken from a product: CUDA's division leaves its fast
-// path for a zero dividend, and the lanes of a warp meet one in nearly every pass (equal speeds,
-// zero accelerations). Where `reciprocal` is not 0, it is 1 / scale exactly (TC_SPEED_RECIPROCAL:
-// _exact_reciprocal in the reference module), and the product is the quotient's own float.
-__device__ __forceinline__ float scaled(float difference, float scale, float reciprocal = 0.0f) {
-    if (reciprocal != 0.0f) return __fmul_rn(difference, reciprocal);  // decided at compile time
-    bool zero = difference == 0.0f;
-    float quotient = __fdiv_rn(zero ? 1.0f : difference, scale);
-    return zero ? __fmul_rn(difference, scale) : quotient;
-}
-
 #if TC_FULL_OBSERVATION
 constexpr int GROUP = 32;  // rows a warp takes at a time
 #else
@@ -623,11 +616,11 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
             const float* own_motion = motions.own;
             const float* other_motion = motions.other;
             float features[FEATURES] = {
-                scaled(other.x - mine.x, TC_POSITION_SCALE),
-                scaled(other.y - mine.y, TC_POSITION_SCALE),
-                scaled(other_motion[0] - own_motion[0], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(other_motion[1] - own_motion[1], TC_SPEED_SCALE, TC_SPEED_RECIPROCAL),
-                scaled(other_motion[2] - own_motion[2], TC_TWO_PI),
+                SCALED(other.x - mine.x, POSITION_SCALE),
+                SCALED(other.y - mine.y, POSITION_SCALE),
+                SCALED(other_motion[0] - own_motion[0], SPEED_SCALE),
+                SCALED(other_motion[1] - own_motion[1], SPEED_SCALE),
+                SCALED(other_motion[2] - own_motion[2], TWO_PI),
                 j < G ? 1.0f : 0.0f,
                 in_game[j] ? 1.0f : 0.0f,
             };

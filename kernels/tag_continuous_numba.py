@@ -28,7 +28,15 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, float_as_int, inline_device, int_as_float, mul_rn
+from gpu_marl_envs.kernels.numba_api import (
+    add_rn,
+    cuda,
+    divide,
+    float_as_int,
+    inline_device,
+    int_as_float,
+    mul_rn,
+)
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import boolean, float32, int16, int32, int64, uint16, uint32
 
@@ -60,7 +68,12 @@ def game_functions(c) -> GameFunctions:
     TAGGING_RADIUS = c.TAGGING_RADIUS
     POSITION_SCALE = c.POSITION_SCALE
     SPEED_SCALE = c.SPEED_SCALE
-    SPEED_RECIPROCAL = c.SPEED_RECIPROCAL
+    POSITION_SCALE_RECIPROCAL, POSITION_SCALE_RECIPROCAL_EXACT = (
+        c.POSITION_SCALE_RECIPROCAL,
+        c.POSITION_SCALE_RECIPROCAL_EXACT,
+    )
+    SPEED_SCALE_RECIPROCAL, SPEED_SCALE_RECIPROCAL_EXACT = c.SPEED_SCALE_RECIPROCAL, c.SPEED_SCALE_RECIPROCAL_EXACT
+    TWO_PI_RECIPROCAL, TWO_PI_RECIPROCAL_EXACT = c.TWO_PI_RECIPROCAL, c.TWO_PI_RECIPROCAL_EXACT
     TAG_REWARD_FOR_TAGGER = c.TAG_REWARD_FOR_TAGGER
     TAG_PENALTY_FOR_RUNNER = c.TAG_PENALTY_FOR_RUNNER
     STEP_PENALTY_FOR_TAGGER = c.STEP_PENALTY_FOR_TAGGER
@@ -498,21 +511,18 @@ def game_functions(c) -> GameFunctions:
             return r + rows_step + 1, c - width
         return r + rows_step, c
 
+    # An observation's difference over one of its scales (the .cu's SCALED), by numba_api.divide.
     @inline_device
-    def divide(x, scale):
-        """x / scale as float32 division, a zero x divided as a one and its quotient (a zero of the
-        true one's sign) taken from a product: the GPU's division leaves its fast path for a zero
-        dividend, which a warp's lanes meet in nearly every row (equal speeds, zero accelerations)."""
-        zero = x == ZERO
-        quotient = (ONE if zero else x) / scale
-        return mul_rn(x, scale) if zero else quotient
+    def over_position_scale(x):
+        return divide(x, POSITION_SCALE, POSITION_SCALE_RECIPROCAL, POSITION_SCALE_RECIPROCAL_EXACT)
 
     @inline_device
-    def divide_speed(x):
-        """x / SPEED_SCALE: a product where SPEED_RECIPROCAL is the exact 1 / SPEED_SCALE (see the .cu's scaled)."""
-        if SPEED_RECIPROCAL != ZERO:
-            return mul_rn(x, SPEED_RECIPROCAL)
-        return divide(x, SPEED_SCALE)
+    def over_speed_scale(x):
+        return divide(x, SPEED_SCALE, SPEED_SCALE_RECIPROCAL, SPEED_SCALE_RECIPROCAL_EXACT)
+
+    @inline_device
+    def over_two_pi(x):
+        return divide(x, TWO_PI, TWO_PI_RECIPROCAL, TWO_PI_RECIPROCAL_EXACT)
 
     @cuda.jit(device=True)
     def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh):
@@ -542,11 +552,11 @@ def game_functions(c) -> GameFunctions:
                 j = id_at(ids, q)
                 xq, yq = position(positions, q)
                 x_own, y_own = position(positions, own)
-                staged[base] = divide(xq - x_own, POSITION_SCALE)
-                staged[base + 1] = divide(yq - y_own, POSITION_SCALE)
-                staged[base + 2] = divide_speed(speed[e, j] - speed[e, a])
-                staged[base + 3] = divide_speed(acceleration[e, j] - acceleration[e, a])
-                staged[base + 4] = divide(direction[e, j] - direction[e, a], TWO_PI)
+                staged[base] = over_position_scale(xq - x_own)
+                staged[base + 1] = over_position_scale(yq - y_own)
+                staged[base + 2] = over_speed_scale(speed[e, j] - speed[e, a])
+                staged[base + 3] = over_speed_scale(acceleration[e, j] - acceleration[e, a])
+                staged[base + 4] = over_two_pi(direction[e, j] - direction[e, a])
                 staged[base + 5] = ONE if j < G else ZERO
                 staged[base + 6] = ONE if sh_in_game[j] else ZERO
             else:  # an agent out of the game or an empty slot: zeros

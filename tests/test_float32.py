@@ -1,6 +1,9 @@
 """The float32 operations references use where kernels must match them bit for bit
 (``gpu_marl_envs.float32``), and TagContinuous's tag test, which takes a square root."""
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import torch
 
@@ -58,3 +61,67 @@ def test_tag_decision_rounds_the_distance_correctly():
     expected = np.sqrt(d2) < radius
     tagged = ~next_state.in_game[:, 1].numpy()
     assert np.array_equal(tagged, expected), f"differs at squared distances {d2[tagged != expected].tolist()}"
+
+
+def _rounded(value: Fraction) -> np.float32:
+    """The float32 nearest ``value`` (ties to even), from exact rationals: normal and subnormal."""
+    if value == 0:
+        return np.float32(0.0)
+    magnitude = abs(value)
+    exponent = max(math.floor(math.log2(magnitude)), -126)
+    while Fraction(2) ** exponent > magnitude and exponent > -126:
+        exponent -= 1
+    while Fraction(2) ** (exponent + 1) <= magnitude:
+        exponent += 1
+    units = magnitude / Fraction(2) ** (exponent - 23)
+    whole = units.numerator // units.denominator
+    rest = units - whole
+    whole += rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2 == 1)
+    return np.float32(math.copysign(float(whole * Fraction(2) ** (exponent - 23)), value))
+
+
+def test_fma_rounds_once():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(3000).astype(np.float32)
+    b = rng.standard_normal(3000).astype(np.float32)
+    cancelling = (-(a.astype(np.float64) * b)).astype(np.float32)  # the exact remainders a division's correction takes
+    spread = (rng.standard_normal(3000) * np.exp2(rng.integers(-40, 40, 3000))).astype(np.float32)
+    for c in (cancelling, spread):
+        got = float32.fma(a, b, c)
+        want = [_rounded(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))) for x, y, z in zip(a, b, c)]
+        assert np.array_equal(got, np.array(want, dtype=np.float32))
+    # (1 + 2**-12)**2 = 1 + 2**-11 + 2**-24: a float32 midpoint, which an addend far below one float64
+    # ulp moves to its side (a float64 sum alone would land on the midpoint and round to even).
+    one = np.float32(1 + 2**-12)
+    even, odd = np.float32(1 + 2**-11), np.float32(1 + 2**-11 + 2**-23)
+    assert float32.fma(one, one, np.float32(0.0)) == even
+    assert float32.fma(one, one, np.float32(2**-60)) == odd
+    assert float32.fma(one, one, np.float32(-(2**-60))) == even
+
+
+def test_a_corrected_reciprocal_divides_exactly_across_its_dividends():
+    rng = np.random.default_rng(1)
+    low, high = float32.CORRECTED_DIVIDENDS
+    significands = rng.uniform(1, 2, 200_000)
+    exponents = rng.integers(math.log2(low), math.log2(high), 200_000)
+    x = (significands * np.exp2(exponents) * rng.choice([-1.0, 1.0], 200_000)).astype(np.float32)
+    for scale in (20.0, 2 * np.pi, 1.5, 0.1, 1000.0):
+        b = np.float32(scale)
+        y = np.float32(float32.corrected_reciprocal(scale))
+        assert y == np.float32(1) / b
+        q = x * y
+        # numpy's division is correctly rounded: the kernels' correction must give its floats.
+        assert np.array_equal(float32.fma(float32.fma(-q, b, x), y, q), x / b), scale
+        assert not np.array_equal(q, x / b), scale  # the product alone would not
+
+
+def test_the_check_catches_a_reciprocal_one_correction_cannot_fix():
+    b = np.float32(20.0)
+    y = np.float32(1) / b
+    assert float32.corrects_every_quotient(b, y)
+    assert not float32.corrects_every_quotient(b, np.nextafter(y, np.float32(1)) * np.float32(1.001))
+
+
+def test_no_reciprocal_for_a_divisor_out_of_its_range():
+    for divisor in (0.0, -2.0, float("inf"), float("nan"), 1e-30, 1e30):
+        assert float32.corrected_reciprocal(divisor) == 0.0, divisor

@@ -500,11 +500,20 @@ def test_params_k_is_free_with_full_observation():
     assert p.obs_dim == 7 * 2 + 1, f"obs_dim {p.obs_dim}"
 
 
-def test_kernels_multiply_by_the_speed_scale_only_where_its_reciprocal_is_exact():
-    # A product with an exact reciprocal is the quotient's own float; anything else divides.
-    assert tc.kernel_constants(TagContinuousParams())["SPEED_RECIPROCAL"] == 1.0  # max_speed 1 (+1e-10)
-    assert tc.kernel_constants(TagContinuousParams(max_speed=4.0))["SPEED_RECIPROCAL"] == 0.25
+def test_kernels_divide_by_a_scale_through_its_reciprocal():
+    # A product with an exact reciprocal (a power of two) is the quotient's own float; any other
+    # scale's float32 reciprocal is corrected (float32.corrected_reciprocal, tested in test_float32).
+    def division(params, name):
+        k = tc.kernel_constants(params)
+        return k[f"{name}_RECIPROCAL"], k[f"{name}_RECIPROCAL_EXACT"]
+
+    p = TagContinuousParams()
+    assert division(p, "SPEED_SCALE") == (1.0, True)  # max_speed 1 (+1e-10)
+    assert division(p, "POSITION_SCALE") == (float(np.float32(1) / np.float32(p.position_scale)), False)
+    assert division(p, "TWO_PI") == (float(np.float32(1) / np.float32(p.two_pi)), False)
+    assert division(TagContinuousParams(max_speed=4.0), "SPEED_SCALE") == (0.25, True)
     for max_speed in (1.5, 3.0, 0.1):
-        assert tc.kernel_constants(TagContinuousParams(max_speed=max_speed))["SPEED_RECIPROCAL"] == 0.0
+        reciprocal = float(np.float32(1) / np.float32(TagContinuousParams(max_speed=max_speed).speed_scale))
+        assert division(TagContinuousParams(max_speed=max_speed), "SPEED_SCALE") == (reciprocal, False)
     differences = torch.linspace(-3, 3, 10001, dtype=torch.float32)
     assert torch.equal(differences * np.float32(0.25), differences / np.float32(4.0))

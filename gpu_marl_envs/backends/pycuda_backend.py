@@ -15,7 +15,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs import rng
+from gpu_marl_envs import float32, rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
@@ -39,11 +39,13 @@ def availability(device: torch.device) -> str | None:
 
 
 def runtime_definitions() -> dict[str, str]:
-    """The runtime's constants every .cu file is compiled with (RNG, autoreset codes)."""
+    """The runtime's constants every .cu file is compiled with (RNG, float32 division, autoreset codes)."""
     return {
         "GME_MIX_MUL_1": f"{rng.MIX_MUL_1:#x}u",
         "GME_MIX_MUL_2": f"{rng.MIX_MUL_2:#x}u",
         "GME_SEED_SALT": f"{rng.SEED_SALT:#x}u",
+        "GME_CORRECTED_LOW": f"{float32.CORRECTED_DIVIDENDS[0].hex()}f",
+        "GME_CORRECTED_HIGH": f"{float32.CORRECTED_DIVIDENDS[1].hex()}f",
         **{f"GME_AUTORESET_{mode.name}": str(code) for mode, code in AUTORESET_CODES.items()},
     }
 

@@ -364,7 +364,9 @@ def kernel_constants(p: TagContinuousParams) -> dict:
         "TAGGING_RADIUS": _f32(p.tagging_radius),
         "POSITION_SCALE": _f32(p.position_scale),
         "SPEED_SCALE": _f32(p.speed_scale),
-        "SPEED_RECIPROCAL": _exact_reciprocal(p.speed_scale),
+        **_reciprocal("POSITION_SCALE", p.position_scale),
+        **_reciprocal("SPEED_SCALE", p.speed_scale),
+        **_reciprocal("TWO_PI", p.two_pi),
         "TAG_REWARD_FOR_TAGGER": _f32(p.tag_reward_for_tagger),
         "TAG_PENALTY_FOR_RUNNER": _f32(p.tag_penalty_for_runner),
         "STEP_PENALTY_FOR_TAGGER": _f32(p.step_penalty_for_tagger),
@@ -472,14 +474,17 @@ def search_grid_cells(p: TagContinuousParams) -> int:
     return max(2, round(math.sqrt(p.num_agents / AGENTS_PER_CELL)))
 
 
-def _exact_reciprocal(scale: float) -> float:
-    """``1 / scale`` in float32 where that is exact (``scale`` a power of two, as the default speed
-    scale, 1), else 0.0. A product with an exact reciprocal is the quotient's own float (both round
-    the same real number), and the kernels' observations divide by the speed scale twice a slot."""
+def _reciprocal(name: str, scale: float) -> dict:
+    """How the kernels divide the observations' differences by ``scale`` (``gme_divide`` in
+    kernels/float32.cuh, ``divide`` in the Numba kernels): ``{name}_RECIPROCAL``, float32 ``1 / scale``
+    where a product with it (``{name}_RECIPROCAL_EXACT``: ``scale`` a power of two, as the default
+    speed scale, 1) or the product and one correction (``float32.corrected_reciprocal``) is the
+    quotient's own float, else 0.0 (divide)."""
     s = np.float32(scale)
-    r = np.float32(1.0) / s if s != 0 else np.float32(0.0)
-    exact = np.isfinite(r) and r != 0 and float(r) * float(s) == 1.0
-    return float(r) if exact else 0.0
+    inverse = np.float32(1.0) / s if np.isfinite(s) and s > 0 else np.float32(0.0)
+    if inverse != 0 and float(inverse) * float(s) == 1.0:
+        return {f"{name}_RECIPROCAL": float(inverse), f"{name}_RECIPROCAL_EXACT": True}
+    return {f"{name}_RECIPROCAL": float32.corrected_reciprocal(scale), f"{name}_RECIPROCAL_EXACT": False}
 
 
 def _cell_margin(p: TagContinuousParams) -> float:
