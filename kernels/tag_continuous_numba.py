@@ -82,6 +82,7 @@ def game_functions(c) -> GameFunctions:
     END_OF_GAME_REWARD_FOR_RUNNER = c.END_OF_GAME_REWARD_FOR_RUNNER
     TIME_SCALE = np.float32(EPISODE_LENGTH)
     ZERO = np.float32(0.0)
+    U = np.uint32  # an unsigned index (see stage_features)
     ONE = np.float32(1.0)
     FOUR = np.float32(4.0)
     INFINITY = np.float32(np.inf)
@@ -535,10 +536,14 @@ def game_functions(c) -> GameFunctions:
         step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
         positions, ids, sh_in_game, staged, places = sh[0], sh[1], sh[5], sh[7], sh[8]
+        # Env e's state rows as 1D views. They and the staging buffer are indexed unsigned (U):
+        # at a signed index Numba wraps negative ones, several instructions an access.
+        speeds, accelerations, directions = speed[e], acceleration[e], direction[e]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
         threads = cuda.blockDim.x
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
-        for _ in range(cuda.threadIdx.x, rows * slots, threads):
+        pair, pairs = U(cuda.threadIdx.x), U(rows * slots)
+        while pair < pairs:  # (a range with a step kept 64-bit signed counting in every pass)
             m = m0 + n
             a = row_agent(ids, first + r)
             own = row_place(places, first + r)
@@ -546,25 +551,27 @@ def game_functions(c) -> GameFunctions:
             if FULL_OBSERVATION:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
             else:
-                q = observed[lists + r * K + m]
-            base = r * ROW_STRIDE + n * FEATURES
+                q = observed[U(lists + r * K + m)]
+            base = U(r * ROW_STRIDE + n * FEATURES)
             if playing and q >= 0:
                 j = id_at(ids, q)
+                uj, ua = U(j), U(a)
                 xq, yq = position(positions, q)
                 x_own, y_own = position(positions, own)
                 staged[base] = over_position_scale(xq - x_own)
-                staged[base + 1] = over_position_scale(yq - y_own)
-                staged[base + 2] = over_speed_scale(speed[e, j] - speed[e, a])
-                staged[base + 3] = over_speed_scale(acceleration[e, j] - acceleration[e, a])
-                staged[base + 4] = over_two_pi(direction[e, j] - direction[e, a])
-                staged[base + 5] = ONE if j < G else ZERO
-                staged[base + 6] = ONE if sh_in_game[j] else ZERO
+                staged[base + U(1)] = over_position_scale(yq - y_own)
+                staged[base + U(2)] = over_speed_scale(speeds[uj] - speeds[ua])
+                staged[base + U(3)] = over_speed_scale(accelerations[uj] - accelerations[ua])
+                staged[base + U(4)] = over_two_pi(directions[uj] - directions[ua])
+                staged[base + U(5)] = ONE if j < G else ZERO
+                staged[base + U(6)] = ONE if sh_in_game[uj] else ZERO
             else:  # an agent out of the game or an empty slot: zeros
                 for c in range(FEATURES):
-                    staged[base + c] = ZERO
+                    staged[base + U(c)] = ZERO
             if last and n == 0:
-                staged[r * ROW_STRIDE + slots * FEATURES] = time if playing else ZERO
+                staged[U(r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
             r, n = step_pair(r, n, rows_step, slots_step, slots)
+            pair += U(threads)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
@@ -578,6 +585,7 @@ def game_functions(c) -> GameFunctions:
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
         positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
+        observations = out[e]  # env e's row of the buffer, a 1D view
         time = np.float32(state[6][e]) / TIME_SCALE
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -611,16 +619,22 @@ def game_functions(c) -> GameFunctions:
                     else:
                         stage_features(e, first + r0, staged_rows, sh[4], r0 * K, m0, slots, time, state, sh)
                     cuda.syncthreads()
+                    # Unsigned indices (U) and while loops, as in stage_features.
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
-                        for i in range(tid, staged_rows * OBS_DIM, threads):
-                            out[e, (first + r0) * OBS_DIM + i] = staged[i]
+                        run = U((first + r0) * OBS_DIM)
+                        i, floats = U(tid), U(staged_rows * OBS_DIM)
+                        while i < floats:
+                            observations[run + i] = staged[i]
+                            i += U(threads)
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
                         r, w, rows_step, floats_step = first_pair(tid, threads, length)
-                        for _ in range(tid, staged_rows * length, threads):
+                        i, floats = U(tid), U(staged_rows * length)
+                        while i < floats:
                             row = row_agent(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES
-                            out[e, row + w] = staged[r * ROW_STRIDE + w]
+                            observations[U(row + w)] = staged[U(r * ROW_STRIDE + w)]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
+                            i += U(threads)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
 
     @cuda.jit(device=True)
