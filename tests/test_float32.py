@@ -5,7 +5,9 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pytest
 import torch
+from conftest import HAS_GPU
 
 from gpu_marl_envs import float32
 from gpu_marl_envs.envs import tag_continuous as tc
@@ -125,3 +127,21 @@ def test_the_check_catches_a_reciprocal_one_correction_cannot_fix():
 def test_no_reciprocal_for_a_divisor_out_of_its_range():
     for divisor in (0.0, -2.0, float("inf"), float("nan"), 1e-30, 1e30):
         assert float32.corrected_reciprocal(divisor) == 0.0, divisor
+
+
+@pytest.mark.skipif(HAS_GPU, reason="on a GPU, test_gpu_division checks the compiled twins over every float32")
+def test_the_numba_division_is_a_true_division_under_the_simulator():
+    from gpu_marl_envs.kernels.numba_api import divide
+
+    bits = np.random.default_rng(2).integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0.0, -0.0, 1e-40, -1e-30, 2.0**-64, 2.0**64, 3e38, np.inf, -np.inf, np.nan], np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf dividends, as on a GPU
+        for x in np.concatenate([bits.view(np.float32), special]):
+            for divisor, reciprocal, exact in [(20.0, float32.corrected_reciprocal(20.0), False), (4.0, 0.25, True)]:
+                b = np.float32(divisor)
+                for r in (np.float32(reciprocal), np.float32(0.0)):  # the reciprocal's way, and a division
+                    got, want = divide(x, b, r, exact and r != 0), x / b
+                    assert got.view(np.uint32) == want.view(np.uint32) or (np.isnan(got) and np.isnan(want)), (
+                        x,
+                        divisor,
+                    )
