@@ -8,6 +8,10 @@ without fast math, ``math.sqrt`` and ``/`` in Numba). Torch does not always give
   reciprocal, which differs in the last bit (``3 / 100``).
 A reference that promises exact agreement uses these instead. ``docs/custom_env.md`` lists the
 other float32 rules (no fused multiply-add where the reference rounds twice, constants rounded once).
+
+For the kernels' side: ``corrected_reciprocal`` gives the constant with which a kernel divides by
+a product and one FMA correction (``gme_divide`` in kernels/float32.cuh) and proves it exact, with
+``fma``, numpy's single-rounding fused multiply-add (the CUDA simulator's rounds twice).
 """
 
 from __future__ import annotations
