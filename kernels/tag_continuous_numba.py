@@ -82,11 +82,11 @@ def game_functions(c) -> GameFunctions:
     END_OF_GAME_REWARD_FOR_RUNNER = c.END_OF_GAME_REWARD_FOR_RUNNER
     TIME_SCALE = np.float32(EPISODE_LENGTH)
     ZERO = np.float32(0.0)
-    U = np.uint32  # an unsigned index (see stage_features)
     ONE = np.float32(1.0)
     FOUR = np.float32(4.0)
     INFINITY = np.float32(np.inf)
     NAN = np.float32(np.nan)
+    U = np.uint32  # an unsigned index (see stage_features)
     # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
     # shared_layout() sizes), one thread each here.
     CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // c.SCAN_SPLIT

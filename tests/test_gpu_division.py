@@ -4,6 +4,8 @@ float32 dividends, against the GPU's own correctly rounded division. ``float32.c
 proves the correction for the dividends within ``CORRECTED_DIVIDENDS`` on the CPU (one binade, scaled
 by powers of two); this checks the kernels' code itself, every branch and special value included."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -33,6 +35,17 @@ extern "C" __global__ void count_mismatches(float divisor, float reciprocal, uns
 """
 
 
+@functools.cache
+def _cuda_c_kernel():
+    import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context)
+    from pycuda.compiler import SourceModule
+
+    defines = "".join(f"#define {k} {v}\n" for k, v in pycuda_backend.runtime_definitions().items())
+    module = SourceModule(defines + SOURCE, include_dirs=[pycuda_backend.kernel_dir()], no_extern_c=True)
+    return module.get_function("count_mismatches")
+
+
+@functools.cache
 def _numba_kernel():
     from gpu_marl_envs.kernels.numba_api import cuda, divide, float_as_int, int_as_float
 
@@ -50,15 +63,10 @@ def _numba_kernel():
 @pytest.mark.parametrize("divisor", DIVISORS)
 def test_cuda_c_division_by_a_corrected_reciprocal_is_exact_for_every_float(divisor, cuda_device):
     pytest.importorskip("pycuda")
-    import pycuda.autoprimaryctx  # noqa: F401  (torch's primary context)
-    from pycuda.compiler import SourceModule
-
-    defines = "".join(f"#define {k} {v}\n" for k, v in pycuda_backend.runtime_definitions().items())
-    kernel = SourceModule(defines + SOURCE, include_dirs=[pycuda_backend.kernel_dir()], no_extern_c=True)
     count = torch.zeros(1, dtype=torch.int64, device=cuda_device)
     reciprocal = float32.corrected_reciprocal(divisor)
     assert reciprocal != 0.0
-    kernel.get_function("count_mismatches")(
+    _cuda_c_kernel()(
         np.float32(divisor), np.float32(reciprocal), np.uintp(count.data_ptr()), block=(256, 1, 1), grid=(4096, 1)
     )
     torch.cuda.synchronize()
