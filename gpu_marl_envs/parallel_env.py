@@ -268,6 +268,28 @@ class GpuParallelEnv:
         self._check_agent(agent)
         return self._action_spaces[self._group_of[agent]]
 
+    @property
+    def state_space(self) -> spaces.Box:
+        """One game's (unbatched) global state space, PettingZoo's ``state_space``."""
+        return self.definition.state_space(self.params)
+
+    def state(self) -> torch.Tensor:
+        """The global state of every game, float32 ``(num_envs, S)`` on the device (PettingZoo's
+        ``state()``, batched): what the game defines (``definition.global_state``), by default every
+        agent's observation side by side, which is the observation buffer itself (no copy; like the
+        observations, overwritten by the next step)."""
+        self._check_open()
+        return self.definition.flat_global_state(self.params, self._buffers.observations)
+
+    def final_state(self) -> torch.Tensor:
+        """SAME_STEP autoreset: the global state ``(num_envs, S)`` of each game's last observations,
+        valid where ``infos[...]["_final_obs"]`` (the step ended its episode), for a centralised
+        critic's bootstrap."""
+        self._check_open()
+        if self.autoreset_mode != AutoresetMode.SAME_STEP:
+            raise RuntimeError(f"final_state() needs autoreset_mode=SAME_STEP, the env has {self.autoreset_mode}")
+        return self.definition.flat_global_state(self.params, self._buffers.final_observations)
+
     def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """Reset every sub-env (or those of ``options["reset_mask"]``); returns
         ``(observations, infos)`` keyed by agent."""
@@ -482,9 +504,12 @@ class GpuParallelEnv:
         if value.dtype != torch.int64:
             raise TypeError(f"{name} must have dtype torch.int64, got {value.dtype}; use .long()")
 
-    def _check_ready(self) -> None:
+    def _check_open(self) -> None:
         if self._buffers is None:
             raise RuntimeError("the env is closed")
+
+    def _check_ready(self) -> None:
+        self._check_open()
         if not self._ready:
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(

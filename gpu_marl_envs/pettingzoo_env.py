@@ -54,6 +54,11 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
       return is the model's social welfare). Games without metrics (Tag) add nothing: their returns
       are the sums of the rewards a PettingZoo user already has.
 
+    ## Global state
+    ``state()`` and ``state_space``, PettingZoo's: the game's global state for centralised critics
+    (``definition.global_state``; by default every agent's observation side by side, in agent-id
+    order, as MPE2's ``state()``), agents out of the game included.
+
     ## Starting state and seeding
     The game's ``reset`` with key ``rng.key_hash(seed, episode)``, as the batched envs draw it:
     ``reset(seed=s)`` starts episode 0 of seed ``s``, each later ``reset()`` the next episode; an env
@@ -122,6 +127,16 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
 
     def action_space(self, agent: str) -> spaces.Space:
         return self._env.action_space(agent)
+
+    @property
+    def state_space(self) -> spaces.Box:
+        """The game's global state space (the game's docstring; by default every agent's
+        observation side by side)."""
+        return self._env.state_space
+
+    def state(self) -> np.ndarray:
+        """The game's global state now, float32 ``(S,)`` (a copy)."""
+        return self._env.state()[0].cpu().numpy().copy()
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         if options is not None and not isinstance(options, dict):

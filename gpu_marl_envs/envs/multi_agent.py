@@ -22,6 +22,10 @@ Conventions every game follows:
 - ``in_game(p, state)``: bool ``(E, N)``, whether each agent is still playing (the batched API's
   ``active`` mask; by default every agent plays the whole episode). Agents out of the game are
   individually terminated.
+- ``global_state(p, observations)``: float32 ``(E, S)``, the game's global state (PettingZoo's
+  ``state()``, a centralised critic's input), computed from the flat observation buffer, so that
+  every backend has it and SAME_STEP's final observations give the final state; by default the
+  buffer itself, the concatenation of every agent's observation (MPE2's ``state()``).
 - ``episode_totals(p, state)``: float32 ``(E, K)``, one column per name of ``episode_metrics(p)``,
   evaluated on the state right after a step (before any autoreset): the game keeps the
   accumulators it needs in its state.
@@ -36,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from gymnasium import spaces
 
@@ -126,6 +131,12 @@ class MultiAgentDefinition:
     """``p -> names`` of the game's episode totals (empty: none)."""
     episode_totals: Callable[[Any, Any], torch.Tensor] | None = None
     """``(p, state) -> float32 (E, K)``, ``K = len(episode_metrics(p))``; needed when ``K > 0``."""
+    global_state: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
+    """``(p, observations (E, obs_size)) -> float32 (E, S)``: the global state from the flat
+    observations (e.g. a slice of them: a view, no copy), or ``None`` for their concatenation, the
+    observation buffer itself. Pure torch, no host synchronisation (trainers capture it)."""
+    global_state_space: Callable[[Any], spaces.Box] | None = None
+    """``p -> Box (S,)`` of :attr:`global_state`; needed with it."""
     dynamic_shared_bytes: Callable[[Any], int] = no_dynamic_shared
     """``p -> bytes`` of dynamic shared memory the backends launch a block of the kernels with
     (``extern __shared__`` in CUDA C, ``cuda.shared.array(0, ...)`` in Numba): static and dynamic
@@ -176,6 +187,20 @@ class MultiAgentDefinition:
 
     def mask_size(self, params) -> int:
         return sum(s.count * s.size for s in self.mask_layout(params).values()) if self.has_action_masks else 0
+
+    @functools.cache  # noqa: B019
+    def state_space(self, params) -> spaces.Box:
+        """One game's global state space: :attr:`global_state_space`, or by default every agent's
+        observation space side by side, in the flat observation layout."""
+        if self.global_state_space is not None:
+            return self.global_state_space(params)
+        groups, layout = self.observation_spaces(params), self.observation_layout(params)
+        bounds = [[np.tile(getattr(groups[g], side), s.count) for g, s in layout.items()] for side in ("low", "high")]
+        return spaces.Box(np.concatenate(bounds[0]), np.concatenate(bounds[1]), dtype=np.float32)
+
+    def flat_global_state(self, params, observations: torch.Tensor) -> torch.Tensor:
+        """The global state ``(E, S)`` of flat observations ``(E, obs_size)`` (the buffer itself by default)."""
+        return observations if self.global_state is None else self.global_state(params, observations)
 
     def action_shape(self, params) -> tuple[int, ...]:
         """The shape of one agent's action, the same in every group."""
