@@ -1,0 +1,103 @@
+// MPE2's particle physics in float32, shared by the MPE games' CUDA C kernels: the twin of
+// gpu_marl_envs/envs/mpe_physics.py (the reference, whose docstring gives MPE2's rules and the float32
+// formulation) and kernels/mpe_numba.py. Every product and sum is rounded as the reference rounds it
+// (__fmul_rn/__fadd_rn: no fused multiply-adds), divisions and square roots are IEEE's, and exp/log1p
+// are written with those operations only, so the kernels match the reference bit for bit.
+// Reads the game's constants GAME_DT, GAME_VELOCITY_KEEP, GAME_CONTACT_FORCE, GAME_CONTACT_MARGIN,
+// GAME_EXP_MIN, GAME_LOG2E, GAME_LN2_HI, GAME_LN2_LO, GAME_EXP_COEFFICIENTS, GAME_LOG1P_COEFFICIENTS
+// (mpe_physics.physics_constants(), in every MPE game's kernel_constants).
+#pragma once
+
+// NaN read as 0 (a Box action's NaN component; the framework's contract for unvalidated actions).
+__device__ __forceinline__ float mpe_nan_to_zero(float v) { return v != v ? 0.0f : v; }
+
+// e**x for x <= 3, 0 below GAME_EXP_MIN: 2**n p(r), n = floor(x log2(e) + 1/2), r = x - n ln 2.
+__device__ __forceinline__ float mpe_exp(float x) {
+    constexpr float c[] = GAME_EXP_COEFFICIENTS;
+    float n = floorf(__fadd_rn(__fmul_rn(x, GAME_LOG2E), 0.5f));
+    float r = __fadd_rn(__fadd_rn(x, -__fmul_rn(n, GAME_LN2_HI)), -__fmul_rn(n, GAME_LN2_LO));
+    float p = c[0];
+#pragma unroll
+    for (int k = 1; k < (int)(sizeof(c) / sizeof(c[0])); ++k) p = __fadd_rn(__fmul_rn(p, r), c[k]);
+    int e = min(max((int)n, -126), 127);
+    return x < GAME_EXP_MIN ? 0.0f : __fmul_rn(p, __int_as_float((e + 127) << 23));
+}
+
+// log(1 + t) for t in [0, 1]: 2 atanh(u), u = t / (2 + t).
+__device__ __forceinline__ float mpe_log1p_unit(float t) {
+    constexpr float c[] = GAME_LOG1P_COEFFICIENTS;
+    float u = t / __fadd_rn(t, 2.0f);
+    float w = __fmul_rn(u, u);
+    float p = c[0];
+#pragma unroll
+    for (int k = 1; k < (int)(sizeof(c) / sizeof(c[0])); ++k) p = __fadd_rn(__fmul_rn(p, w), c[k]);
+    return __fmul_rn(__fmul_rn(u, p), 2.0f);
+}
+
+// logaddexp(0, -gap / margin) * margin.
+__device__ __forceinline__ float mpe_penetration(float gap) {
+    float z = -gap / GAME_CONTACT_MARGIN;
+    return __fmul_rn(__fadd_rn(fmaxf(z, 0.0f), mpe_log1p_unit(mpe_exp(-fabsf(z)))), GAME_CONTACT_MARGIN);
+}
+
+__device__ __forceinline__ float mpe_squared_norm(float dx, float dy) {
+    return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
+}
+
+// Adds to (fx, fy) the contact force of a pair at p_i - p_j = (dx, dy), unless it is beyond its reach
+// (d2 >= reach2: an exact 0 there).
+__device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_min, float reach2, float& fx,
+                                                float& fy) {
+    float d2 = mpe_squared_norm(dx, dy);
+    if (!(d2 < reach2)) return;
+    float dist = sqrtf(d2);
+    float pen = mpe_penetration(__fadd_rn(dist, -dist_min));
+    fx = __fadd_rn(fx, __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dx) / dist, pen));
+    fy = __fadd_rn(fy, __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dy) / dist, pen));
+}
+
+// One agent's action force: a Discrete action (clamped into 0..4) or a Box one (components 1..4 read,
+// NaN as 0, clipped into [0, 1]), times the sensitivity.
+template <bool continuous, class Action>
+__device__ __forceinline__ void mpe_action_force(const Action* action, float sensitivity, float& ux, float& uy) {
+    if constexpr (continuous) {
+        float a[5];
+#pragma unroll
+        for (int k = 1; k < 5; ++k) a[k] = fminf(fmaxf(mpe_nan_to_zero((float)action[k]), 0.0f), 1.0f);
+        ux = __fmul_rn(__fadd_rn(a[2], -a[1]), sensitivity);
+        uy = __fmul_rn(__fadd_rn(a[4], -a[3]), sensitivity);
+    } else {
+        long long k = (long long)action[0];
+        k = k < 0 ? 0 : (k > 4 ? 4 : k);
+        ux = k == 1 ? -sensitivity : (k == 2 ? sensitivity : 0.0f);
+        uy = k == 3 ? -sensitivity : (k == 4 ? sensitivity : 0.0f);
+    }
+}
+
+// MPE2's integration (mass 1): p += v dt; v = v (1 - damping) + f dt; then the speed cap where
+// max_speed > 0 (a scenario's agents without one pass 0).
+__device__ __forceinline__ void mpe_integrate(float& x, float& y, float& vx, float& vy, float fx, float fy,
+                                              float max_speed) {
+    x = __fadd_rn(x, __fmul_rn(vx, GAME_DT));
+    y = __fadd_rn(y, __fmul_rn(vy, GAME_DT));
+    vx = __fadd_rn(__fmul_rn(vx, GAME_VELOCITY_KEEP), __fmul_rn(fx, GAME_DT));
+    vy = __fadd_rn(__fmul_rn(vy, GAME_VELOCITY_KEEP), __fmul_rn(fy, GAME_DT));
+    if (max_speed > 0.0f) {
+        float speed = sqrtf(mpe_squared_norm(vx, vy));
+        if (speed > max_speed) {
+            vx = __fmul_rn(vx / speed, max_speed);
+            vy = __fmul_rn(vy / speed, max_speed);
+        }
+    }
+}
+
+// The block's tree sum of sums[0 .. slots - 1] (slots a power of two) into sums[0], as
+// mpe_physics.pairwise_sum: sums[k] += sums[k + h] for h = slots / 2, ..., 1. Every thread calls it;
+// it starts and ends with the block synchronised.
+__device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
+    __syncthreads();
+    for (int h = slots / 2; h > 0; h /= 2) {
+        for (int k = threadIdx.x; k < h; k += blockDim.x) sums[k] = __fadd_rn(sums[k], sums[k + h]);
+        __syncthreads();
+    }
+}

@@ -1,0 +1,138 @@
+"""MPE2's particle physics in float32 for the MPE games' Numba kernels: the twin of kernels/mpe.cuh
+and of the reference gpu_marl_envs/envs/mpe_physics.py (whose docstring gives MPE2's rules and the
+float32 formulation). Products and sums that the reference rounds go through ``mul_rn``/``add_rn``;
+divisions are float32 ``/``; exp and log1p are written with those operations only, so every backend
+computes the same bits. The constants are the reference's (``physics_constants``), rounded once.
+"""
+
+import math
+
+import numpy as np
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, int_as_float, mul_rn
+from numba import int32
+
+from gpu_marl_envs.envs.mpe_physics import physics_constants
+
+_C = physics_constants()
+DT = np.float32(_C["DT"])
+VELOCITY_KEEP = np.float32(_C["VELOCITY_KEEP"])
+CONTACT_FORCE = np.float32(_C["CONTACT_FORCE"])
+CONTACT_MARGIN = np.float32(_C["CONTACT_MARGIN"])
+EXP_MIN = np.float32(_C["EXP_MIN"])
+LOG2E = np.float32(_C["LOG2E"])
+LN2_HI = np.float32(_C["LN2_HI"])
+LN2_LO = np.float32(_C["LN2_LO"])
+EXP_COEFFICIENTS = np.array(_C["EXP_COEFFICIENTS"], dtype=np.float32)
+LOG1P_COEFFICIENTS = np.array(_C["LOG1P_COEFFICIENTS"], dtype=np.float32)
+ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
+TWO = np.float32(2.0)
+HALF = np.float32(0.5)
+
+
+@cuda.jit(device=True)
+def nan_to_zero(v):
+    """NaN read as 0 (a Box action's NaN component)."""
+    return ZERO if v != v else v
+
+
+@cuda.jit(device=True)
+def mpe_exp(x):
+    """e**x for x <= 3, 0 below EXP_MIN (mpe.cuh's mpe_exp)."""
+    n = np.float32(math.floor(add_rn(mul_rn(x, LOG2E), HALF)))
+    r = add_rn(add_rn(x, -mul_rn(n, LN2_HI)), -mul_rn(n, LN2_LO))
+    p = EXP_COEFFICIENTS[0]
+    for k in range(1, EXP_COEFFICIENTS.shape[0]):
+        p = add_rn(mul_rn(p, r), EXP_COEFFICIENTS[k])
+    e = min(max(int32(n), int32(-126)), int32(127))
+    if x < EXP_MIN:
+        return ZERO
+    return mul_rn(p, int_as_float(int32((e + int32(127)) << int32(23))))
+
+
+@cuda.jit(device=True)
+def log1p_unit(t):
+    """log(1 + t) for t in [0, 1]: 2 atanh(u), u = t / (2 + t)."""
+    u = t / add_rn(t, TWO)
+    w = mul_rn(u, u)
+    p = LOG1P_COEFFICIENTS[0]
+    for k in range(1, LOG1P_COEFFICIENTS.shape[0]):
+        p = add_rn(mul_rn(p, w), LOG1P_COEFFICIENTS[k])
+    return mul_rn(mul_rn(u, p), TWO)
+
+
+@cuda.jit(device=True)
+def penetration(gap):
+    """logaddexp(0, -gap / margin) * margin."""
+    z = -gap / CONTACT_MARGIN
+    return mul_rn(add_rn(max(z, ZERO), log1p_unit(mpe_exp(-abs(z)))), CONTACT_MARGIN)
+
+
+@cuda.jit(device=True)
+def squared_norm(dx, dy):
+    return add_rn(mul_rn(dx, dx), mul_rn(dy, dy))
+
+
+@cuda.jit(device=True)
+def contact(dx, dy, dist_min, reach2, fx, fy):
+    """``(fx, fy)`` plus the contact force of a pair at p_i - p_j = (dx, dy); unchanged beyond its
+    reach (``d2 >= reach2``: an exact 0 there)."""
+    d2 = squared_norm(dx, dy)
+    if not d2 < reach2:
+        return fx, fy
+    dist = np.float32(math.sqrt(d2))
+    pen = penetration(add_rn(dist, -dist_min))
+    fx = add_rn(fx, mul_rn(mul_rn(CONTACT_FORCE, dx) / dist, pen))
+    fy = add_rn(fy, mul_rn(mul_rn(CONTACT_FORCE, dy) / dist, pen))
+    return fx, fy
+
+
+@cuda.jit(device=True)
+def discrete_action_force(actions, e, a, sensitivity):
+    """Agent a's action force from a Discrete action (int64 ``actions[e, a]``, clamped into 0..4)."""
+    k = min(max(actions[e, a], 0), 4)
+    ux = -sensitivity if k == 1 else (sensitivity if k == 2 else ZERO)
+    uy = -sensitivity if k == 3 else (sensitivity if k == 4 else ZERO)
+    return ux, uy
+
+
+@cuda.jit(device=True)
+def unit(v):
+    """A Box action component: NaN read as 0, clipped into [0, 1]."""
+    return min(max(nan_to_zero(np.float32(v)), ZERO), ONE)
+
+
+@cuda.jit(device=True)
+def continuous_action_force(actions, e, a, sensitivity):
+    """Agent a's action force from a Box action (float32 ``actions[e, a, :]``, components 1..4)."""
+    ux = mul_rn(add_rn(unit(actions[e, a, 2]), -unit(actions[e, a, 1])), sensitivity)
+    uy = mul_rn(add_rn(unit(actions[e, a, 4]), -unit(actions[e, a, 3])), sensitivity)
+    return ux, uy
+
+
+@cuda.jit(device=True)
+def integrate(x, y, vx, vy, fx, fy, max_speed):
+    """MPE2's integration (mass 1), then the speed cap where max_speed > 0: ``(x, y, vx, vy)``."""
+    x = add_rn(x, mul_rn(vx, DT))
+    y = add_rn(y, mul_rn(vy, DT))
+    vx = add_rn(mul_rn(vx, VELOCITY_KEEP), mul_rn(fx, DT))
+    vy = add_rn(mul_rn(vy, VELOCITY_KEEP), mul_rn(fy, DT))
+    if max_speed > ZERO:
+        speed = np.float32(math.sqrt(squared_norm(vx, vy)))
+        if speed > max_speed:
+            vx = mul_rn(vx / speed, max_speed)
+            vy = mul_rn(vy / speed, max_speed)
+    return x, y, vx, vy
+
+
+@cuda.jit(device=True)
+def tree_sum(sums, slots):
+    """The block's tree sum of ``sums[:slots]`` into ``sums[0]`` (mpe.cuh's mpe_tree_sum); starts
+    and ends with the block synchronised."""
+    cuda.syncthreads()
+    h = slots // 2
+    while h > 0:
+        for k in range(cuda.threadIdx.x, h, cuda.blockDim.x):
+            sums[k] = add_rn(sums[k], sums[k + h])
+        cuda.syncthreads()
+        h //= 2

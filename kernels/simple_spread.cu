@@ -1,0 +1,109 @@
+// SimpleSpread-v3's CUDA C kernels (gpu_marl_envs/envs/simple_spread.py is the reference and documents
+// the rules; kernels/mpe.cuh holds the physics). A block per game, its agents spread over the block's
+// threads. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
+// move phase a thread reads only the staged positions and writes only its own agents' state; the
+// rewards' phase stages the new positions again. The landmarks' nearest distances are summed by the
+// block's tree (mpe_tree_sum), collision counts are per agent (no atomics).
+#include "multi_agent.cuh"
+#include "mpe.cuh"
+
+#define N GAME_NUM_AGENTS
+#define OBS_DIM GAME_OBS_DIM
+
+struct SimpleSpread : GmeGame {
+    struct Shared {
+        float x[N];  // the agents' positions: before the move, then after it
+        float y[N];
+        float sums[GAME_SUM_SLOTS];  // each landmark's nearest agent's distance, then the tree sum
+    };
+
+    __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            long long i = (long long)e * N + a;
+            s.x[i] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
+            s.y[i] = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
+            s.vx[i] = 0.0f;
+            s.vy[i] = 0.0f;
+            s.landmark_x[i] = gme_uniform(seed, episode, 2 * N + a, -1.0f, 1.0f);
+            s.landmark_y[i] = gme_uniform(seed, episode, 3 * N + a, -1.0f, 1.0f);
+        }
+        if (threadIdx.x == 0) s.t[e] = 0;
+    }
+
+    __device__ static void stage(const State& s, Shared& sh, long long row) {
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            sh.x[a] = s.x[row + a];
+            sh.y[a] = s.y[row + a];
+        }
+        __syncthreads();
+    }
+
+    __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
+                                    bool& term, bool& trunc) {
+        long long row = (long long)e * N;
+        stage(s, sh, row);
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            float fx, fy;
+            mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx, fy);
+            for (int j = 0; j < N; ++j) {
+                if (j != a) mpe_add_contact(sh.x[a] - sh.x[j], sh.y[a] - sh.y[j], GAME_DIST_MIN, GAME_REACH2, fx, fy);
+            }
+            float x = s.x[row + a], y = s.y[row + a], vx = s.vx[row + a], vy = s.vy[row + a];
+            mpe_integrate(x, y, vx, vy, fx, fy, 0.0f);
+            s.x[row + a] = x;
+            s.y[row + a] = y;
+            s.vx[row + a] = vx;
+            s.vy[row + a] = vy;
+        }
+        __syncthreads();  // every agent has moved and read the old positions
+        stage(s, sh, row);
+        for (int l = threadIdx.x; l < GAME_SUM_SLOTS; l += blockDim.x) {
+            float nearest = 0.0f;
+            if (l < N) {
+                float lx = s.landmark_x[row + l], ly = s.landmark_y[row + l];
+                nearest = mpe_squared_norm(sh.x[0] - lx, sh.y[0] - ly);
+                for (int a = 1; a < N; ++a) nearest = fminf(nearest, mpe_squared_norm(sh.x[a] - lx, sh.y[a] - ly));
+                nearest = sqrtf(nearest);
+            }
+            sh.sums[l] = nearest;
+        }
+        mpe_tree_sum(sh.sums, GAME_SUM_SLOTS);
+        float shared = -sh.sums[0];
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            int count = 0;
+            for (int j = 0; j < N; ++j) {
+                float d2 = mpe_squared_norm(sh.x[j] - sh.x[a], sh.y[j] - sh.y[a]);
+                count += j != a && d2 < GAME_REACH2 && sqrtf(d2) < GAME_DIST_MIN;
+            }
+            rewards[a] = __fadd_rn(__fmul_rn(shared, GAME_GLOBAL_WEIGHT), __fmul_rn(-(float)count, GAME_LOCAL_RATIO));
+        }
+        int now = s.t[e] + 1;
+        term = false;
+        trunc = now >= GAME_MAX_CYCLES;
+        __syncthreads();  // every thread has read t and the tree's sum
+        if (threadIdx.x == 0) s.t[e] = now;
+    }
+
+    __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
+        long long row = (long long)e * N;
+        for (long long k = threadIdx.x; k < (long long)N * OBS_DIM; k += blockDim.x) {
+            int a = (int)(k / OBS_DIM), f = (int)(k % OBS_DIM);
+            float value;
+            if (f < 4) {
+                value = f == 0 ? s.vx[row + a] : f == 1 ? s.vy[row + a] : f == 2 ? s.x[row + a] : s.y[row + a];
+            } else if (f < 4 + 2 * N) {
+                int l = (f - 4) / 2;
+                value = (f % 2 == 0) ? s.landmark_x[row + l] - s.x[row + a] : s.landmark_y[row + l] - s.y[row + a];
+            } else if (f < 4 + 4 * N - 2) {
+                int j = (f - 4 - 2 * N) / 2;
+                j += j >= a;  // the other agents, in id order
+                value = (f % 2 == 0) ? s.x[row + j] - s.x[row + a] : s.y[row + j] - s.y[row + a];
+            } else {
+                value = 0.0f;  // the silent agents' communication
+            }
+            obs[k] = value;
+        }
+    }
+};
+
+GME_MULTI_AGENT_KERNELS(SimpleSpread)

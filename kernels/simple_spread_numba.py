@@ -1,0 +1,113 @@
+"""SimpleSpread-v3's Numba kernels: the device functions of simple_spread.cu (which says how the
+block's threads share the work), for the constants ``c`` of gpu_marl_envs/envs/simple_spread.py (the
+reference, which documents the rules); the physics is kernels/mpe_numba.py."""
+
+import math
+
+import numpy as np
+from gpu_marl_envs.kernels import mpe_numba as mpe
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.rng_numba import uniform
+from numba import float32
+
+LOW, HIGH = np.float32(-1.0), np.float32(1.0)
+
+
+def game_functions(c) -> GameFunctions:
+    N, OBS_DIM, SLOTS, MAX_CYCLES = c.NUM_AGENTS, c.OBS_DIM, c.SUM_SLOTS, c.MAX_CYCLES
+    SENSITIVITY, DIST_MIN, REACH2 = c.SENSITIVITY, c.DIST_MIN, c.REACH2
+    GLOBAL_WEIGHT, LOCAL_RATIO = c.GLOBAL_WEIGHT, c.LOCAL_RATIO
+    action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
+    ZERO = np.float32(0.0)
+
+    @cuda.jit(device=True)
+    def shared():
+        # The agents' positions (before the move, then after it); each landmark's nearest distance. One
+        # array a line: the simulator tells shared arrays apart by the line that declares them.
+        sx = cuda.shared.array(N, float32)
+        sy = cuda.shared.array(N, float32)
+        sums = cuda.shared.array(SLOTS, float32)
+        return sx, sy, sums
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        x, y, vx, vy, landmark_x, landmark_y, t = state
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            x[e, a] = uniform(seed, episode, a, LOW, HIGH)
+            y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
+            vx[e, a] = ZERO
+            vy[e, a] = ZERO
+            landmark_x[e, a] = uniform(seed, episode, 2 * N + a, LOW, HIGH)
+            landmark_y[e, a] = uniform(seed, episode, 3 * N + a, LOW, HIGH)
+        if cuda.threadIdx.x == 0:
+            t[e] = 0
+
+    @cuda.jit(device=True)
+    def stage(x, y, sx, sy, e):
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            sx[a] = x[e, a]
+            sy[a] = y[e, a]
+        cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        x, y, vx, vy, landmark_x, landmark_y, t = state
+        sx, sy, sums = sh
+        stage(x, y, sx, sy, e)
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            fx, fy = action_force(actions, e, a, SENSITIVITY)
+            for j in range(N):
+                if j != a:
+                    fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], DIST_MIN, REACH2, fx, fy)
+            nx, ny, nvx, nvy = mpe.integrate(x[e, a], y[e, a], vx[e, a], vy[e, a], fx, fy, ZERO)
+            x[e, a] = nx
+            y[e, a] = ny
+            vx[e, a] = nvx
+            vy[e, a] = nvy
+        cuda.syncthreads()  # every agent has moved and read the old positions
+        stage(x, y, sx, sy, e)
+        for lm in range(cuda.threadIdx.x, SLOTS, cuda.blockDim.x):
+            nearest = ZERO
+            if lm < N:
+                lx, ly = landmark_x[e, lm], landmark_y[e, lm]
+                nearest = mpe.squared_norm(sx[0] - lx, sy[0] - ly)
+                for a in range(1, N):
+                    nearest = min(nearest, mpe.squared_norm(sx[a] - lx, sy[a] - ly))
+                nearest = np.float32(math.sqrt(nearest))
+            sums[lm] = nearest
+        mpe.tree_sum(sums, SLOTS)
+        total = -sums[0]
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            count = 0
+            for j in range(N):
+                d2 = mpe.squared_norm(sx[j] - sx[a], sy[j] - sy[a])
+                if j != a and d2 < REACH2 and np.float32(math.sqrt(d2)) < DIST_MIN:
+                    count += 1
+            rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
+        now = t[e] + 1
+        cuda.syncthreads()  # every thread has read t and the tree's sum
+        if cuda.threadIdx.x == 0:
+            t[e] = now
+        return False, now >= MAX_CYCLES
+
+    @cuda.jit(device=True)
+    def observe_env(state, sh, e, obs, masks):
+        x, y, vx, vy, landmark_x, landmark_y, t = state
+        for k in range(cuda.threadIdx.x, N * OBS_DIM, cuda.blockDim.x):
+            a, f = k // OBS_DIM, k % OBS_DIM
+            if f < 4:
+                value = vx[e, a] if f == 0 else vy[e, a] if f == 1 else x[e, a] if f == 2 else y[e, a]
+            elif f < 4 + 2 * N:
+                lm = (f - 4) // 2
+                value = landmark_x[e, lm] - x[e, a] if f % 2 == 0 else landmark_y[e, lm] - y[e, a]
+            elif f < 4 + 4 * N - 2:
+                j = (f - 4 - 2 * N) // 2
+                if j >= a:
+                    j += 1  # the other agents, in id order
+                value = x[e, j] - x[e, a] if f % 2 == 0 else y[e, j] - y[e, a]
+            else:
+                value = ZERO  # the silent agents' communication
+            obs[e, k] = value
+
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
