@@ -289,8 +289,17 @@ class _GameComparison(_Comparison):
     def make(self, spec, params, device, backend, mode, num_envs):
         from gpu_marl_envs.parallel_env import GpuParallelEnv
 
+        # Unvalidated: Box actions go past the bounds and some are NaN, to compare the backends'
+        # clipping and their reading of NaN.
         return GpuParallelEnv(
-            spec.id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode, cuda_graph=False
+            spec.id,
+            num_envs,
+            device=device,
+            backend=backend,
+            params=params,
+            autoreset_mode=mode,
+            cuda_graph=False,
+            validate_actions=False,
         )
 
     def reset(self, **kwargs):
@@ -304,7 +313,12 @@ class _GameComparison(_Comparison):
         return getattr(self.twin._buffers.state, name)
 
     def random_actions(self) -> dict[str, torch.Tensor]:
-        return random_group_actions(self.reference, self.generator)
+        actions = random_group_actions(self.reference, self.generator, past_bounds=0.5)
+        for group, values in actions.items():
+            if values.is_floating_point():  # about one value in ten NaN
+                nan = torch.rand(values.shape, generator=self.generator) < 0.1
+                actions[group] = values.masked_fill(nan.to(values.device), math.nan)
+        return actions
 
     def describe(self, name: str, index: tuple[int, ...]) -> str:
         group = name.partition("[")[2].partition("]")[0]  # outputs by group: "rewards[runners]"
@@ -381,19 +395,34 @@ def random_actions(
     return (low + (high - low) * torch.rand((num_envs, *space.shape), generator=generator)).to(device)
 
 
-def random_group_actions(env, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Valid random actions of a ``GpuParallelEnv`` keyed by group, ``(num_envs, group_size, *action_shape)``
-    int64, drawn on the generator's device, on the env's."""
-    actions = {}
-    for group, agents in env.groups.items():
-        space = env.action_space(agents[0])
-        highs = [int(space.n)] if space.shape == () else [int(n) for n in space.nvec]
-        columns = [
-            torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=generator.device)
-            for h in highs
-        ]
-        actions[group] = (columns[0] if space.shape == () else torch.stack(columns, dim=-1)).to(env.device)
-    return actions
+def random_space_actions(
+    space: spaces.Space, batch: tuple[int, ...], generator: torch.Generator, past_bounds: float = 0.0
+) -> torch.Tensor:
+    """``(*batch, *space.shape)`` uniform random actions of a ``Discrete``, ``MultiDiscrete`` or
+    ``Box`` space (indices int64, values float32; Box values spread past the bounds by
+    ``past_bounds`` of their width on each side), drawn on the generator's device."""
+    device = generator.device
+    if isinstance(space, spaces.Box):
+        low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+        high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
+        width = high - low
+        u = torch.rand((*batch, *space.shape), generator=generator, device=device)
+        return low - past_bounds * width + (1 + 2 * past_bounds) * width * u
+    highs = [int(space.n)] if isinstance(space, spaces.Discrete) else [int(n) for n in space.nvec]
+    columns = [torch.randint(0, h, batch, generator=generator, device=device) for h in highs]
+    return columns[0] if isinstance(space, spaces.Discrete) else torch.stack(columns, dim=-1)
+
+
+def random_group_actions(env, generator: torch.Generator, past_bounds: float = 0.0) -> dict[str, torch.Tensor]:
+    """Random actions of a ``GpuParallelEnv`` keyed by group, ``(num_envs, group_size, *action_shape)``,
+    drawn on the generator's device, on the env's: valid indices, and Box values within the bounds
+    or, with ``past_bounds``, spread past them (for an env made with ``validate_actions=False``)."""
+    return {
+        group: random_space_actions(
+            env.action_space(agents[0]), (env.num_envs, len(agents)), generator, past_bounds
+        ).to(env.device)
+        for group, agents in env.groups.items()
+    }
 
 
 # -- bad input, API tests --------------------------------------------------------------------------
@@ -409,12 +438,19 @@ def _check_bad_input(spec: RegisteredEnv, params, device, backend: str) -> None:
         env.reset(seed=0)
         good = random_group_actions(env, torch.Generator().manual_seed(0))
         group = next(iter(good))
-        bad = {
-            "out of range": {**good, group: good[group] + 10_000},
-            "negative": {**good, group: good[group] - 10_000},
-            "of the wrong shape": {**good, group: good[group][:1]},
-            "of the wrong dtype": {**good, group: good[group].to(torch.int32)},
-        }
+        value = good[group]
+        if value.is_floating_point():
+            high = torch.as_tensor(env.action_space(env.groups[group][0]).high, device=env.device)
+            changed = {
+                "NaN": torch.full_like(value, math.nan),
+                "infinite": torch.full_like(value, -math.inf),
+                "beyond the bounds": (high + high.abs() + 1).expand_as(value),
+                "of the wrong dtype": value.double(),
+            }
+        else:
+            changed = {"out of range": value + 10_000, "negative": value - 10_000, "of the wrong dtype": value.int()}
+        changed["of the wrong shape"] = value[:1]
+        bad = {what: {**good, group: actions} for what, actions in changed.items()}
         step = env.step_groups
     else:
         from gpu_marl_envs.vector_env import GpuVectorEnv

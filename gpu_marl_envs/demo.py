@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 import gpu_marl_envs
+from gpu_marl_envs.checker import random_space_actions
 
 
 def run(env_id: str, num_envs: int, steps: int, device: str) -> dict:
@@ -69,11 +70,7 @@ def random_group_actions(env, infos: dict, generator: torch.Generator) -> dict[s
             draws = torch.multinomial(mask.flatten(0, 1).float(), 1, generator=generator)
             actions[group] = draws.view(mask.shape[:2])
             continue
-        highs = [int(space.n)] if not space.shape else [int(n) for n in space.nvec]
-        columns = [
-            torch.randint(0, h, (env.num_envs, len(agents)), generator=generator, device=env.device) for h in highs
-        ]
-        actions[group] = torch.stack(columns, dim=-1) if space.shape else columns[0]
+        actions[group] = random_space_actions(space, (env.num_envs, len(agents)), generator)
     return actions
 
 

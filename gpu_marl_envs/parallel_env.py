@@ -34,7 +34,7 @@ class GpuParallelEnv:
     every value is a tensor with a leading ``num_envs`` dimension, and agents never leave
     ``agents``: an agent out of the game (a tagged runner) stays in the arrays, observes zeros, is
     frozen, gets no reward and is marked by ``active`` (it is terminated from the step it left on).
-    Agents of one group share their spaces; groups may differ (their actions have one shape).
+    Agents of one group share their spaces; groups may differ (their actions have one kind and shape).
 
     Args:
         env_id: a registered game's id, e.g. ``"gpu_marl_envs/TagContinuous-v0"`` (a name registered
@@ -74,8 +74,12 @@ class GpuParallelEnv:
       (``definition.episode_metrics``). Elsewhere they hold the last ended episode's values.
     - SAME_STEP: ``"final_obs"`` and ``"_final_obs"``, as in Gymnasium's vector envs.
 
-    Actions: int64 tensors on the env's device, per agent ``(num_envs, *action_shape)`` or per
-    group ``(num_envs, group_size, *action_shape)``. Outputs are views of the env's buffers,
+    Actions: tensors on the env's device, per agent ``(num_envs, *action_shape)`` or per group
+    ``(num_envs, group_size, *action_shape)``: int64 indices for discrete games, float32 values for
+    games of ``Box`` actions. With ``validate_actions=True`` (default) every value is checked
+    against its agent's space (one device-to-host sync per step; NaN is refused); with ``False``
+    out-of-range indices are clamped into range, and NaN values read as 0 and values outside the
+    bounds are clipped as the game's rules say, identically on every backend. Outputs are views of the env's buffers,
     overwritten by the next call (observations: see ``observation_buffers``): ``.clone()`` what you
     keep.
 
@@ -139,6 +143,7 @@ class GpuParallelEnv:
         self._observation_spaces = d.observation_spaces(self.params)
         self._action_spaces = d.action_spaces(self.params)
         self._action_shape = d.action_shape(self.params)
+        self._action_dtype = d.action_dtype(self.params)
 
         backend_type = resolve_backend(backend, self.device, spec)
         if backend_type.name != "torch":
@@ -160,7 +165,7 @@ class GpuParallelEnv:
                 if self._actions is None:
                     self._actions = torch.zeros(
                         (self.num_envs, self.params.num_agents, *self._action_shape),
-                        dtype=torch.int64,
+                        dtype=self._action_dtype,
                         device=self.device,
                     )
             return backend, GraphedStep(backend, side_buffers, self._actions) if cuda_graph else backend
@@ -169,7 +174,9 @@ class GpuParallelEnv:
         self._sides = Sides(b, self.observation_buffers, build)
         self._buffers, self._backend, self._launcher = self._sides.current
         self.backend = self._backend.name
-        self._action_high = d.action_high(self.params).to(self.device)  # for validate_actions
+        # For validate_actions: each agent's bounds (indices from 0 in discrete games).
+        self._action_low = d.action_low(self.params).to(self.device)
+        self._action_high = d.action_high(self.params).to(self.device)
         self._group_action_shapes = {
             name: (self.num_envs, len(ids), *self._action_shape) for name, ids in self._group_ids.items()
         }
@@ -438,8 +445,9 @@ class GpuParallelEnv:
 
     def _check_action_values(self) -> None:
         # One device-to-host sync; nothing has been stepped yet, so a bad action changes nothing.
-        # Each agent's actions against its group's range.
-        bad = (self._actions < 0) | (self._actions > self._action_high)
+        # Each agent's actions against its group's range (NaN fails both comparisons, so is refused
+        # by the negated form).
+        bad = ~((self._actions >= self._action_low) & (self._actions <= self._action_high))
         if bad.any():
             env, agent = (int(v) for v in bad.view(self.num_envs, self.params.num_agents, -1).any(2).nonzero()[0])
             name = self.possible_agents[agent]
@@ -486,7 +494,7 @@ class GpuParallelEnv:
         """``actions[key]``: its type, device, shape and dtype."""
         if (
             type(value) is torch.Tensor
-            and value.dtype is torch.int64
+            and value.dtype is self._action_dtype
             and value.shape == shape
             and value.device == self.device
         ):
@@ -494,15 +502,16 @@ class GpuParallelEnv:
         name = f"actions[{key!r}]"
         if not isinstance(value, torch.Tensor):
             raise TypeError(
-                f"{name} must be a torch.Tensor of shape {shape}, dtype torch.int64 on "
+                f"{name} must be a torch.Tensor of shape {shape}, dtype {self._action_dtype} on "
                 f"{self.device}, got {type(value).__name__}"
             )
         if value.device != self.device:
             raise ValueError(f"{name} is on {value.device} but the env is on {self.device}; use .to('{self.device}')")
         if tuple(value.shape) != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
-        if value.dtype != torch.int64:
-            raise TypeError(f"{name} must have dtype torch.int64, got {value.dtype}; use .long()")
+        if value.dtype != self._action_dtype:
+            fix = ".float()" if self._action_dtype == torch.float32 else ".long()"
+            raise TypeError(f"{name} must have dtype {self._action_dtype}, got {value.dtype}; use {fix}")
 
     def _check_open(self) -> None:
         if self._buffers is None:

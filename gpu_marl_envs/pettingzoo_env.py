@@ -36,8 +36,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
 
     ## Spaces
     Each agent's are its group's (the same objects on every call, as PettingZoo's tests require).
-    Actions are numpy integers or integer arrays (``Discrete`` / ``MultiDiscrete``) inside the space;
-    an agent that left the game gets none.
+    Actions are numpy integers or integer arrays (``Discrete`` / ``MultiDiscrete``), or float arrays
+    (``Box``, taken as float32), inside the space; an agent that left the game gets none.
 
     ## Infos
     - ``"action_mask"`` (games with action masks, e.g. CovidEconomy): int8 ``(n,)``, 1 where the
@@ -121,6 +121,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         self._has_masks = definition.has_action_masks
         self._has_metrics = bool(definition.episode_metrics(self.params))
         self._action_shape = definition.action_shape(self.params)
+        self._continuous = definition.continuous_actions(self.params)
+        self._action_dtype = np.float32 if self._continuous else np.int64
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self._env.observation_space(agent)
@@ -188,13 +190,16 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         for agent, action in actions.items():
             value = np.asarray(action)
             space = self.action_space(agent)
-            if value.dtype.kind not in "iu" or value.shape != space.shape or not space.contains(value):
-                raise ValueError(f"action for {agent} must be an integer in {space}, got {action!r}")
+            kinds, what = ("f", "a float array") if self._continuous else ("iu", "an integer")
+            if value.dtype.kind in kinds and self._continuous:
+                value = value.astype(np.float32)  # float64 from numpy code: the game computes in float32
+            if value.dtype.kind not in kinds or value.shape != space.shape or not space.contains(value):
+                raise ValueError(f"action for {agent} must be {what} in {space}, got {action!r}")
             rows[agent] = value
         tensors = {}
         for group, agents in self._groups.items():
             # Agents out of the game are frozen whatever they get: 0 is "no change" / "stay".
-            values = np.zeros((1, len(agents), *self._action_shape), dtype=np.int64)
+            values = np.zeros((1, len(agents), *self._action_shape), dtype=self._action_dtype)
             for k, agent in enumerate(agents):
                 if agent in rows:
                     values[0, k] = rows[agent]

@@ -208,6 +208,7 @@ def _check_game(definition: MultiAgentDefinition) -> None:
             f"{definition.id}: agent_groups must give contiguous ranges covering 0 .. num_agents - 1 "
             f"= {params.num_agents - 1} in order, got {groups}"
         )
+    definition.continuous_actions(params)  # refuses action spaces the framework cannot run
     if (definition.global_state is None) != (definition.global_state_space is None):
         raise ValueError(f"{definition.id}: global_state and global_state_space are given together or not at all")
     fields = definition.state_fields

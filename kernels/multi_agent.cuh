@@ -13,9 +13,10 @@
 //       a fresh state of env e (and whatever it stages in Shared), t included;
 //   __device__ static void step_env(const State&, Shared&, int e, const GmeActionRow& actions, float* rewards,
 //                                   bool& terminated, bool& truncated);
-//       one step of env e from actions (actions.agent(a): agent a's action_size values, indices possibly
-//       out of range: clamp them), every agent's reward into rewards (env e's row), t advanced; terminated and
-//       truncated must come out the same in every thread;
+//       one step of env e from actions (actions.agent(a): agent a's action_size values, GmeAction each:
+//       discrete indices possibly out of range (clamp them), or Box values possibly NaN (read them through
+//       gme_nan_to_zero) and outside the bounds (clip them as the rules say)), every agent's reward into
+//       rewards (env e's row), t advanced; terminated and truncated must come out the same in every thread;
 //   __device__ static bool in_game(const State&, const Shared&, int e, int a);
 //   __device__ static void observe_env(const State&, Shared&, int e, float* obs, bool* masks);
 //       env e's observations (obs_size floats) and, unless masks is null, action masks (mask_size);
@@ -29,7 +30,7 @@
 // Python defines, before this file is included (multi_agent_pycuda.kernel_source): GmeState (and
 // GME_STATE_PARAMETERS, GME_STATE_ARGUMENTS for the kernels' parameter lists), the
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
-// GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
+// GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
 // GME_NUM_METRICS), the launch's block (GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the
 // game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
 #pragma once
@@ -49,19 +50,27 @@ struct GmeGame {
     __device__ static void totals_env(const S&, Sh&, int, float*) {}
 };
 
+// One component of an agent's action: an index (long long) in a discrete game, a value (float) in a
+// game of Box actions.
+typedef GME_ACTION_TYPE GmeAction;
+
+// A Box action's component as the rules read it: NaN (which validate_actions=False lets through) as 0,
+// as the torch reference reads it. fminf/fmaxf alone would drop or keep a NaN by argument order.
+__device__ __forceinline__ float gme_nan_to_zero(float x) { return x != x ? 0.0f : x; }
+
 // The step kernel's actions, one pointer per agent group (consecutive agents, in order): group g's
-// actions of env e start at group[g] + e * env_stride[g] (int64 elements), its agents' action_size
+// actions of env e start at group[g] + e * env_stride[g] (GmeAction elements), its agents' action_size
 // values contiguous from there. step_groups passes the groups' own tensors, so no kernel or host copy
 // gathers them first (at small batches a step is bound by host time, and a gather launch cost ~5 µs of
 // it); step passes its one (num_envs, num_agents, action_size) buffer, a group per column range.
 struct GmeActions {
-    const long long* group[GME_NUM_GROUPS];
+    const GmeAction* group[GME_NUM_GROUPS];
     long long env_stride[GME_NUM_GROUPS];
 };
 
 // Env e's actions: agent(a) points at agent a's action_size values.
 struct GmeActionRow {
-    const long long* group[GME_NUM_GROUPS];  // env e's row of each group
+    const GmeAction* group[GME_NUM_GROUPS];  // env e's row of each group
 
     // The loops unroll with constant indices, so the pointers stay in registers (an index known only
     // at run time would put the array in local memory).
@@ -69,9 +78,9 @@ struct GmeActionRow {
 #pragma unroll
         for (int g = 0; g < GME_NUM_GROUPS; ++g) group[g] = actions.group[g] + (long long)e * actions.env_stride[g];
     }
-    __device__ const long long* agent(int a) const {
+    __device__ const GmeAction* agent(int a) const {
         const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS;  // begins[0] is 0
-        const long long* values = group[0] + (long long)a * GME_ACTION_SIZE;
+        const GmeAction* values = group[0] + (long long)a * GME_ACTION_SIZE;
 #pragma unroll
         for (int g = 1; g < GME_NUM_GROUPS; ++g) {
             if (a >= begins[g]) values = group[g] + (long long)(a - begins[g]) * GME_ACTION_SIZE;

@@ -14,7 +14,10 @@ The game's device functions, each called by every thread of the block with the b
   shared()                                       -> a tuple of the block's shared arrays
   reset_env(state, sh, e, seed, episode)         a fresh state of env e, t included
   step_env(state, sh, e, actions, rewards)       -> (terminated, truncated), the same in every thread;
-                                                  writes rewards[e, :], advances t, clamps actions
+                                                  writes rewards[e, :], advances t; actions is int64
+                                                  (E, N, *shape), indices to clamp, or for a Box game
+                                                  float32 (E, N, d), read through nan_to_zero and
+                                                  clipped as the rules say
   in_game(state, sh, e, a)                       -> whether agent a is still playing
   observe_env(state, sh, e, observations, masks) writes observations[e, :] and, unless masks is
                                                   None, masks[e, :] (bool; games with action masks)
@@ -50,6 +53,13 @@ def everyone_in_game(state, sh, e, a):
 @cuda.jit(device=True)
 def no_totals(state, sh, e, totals):
     """The totals of a game without episode metrics: none to write."""
+
+
+@cuda.jit(device=True)
+def nan_to_zero(x):
+    """A Box action's component as the rules read it: NaN (which ``validate_actions=False`` lets
+    through) as 0, as the torch reference reads it (``min``/``max`` alone would drop or keep it)."""
+    return ZERO if x != x else x
 
 
 class GameFunctions(NamedTuple):

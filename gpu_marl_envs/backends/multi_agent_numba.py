@@ -62,7 +62,9 @@ class MultiAgentNumbaBackend:
         self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
         # Actions go into a buffer of our own (the CUDA graph's input; see NumbaBackend).
         self.actions_buffer = torch.zeros(
-            (num_envs, params.num_agents, *definition.action_shape(params)), dtype=torch.int64, device=device
+            (num_envs, params.num_agents, *definition.action_shape(params)),
+            dtype=definition.action_dtype(params),
+            device=device,
         )
         views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
         views["state"] = tuple(self._launcher.view(tensor) for tensor in buffers.state_arrays())

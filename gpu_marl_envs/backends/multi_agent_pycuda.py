@@ -58,6 +58,7 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
         GME_NUM_GROUPS=str(len(groups)),
         GME_NUM_AGENTS=str(params.num_agents),
         GME_ACTION_SIZE=str(math.prod(definition.action_shape(params))),
+        GME_ACTION_TYPE="float" if definition.continuous_actions(params) else "long long",
         GME_GROUP_BEGINS=_literal([ids.start for ids in groups]),
         GME_GROUP_SIZES=_literal([len(ids) for ids in groups]),
         GME_OBS_SIZE=str(definition.obs_size(params)),
@@ -121,13 +122,15 @@ class MultiAgentPycudaBackend:
         self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
         self._launcher = StreamLauncher(device)
         action_size = math.prod(definition.action_shape(params))
+        item_bytes = definition.action_dtype(params).itemsize
         row = params.num_agents * action_size
         # step's one (num_envs, num_agents, action_size) buffer as groups: byte offsets of their columns.
-        self._column_offsets = [ids.start * action_size * 8 for ids in groups]
+        self._column_offsets = [ids.start * action_size * item_bytes for ids in groups]
         self._buffer_strides = [row] * len(groups)
 
     def step(self, actions: torch.Tensor) -> None:
-        """One step from the contiguous (num_envs, num_agents, action_size) int64 ``actions``."""
+        """One step from the contiguous (num_envs, num_agents, action_size) ``actions`` (int64, or
+        float32 for a ``Box`` game)."""
         base = actions.data_ptr()
         self._actions_layout.pack_into(
             self._step_buffer,
@@ -138,7 +141,7 @@ class MultiAgentPycudaBackend:
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
-        """One step from each group's int64 ``(num_envs, size, ...)`` actions, read where they lie:
+        """One step from each group's ``(num_envs, size, ...)`` actions, read where they lie:
         any env stride, each env's row contiguous (``step_groups`` of the env checks it)."""
         self._actions_layout.pack_into(
             self._step_buffer,

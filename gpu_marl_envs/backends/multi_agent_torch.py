@@ -40,6 +40,7 @@ class MultiAgentTorchBackend:
         self.autoreset_mode = autoreset_mode
         # Each agent's own action range, on the device once (a copy per step could not be captured).
         self._action_high = definition.action_high(params).to(buffers.rewards.device)
+        self._continuous = definition.continuous_actions(params)
 
     def _fresh_states(self):
         b = self.buffers
@@ -64,8 +65,12 @@ class MultiAgentTorchBackend:
 
     def step(self, actions: torch.Tensor) -> None:
         b, p, d = self.buffers, self.params, self.definition
-        # Out-of-range indices are clamped into the agent's own range, as every kernel does.
-        actions = torch.minimum(actions.clamp(min=0), self._action_high)
+        if self._continuous:
+            # NaN reads as 0, as every kernel reads it (the rules clip the rest).
+            actions = torch.where(torch.isnan(actions), 0.0, actions)
+        else:
+            # Out-of-range indices are clamped into the agent's own range, as every kernel does.
+            actions = torch.minimum(actions.clamp(min=0), self._action_high)
         state, rewards, terminated, truncated = d.step(p, b.state, actions)
         done = terminated | truncated
         agent_terminated, agent_truncated = self._agent_flags(state, terminated, truncated)

@@ -10,10 +10,12 @@ Conventions every game follows:
   fields ``(num_envs,)``; the per-env int32 field ``t`` counts the steps since reset.
 - Agents have fixed ids ``0 .. N - 1``; a group is a contiguous id range, so a group's slice of a
   batched tensor is a view. Agents of one group share their observation and action spaces; groups
-  may differ in both, except that every group's actions have one shape (``Discrete`` everywhere, or
-  ``MultiDiscrete`` of one length), so that one int64 buffer ``(E, N, *shape)`` holds them all.
+  may differ in both, except that every group's actions have one kind and shape, so that one buffer
+  ``(E, N, *shape)`` holds them all: discrete (``Discrete`` everywhere, or ``MultiDiscrete`` of one
+  length; int64, indices from 0) or continuous (float32 ``Box`` of one shape, finite bounds; float32).
 - ``step(p, state, actions) -> (next_state, rewards (E, N), terminated (E,), truncated (E,))`` is pure,
-  with actions already in their group's range; ``observe(p, state) -> {group: (E, n_g, d_g)}``;
+  with discrete actions already in their group's range and continuous ones with NaN read as 0 but
+  not clipped (the rules clip them, as the kernels do); ``observe(p, state) -> {group: (E, n_g, d_g)}``;
   ``reset(p, key, E)`` draws from ``key`` (``rng.key_hash(seed, episode)`` per env). None of them
   synchronises with the host.
 - The runtime keeps observations in one flat float32 buffer ``(E, obs_size)``: per env the groups in
@@ -108,7 +110,8 @@ class MultiAgentDefinition:
     observation_spaces: Callable[[Any], dict[str, spaces.Box]]
     """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
     action_spaces: Callable[[Any], dict[str, spaces.Space]]
-    """``p -> {group: one agent's action space}``: ``Discrete``, or ``MultiDiscrete`` of one length."""
+    """``p -> {group: one agent's action space}``: ``Discrete`` or ``MultiDiscrete`` (indices from 0),
+    or float32 ``Box`` with finite bounds; every group of one kind and one shape."""
     reset: Callable
     """``(p, key, E) -> state``: ``key`` int64 ``(E,)``, to draw from with :mod:`gpu_marl_envs.rng`."""
     step: Callable
@@ -209,12 +212,34 @@ class MultiAgentDefinition:
             raise ValueError(f"{self.id}: every group's actions must have one shape, got {shapes}")
         return next(iter(shapes.values()))
 
+    def continuous_actions(self, params) -> bool:
+        """Whether the game's actions are float32 ``Box`` values (else int64 indices), checked to be
+        of one kind the framework runs (:func:`check_action_spaces`)."""
+        return check_action_spaces(self.id, self.action_spaces(params))
+
+    def action_dtype(self, params) -> torch.dtype:
+        """The actions buffer's dtype: float32 for ``Box`` games, int64 for discrete ones."""
+        return torch.float32 if self.continuous_actions(params) else torch.int64
+
     def action_high(self, params) -> torch.Tensor:
-        """int64 ``(N, *action_shape)``: each agent's largest valid index per action component."""
+        """``(N, *action_shape)``: each agent's largest valid value per action component (int64
+        indices of discrete games, float32 bounds of ``Box`` games)."""
+        return self._per_agent(params, "high")
+
+    def action_low(self, params) -> torch.Tensor:
+        """``(N, *action_shape)``: each agent's smallest valid value (0 for discrete games)."""
+        return self._per_agent(params, "low")
+
+    def _per_agent(self, params, side: str) -> torch.Tensor:
         rows = []
         for group, space in self.action_spaces(params).items():
-            high = torch.as_tensor(space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n) - 1
-            rows.append(high.to(torch.int64).expand(len(self.agent_groups(params)[group]), *high.shape))
+            if isinstance(space, spaces.Box):
+                value = torch.as_tensor(getattr(space, side), dtype=torch.float32)
+            elif side == "low":
+                value = torch.zeros(space.shape, dtype=torch.int64)
+            else:
+                value = torch.as_tensor(space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n) - 1
+            rows.append(value.to(self.action_dtype(params)).expand(len(self.agent_groups(params)[group]), *value.shape))
         return torch.cat(rows)
 
     def make_params(self, params: Any = None, **settings: Any) -> Any:
@@ -230,6 +255,29 @@ class MultiAgentDefinition:
     def flat_action_masks(self, params, state) -> torch.Tensor:
         """``action_masks`` in the runtime's flat layout, bool ``(E, mask_size)``."""
         return _flatten(self.action_masks(params, state), self.mask_layout(params), "action_masks")
+
+
+def check_action_spaces(game_id: str, action_spaces: dict[str, spaces.Space]) -> bool:
+    """Whether the groups' action spaces are continuous (float32 ``Box``) rather than discrete;
+    ``ValueError`` naming what the framework runs when they are of no kind it runs."""
+    supported = (
+        "a game's action spaces are Discrete or MultiDiscrete (starting at 0), or float32 Box with finite "
+        "bounds, every group of one kind and one shape"
+    )
+    kinds = set()
+    for group, space in action_spaces.items():
+        if isinstance(space, spaces.Box) and space.dtype == np.float32:
+            if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+                raise ValueError(f"{game_id}: group {group!r} has {space}; {supported}")
+            kinds.add("continuous")
+        elif isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)) and not np.any(space.start):
+            kinds.add("discrete")
+        else:
+            raise ValueError(f"{game_id}: group {group!r} has {space}; {supported}")
+    shapes = {tuple(space.shape) for space in action_spaces.values()}
+    if len(kinds) != 1 or len(shapes) != 1:
+        raise ValueError(f"{game_id}: the groups' action spaces are {action_spaces}; {supported}")
+    return kinds == {"continuous"}
 
 
 def split_groups(groups: dict[str, range], tensor: torch.Tensor) -> dict[str, torch.Tensor]:
