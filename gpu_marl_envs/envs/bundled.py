@@ -11,6 +11,7 @@ from gpu_marl_envs.envs.mountain_car import MOUNTAIN_CAR
 from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.envs.pendulum import PENDULUM
 from gpu_marl_envs.envs.simple_spread import SIMPLE_SPREAD
+from gpu_marl_envs.envs.simple_tag import SIMPLE_TAG
 from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
 from gpu_marl_envs.envs.tag_gridworld import TAG_GRIDWORLD
 from gpu_marl_envs.registration import NAMESPACE, register_env, register_game
@@ -34,6 +35,7 @@ def _register() -> None:
         (TAG_GRIDWORLD, "tag_gridworld"),
         (COVID_ECONOMY, "covid_economy"),
         (SIMPLE_SPREAD, "simple_spread"),
+        (SIMPLE_TAG, "simple_tag"),
     ):
         register_game(
             definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu", numba=f"gpu_marl_envs.kernels.{file}_numba"

@@ -1,0 +1,144 @@
+// SimpleTag-v3's CUDA C kernels (gpu_marl_envs/envs/simple_tag.py is the reference and documents the
+// rules; kernels/mpe.cuh holds the physics). A block per game, its agents spread over the block's
+// threads. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
+// move phase a thread reads only the staged positions (and the obstacles, which never move) and writes
+// only its own agents' state; the rewards' phase stages the new positions again. The catches of every
+// good agent are counted with an integer atomic (exact in any order).
+#include "multi_agent.cuh"
+#include "mpe.cuh"
+
+#define N GAME_NUM_AGENTS
+#define A GAME_NUM_ADVERSARIES
+#define L GAME_NUM_OBSTACLES
+#define ADVERSARY_OBS_DIM GAME_ADVERSARY_OBS_DIM
+#define GOOD_OBS_DIM GAME_GOOD_OBS_DIM
+
+struct SimpleTag : GmeGame {
+    struct Shared {
+        float x[N];  // the agents' positions: before the move, then after it
+        float y[N];
+        int caught;  // colliding (good agent, adversary) pairs after the move
+    };
+
+    __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            long long i = (long long)e * N + a;
+            s.x[i] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
+            s.y[i] = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
+            s.vx[i] = 0.0f;
+            s.vy[i] = 0.0f;
+        }
+        constexpr float range = GAME_OBSTACLE_RANGE;
+        for (int l = threadIdx.x; l < L; l += blockDim.x) {
+            long long i = (long long)e * L + l;
+            s.obstacle_x[i] = gme_uniform(seed, episode, 2 * N + l, -range, range);
+            s.obstacle_y[i] = gme_uniform(seed, episode, 2 * N + L + l, -range, range);
+        }
+        if (threadIdx.x == 0) s.t[e] = 0;
+    }
+
+    __device__ static void stage(const State& s, Shared& sh, long long row) {
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            sh.x[a] = s.x[row + a];
+            sh.y[a] = s.y[row + a];
+        }
+        __syncthreads();
+    }
+
+    // MPE2's boundary penalty of v = |coordinate|.
+    __device__ static float bound(float v) {
+        if (v < GAME_BOUND_START) return 0.0f;
+        if (v < GAME_BOUND_WALL) return __fmul_rn(__fadd_rn(v, -GAME_BOUND_START), GAME_BOUND_SLOPE);
+        float arg = __fadd_rn(__fmul_rn(v, 2.0f), -2.0f);
+        return arg < GAME_BOUND_EXP_LIMIT ? fminf(mpe_exp(arg), GAME_BOUND_MAX) : GAME_BOUND_MAX;
+    }
+
+    __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
+                                    bool& term, bool& trunc) {
+        long long row = (long long)e * N;
+        const float* obstacle_x = s.obstacle_x + (long long)e * L;
+        const float* obstacle_y = s.obstacle_y + (long long)e * L;
+        if (threadIdx.x == 0) sh.caught = 0;
+        stage(s, sh, row);
+        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+            bool adversary = a < A;
+            float fx, fy;
+            mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), adversary ? GAME_ADVERSARY_ACCEL : GAME_GOOD_ACCEL,
+                                                      fx, fy);
+            for (int j = 0; j < N; ++j) {
+                if (j == a) continue;
+                bool both = adversary && j < A, neither = !adversary && j >= A;
+                float dist_min = both ? GAME_DIST_MIN_AA : neither ? GAME_DIST_MIN_GG : GAME_DIST_MIN_AG;
+                float reach2 = both ? GAME_REACH2_AA : neither ? GAME_REACH2_GG : GAME_REACH2_AG;
+                mpe_add_contact(sh.x[a] - sh.x[j], sh.y[a] - sh.y[j], dist_min, reach2, fx, fy);
+            }
+            for (int l = 0; l < L; ++l) {
+                mpe_add_contact(sh.x[a] - obstacle_x[l], sh.y[a] - obstacle_y[l],
+                                adversary ? GAME_DIST_MIN_AO : GAME_DIST_MIN_GO, adversary ? GAME_REACH2_AO : GAME_REACH2_GO,
+                                fx, fy);
+            }
+            float x = s.x[row + a], y = s.y[row + a], vx = s.vx[row + a], vy = s.vy[row + a];
+            mpe_integrate(x, y, vx, vy, fx, fy, adversary ? GAME_ADVERSARY_MAX_SPEED : GAME_GOOD_MAX_SPEED);
+            s.x[row + a] = x;
+            s.y[row + a] = y;
+            s.vx[row + a] = vx;
+            s.vy[row + a] = vy;
+        }
+        __syncthreads();  // every agent has moved and read the old positions
+        stage(s, sh, row);
+        for (int g = A + threadIdx.x; g < N; g += blockDim.x) {
+            int count = 0;
+            for (int a = 0; a < A; ++a) {
+                float d2 = mpe_squared_norm(sh.x[a] - sh.x[g], sh.y[a] - sh.y[g]);
+                count += d2 < GAME_REACH2_AG && sqrtf(d2) < GAME_DIST_MIN_AG;
+            }
+            if (count) atomicAdd(&sh.caught, count);
+            float reward = (float)(-GAME_CATCH_REWARD * count);
+            reward = __fadd_rn(reward, -bound(fabsf(sh.x[g])));
+            rewards[g] = __fadd_rn(reward, -bound(fabsf(sh.y[g])));
+        }
+        __syncthreads();  // every catch is counted
+        for (int a = threadIdx.x; a < A; a += blockDim.x) rewards[a] = (float)(GAME_CATCH_REWARD * sh.caught);
+        int now = s.t[e] + 1;
+        term = false;
+        trunc = now >= GAME_MAX_CYCLES;
+        __syncthreads();  // every thread has read t
+        if (threadIdx.x == 0) s.t[e] = now;
+    }
+
+    __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
+        long long row = (long long)e * N;
+        const float* obstacle_x = s.obstacle_x + (long long)e * L;
+        const float* obstacle_y = s.obstacle_y + (long long)e * L;
+        constexpr long long adversary_floats = (long long)A * ADVERSARY_OBS_DIM;
+        for (long long k = threadIdx.x; k < GME_OBS_SIZE; k += blockDim.x) {
+            int a, f;
+            if (k < adversary_floats) {
+                a = (int)(k / ADVERSARY_OBS_DIM);
+                f = (int)(k % ADVERSARY_OBS_DIM);
+            } else {
+                a = A + (int)((k - adversary_floats) / GOOD_OBS_DIM);
+                f = (int)((k - adversary_floats) % GOOD_OBS_DIM);
+            }
+            bool is_x = f % 2 == 0;
+            float value;
+            if (f < 4) {
+                value = f == 0 ? s.vx[row + a] : f == 1 ? s.vy[row + a] : f == 2 ? s.x[row + a] : s.y[row + a];
+            } else if (f < 4 + 2 * L) {
+                int l = (f - 4) / 2;
+                value = is_x ? obstacle_x[l] - s.x[row + a] : obstacle_y[l] - s.y[row + a];
+            } else if (f < 4 + 2 * L + 2 * (N - 1)) {
+                int j = (f - 4 - 2 * L) / 2;
+                j += j >= a;  // the other agents, in id order
+                value = is_x ? s.x[row + j] - s.x[row + a] : s.y[row + j] - s.y[row + a];
+            } else {
+                int j = A + (f - 4 - 2 * L - 2 * (N - 1)) / 2;
+                j += a >= A && j >= a;  // the other good agents, in id order
+                value = is_x ? s.vx[row + j] : s.vy[row + j];
+            }
+            obs[k] = value;
+        }
+    }
+};
+
+GME_MULTI_AGENT_KERNELS(SimpleTag)

@@ -1,0 +1,153 @@
+"""SimpleTag-v3's Numba kernels: the device functions of simple_tag.cu (which says how the block's
+threads share the work), for the constants ``c`` of gpu_marl_envs/envs/simple_tag.py (the reference,
+which documents the rules); the physics is kernels/mpe_numba.py."""
+
+import math
+
+import numpy as np
+from gpu_marl_envs.kernels import mpe_numba as mpe
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.rng_numba import uniform
+from numba import float32, int32
+
+LOW, HIGH = np.float32(-1.0), np.float32(1.0)
+
+
+def game_functions(c) -> GameFunctions:
+    N, A, L, MAX_CYCLES = c.NUM_AGENTS, c.NUM_ADVERSARIES, c.NUM_OBSTACLES, c.MAX_CYCLES
+    ADVERSARY_OBS_DIM, GOOD_OBS_DIM = c.ADVERSARY_OBS_DIM, c.GOOD_OBS_DIM
+    ADVERSARY_ACCEL, GOOD_ACCEL = c.ADVERSARY_ACCEL, c.GOOD_ACCEL
+    ADVERSARY_MAX_SPEED, GOOD_MAX_SPEED = c.ADVERSARY_MAX_SPEED, c.GOOD_MAX_SPEED
+    DIST_MIN_AA, DIST_MIN_AG, DIST_MIN_GG = c.DIST_MIN_AA, c.DIST_MIN_AG, c.DIST_MIN_GG
+    REACH2_AA, REACH2_AG, REACH2_GG = c.REACH2_AA, c.REACH2_AG, c.REACH2_GG
+    DIST_MIN_AO, DIST_MIN_GO, REACH2_AO, REACH2_GO = c.DIST_MIN_AO, c.DIST_MIN_GO, c.REACH2_AO, c.REACH2_GO
+    RANGE, CATCH_REWARD = c.OBSTACLE_RANGE, c.CATCH_REWARD
+    BOUND_START, BOUND_WALL, BOUND_SLOPE = c.BOUND_START, c.BOUND_WALL, c.BOUND_SLOPE
+    BOUND_MAX, BOUND_EXP_LIMIT = c.BOUND_MAX, c.BOUND_EXP_LIMIT
+    ADVERSARY_FLOATS = A * ADVERSARY_OBS_DIM
+    OBS_SIZE = ADVERSARY_FLOATS + (N - A) * GOOD_OBS_DIM
+    action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
+    ZERO, TWO = np.float32(0.0), np.float32(2.0)
+
+    @cuda.jit(device=True)
+    def shared():
+        # The agents' positions (before the move, then after it); the catches. One array a line: the
+        # simulator tells shared arrays apart by the line that declares them.
+        sx = cuda.shared.array(N, float32)
+        sy = cuda.shared.array(N, float32)
+        caught = cuda.shared.array(1, int32)
+        return sx, sy, caught
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            x[e, a] = uniform(seed, episode, a, LOW, HIGH)
+            y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
+            vx[e, a] = ZERO
+            vy[e, a] = ZERO
+        for lm in range(cuda.threadIdx.x, L, cuda.blockDim.x):
+            obstacle_x[e, lm] = uniform(seed, episode, 2 * N + lm, -RANGE, RANGE)
+            obstacle_y[e, lm] = uniform(seed, episode, 2 * N + L + lm, -RANGE, RANGE)
+        if cuda.threadIdx.x == 0:
+            t[e] = 0
+
+    @cuda.jit(device=True)
+    def stage(x, y, sx, sy, e):
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            sx[a] = x[e, a]
+            sy[a] = y[e, a]
+        cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def bound(v):
+        if v < BOUND_START:
+            return ZERO
+        if v < BOUND_WALL:
+            return mul_rn(add_rn(v, -BOUND_START), BOUND_SLOPE)
+        arg = add_rn(mul_rn(v, TWO), -TWO)
+        return min(mpe.mpe_exp(arg), BOUND_MAX) if arg < BOUND_EXP_LIMIT else BOUND_MAX
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        sx, sy, caught = sh
+        if cuda.threadIdx.x == 0:
+            caught[0] = 0
+        stage(x, y, sx, sy, e)
+        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            adversary = a < A
+            fx, fy = action_force(actions, e, a, ADVERSARY_ACCEL if adversary else GOOD_ACCEL)
+            for j in range(N):
+                if j == a:
+                    continue
+                both = adversary and j < A
+                neither = not adversary and j >= A
+                dist_min = DIST_MIN_AA if both else DIST_MIN_GG if neither else DIST_MIN_AG
+                reach2 = REACH2_AA if both else REACH2_GG if neither else REACH2_AG
+                fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], dist_min, reach2, fx, fy)
+            for lm in range(L):
+                fx, fy = mpe.contact(
+                    sx[a] - obstacle_x[e, lm],
+                    sy[a] - obstacle_y[e, lm],
+                    DIST_MIN_AO if adversary else DIST_MIN_GO,
+                    REACH2_AO if adversary else REACH2_GO,
+                    fx,
+                    fy,
+                )
+            max_speed = ADVERSARY_MAX_SPEED if adversary else GOOD_MAX_SPEED
+            nx, ny, nvx, nvy = mpe.integrate(x[e, a], y[e, a], vx[e, a], vy[e, a], fx, fy, max_speed)
+            x[e, a] = nx
+            y[e, a] = ny
+            vx[e, a] = nvx
+            vy[e, a] = nvy
+        cuda.syncthreads()  # every agent has moved and read the old positions
+        stage(x, y, sx, sy, e)
+        for g in range(A + cuda.threadIdx.x, N, cuda.blockDim.x):
+            count = 0
+            for a in range(A):
+                d2 = mpe.squared_norm(sx[a] - sx[g], sy[a] - sy[g])
+                if d2 < REACH2_AG and np.float32(math.sqrt(d2)) < DIST_MIN_AG:
+                    count += 1
+            if count:
+                cuda.atomic.add(caught, 0, count)
+            reward = np.float32(-CATCH_REWARD * count)
+            reward = add_rn(reward, -bound(abs(sx[g])))
+            rewards[e, g] = add_rn(reward, -bound(abs(sy[g])))
+        cuda.syncthreads()  # every catch is counted
+        for a in range(cuda.threadIdx.x, A, cuda.blockDim.x):
+            rewards[e, a] = np.float32(CATCH_REWARD * caught[0])
+        now = t[e] + 1
+        cuda.syncthreads()  # every thread has read t
+        if cuda.threadIdx.x == 0:
+            t[e] = now
+        return False, now >= MAX_CYCLES
+
+    @cuda.jit(device=True)
+    def observe_env(state, sh, e, obs, masks):
+        x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
+            if k < ADVERSARY_FLOATS:
+                a, f = k // ADVERSARY_OBS_DIM, k % ADVERSARY_OBS_DIM
+            else:
+                a, f = A + (k - ADVERSARY_FLOATS) // GOOD_OBS_DIM, (k - ADVERSARY_FLOATS) % GOOD_OBS_DIM
+            is_x = f % 2 == 0
+            if f < 4:
+                value = vx[e, a] if f == 0 else vy[e, a] if f == 1 else x[e, a] if f == 2 else y[e, a]
+            elif f < 4 + 2 * L:
+                lm = (f - 4) // 2
+                value = obstacle_x[e, lm] - x[e, a] if is_x else obstacle_y[e, lm] - y[e, a]
+            elif f < 4 + 2 * L + 2 * (N - 1):
+                j = (f - 4 - 2 * L) // 2
+                if j >= a:
+                    j += 1  # the other agents, in id order
+                value = x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
+            else:
+                j = A + (f - 4 - 2 * L - 2 * (N - 1)) // 2
+                if a >= A and j >= a:
+                    j += 1  # the other good agents, in id order
+                value = vx[e, j] if is_x else vy[e, j]
+            obs[e, k] = value
+
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
