@@ -8,9 +8,6 @@
 // (mpe_physics.physics_constants(), in every MPE game's kernel_constants).
 #pragma once
 
-// NaN read as 0 (a Box action's NaN component; the framework's contract for unvalidated actions).
-__device__ __forceinline__ float mpe_nan_to_zero(float v) { return v != v ? 0.0f : v; }
-
 // e**x for x <= 3, 0 below GAME_EXP_MIN: 2**n p(r), n = floor(x log2(e) + 1/2), r = x - n ln 2.
 __device__ __forceinline__ float mpe_exp(float x) {
     constexpr float c[] = GAME_EXP_COEFFICIENTS;
@@ -57,13 +54,13 @@ __device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_m
 }
 
 // One agent's action force: a Discrete action (clamped into 0..4) or a Box one (components 1..4 read,
-// NaN as 0, clipped into [0, 1]), times the sensitivity.
+// NaN as 0 (multi_agent.cuh's gme_nan_to_zero), clipped into [0, 1]), times the sensitivity.
 template <bool continuous, class Action>
 __device__ __forceinline__ void mpe_action_force(const Action* action, float sensitivity, float& ux, float& uy) {
     if constexpr (continuous) {
         float a[5];
 #pragma unroll
-        for (int k = 1; k < 5; ++k) a[k] = fminf(fmaxf(mpe_nan_to_zero((float)action[k]), 0.0f), 1.0f);
+        for (int k = 1; k < 5; ++k) a[k] = fminf(fmaxf(gme_nan_to_zero((float)action[k]), 0.0f), 1.0f);
         ux = __fmul_rn(__fadd_rn(a[2], -a[1]), sensitivity);
         uy = __fmul_rn(__fadd_rn(a[4], -a[3]), sensitivity);
     } else {

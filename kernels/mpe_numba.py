@@ -8,6 +8,7 @@ computes the same bits. The constants are the reference's (``physics_constants``
 import math
 
 import numpy as np
+from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero
 from gpu_marl_envs.kernels.numba_api import add_rn, cuda, int_as_float, mul_rn
 from numba import int32
 
@@ -28,12 +29,6 @@ ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
 TWO = np.float32(2.0)
 HALF = np.float32(0.5)
-
-
-@cuda.jit(device=True)
-def nan_to_zero(v):
-    """NaN read as 0 (a Box action's NaN component)."""
-    return ZERO if v != v else v
 
 
 @cuda.jit(device=True)

@@ -22,6 +22,8 @@ from harness import TWIN_ATOL, TWIN_RTOL
 from gpu_marl_envs import check_env
 from gpu_marl_envs.checker import first_difference
 from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
+from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
+from gpu_marl_envs.envs.simple_tag import SimpleTagParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -60,6 +62,23 @@ def covid_days(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
+def mpe_crowd(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An MPE game's agents (and obstacles) crowded by a corner, fast: contact forces, collisions,
+    catches, speed caps and boundary penalties within the few steps checked."""
+    state = {name: value.clone() for name, value in state.items()}
+    generator = torch.Generator().manual_seed(1)
+    for name in ("x", "y", "obstacle_x", "obstacle_y"):
+        if name in state:
+            state[name] = 0.85 + 0.4 * (torch.rand(state[name].shape, generator=generator) - 0.5)
+    for name in ("vx", "vy"):
+        state[name] = 4.0 * (torch.rand(state[name].shape, generator=generator) - 0.5)
+    return state
+
+
+SMALL_SPREAD = SimpleSpreadParams(N=4, max_cycles=4)
+SMALL_TAG = SimpleTagParams(num_good=2, num_adversaries=2, num_obstacles=2, max_cycles=4)
+
+
 class Case(NamedTuple):
     env_id: str
     params: object
@@ -87,6 +106,25 @@ GAMES = {
         "TagGridworld-v0", dataclasses.replace(SMALL_GRIDWORLD, use_full_observation=False), exact=True
     ),
     "covid-special-days": Case("CovidEconomy-v0", SMALL_COVID, num_envs=2, num_steps=5, start=covid_days),
+    # MPE2's games: exact, their exp and log1p included (mpe_physics writes them with exact operations).
+    "spread-discrete": Case("SimpleSpread-v3", SMALL_SPREAD, num_envs=2, num_steps=5, start=mpe_crowd, exact=True),
+    "spread-continuous": Case(
+        "SimpleSpread-v3",
+        dataclasses.replace(SMALL_SPREAD, continuous_actions=True),
+        num_envs=2,
+        num_steps=5,
+        start=mpe_crowd,
+        exact=True,
+    ),
+    "tag-discrete": Case("SimpleTag-v3", SMALL_TAG, num_envs=2, num_steps=5, start=mpe_crowd, exact=True),
+    "tag-continuous": Case(
+        "SimpleTag-v3",
+        dataclasses.replace(SMALL_TAG, continuous_actions=True),
+        num_envs=2,
+        num_steps=5,
+        start=mpe_crowd,
+        exact=True,
+    ),
 }
 
 
