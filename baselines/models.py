@@ -27,6 +27,7 @@ from gpu_marl_envs.baselines import fused_mlp, sampling, wide_mlp
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
 from gymnasium import spaces
 from torch import nn
+from torch.nn import functional as F
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -61,10 +62,14 @@ class ActorCritic(nn.Module):
         action_space: spaces.Space,
         hidden: tuple[int, ...] = (64, 64),
         normalize_observations: bool = False,
+        *,
+        critic: nn.Module | None = None,
     ):
         """``normalize_observations``: the networks see observations scaled by their running mean
         and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
-        the trainer updates it from each rollout)."""
+        the trainer updates it from each rollout). ``critic``: the value network, made before the
+        actor (by default an MLP on the observations; :class:`CentralisedActorCritic` passes its
+        own)."""
         super().__init__()
         self.obs_norm = ObservationNormalizer(observation_size) if normalize_observations else None
         if isinstance(action_space, spaces.Discrete):
@@ -78,7 +83,7 @@ class ActorCritic(nn.Module):
         self.space = action_space
         # Components of one size (Tag's two moves) are handled as one (..., components, n) tensor.
         self.uniform = self.nvec is not None and len(set(self.nvec)) == 1
-        self.critic = mlp(observation_size, hidden, 1, last_gain=1.0)
+        self.critic = mlp(observation_size, hidden, 1, last_gain=1.0) if critic is None else critic
         outputs = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
         self.actor = mlp(observation_size, hidden, outputs, last_gain=0.01)
         if self.nvec is None:
@@ -110,7 +115,7 @@ class ActorCritic(nn.Module):
             obs = self.obs_norm(obs)
         if not wide_mlp.applies(obs) or self._fused_for(obs):
             return obs
-        return wide_mlp.aligned_input(obs, self.critic[0].in_features)
+        return wide_mlp.aligned_input(obs, self.actor[0].in_features)
 
     def _fused_for(self, x: torch.Tensor) -> bool:
         return (
@@ -160,23 +165,27 @@ class ActorCritic(nn.Module):
         x = self._inputs(obs)
         out = self._run(self.actor, x)
         value = self._run(self.critic, x).squeeze(-1)
+        return (action, *self._log_prob_and_entropy(out, action, action_mask), value)
+
+    def _log_prob_and_entropy(self, out: torch.Tensor, action: torch.Tensor, action_mask: torch.Tensor | None):
+        """The log-probability of ``action`` and the entropy under the actor's outputs ``out``."""
         if self.nvec is None:
             self._no_mask(action_mask)
             log_std = self.log_std.expand_as(out)
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
-            return action, log_prob, entropy, value
+            return log_prob, entropy
         out = mask_logits(out, action_mask)
         parts = action.unsqueeze(-1) if isinstance(self.space, spaces.Discrete) else action
         if self.uniform:
             log_probs = out.unflatten(-1, (len(self.nvec), self.nvec[0])).log_softmax(-1)
             log_prob = log_probs.gather(-1, parts.unsqueeze(-1)).sum((-2, -1))
             entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
-            return action, log_prob, entropy, value
+            return log_prob, entropy
         log_probs = [logits.log_softmax(-1) for logits in out.split(self.nvec, dim=-1)]
         log_prob = sum(lp.gather(-1, parts[..., i : i + 1]).squeeze(-1) for i, lp in enumerate(log_probs))
         entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
-        return action, log_prob, entropy, value
+        return log_prob, entropy
 
     def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
@@ -197,3 +206,108 @@ class ActorCritic(nn.Module):
         if self.uniform:
             return scores.unflatten(-1, (len(self.nvec), self.nvec[0])).argmax(-1)
         return torch.stack([part.argmax(-1) for part in scores.split(self.nvec, dim=-1)], dim=-1)
+
+
+class CentralisedCritic(nn.Module):
+    """MAPPO's centralised value function for the agents of one policy: ``V(s, i)``, an MLP (tanh,
+    as the actor's) on the game's global state ``s`` (``(S,)``, ``GpuParallelEnv.state()``) and,
+    where the policy has several agents (which share the network), agent ``i``'s one-hot id among
+    them.
+
+    The first layer's product splits: ``W [s; onehot(i)] + b = (W_s s + b) + W[:, S + i]``. So the
+    state's part is computed once per game and each agent adds its own column: a game's state is
+    read once, not once per agent, and a rollout keeps one state per game (Tag's 7,810 values for
+    its 110 agents would otherwise be stored 110 times). The parameters are those of one layer on
+    the concatenation (``input.weight`` is ``(hidden[0], S + ids)``), initialised as one.
+
+    ``normalize_state``: the state is scaled by its running mean and variance (``state_norm``,
+    an :class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`; the trainer updates it)."""
+
+    def __init__(self, state_size: int, agents: int, hidden: tuple[int, ...] = (64, 64), normalize_state: bool = False):
+        super().__init__()
+        self.state_size, self.agents = state_size, agents
+        self.ids = agents if agents > 1 else 0  # one agent: no id
+        self.state_norm = ObservationNormalizer(state_size) if normalize_state else None
+        self.input = layer(state_size + self.ids, hidden[0])
+        self.rest = nn.Sequential(nn.Tanh(), *mlp(hidden[0], hidden[1:], 1, last_gain=1.0))
+
+    def project(self, state: torch.Tensor) -> torch.Tensor:
+        """The state's part of the first layer, ``(..., S) -> (..., hidden[0])`` (bias included)."""
+        if self.state_norm is not None:
+            state = self.state_norm(state)
+        return F.linear(state, self.input.weight[:, : self.state_size], self.input.bias)
+
+    def forward(self, state: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Every agent's value, ``(..., S) -> (..., agents)``; or, with ``rows`` (int64 ``(R,)``),
+        the values ``(R,)`` of those rows of the flattened ``(games, agents)`` grid of ``state``
+        (``(games, S)``): row ``r`` is agent ``r % agents`` of game ``r // agents``. The state's
+        part is computed for the rows' games where there are fewer rows than games, else for every
+        game and then picked (fixed shapes either way: no host synchronisation)."""
+        if rows is None:
+            hidden = self.project(state).unsqueeze(-2)  # (..., 1, H)
+            if self.ids:
+                hidden = hidden + self.input.weight[:, self.state_size :].t()  # (..., agents, H)
+            return wide_mlp.run_mlp(self.rest, hidden).squeeze(-1)
+        games = rows // self.agents
+        hidden = self.project(state[games]) if len(rows) < len(state) else self.project(state)[games]
+        if self.ids:
+            hidden = hidden + self.input.weight[:, self.state_size :].t()[rows % self.agents]
+        return wide_mlp.run_mlp(self.rest, hidden).squeeze(-1)
+
+
+class CentralisedActorCritic(ActorCritic):
+    """:class:`ActorCritic` with a :class:`CentralisedCritic` (MAPPO): the actor reads the agent's
+    own observation, as before (``sample``, ``greedy``); the critic reads the game's global state
+    and the agent's id. ``value(state, rows=None)`` is the critic's; ``action_and_value(obs,
+    action, action_mask, *, state, rows=None)`` takes the critic's input beside the actor's, the
+    values in the order of ``obs``' rows: ``obs`` is ``(games * agents, ...)`` (or ``(games,
+    agents, ...)``) with ``state`` ``(games, S)``, or the rows ``rows`` of that grid (a minibatch).
+
+    ``normalize_observations`` normalises the state too (the critic's ``state_norm``). The fused
+    MLP kernels run the actor only."""
+
+    def __init__(
+        self,
+        observation_size: int,
+        action_space: spaces.Space,
+        state_size: int,
+        agents: int,
+        hidden: tuple[int, ...] = (64, 64),
+        normalize_observations: bool = False,
+    ):
+        super().__init__(
+            observation_size,
+            action_space,
+            hidden,
+            normalize_observations,
+            critic=CentralisedCritic(state_size, agents, hidden, normalize_observations),
+        )
+
+    def use_fused_mlp(self, setting: bool | str = True) -> bool:
+        shaped = fused_mlp.fusable(self.actor)
+        if setting is True and not shaped:
+            raise ValueError(
+                f"fused MLPs need two hidden layers of one width, a power of two from 16 to "
+                f"{fused_mlp.MAX_HIDDEN}, and at most {fused_mlp.MAX_IO} inputs and outputs; "
+                f"this policy's actor is {fused_mlp.widths(self.actor)}"
+            )
+        self.fused = setting is True or (setting == "auto" and shaped and fused_mlp.available())
+        return self.fused
+
+    def value(self, state: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        return self.critic(state, rows)
+
+    def action_and_value(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor | None = None,
+        action_mask: torch.Tensor | None = None,
+        *,
+        state: torch.Tensor,
+        rows: torch.Tensor | None = None,
+    ):
+        if action is None:
+            action = self.sample(obs, action_mask)
+        out = self._run(self.actor, self._inputs(obs))
+        value = self.critic(state, rows).reshape(out.shape[:-1])
+        return (action, *self._log_prob_and_entropy(out, action, action_mask), value)

@@ -58,7 +58,7 @@ from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPha
 from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.models import ActorCritic
+from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
     EntryNumbers,
@@ -79,6 +79,7 @@ from gpu_marl_envs.registration import is_game  # noqa: F401  (multi_agent.is_ga
 
 Algorithm = Literal["ppo", "a2c"]
 ALGORITHMS = typing.get_args(Algorithm)
+Critic = Literal["local", "centralised"]
 PPO_ONLY = ("clip_coef", "update_epochs", "num_minibatches")
 POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a bare TOML key, and a clean metrics-column prefix
 
@@ -94,6 +95,13 @@ class PolicyConfig:
     """``"ppo"`` (clipped surrogate, epochs of minibatches) or ``"a2c"`` (one gradient step per rollout)."""
     train: bool = True
     """False: the policy acts but is never updated (WarpDrive's ``to_train``)."""
+    critic: Critic = "local"
+    """What the value network reads. ``"local"``: the agent's own observation, as the actor does
+    (independent learners: IPPO, IA2C). ``"centralised"``: the game's global state
+    (``GpuParallelEnv.state()``) and, where the policy serves several agents, the agent's one-hot
+    id among them (MAPPO, Yu et al. 2022; MAA2C with ``algorithm = "a2c"``): centralised training,
+    decentralised execution, since acting reads the actor alone (:class:`CentralisedActorCritic`;
+    module docstring)."""
     learning_rate: float = 2.5e-4
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over the run."""
@@ -324,19 +332,39 @@ def policy_spaces(env_id: str, config: MultiAgentConfig) -> dict[str, tuple[spac
 
 
 def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: dict | None = None) -> dict:
-    """A fresh :class:`ActorCritic` per policy (or the module ``models`` gives for it), moved to ``device``."""
+    """A fresh :class:`ActorCritic` per policy (a :class:`CentralisedActorCritic` for a policy with
+    ``critic = "centralised"``, its critic over the game's state and its agents' ids), or the module
+    ``models`` gives for it, moved to ``device``."""
     models = dict(models or {})
     unknown = sorted(set(models) - set(config.policies))
     if unknown:
         raise ValueError(f"models given for unknown policies {unknown}; policies: {sorted(config.policies)}")
+    game = get_game(env_id)
+    slots = policy_slots(env_id, config)
     policies = {}
     for name, (observation_space, action_space) in policy_spaces(env_id, config).items():
         settings = config.policies[name]
-        module = (
-            models[name]
-            if name in models
-            else ActorCritic(observation_space.shape[0], action_space, settings.hidden, settings.normalize_observations)
-        )
+        centralised = settings.critic == "centralised"
+        if name in models:
+            module = models[name]
+            if centralised and isinstance(module, ActorCritic) and not isinstance(module, CentralisedActorCritic):
+                raise ValueError(
+                    f'policy {name!r} has critic = "centralised" but its module is an ActorCritic, whose critic '
+                    'reads the observations: pass a CentralisedActorCritic or set critic = "local"'
+                )
+        elif centralised:
+            module = CentralisedActorCritic(
+                observation_space.shape[0],
+                action_space,
+                game.state_space(game_params(env_id, config)).shape[0],
+                sum(s.stop - s.start for s in slots[name].values()),
+                settings.hidden,
+                settings.normalize_observations,
+            )
+        else:
+            module = ActorCritic(
+                observation_space.shape[0], action_space, settings.hidden, settings.normalize_observations
+            )
         policies[name] = module.to(device)
     return policies
 
@@ -443,6 +471,48 @@ class PolicyRollout:
 
 
 @dataclass
+class StateRollout:
+    """``(num_steps, num_envs, S)``: each game's global state before each step of a rollout
+    (``GpuParallelEnv.state()``) and, where the step ended the game, its final state
+    (``final_state()``), for the truncation bootstrap. One per run, read by every trained policy
+    with a centralised critic: a state is kept once per game, not once per agent or per policy."""
+
+    states: torch.Tensor
+    final_states: torch.Tensor
+
+    @classmethod
+    def allocate(cls, num_steps: int, num_envs: int, state_size: int, device) -> StateRollout:
+        shape = (num_steps, num_envs, state_size)
+        return cls(torch.zeros(shape, device=device), torch.zeros(shape, device=device))
+
+    def flat(self, name: str) -> torch.Tensor:
+        """A field with the step and env dimensions merged (a view): ``(num_steps * num_envs, S)``,
+        the games of :meth:`PolicyRollout.flat`'s rows in order (row ``r`` is game ``r // agents``)."""
+        return getattr(self, name).flatten(0, 1)
+
+    def bootstrap(
+        self, rollout: PolicyRollout, value, next_state: torch.Tensor, gamma: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`PolicyRollout.bootstrap` with a centralised critic ``value`` (``(..., S) -> (...,
+        agents)``): an agent truncated while in the game is bootstrapped with ``gamma * V(final
+        state, agent)``. The critic runs on at most ``max_truncations`` steps of each game (those
+        where one of its agents is bootstrapped; see :func:`rollout.bootstrap_values`)."""
+        with torch.no_grad():
+            bootstrapped = rollout.truncated & ~rollout.terminated & (rollout.weights > 0)  # (T, E, A)
+            if rollout.max_truncations >= len(bootstrapped):
+                final_values = value(self.final_states).float() * bootstrapped
+            else:
+                steps = bootstrapped.any(-1).float().topk(rollout.max_truncations, dim=0).indices  # (k, E)
+                picked = self.final_states.gather(0, steps[..., None].expand(-1, -1, self.final_states.shape[-1]))
+                values = value(picked).float()  # (k, E, A)
+                final_values = torch.zeros(bootstrapped.shape, device=values.device).scatter_(
+                    0, steps[..., None].expand_as(values), values
+                )
+                final_values = final_values * bootstrapped
+            return rollout.rewards + gamma * final_values, value(next_state).float()
+
+
+@dataclass
 class PolicyInputs:
     """What a policy reads at each step, ``(num_envs, agents, ...)``: its agents' observations and
     whether each is in the game now (before the next step). For a policy that serves one group
@@ -495,15 +565,19 @@ def collect(
     stats: dict,
     autocast=contextlib.nullcontext,
     branches: Branches | None = None,
+    states: StateRollout | None = None,
 ) -> None:
     """Fill each policy's rollout from its inputs, stepping every game ``num_steps`` times;
     ``sample`` holds each policy's ``sample`` (run under ``autocast()``; given the action masks in
     games with masks, which the rollout stores for the update). A step only copies what
     the env gave into the rollout (in a captured rollout every kernel counts), each policy's work
     in its own branch of ``branches``; episode statistics are taken from the whole rollout at its
-    end."""
+    end. ``states`` (runs with a centralised critic): filled with the games' global states and
+    final states, read from the env's buffers on the device (no host copy)."""
     branches = branches or Branches((), torch.device("cpu"))
     for t in range(next(iter(rollouts.values())).obs.shape[0]):
+        if states is not None:
+            states.states[t].copy_(env.state())
         actions = {}
         with branches.fork():
             for name, rollout in rollouts.items():
@@ -520,6 +594,8 @@ def collect(
                 actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
+        if states is not None:
+            states.final_states[t].copy_(env.final_state())
         # The env's next step overwrites what these copies read: it waits for the join.
         with branches.fork():
             for name, rollout in rollouts.items():
@@ -551,12 +627,23 @@ def normalise(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 
 def masked_ppo_loss(
-    policy, obs, actions, old_log_probs, advantages, returns, weights, config: PolicyConfig, ent_coef, action_mask=None
+    policy,
+    obs,
+    actions,
+    old_log_probs,
+    advantages,
+    returns,
+    weights,
+    config: PolicyConfig,
+    ent_coef,
+    action_mask=None,
+    **critic_input,
 ):
     """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count;
     ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
-    the rows' action masks, in games with masks."""
-    _, log_probs, entropy, values = policy.action_and_value(obs, actions, **mask_argument(action_mask))
+    the rows' action masks, in games with masks; ``critic_input``: a centralised critic's
+    (``state=``, ``rows=``: :meth:`CentralisedActorCritic.action_and_value`)."""
+    _, log_probs, entropy, values = policy.action_and_value(obs, actions, **mask_argument(action_mask), **critic_input)
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
     if config.norm_adv:
@@ -607,6 +694,8 @@ def update(
     average_gradients,
     autocast=contextlib.nullcontext,
     sum_over_ranks=None,
+    states: StateRollout | None = None,
+    next_state: torch.Tensor | None = None,
 ) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
@@ -618,12 +707,26 @@ def update(
     action masks. A policy with an observation normalizer first merges the rollout's observations
     into it (``sum_over_ranks``: see :meth:`ObservationNormalizer.update`), so that the whole update,
     old log-probabilities included, sees one normalisation. Returns the last gradient step's loss
-    terms."""
+    terms.
+
+    A policy with a centralised critic (``states``: the rollout's global states; ``next_state``:
+    the games' state after it) gets its values from the states: ``value`` is its critic's
+    ``(..., S) -> (..., agents)``, and ``act`` and the loss take ``state=`` (the rollout's states,
+    ``(num_steps * num_envs, S)``) and, for a minibatch, ``rows=`` (its rows' indices), so that the
+    state's part of the critic runs once per game (:class:`CentralisedCritic`)."""
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
     if getattr(policy, "obs_norm", None) is not None:
         policy.obs_norm.update(b_obs, b_weights, sum_over_ranks)
+    critic_input = {}
+    if states is not None:
+        critic_input = {"state": states.flat("states")}
+        if getattr(policy.critic, "state_norm", None) is not None:
+            policy.critic.state_norm.update(critic_input["state"], None, sum_over_ranks)
     with autocast():
-        rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
+        if states is None:
+            rewards, next_value = rollout.bootstrap(value, next_obs, config.gamma)
+        else:
+            rewards, next_value = states.bootstrap(rollout, value, next_state, config.gamma)
 
     def advantages_and_returns(values):
         with torch.no_grad():
@@ -642,13 +745,18 @@ def update(
     if config.algorithm == "a2c":
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
         with autocast():
-            _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument())
+            _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument(), **critic_input)
         b_adv, b_returns = advantages_and_returns(values.detach().float().view(rewards.shape))
         return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef))
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
     with autocast():
-        log_probs, values = rollout.old_policy(act)
+        if states is None:
+            log_probs, values = rollout.old_policy(act)
+        else:
+            log_probs, values = old_policy_outputs(
+                functools.partial(act, **rollout.mask_argument(), **critic_input), b_obs, b_actions, rewards.shape
+            )
     b_adv, b_returns = advantages_and_returns(values)
     b_log_probs = log_probs.flatten()
     for _ in range(config.update_epochs):
@@ -666,6 +774,7 @@ def update(
                     config,
                     ent_coef,
                     **rollout.mask_argument(idx),
+                    **({} if states is None else {**critic_input, "rows": idx}),
                 )
             losses = step(*loss)
     return losses
@@ -732,6 +841,7 @@ class Run:
     optimizers: dict  # trained policy -> its optimizer
     slots: dict[str, dict[str, slice]]  # policy -> {group: its agents' slice}
     rollouts: dict[str, PolicyRollout]
+    states: StateRollout | None  # the games' states, where a trained policy has a centralised critic
     inputs: dict[str, PolicyInputs]
     stats: dict[str, EpisodeStats]  # group -> its episode returns
     ent_coefs: dict[str, torch.Tensor]  # trained policy -> its entropy weight now (a device tensor)
@@ -833,6 +943,12 @@ def start(
             env.params.episode_length,
             masked=env.definition.has_action_masks,
         )
+    centralised = [name for name, settings in trained.items() if settings.critic == "centralised"]
+    states = (
+        StateRollout.allocate(config.num_steps, config.num_envs, env.state_space.shape[0], device)
+        if centralised
+        else None
+    )
     obs, infos = env.reset_groups(seed=context.env_seed(config.seed, first, config.num_envs))
     return Run(
         context=context,
@@ -845,6 +961,7 @@ def start(
         optimizers=optimizers,
         slots=slots,
         rollouts=rollouts,
+        states=states,
         inputs={name: PolicyInputs.of(groups, obs, infos) for name, groups in slots.items()},
         stats={group: EpisodeStats(config.num_envs, device) for group in config.groups},
         # The entropy weights, set before each iteration from their schedules (a captured update reads them).
@@ -892,6 +1009,7 @@ class Phases(IterationPhases):
                 run.stats,
                 autocast=lambda: config.autocast(device),
                 branches=rollout_branches,
+                states=run.states,
             )
             return {}
 
@@ -909,6 +1027,7 @@ class Phases(IterationPhases):
 
     def update_policy(self, name: str) -> dict[str, torch.Tensor]:
         run, config, settings = self.run, self.run.config, self.run.trained[name]
+        centralised = settings.critic == "centralised"
         terms = update(
             run.policies[name],
             run.optimizers[name],
@@ -923,6 +1042,8 @@ class Phases(IterationPhases):
             run.averagers[name],
             autocast=lambda: config.autocast(run.device),
             sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce_setting(multi_agent=True)),
+            states=run.states if centralised else None,
+            next_state=run.env.state() if centralised else None,
         )
         return {f"{name}/{term}": tensor for term, tensor in terms.items()}
 
