@@ -406,6 +406,8 @@ class PolicyRollout:
     game_over: torch.Tensor  # bool (num_steps, num_envs): the game ended on this step
     max_truncations: int  # truncations a game can have in one rollout (see rollout.bootstrap_values)
     action_masks: torch.Tensor | None = None  # bool (..., n): the actions allowed at the step (games with masks)
+    action_low: torch.Tensor | None = None  # Box action spaces: the bounds the env's actions are clipped to
+    action_high: torch.Tensor | None = None
 
     @classmethod
     def allocate(
@@ -419,15 +421,18 @@ class PolicyRollout:
         episode_length: int,
         masked: bool = False,
     ) -> PolicyRollout:
-        """Zeroed storage; ``masked``: with room for the action masks (a ``Discrete`` action space)."""
+        """Zeroed storage; ``masked``: with room for the action masks (a ``Discrete`` action space).
+        Actions are kept as the policy drew them: int64 indices, or float32 values for a ``Box``
+        space (Gaussian samples, unclipped: their log-probabilities are the samples')."""
         shape = (num_steps, num_envs, agents)
+        box = isinstance(action_space, spaces.Box)
 
         def zeros(*extra, dtype=torch.float32):
             return torch.zeros((*shape, *extra), dtype=dtype, device=device)
 
         return cls(
             obs=zeros(obs_size),
-            actions=zeros(*action_space.shape, dtype=torch.int64),
+            actions=zeros(*action_space.shape, dtype=torch.float32 if box else torch.int64),
             rewards=zeros(),
             terminated=zeros(dtype=torch.bool),
             truncated=zeros(dtype=torch.bool),
@@ -436,7 +441,15 @@ class PolicyRollout:
             game_over=torch.zeros(shape[:2], dtype=torch.bool, device=device),
             max_truncations=math.ceil(num_steps / episode_length),
             action_masks=zeros(_mask_width(action_space), dtype=torch.bool) if masked else None,
+            action_low=torch.as_tensor(action_space.low, device=device) if box else None,
+            action_high=torch.as_tensor(action_space.high, device=device) if box else None,
         )
+
+    def env_actions(self, t: int) -> torch.Tensor:
+        """Step ``t``'s actions as the env gets them: ``Box`` ones clipped into the space (as the
+        single-agent trainers do; the rollout keeps the samples), others as drawn."""
+        actions = self.actions[t]
+        return actions if self.action_low is None else actions.clamp(self.action_low, self.action_high)
 
     def flat(self, name: str) -> torch.Tensor:
         """A field with the step, env and agent dimensions merged (a view)."""
@@ -591,7 +604,8 @@ def collect(
                         rollout.actions[t].copy_(
                             sample[name](policy_inputs.obs, **mask_argument(policy_inputs.action_mask))
                         )
-                actions.update({group: rollout.actions[t][:, s] for group, s in slots[name].items()})
+                    env_actions = rollout.env_actions(t)
+                actions.update({group: env_actions[:, s] for group, s in slots[name].items()})
         obs, rewards, terminated, truncated, infos = env.step_groups(actions)
         game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
         if states is not None:
@@ -1111,10 +1125,15 @@ def train(
 # -- evaluation ------------------------------------------------------------------------------------
 
 
-def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[str, torch.Tensor]:
+def greedy_actions(
+    policies: dict, slots: dict, obs: dict, infos: dict, action_spaces: dict | None = None
+) -> dict[str, torch.Tensor]:
     """Each group's greedy actions ``(num_envs, group_size, ...)`` from the env's outputs keyed by
     group (``reset_groups``/``step_groups``): each policy (``slots``: :func:`policy_slots`) acts for
-    its groups at once, within the action masks of ``infos`` in games with masks."""
+    its groups at once, within the action masks of ``infos`` in games with masks. ``Box`` actions
+    (the Gaussian's mean) are clipped into the policy's space where ``action_spaces`` (policy ->
+    action space, as :func:`policy_spaces` gives them) says it is a ``Box``."""
+    action_spaces = action_spaces or {}
     actions = {}
     with torch.no_grad():
         for name, policy in policies.items():
@@ -1123,6 +1142,11 @@ def greedy_actions(policies: dict, slots: dict, obs: dict, infos: dict) -> dict[
             if "action_mask" in infos[next(iter(groups))]:
                 masks = torch.cat([infos[group]["action_mask"] for group in groups], dim=1)
             greedy = policy.greedy(torch.cat([obs[group] for group in groups], dim=1), **mask_argument(masks))
+            space = action_spaces.get(name)
+            if isinstance(space, spaces.Box):
+                greedy = greedy.clamp(
+                    torch.as_tensor(space.low, device=greedy.device), torch.as_tensor(space.high, device=greedy.device)
+                )
             actions.update({group: greedy[:, s] for group, s in groups.items()})
     return actions
 
@@ -1155,13 +1179,16 @@ def evaluate(
         render_mode=None if frames is None else "rgb_array",
     )
     slots = policy_slots(env_id, config)
+    action_spaces = {name: action_space for name, (_, action_space) in policy_spaces(env_id, config).items()}
     obs, infos = env.reset_groups(seed=seed)
     returns = {group: torch.zeros(num_episodes, device=env.device) for group in config.groups}
     running = torch.ones(num_episodes, dtype=torch.bool, device=env.device)
     if frames is not None:
         frames.append(env.render())
     while bool(running.any()):
-        obs, rewards, terminated, truncated, infos = env.step_groups(greedy_actions(policies, slots, obs, infos))
+        obs, rewards, terminated, truncated, infos = env.step_groups(
+            greedy_actions(policies, slots, obs, infos, action_spaces)
+        )
         for group, group_returns in returns.items():
             group_returns += rewards[group].mean(1) * running
         if frames is not None and bool(running[0]):
