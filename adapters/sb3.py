@@ -24,6 +24,14 @@ the device into one float32 tensor that crosses back in one copy. Sub-envs that 
 one read-only empty info dict (building tens of thousands of fresh dicts costs more than the step;
 SB3's wrappers write only into finished sub-envs' infos); each finished sub-env gets a dict of its own.
 
+Box actions (single-agent envs with a ``Box`` space, and games of ``Box`` actions: SimpleSpread-v3
+with ``continuous_actions=True``) reach the env as float32 (a float64 array, as numpy code makes
+them, is cast; integers are taken as values). NaN is refused on the host; values outside the bounds
+go through, as SB3's own VecEnvs pass actions on unchanged, and the env's rules clip them: SB3's
+algorithms keep their policies' actions within the bounds themselves (PPO and A2C clip them, SAC, TD3
+and DDPG squash them into the bounds). The groups SB3 does not drive get uniform values within their
+``Box`` by default (:class:`UniformActions`).
+
 Attributes and methods: the sub-envs are slices of one batched env (``.env``), so ``get_attr``
 returns the batched env's attribute once per requested index, ``set_attr`` sets it on the batched env
 (``indices`` must be ``None``: it is shared), ``env_method`` calls the batched env's method once and
@@ -235,17 +243,24 @@ class SB3VecEnv(_PackedVecEnv):
 
 class UniformActions:
     """The default policy of the groups SB3 does not drive: uniform random actions drawn on the device
-    (bounds moved there once, so a step copies nothing from the host). ``seed(s)`` restarts it."""
+    (bounds moved there once, so a step copies nothing from the host): indices of ``Discrete`` and
+    ``MultiDiscrete`` spaces, float32 values within a ``Box``'s bounds. ``seed(s)`` restarts it."""
 
     def __init__(self, env: GpuParallelEnv, groups: Sequence[str]):
         self._generator = torch.Generator(device=env.device)
         self._generator.seed()
         self._shapes, self._highs = {}, {}
+        self._boxes: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # group -> (low, width)
         for g in groups:
             space = env.action_space(env.groups[g][0])
-            high = space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n
             self._shapes[g] = (env.num_envs, len(env.groups[g]), *space.shape)
-            self._highs[g] = torch.as_tensor(high, dtype=torch.int64, device=env.device)
+            if isinstance(space, spaces.Box):  # float32 with finite bounds (register_game refuses others)
+                low = torch.as_tensor(space.low, dtype=torch.float32, device=env.device)
+                self._highs[g] = torch.as_tensor(space.high, dtype=torch.float32, device=env.device)
+                self._boxes[g] = low, self._highs[g] - low
+            else:
+                high = space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n
+                self._highs[g] = torch.as_tensor(high, dtype=torch.int64, device=env.device)
 
     def seed(self, seed: int) -> None:
         self._generator.manual_seed(seed)
@@ -255,7 +270,11 @@ class UniformActions:
         for g, shape in self._shapes.items():
             high = self._highs[g]
             draw = torch.rand(shape, generator=self._generator, device=high.device)
-            actions[g] = (draw * high).long().minimum(high - 1)  # rand < 1, but float rounding can reach 1
+            if g in self._boxes:
+                low, width = self._boxes[g]
+                actions[g] = torch.addcmul(low, draw, width).minimum(high)  # rounding could pass high
+            else:
+                actions[g] = (draw * high).long().minimum(high - 1)  # rand < 1, but float rounding can reach 1
         return actions
 
 

@@ -1,20 +1,24 @@
 """The Stable-Baselines3 adapter, proven by SB3 itself: its env checker on the numpy env, its VecEnv
 wrappers and algorithms over the adapter, SB3's terminal-observation and truncation conventions on
-crafted episodes against the env's own flags, black death for agents that leave a game, bad input,
-and PPO learning CartPole through it.
+crafted episodes against the env's own flags, black death for agents that leave a game, games of Box
+actions (Glide-v0, SimpleSpread-v3's continuous actions), bad input, and PPO learning CartPole
+through it.
 """
 
+import math
 import re
 import time
 
+import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import gymnasium
 import numpy as np
 import pytest
 import torch
 from conftest import HAS_GPU
 from gpu_marl_envs.adapters import SB3ParallelVecEnv, SB3VecEnv, make_sb3_env
+from gpu_marl_envs.adapters.sb3 import UniformActions
 from gymnasium.vector import AutoresetMode
-from stable_baselines3 import PPO
+from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.env_checker import check_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
@@ -26,6 +30,9 @@ from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 
 N = 6
 MAX_STEPS = CartPoleParams().max_episode_steps
+# Games of Box actions and the settings that give them: a test game of two groups with one Box, and
+# MPE2's cooperative navigation with its continuous actions (Box(0, 1, (5,))).
+BOX_GAMES = {"glide/Glide-v0": {}, "gpu_marl_envs/SimpleSpread-v3": {"continuous_actions": True}}
 
 
 def sample(vec_env, rng: np.random.Generator) -> np.ndarray:
@@ -209,6 +216,95 @@ def test_parallel_adapter_refuses_groups_with_different_spaces():
     env = make_parallel("TagGridworld-v0", 2, device="cpu", autoreset_mode=AutoresetMode.SAME_STEP)
     with pytest.raises(ValueError, match=re.escape("groups must be distinct names among ['taggers', 'runners']")):
         SB3ParallelVecEnv(env, groups=["hunters"])
+
+
+# -- multi-agent: games of Box actions -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id, settings", BOX_GAMES.items(), ids=list(BOX_GAMES))
+def test_box_actions_reach_the_game_as_float32(env_id, settings):
+    """SB3's numpy actions (float64, as numpy makes them; non-integers, and past the bounds on every
+    other step) step the game as the batched env stepped with the same values in float32 does: no
+    integer cast, and values outside the bounds clipped by the game's rules. NaN is refused."""
+    vec_env = make_sb3_env(env_id, 3, device="cpu", **settings)  # every group driven: one policy
+    k = vec_env.agents_per_game
+    twin = make_parallel(
+        env_id, 3, device="cpu", autoreset_mode=AutoresetMode.SAME_STEP, validate_actions=False, **settings
+    )
+    vec_env.seed(7)
+    obs = vec_env.reset()
+    expected, _ = twin.reset_groups(seed=[7 + g * k for g in range(3)])
+    chosen = vec_env.unwrapped.groups
+    space = vec_env.action_space
+    assert isinstance(space, gymnasium.spaces.Box) and space.dtype == np.float32
+    rng = np.random.default_rng(0)
+    width = space.high - space.low
+    games_ended = 0
+    for step in range(8):
+        past = 0.5 * (step % 2)
+        actions = rng.uniform(space.low - past * width, space.high + past * width, (vec_env.num_envs, *space.shape))
+        assert actions.dtype == np.float64 and not np.all(actions == np.round(actions))
+        tensor = torch.from_numpy(actions.astype(np.float32)).view(3, k, *space.shape)
+        by_group = dict(zip(chosen, tensor.split([len(twin.groups[g]) for g in chosen], dim=1)))
+        expected, rewards, *_, infos = twin.step_groups(by_group)
+        obs, sb3_rewards, dones, _ = vec_env.step(actions)
+        np.testing.assert_array_equal(obs, torch.cat([expected[g] for g in chosen], 1).flatten(0, 1).numpy())
+        np.testing.assert_array_equal(sb3_rewards, torch.cat([rewards[g] for g in chosen], 1).flatten().numpy())
+        games_ended += int(infos[chosen[0]]["_final_obs"].sum())
+        for name, values in twin.get_state().items():
+            assert torch.equal(vec_env.env.get_state()[name], values), f"step {step}: state {name}"
+    assert games_ended == (3 if env_id == "glide/Glide-v0" else 0)  # Glide's episodes last 5 steps
+    before = vec_env.env.get_state()
+    nan = np.zeros((vec_env.num_envs, *space.shape), dtype=np.float32)
+    nan[k + 1, 0] = math.nan
+    with pytest.raises(ValueError, match=re.escape(f"actions of sub-env {k + 1} contain NaN (no env was stepped)")):
+        vec_env.step(nan)
+    for name, values in vec_env.env.get_state().items():
+        assert torch.equal(values, before[name]), name
+
+
+def test_uniform_actions_of_box_groups_lie_within_the_bounds():
+    env = make_parallel("glide/Glide-v0", 64, device="cpu", autoreset_mode=AutoresetMode.SAME_STEP)
+    policy = UniformActions(env, ["leaders", "gliders"])
+    policy.seed(0)
+    actions = policy({})
+    assert actions["gliders"].shape == (64, 3, 2) and actions["leaders"].shape == (64, 1, 2)
+    values = torch.cat([actions["gliders"], actions["leaders"]], 1)
+    assert values.dtype == torch.float32 and values.min() >= -1.0 and values.max() <= 1.0
+    assert values.min() < -0.9 and values.max() > 0.9 and values.std() > 0.5  # spread over the Box
+    policy.seed(0)
+    assert torch.equal(policy({})["gliders"], actions["gliders"])
+
+
+@pytest.mark.parametrize(
+    "env_id, groups",
+    [("glide/Glide-v0", ["gliders"]), ("gpu_marl_envs/SimpleSpread-v3", None)],
+    ids=["Glide-v0 gliders", "SimpleSpread-v3"],
+)
+def test_ppo_with_gaussian_policies_on_box_games(env_id, groups, one_thread):
+    """SB3 PPO (a Gaussian policy, whose actions SB3 clips to the Box) trains a few iterations under
+    VecCheckNan; on Glide the leader acts by UniformActions' uniform Box values."""
+    vec_env = make_sb3_env(env_id, 4, groups=groups, device="cpu", **BOX_GAMES[env_id])
+    checked = VecCheckNan(vec_env, raise_exception=True)
+    model = PPO("MlpPolicy", checked, n_steps=16, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    model.learn(3 * 16 * vec_env.num_envs)
+    actions = model.rollout_buffer.actions  # the policy's, before SB3 clips them
+    assert actions.dtype == np.float32 and not np.all(actions == np.round(actions))
+    assert np.isfinite(model.rollout_buffer.returns).all()
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+    assert vec_env.episode_count >= vec_env.num_envs  # Glide's games last 5 steps, SimpleSpread's 25
+
+
+def test_sac_on_a_box_game(one_thread):
+    """SB3's SAC (actions squashed into the Box) collects and trains a few steps: its replay buffer
+    takes the terminal observations of the games that end (Glide's last 5 steps)."""
+    vec_env = make_sb3_env("glide/Glide-v0", 2, device="cpu")
+    model = SAC("MlpPolicy", vec_env, learning_starts=16, batch_size=32, seed=0, device="cpu")
+    model.learn(12 * vec_env.num_envs)
+    stored = model.replay_buffer.actions[: model.replay_buffer.pos]
+    assert stored.dtype == np.float32 and np.abs(stored).max() <= 1.0 and not np.all(stored == np.round(stored))
+    assert vec_env.episode_count == 2 * vec_env.num_envs  # two games of 5 steps in 12 steps
 
 
 # -- bad use ---------------------------------------------------------------------------------------
