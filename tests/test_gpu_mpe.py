@@ -1,0 +1,140 @@
+"""MPE2's games on a GPU (``pytest -m gpu``): both kernel backends against the torch reference at
+large sizes, SimpleSpread with 1,000 agents per game included, in both action modes.
+
+Each step, the reference env's state is copied into the first envs of the kernel env (its own
+autoreset bookkeeping left alone, so both reset the same envs), both step with the same actions
+(Box actions spread past their bounds, with NaN, for the clipping), and every output of those envs
+is compared bit for bit: the MPE games' physics, exp and log1p included, is written with operations
+every backend rounds alike (``mpe_physics``). The reference runs on at most ``REFERENCE_ENVS`` envs,
+fewer for large games: its contact forces are ``(E, N, N)`` tensors summed one entity at a time.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import GPU_BACKENDS
+from gymnasium.vector import AutoresetMode
+from harness import assert_close, random_group_actions
+
+from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
+from gpu_marl_envs.envs.simple_tag import SimpleTagParams
+from gpu_marl_envs.parallel_env import GpuParallelEnv
+
+pytestmark = pytest.mark.gpu
+
+REFERENCE_ENVS = 256
+REFERENCE_PAIRS = 2**23  # agent pairs (envs x N^2) the reference holds at once: 8 games of 1,000
+NUM_STEPS = 12
+SPREAD = SimpleSpreadParams(max_cycles=8)
+TAG = SimpleTagParams(max_cycles=8)
+LARGE_TAG = dataclasses.replace(TAG, num_good=200, num_adversaries=100, num_obstacles=10)
+CONFIGS = {
+    # (id, num_envs, params): short episodes, so that autoresets happen.
+    "spread-2000x3": ("SimpleSpread-v3", 2000, SPREAD),
+    "spread-2000x3-continuous": ("SimpleSpread-v3", 2000, dataclasses.replace(SPREAD, continuous_actions=True)),
+    "spread-65536x3": ("SimpleSpread-v3", 65536, SPREAD),
+    # 1,000 agents in [-1, 1]^2: every agent within reach of ~100 others, contacts everywhere.
+    "spread-64x1000": ("SimpleSpread-v3", 64, dataclasses.replace(SPREAD, N=1000)),
+    "spread-64x1000-continuous": (
+        "SimpleSpread-v3",
+        64,
+        dataclasses.replace(SPREAD, N=1000, continuous_actions=True, local_ratio=0.25),
+    ),
+    "tag-2000x4": ("SimpleTag-v3", 2000, TAG),
+    "tag-2000x4-continuous": ("SimpleTag-v3", 2000, dataclasses.replace(TAG, continuous_actions=True)),
+    "tag-100x300": ("SimpleTag-v3", 100, LARGE_TAG),
+    "tag-100x300-continuous": ("SimpleTag-v3", 100, dataclasses.replace(LARGE_TAG, continuous_actions=True)),
+}
+KERNEL_BACKENDS = [b for b in GPU_BACKENDS if b != "torch"]
+
+
+def exact(name, expected, actual, context):
+    assert_close(name, expected, actual, context, rtol=0, atol=0)
+
+
+def with_nan(actions: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Box actions with about one component in a hundred NaN (read as 0 by every backend)."""
+    out = {}
+    for group, value in actions.items():
+        if value.is_floating_point():
+            nan = torch.rand(value.shape, generator=generator, device=value.device) < 0.01
+            value = torch.where(nan, float("nan"), value)
+        out[group] = value
+    return out
+
+
+def run_twins(env_id, num_envs, params, backend, mode):
+    device = torch.device("cuda")
+    kernel_env = GpuParallelEnv(
+        env_id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode, validate_actions=False
+    )
+    k = min(num_envs, REFERENCE_ENVS, max(1, REFERENCE_PAIRS // params.num_agents**2))
+    reference = GpuParallelEnv(
+        env_id,
+        k,
+        device=device,
+        backend="torch",
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=False,
+    )
+    kernel_out, reference_out = kernel_env.reset_groups(seed=3), reference.reset_groups(seed=3)
+    for group in reference_out[0]:
+        exact(f"reset observations[{group}]", reference_out[0][group], kernel_out[0][group][:k], env_id)
+    for name, value in reference.get_state().items():
+        exact(f"reset state.{name}", value, kernel_env.get_state()[name][:k], env_id)
+    generator = torch.Generator(device=device).manual_seed(0)
+    ended = 0
+    for t in range(NUM_STEPS):
+        for name in kernel_env.state_fields:
+            getattr(kernel_env._buffers.state, name)[:k] = getattr(reference._buffers.state, name)
+        actions = with_nan(random_group_actions(kernel_env, generator, past_bounds=0.3), generator)
+        # Every float of the observations must be written by the step itself: one left over from the
+        # previous step would read as NaN.
+        kernel_env._buffers.observations.fill_(float("nan"))
+        kernel_out = kernel_env.step_groups(actions)
+        reference_out = reference.step_groups({g: a[:k] for g, a in actions.items()})
+        context = f"{env_id} E={num_envs} {backend} {mode.name} step {t}"
+        names = ("observations", "rewards", "terminations", "truncations")
+        for name, expected, actual in zip(names, reference_out[:4], kernel_out[:4], strict=True):
+            for group in expected:
+                exact(f"{name}[{group}]", expected[group], actual[group][:k], context)
+        for group, info in reference_out[4].items():
+            episode_ended = info["_episode"]
+            exact("_episode", episode_ended, kernel_out[4][group]["_episode"][:k], context)
+            exact(
+                f"episode returns[{group}]",
+                info["episode"]["return"][episode_ended],
+                kernel_out[4][group]["episode"]["return"][:k][episode_ended],
+                context,
+            )
+            if "final_obs" in info:
+                mask = info["_final_obs"]
+                exact("_final_obs", mask, kernel_out[4][group]["_final_obs"][:k], context)
+                final = kernel_out[4][group]["final_obs"][:k][mask]
+                exact(f"final_obs[{group}]", info["final_obs"][mask], final, context)
+        for name, value in reference.get_state().items():
+            exact(f"state.{name}", value, kernel_env.get_state()[name][:k], context)
+        exact("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns[:k], context)
+        ended += int((reference._buffers.terminated | reference._buffers.truncated).sum())
+    assert ended > 0, f"{context}: no episode ended; autoreset went untested"
+    # Beyond the compared envs the kernels ran too: every output is finite.
+    assert torch.isfinite(kernel_env._buffers.observations).all()
+    assert torch.isfinite(kernel_env._buffers.rewards).all()
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_kernels_match_reference_at_large_sizes(config, backend, cuda_device):
+    env_id, num_envs, params = CONFIGS[config]
+    run_twins(env_id, num_envs, params, backend, AutoresetMode.NEXT_STEP)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
+@pytest.mark.parametrize("config", ["spread-2000x3-continuous", "tag-2000x4"])
+def test_autoreset_modes_on_gpu(config, mode, backend, cuda_device):
+    env_id, num_envs, params = CONFIGS[config]
+    run_twins(env_id, num_envs, params, backend, mode)
