@@ -6,8 +6,9 @@
     games = make_torchrl_env("TagContinuous-v0", num_envs=1024, device="cuda")  # TorchRLParallelEnv
 
 Both are :class:`torchrl.envs.EnvBase` subclasses with ``batch_size == [num_envs]`` whose specs come
-from the env's spaces (``Box`` -> ``Bounded``, ``Discrete`` -> ``Categorical``, ``MultiDiscrete`` ->
-``MultiCategorical``), so ``check_env_specs``, collectors, losses and value estimators use them as
+from the env's spaces (``Box`` -> ``Bounded``, or ``Unbounded`` where every bound is infinite, as
+TorchRL's Gym and PettingZoo wrappers convert it; ``Discrete`` -> ``Categorical``, ``MultiDiscrete``
+-> ``MultiCategorical``), so ``check_env_specs``, collectors, losses and value estimators use them as
 they are. Nothing crosses to the host per step: the env's tensors go into the tensordicts (copied,
 since the env overwrites its buffers on the next step), and ``"done"``, ``"terminated"`` and
 ``"truncated"`` are kept apart.
@@ -29,11 +30,21 @@ games with action masks, ``"action_mask"``; the game's own ``"done"``/``"termina
 ``(num_envs, 1)`` sit at the root. An agent that left the game stays in its group (zeros observed,
 no reward, terminated) until its game ends; losses should weight its transitions by the root
 ``"mask"`` of the step (whether it was in the game when it acted). A game resets as a whole: a
-``"_reset"`` at agent level alone resets nothing.
+``"_reset"`` at agent level alone resets nothing. With ``return_state=True`` (as TorchRL's PettingZoo
+wrapper takes it) the game's global state (:meth:`~gpu_marl_envs.GpuParallelEnv.state`, a
+centralised critic's input) sits at the root as ``"state"`` ``(num_envs, S)``, the final state under
+``("next", "state")`` where a game ended, as for the observations.
+
+Box actions (a ``Bounded`` action spec, float32) reach the env as they are: no cast, and no clipping
+by the adapter, as TorchRL's own wrappers pass actions on; values outside the bounds are clipped by
+the game's rules (NaN reads as 0), as VMAS clamps them. TorchRL's actors keep them in the spec
+(``TanhNormal`` with the spec's bounds, or ``ProbabilisticActor(..., spec=..., safe=True)``); an env
+made with ``validate_actions=True`` refuses them instead, at a host synchronisation per step.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from gpu_marl_envs.adapters._batched import check_batched_env, is_multi_agent, make_batched_env
 from gymnasium import spaces
@@ -48,13 +59,19 @@ MAKE = "gpu_marl_envs.adapters.make_torchrl_env"
 FLAGS = ("done", "terminated", "truncated")
 
 
-def make_torchrl_env(env_id: str, num_envs: int = 1, **kwargs) -> TorchRLVectorEnv | TorchRLParallelEnv:
+def make_torchrl_env(
+    env_id: str, num_envs: int = 1, *, return_state: bool = False, **kwargs
+) -> TorchRLVectorEnv | TorchRLParallelEnv:
     """A TorchRL env of ``num_envs`` copies of ``env_id`` (``"CartPole-v1"``, ``"TagContinuous-v0"``,
-    with or without the ``gpu_marl_envs/`` prefix). Keyword arguments go to the env (``device``,
-    ``backend``, ``params``, ...; ``validate_actions`` defaults to False: actions drawn from the specs
-    are in range, and checking values costs a host synchronisation per step)."""
-    env = make_batched_env(env_id, num_envs, **kwargs)
-    return TorchRLParallelEnv(env) if is_multi_agent(env_id) else TorchRLVectorEnv(env)
+    with or without the ``gpu_marl_envs/`` prefix). ``return_state`` (multi-agent games): the global
+    state at the root, ``"state"``. Other keyword arguments go to the env (``device``, ``backend``,
+    ``params``, ...; ``validate_actions`` defaults to False: actions drawn from the specs are in range,
+    and checking values costs a host synchronisation per step)."""
+    if not is_multi_agent(env_id):
+        if return_state:
+            raise ValueError(f"{env_id} is a single-agent env: return_state applies to multi-agent games")
+        return TorchRLVectorEnv(make_batched_env(env_id, num_envs, **kwargs))
+    return TorchRLParallelEnv(make_batched_env(env_id, num_envs, **kwargs), return_state=return_state)
 
 
 def space_spec(space: spaces.Space, batch: tuple[int, ...], device: torch.device) -> TensorSpec:
@@ -63,6 +80,8 @@ def space_spec(space: spaces.Space, batch: tuple[int, ...], device: torch.device
         spec = Categorical(int(space.n), dtype=torch.int64, device=device)
     elif isinstance(space, spaces.MultiDiscrete) and not space.start.any():
         spec = MultiCategorical([int(n) for n in space.nvec], dtype=torch.int64, device=device)
+    elif isinstance(space, spaces.Box) and np.isinf(space.low).all() and np.isinf(space.high).all():
+        spec = Unbounded(shape=space.shape, dtype=torch.as_tensor(space.low).dtype, device=device)
     elif isinstance(space, spaces.Box):
         spec = Bounded(
             torch.as_tensor(space.low),
@@ -285,13 +304,15 @@ class TorchRLVectorEnv(_GpuEnvBase):
 
 class TorchRLParallelEnv(_GpuEnvBase):
     """A :class:`~gpu_marl_envs.GpuParallelEnv` (made with ``autoreset_mode=AutoresetMode.SAME_STEP``)
-    as a multi-agent TorchRL env, one entry per agent group (``group_map``: group -> agent names).
-    See the module docstring for the keys. The env is reset once here (its infos tell whether the
-    game has action masks)."""
+    as a multi-agent TorchRL env, one entry per agent group (``group_map``: group -> agent names),
+    and with ``return_state=True`` the game's global state at the root (``"state"``). See the module
+    docstring for the keys. The env is reset once here (its infos tell whether the game has action
+    masks)."""
 
-    def __init__(self, env: GpuParallelEnv):
+    def __init__(self, env: GpuParallelEnv, return_state: bool = False):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
         self.group_map = {group: list(agents) for group, agents in env.groups.items()}
+        self.return_state = return_state
         super().__init__(env, {group: len(agents) for group, agents in self.group_map.items()})
         self._false_agents = {
             group: torch.zeros((env.num_envs, len(agents)), dtype=torch.bool, device=env.device)
@@ -317,6 +338,8 @@ class TorchRLParallelEnv(_GpuEnvBase):
                 reward=Unbounded(shape=(*shape, 1), dtype=torch.float32, device=device), shape=shape, device=device
             )
             done[group] = Composite(flag_specs((*shape, 1), device), shape=shape, device=device)
+        if return_state:
+            observation["state"] = space_spec(env.state_space, batch, device)
         self.full_observation_spec = Composite(observation, shape=batch, device=device)
         self.full_action_spec = Composite(action, shape=batch, device=device)
         self.full_reward_spec = Composite(reward, shape=batch, device=device)
@@ -345,6 +368,9 @@ class TorchRLParallelEnv(_GpuEnvBase):
                 step[group]["action_mask"], following[group]["action_mask"] = torch.stack(
                     (info["action_mask"], info["action_mask"])
                 ).unbind(0)
+        if self.return_state:  # the final state where a game ended, as for the observations
+            env = self._env
+            step["state"], following["state"] = step_observations(step["done"], env.final_state(), env.state())
         latest.following = following
         return self._outputs(step)
 
@@ -357,6 +383,8 @@ class TorchRLParallelEnv(_GpuEnvBase):
             entries[group]["observation"] = self._latest.observations[group].clone()
             if "action_mask" in info:
                 entries[group]["action_mask"] = info["action_mask"].clone()
+        if self.return_state:
+            entries["state"] = self._env.state().clone()
         return entries
 
     def _reset_all(self, seed) -> None:

@@ -1,13 +1,15 @@
 """The TorchRL adapter: TorchRL's own checker on every registered env, outputs against the env's own
 on crafted episodes (final observations, termination and truncation apart), the fast ``step`` and
 ``step_and_maybe_reset`` against TorchRL's own ``EnvBase.step`` and ``step_mdp``, resets through
-``"_reset"``, seeding, bad use, a PPO loop of TorchRL's parts that learns CartPole, and per-group
-policies on Tag. About 9 s on an idle two-core machine."""
+``"_reset"``, seeding, bad use, a PPO loop of TorchRL's parts that learns CartPole, per-group
+policies on Tag, and games of Box actions (Glide-v0, SimpleSpread-v3's continuous actions) with the
+global state at the root. About 9 s on an idle two-core machine."""
 
 from __future__ import annotations
 
 import time
 
+import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import pytest
 import torch
 from conftest import ENV_IDS
@@ -20,14 +22,15 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from test_vector_api import MAX_STEPS, arrange_vector_endings
 from torch import nn
 from torchrl.collectors import Collector
-from torchrl.data import Bounded, Categorical, MultiCategorical
+from torchrl.data import Bounded, Categorical, MultiCategorical, Unbounded
 from torchrl.envs import EnvBase, StepCounter, TransformedEnv
 from torchrl.envs.utils import ExplorationType, check_env_specs, set_exploration_type
-from torchrl.modules import MultiAgentMLP, ProbabilisticActor, ValueOperator
+from torchrl.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from gpu_marl_envs import GpuVectorEnv, make_parallel
+from gpu_marl_envs.checker import random_space_actions
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.registration import parallel_env_ids
@@ -46,6 +49,9 @@ SMALL_TAG = {
     ),
     "TagGridworld-v0": TagGridworldParams(num_taggers=3, grid_length=4, episode_length=12),
 }
+# Games of Box actions and the settings that give them: a test game of two groups with one Box, and
+# MPE2's cooperative navigation with its continuous actions (Box(0, 1, (5,))).
+BOX_GAMES = {"glide/Glide-v0": {}, "gpu_marl_envs/SimpleSpread-v3": {"continuous_actions": True}}
 
 
 def vector_pair(env_id, num_envs=3, **kwargs):
@@ -466,10 +472,28 @@ def test_ppo_learns_cartpole(seed, one_thread):
 
 def group_actor(env, group: str) -> ProbabilisticActor:
     """One policy per group, its parameters shared by the group's agents; MultiDiscrete actions as
-    independent categoricals, one per component."""
+    independent categoricals, one per component; Box actions from a TanhNormal within the bounds."""
     spec = env.full_action_spec[group, "action"]
     obs_dim = env.observation_spec[group, "observation"].shape[-1]
     n_agents = env.observation_spec[group, "observation"].shape[-2]
+    if isinstance(spec, Bounded):
+        net = MultiAgentMLP(
+            obs_dim, 2 * spec.shape[-1], n_agents=n_agents, centralized=False, share_params=True, depth=1, num_cells=32
+        )
+        module = TensorDictModule(
+            nn.Sequential(net, NormalParamExtractor()),
+            in_keys=[(group, "observation")],
+            out_keys=[(group, "loc"), (group, "scale")],
+        )
+        return ProbabilisticActor(
+            module,
+            in_keys={"loc": (group, "loc"), "scale": (group, "scale")},
+            out_keys=[(group, "action")],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": spec.space.low[0, 0], "high": spec.space.high[0, 0]},
+            return_log_prob=True,
+            log_prob_key=(group, "log_prob"),
+        )
     multi = isinstance(spec, MultiCategorical)  # (a subclass of Categorical)
     nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]] if multi else [int(spec.n)]
     net = MultiAgentMLP(
@@ -503,29 +527,41 @@ def test_per_group_ppo_smoke_run_on_tag(env_id, one_thread):
     run_per_group_ppo(env_id, "cpu")
 
 
-def run_per_group_ppo(env_id, device):
+def run_per_group_ppo(env_id, device, settings=None, state_critic=False):
     """Three iterations of TorchRL's collector, GAE and ClipPPOLoss with one policy and one critic
-    per agent group (parameters shared by the group's agents)."""
+    per agent group (parameters shared by the group's agents); with ``state_critic`` the critics read
+    the game's global state (``"state"``, MAPPO's centralised critic) instead of the observations."""
     torch.manual_seed(0)
-    env = make_torchrl_env(env_id, 16, device=device, params=SMALL_TAG[env_id])
+    settings = {"params": SMALL_TAG[env_id]} if settings is None else settings
+    env = make_torchrl_env(env_id, 16, device=device, return_state=state_critic, **settings)
     actors = {group: group_actor(env, group).to(device) for group in env.group_map}
-    critics = {
-        group: TensorDictModule(
-            MultiAgentMLP(
-                env.observation_spec[group, "observation"].shape[-1],
-                1,
-                n_agents=len(agents),
-                centralized=True,
-                share_params=True,
-                depth=1,
-                num_cells=32,
-                device=device,
-            ),
-            in_keys=[(group, "observation")],
-            out_keys=[(group, "state_value")],
-        )
-        for group, agents in env.group_map.items()
-    }
+    if state_critic:
+        critics = {
+            group: TensorDictModule(
+                StateValue(env.observation_spec["state"].shape[-1], len(agents)).to(device),
+                in_keys=["state"],
+                out_keys=[(group, "state_value")],
+            )
+            for group, agents in env.group_map.items()
+        }
+    else:
+        critics = {
+            group: TensorDictModule(
+                MultiAgentMLP(
+                    env.observation_spec[group, "observation"].shape[-1],
+                    1,
+                    n_agents=len(agents),
+                    centralized=True,
+                    share_params=True,
+                    depth=1,
+                    num_cells=32,
+                    device=device,
+                ),
+                in_keys=[(group, "observation")],
+                out_keys=[(group, "state_value")],
+            )
+            for group, agents in env.group_map.items()
+        }
     collector = Collector(
         env,
         TensorDictSequential(*actors.values()),
@@ -554,6 +590,10 @@ def run_per_group_ppo(env_id, device):
         assert batch.batch_size == (16, 8)
         for group, agents in env.group_map.items():
             assert batch["next", group, "reward"].shape == (16, 8, len(agents), 1)
+            action, spec = batch[group, "action"], env.full_action_spec[group, "action"]
+            if isinstance(spec, Bounded):  # float32 values within the bounds, not indices
+                assert action.dtype == torch.float32 and not torch.equal(action, action.round())
+                assert (action >= spec.space.low[0, 0]).all() and (action <= spec.space.high[0, 0]).all()
             with torch.no_grad():
                 losses[group].value_estimator(
                     batch,
@@ -572,6 +612,110 @@ def run_per_group_ppo(env_id, device):
     for group in env.group_map:
         changed = any(not torch.equal(a, b) for a, b in zip(before[group], losses[group].parameters()))
         assert changed, f"{group}'s policy and critic did not train"
+
+
+# -- games of Box actions, the global state ------------------------------------------------------
+
+
+@pytest.mark.parametrize("return_state", [False, True], ids=["", "state"])
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_check_env_specs_passes_on_box_games(env_id, return_state):
+    env = make_torchrl_env(env_id, 4, device="cpu", return_state=return_state, **BOX_GAMES[env_id])
+    check_env_specs(env, seed=SEED, break_when_any_done="both")
+
+
+@pytest.mark.parametrize("env_id", parallel_env_ids())
+def test_check_env_specs_passes_with_the_state(env_id):
+    check_env_specs(make_torchrl_env(env_id, 2, device="cpu", return_state=True), seed=SEED)
+
+
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_box_games_have_bounded_float32_actions_and_a_state_at_the_root(env_id):
+    env = make_torchrl_env(env_id, 4, device="cpu", return_state=True, **BOX_GAMES[env_id])
+    raw = env._env
+    for group, agents in env.group_map.items():
+        space = raw.action_space(agents[0])
+        action = env.full_action_spec[group, "action"]
+        assert isinstance(action, Bounded) and action.dtype == torch.float32
+        assert action.shape == (4, len(agents), *space.shape)
+        assert torch.equal(action.space.low[0, 0], torch.as_tensor(space.low))
+        assert torch.equal(action.space.high[0, 0], torch.as_tensor(space.high))
+        # Every bound infinite: Unbounded, as TorchRL's Gym and PettingZoo wrappers convert such a Box.
+        assert isinstance(env.observation_spec[group, "observation"], Unbounded)
+    state = env.observation_spec["state"]
+    assert isinstance(state, Unbounded) and state.dtype == torch.float32
+    assert state.shape == (4, *raw.state_space.shape)
+    without = make_torchrl_env(env_id, 4, device="cpu", **BOX_GAMES[env_id])
+    assert "state" not in without.observation_spec.keys(), "return_state=False, as TorchRL's PettingZoo wrapper"
+    with pytest.raises(ValueError, match="return_state applies to multi-agent games"):
+        make_torchrl_env("CartPole-v1", 2, device="cpu", return_state=True)
+
+
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_box_actions_and_the_state_match_the_game(env_id):
+    """Float actions from the specs, past the bounds on some steps and NaN on others, step the game
+    as the batched env stepped with the same tensors does (no cast: the states agree bitwise; the
+    game's rules clip and read NaN as 0); ``"state"`` is the game's state, the final one under
+    ``"next"`` where a game ended."""
+    envs = [
+        make_parallel(env_id, 4, device="cpu", autoreset_mode=SAME_STEP, validate_actions=False, **BOX_GAMES[env_id])
+        for _ in range(2)
+    ]
+    adapter, twin = TorchRLParallelEnv(envs[0], return_state=True), envs[1]
+    adapter.set_seed(SEED)
+    twin.reset_groups(seed=SEED)
+    data = adapter.reset()
+    twin.reset_groups()
+    assert_equal("state after reset", twin.state(), data["state"])
+    torch.manual_seed(1)  # the specs' random actions
+    generator = torch.Generator().manual_seed(2)
+    games_ended = 0
+    for step in range(30):
+        actions = {group: adapter.full_action_spec[group, "action"].rand() for group in twin.groups}
+        for group, agents in twin.groups.items():
+            if step % 3 == 1:  # past the bounds
+                actions[group] = random_space_actions(twin.action_space(agents[0]), (4, len(agents)), generator, 0.5)
+            elif step % 3 == 2:  # some NaN
+                nan = torch.rand(actions[group].shape, generator=generator) < 0.2
+                actions[group] = actions[group].masked_fill(nan, float("nan"))
+            assert actions[group].dtype == torch.float32
+            data[group, "action"] = actions[group].clone()
+        data, following = adapter.step_and_maybe_reset(data)
+        obs, rewards, _, _, infos = twin.step_groups(actions)
+        ended = next(iter(infos.values()))["_final_obs"]
+        context = f"{env_id}, step {step}"
+        for group in twin.groups:
+            final = torch.where(ended.view(-1, 1, 1), infos[group]["final_obs"], obs[group])
+            assert_equal(f"{context}: {group} observation", final, data["next", group, "observation"])
+            assert_equal(f"{context}: {group} reward", rewards[group].unsqueeze(-1), data["next", group, "reward"])
+            assert_equal(f"{context}: {group} carried on", obs[group], following[group, "observation"])
+        for name, values in twin.get_state().items():
+            assert_equal(f"{context}: state field {name}", values, envs[0].get_state()[name])
+        state = torch.where(ended.unsqueeze(-1), twin.final_state(), twin.state())
+        assert_equal(f"{context}: ('next', 'state')", state, data["next", "state"])
+        # The default state: every agent's observation side by side (final ones where a game ended).
+        agents_side_by_side = torch.cat([data["next", g, "observation"].flatten(1) for g in twin.groups], 1)
+        assert_equal(f"{context}: ('next', 'state') as observations", agents_side_by_side, data["next", "state"])
+        assert_equal(f"{context}: state carried on", twin.state(), following["state"])
+        games_ended += int(ended.sum())
+        data = following
+    assert games_ended >= 4, "every game ends within the steps (Glide: 5 steps, SimpleSpread: 25)"
+
+
+class StateValue(nn.Module):
+    """A centralised critic: each agent's value from the game's global state ``(..., S)`` -> ``(..., n, 1)``."""
+
+    def __init__(self, state_size: int, n_agents: int):
+        super().__init__()
+        self.net = mlp(state_size, n_agents, hidden=32)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return self.net(state).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_per_group_ppo_with_tanh_normal_policies_and_a_state_critic(env_id, one_thread):
+    run_per_group_ppo(env_id, "cpu", settings=BOX_GAMES[env_id], state_critic=True)
 
 
 # -- on a GPU (pytest -m gpu) ---------------------------------------------------------------------
