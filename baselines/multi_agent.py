@@ -26,6 +26,23 @@ the rollout stores that mask, so the update's log-probabilities and entropies (P
 gradient, the entropy bonus) are those of the same masked distribution (see :mod:`models` for why
 masked logits are finite). Evaluation's greedy actions are masked too (:func:`greedy_actions`).
 
+Centralised critics (MAPPO; ``PolicyConfig.critic = "centralised"``): the policy's value network
+reads the game's global state (``GpuParallelEnv.state()``: by default every agent's observation
+side by side, MPE2's ``state()``) and, where the policy serves several agents, the agent's one-hot
+id among them (:class:`~gpu_marl_envs.baselines.models.CentralisedActorCritic`); the actor still
+reads the agent's own observation, so acting (the rollout, evaluation) needs no state. The rollout
+keeps each game's state and final state once per step (:class:`StateRollout`, read on the device
+inside the captured rollout), not once per agent: ``2 x num_steps x num_envs x S`` floats for the
+run, e.g. 3.1 GB for TagContinuous's default game (``S`` = 7,810) at 1,000 games x 50 steps, beside
+the policies' own observations and final observations, which take as much. The critic's first
+layer is computed once per game and each agent adds its id's column (the state is never copied per
+agent); truncated agents are bootstrapped with ``gamma * V(final state, agent)``.
+
+Box actions (float32 ``(E, N, d)``): the policy is a diagonal Gaussian (:class:`ActorCritic`'s
+head for ``Box``); the rollout keeps its samples (their log-probabilities are the samples') and the
+env gets them clipped into the space, as the single-agent trainers do; greedy evaluation takes the
+mean, clipped.
+
 The losses are :func:`ppo.ppo_loss` and :func:`a2c.a2c_loss` with each mean weighted by that mask
 (:func:`masked_ppo_loss`, :func:`masked_a2c_loss`); advantages come from :func:`gae.compute_gae`.
 Both algorithms use Adam, as WarpDrive does. Nothing synchronises with the host inside the rollout
@@ -38,7 +55,9 @@ value)`` over any leading batch dimensions (the rollout hands it ``(num_envs, ag
 update ``(rows, obs_dim)``), and ``greedy(obs)`` for :func:`evaluate`; in games with action masks,
 ``sample``, ``action_and_value`` and ``greedy`` also take ``action_mask=`` (bool, the batch
 dimensions then the group's ``n``). It is moved to the env's device. For CUDA graphs it must not
-synchronise with the host.
+synchronise with the host. A policy with a centralised critic needs a module with
+:class:`~gpu_marl_envs.baselines.models.CentralisedActorCritic`'s methods: ``value(state,
+rows=None)`` and ``action_and_value(obs, action, action_mask, *, state, rows=None)``.
 """
 
 from __future__ import annotations
