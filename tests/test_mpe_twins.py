@@ -19,10 +19,12 @@ its threshold, which random states do not reach. The kernels match the reference
 import numpy as np
 import pytest
 import torch
-from mpe2 import simple_spread_v3, simple_tag_v3
+from mpe2 import simple_speaker_listener_v4, simple_spread_v3, simple_tag_v3
 from pettingzoo.utils.env_logger import EnvLogger
 
+from gpu_marl_envs.envs import simple_speaker_listener as ssl
 from gpu_marl_envs.envs import simple_spread, simple_tag
+from gpu_marl_envs.envs.simple_speaker_listener import SIMPLE_SPEAKER_LISTENER, SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SIMPLE_SPREAD, SimpleSpreadParams, SimpleSpreadState
 from gpu_marl_envs.envs.simple_tag import SIMPLE_TAG, SimpleTagParams, SimpleTagState
 
@@ -191,3 +193,51 @@ def test_simple_tag_boundary_penalty_is_mpe2s():
     v = torch.linspace(0.0, 4.0, 4001)
     expected = np.array([mpe2_bound(float(x)) for x in v])
     assert_close("bound", expected, simple_tag.bound(v))
+
+
+# --- SimpleSpeakerListener-v4 --------------------------------------------------------------------------
+
+
+def test_simple_speaker_listener_matches_mpe2():
+    rng = np.random.default_rng(0)
+    params = SimpleSpeakerListenerParams(max_cycles=100)
+    env = simple_speaker_listener_v4.parallel_env(max_cycles=100)
+    env.reset(seed=0)
+    check_spaces(SIMPLE_SPEAKER_LISTENER, params, env)
+    assert SIMPLE_SPEAKER_LISTENER.agent_names(params) == env.possible_agents
+    world = env.unwrapped.world
+    for episode in range(4):
+
+        def draw(shape, scale=1.0):
+            return torch.as_tensor(rng.uniform(-scale, scale, shape), dtype=torch.float32)
+
+        state = ssl.SimpleSpeakerListenerState(
+            draw((1, 2)),
+            draw((1, 2)),
+            torch.cat([torch.zeros(1, 1), draw((1, 1), 2.0)], 1),
+            torch.cat([torch.zeros(1, 1), draw((1, 1), 2.0)], 1),
+            draw((1, 3)),
+            draw((1, 3)),
+            torch.tensor([episode % 3], dtype=torch.int32),
+            torch.zeros(1, 3),
+            torch.zeros(1, dtype=torch.int32),
+        )
+        for _ in range(STEPS):
+            for a, agent in enumerate(world.agents):
+                set_entity(agent, state.x[0, a], state.y[0, a], state.vx[0, a], state.vy[0, a])
+            for lm, landmark in enumerate(world.landmarks):
+                set_entity(landmark, state.landmark_x[0, lm], state.landmark_y[0, lm])
+            world.agents[0].goal_b = world.landmarks[int(state.goal[0])]
+            world.agents[0].state.c = state.comm[0].double().numpy()
+            actions = np.array([rng.integers(0, 3), rng.integers(0, 5)])
+            observations, rewards, _, _, _ = env.step(dict(zip(env.agents, actions, strict=True)))
+            state, ours, _, _ = ssl.step(params, state, torch_actions(actions))
+            obs = ssl.observe(params, state)
+            for a, (name, group) in enumerate(zip(env.possible_agents, ("speakers", "listeners"), strict=True)):
+                assert_close(f"episode {episode} observation of {name}", observations[name], obs[group][0, 0])
+                assert_close(f"episode {episode} reward of {name}", rewards[name], ours[0, a])
+
+
+def test_simple_speaker_listener_refuses_continuous_actions():
+    with pytest.raises(ValueError, match="one shape in every group"):
+        SimpleSpeakerListenerParams(continuous_actions=True)

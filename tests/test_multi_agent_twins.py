@@ -22,6 +22,7 @@ from harness import TWIN_ATOL, TWIN_RTOL
 from gpu_marl_envs import check_env
 from gpu_marl_envs.checker import first_difference
 from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
+from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 from gpu_marl_envs.envs.simple_tag import SimpleTagParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
@@ -115,6 +116,9 @@ GAMES = {
         num_steps=5,
         start=mpe_crowd,
         exact=True,
+    ),
+    "speaker-listener": Case(
+        "SimpleSpeakerListener-v4", SimpleSpeakerListenerParams(max_cycles=3), num_envs=2, num_steps=5, exact=True
     ),
     "tag-discrete": Case("SimpleTag-v3", SMALL_TAG, num_envs=2, num_steps=5, start=mpe_crowd, exact=True),
     "tag-continuous": Case(

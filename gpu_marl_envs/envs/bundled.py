@@ -10,6 +10,7 @@ from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY
 from gpu_marl_envs.envs.mountain_car import MOUNTAIN_CAR
 from gpu_marl_envs.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
 from gpu_marl_envs.envs.pendulum import PENDULUM
+from gpu_marl_envs.envs.simple_speaker_listener import SIMPLE_SPEAKER_LISTENER
 from gpu_marl_envs.envs.simple_spread import SIMPLE_SPREAD
 from gpu_marl_envs.envs.simple_tag import SIMPLE_TAG
 from gpu_marl_envs.envs.tag_continuous import TAG_CONTINUOUS
@@ -36,6 +37,7 @@ def _register() -> None:
         (COVID_ECONOMY, "covid_economy"),
         (SIMPLE_SPREAD, "simple_spread"),
         (SIMPLE_TAG, "simple_tag"),
+        (SIMPLE_SPEAKER_LISTENER, "simple_speaker_listener"),
     ):
         register_game(
             definition, namespace=NAMESPACE, cuda=KERNELS / f"{file}.cu", numba=f"gpu_marl_envs.kernels.{file}_numba"

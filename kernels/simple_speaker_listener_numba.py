@@ -1,0 +1,77 @@
+"""SimpleSpeakerListener-v4's Numba kernels: the device functions of simple_speaker_listener.cu (thread 0
+steps the game, the block writes the observations), for the constants ``c`` of
+gpu_marl_envs/envs/simple_speaker_listener.py (the reference, which documents the rules)."""
+
+import math
+
+import numpy as np
+from gpu_marl_envs.kernels import mpe_numba as mpe
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.rng_numba import uniform
+
+LOW, HIGH = np.float32(-1.0), np.float32(1.0)
+
+
+def game_functions(c) -> GameFunctions:
+    M, C, MAX_CYCLES, GOAL_DRAW = c.NUM_LANDMARKS, c.COMM_DIM, c.MAX_CYCLES, c.GOAL_DRAW
+    SENSITIVITY, COLORS = c.SENSITIVITY, c.LANDMARK_COLORS
+    OBS_SIZE = 3 + 2 + 2 * M + C
+    ZERO, ONE, THREE = np.float32(0.0), np.float32(1.0), np.float32(3.0)
+
+    @cuda.jit(device=True)
+    def reset_env(state, sh, e, seed, episode):
+        x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        if cuda.threadIdx.x != 0:
+            return
+        for a in range(2):
+            x[e, a] = uniform(seed, episode, a, LOW, HIGH)
+            y[e, a] = uniform(seed, episode, 2 + a, LOW, HIGH)
+            vx[e, a] = ZERO
+            vy[e, a] = ZERO
+        for lm in range(M):
+            landmark_x[e, lm] = uniform(seed, episode, 4 + lm, LOW, HIGH)
+            landmark_y[e, lm] = uniform(seed, episode, 4 + M + lm, LOW, HIGH)
+        goal[e] = min(math.floor(uniform(seed, episode, GOAL_DRAW, ZERO, THREE)), M - 1)
+        for k in range(C):
+            comm[e, k] = ZERO
+        t[e] = 0
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        now = t[e] + 1
+        cuda.syncthreads()  # every thread has read t
+        if cuda.threadIdx.x == 0:
+            word = min(max(actions[e, 0], 0), C - 1)
+            for k in range(C):
+                comm[e, k] = ONE if k == word else ZERO
+            ux, uy = mpe.discrete_action_force(actions, e, 1, SENSITIVITY)
+            nx, ny, nvx, nvy = mpe.integrate(x[e, 1], y[e, 1], vx[e, 1], vy[e, 1], ux, uy, ZERO)
+            x[e, 1] = nx
+            y[e, 1] = ny
+            vx[e, 1] = nvx
+            vy[e, 1] = nvy
+            g = goal[e]
+            reward = -mpe.squared_norm(nx - landmark_x[e, g], ny - landmark_y[e, g])
+            rewards[e, 0] = reward
+            rewards[e, 1] = reward
+            t[e] = now
+        return False, now >= MAX_CYCLES
+
+    @cuda.jit(device=True)
+    def observe_env(state, sh, e, obs, masks):
+        x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
+            if k < 3:
+                value = COLORS[3 * goal[e] + k]  # the speaker's: the goal's colour
+            elif k < 5:
+                value = vx[e, 1] if k == 3 else vy[e, 1]
+            elif k < 5 + 2 * M:
+                lm = (k - 5) // 2
+                value = landmark_x[e, lm] - x[e, 1] if (k - 5) % 2 == 0 else landmark_y[e, lm] - y[e, 1]
+            else:
+                value = comm[e, k - 5 - 2 * M]
+            obs[e, k] = value
+
+    return GameFunctions(reset_env, step_env, observe_env)
