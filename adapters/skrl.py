@@ -27,6 +27,19 @@ the env writes the next: the adapters run the env with ``observation_buffers=2``
 their observations into two buffers in turn and a step's observations stay valid until the step
 after next, with no copy. Rewards and flags are views of the env's buffers (skrl stores them before
 the next step).
+
+Multi-agent games give skrl their global state (what MAPPO's shared value function reads):
+``state()`` is :meth:`~gpu_marl_envs.GpuParallelEnv.state`, float32 ``(num_envs, S)`` on the device,
+the same tensor for every agent, as skrl's PettingZoo wrapper gives it; ``state_spaces`` maps every
+agent to the game's ``state_space``. By default the state is every agent's observation side by side,
+the observation buffer itself: it too stays valid until the step after next. After a step it is the
+state of the observations returned (the next game's first where a game ended).
+
+Box actions ``(num_envs, *shape)`` float32 (skrl's Gaussian models give them) reach the env as they
+are: no cast, and no clipping by the adapter, as skrl's own wrappers pass actions on; the game's rules
+clip values outside the bounds (NaN reads as 0). skrl's models clip to the action space themselves
+with ``GaussianMixin(clip_actions=True)``; an env made with ``validate_actions=True`` refuses such
+values instead, at a host synchronisation per step.
 """
 
 from __future__ import annotations
@@ -229,6 +242,8 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
         self._columns = tuple(
             {group: _Views(agent_columns(agents)) for group, agents in self._groups.items()} for _ in range(3)
         )
+        agents = list(env.possible_agents)
+        self._state_views = _Views(lambda state: dict.fromkeys(agents, state))
 
     @property
     def observation_spaces(self) -> dict[str, spaces.Space]:
@@ -267,8 +282,18 @@ class SkrlParallelEnv(MultiAgentEnvWrapper):
             self._infos,
         )
 
-    def state(self) -> dict[str, None]:
-        return {agent: None for agent in self.possible_agents}
+    @property
+    def state_spaces(self) -> dict[str, spaces.Space]:
+        """Every agent's: the game's global state space (one for all, as skrl's PettingZoo wrapper has it)."""
+        space = self._env.state_space
+        return {agent: space for agent in self.possible_agents}
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The game's global state ``(num_envs, S)`` on the device, the same tensor for every agent
+        (a dict made once per tensor the env hands out: by default its two observation buffers)."""
+        if self._last is None:
+            raise RuntimeError("call reset() before state()")
+        return self._state_views(self._env.state())
 
     def render(self, *args, **kwargs):
         return self._env.render()

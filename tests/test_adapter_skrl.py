@@ -1,13 +1,15 @@
 """The skrl adapter: outputs in skrl's shapes and spaces (read back with skrl's own space utilities),
 against the env's own on crafted episodes, observations that outlive the next step, skrl's reset
-convention, bad use, skrl's PPO learning CartPole through ``SequentialTrainer``, and IPPO with
-per-group policies on Tag. About 6 s on an idle two-core machine."""
+convention, bad use, skrl's PPO learning CartPole through ``SequentialTrainer``, IPPO with
+per-group policies on Tag, and games of Box actions (Glide-v0, SimpleSpread-v3's continuous actions)
+with the global state, trained by MAPPO. About 6 s on an idle two-core machine."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 
+import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import pytest
 import torch
 from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
@@ -18,15 +20,17 @@ from skrl import config
 from skrl.agents.torch.ppo import PPO, PPO_CFG
 from skrl.envs.wrappers.torch import MultiAgentEnvWrapper, Wrapper
 from skrl.memories.torch import RandomMemory
-from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model, MultiCategoricalMixin
+from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, MultiCategoricalMixin
 from skrl.multi_agents.torch.ippo import IPPO, IPPO_CFG
+from skrl.multi_agents.torch.mappo import MAPPO, MAPPO_CFG
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
-from test_adapter_torchrl import SMALL_TAG, assert_equal, mlp
+from test_adapter_torchrl import BOX_GAMES, SMALL_TAG, assert_equal, mlp
 from test_vector_api import MAX_STEPS, arrange_vector_endings
 
 from gpu_marl_envs import GpuVectorEnv, make_parallel
+from gpu_marl_envs.checker import random_space_actions
 
 SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP
@@ -314,7 +318,11 @@ def test_agent_outputs_match_the_game(env_id):
                 assert_equal(f"step {step}, {agent}: {name}", want, got[agent])
             assert got[agent].shape[-1] == 1
         assert set(outputs[4]) == set(twin.groups), "infos keyed by group"
-    assert adapter.state() == {agent: None for agent in twin.possible_agents}
+        state = adapter.state()
+        assert state.keys() == set(twin.possible_agents)
+        assert all(value is state[twin.possible_agents[0]] for value in state.values()), "one tensor for all"
+        assert_equal(f"step {step}: state", twin.state(), state[twin.possible_agents[0]])
+    assert adapter.state_spaces == {agent: twin.state_space for agent in twin.possible_agents}
 
 
 def test_agent_observations_outlive_the_next_step_and_actions_come_in_either_form():
@@ -409,6 +417,131 @@ def run_ippo(env_id, device, tmp_path):
         assert all(models[a]["policy"] is policy for a in agents), "one policy per group"
         assert any(not torch.equal(a, b) for a, b in zip(before[group], policy.parameters())), f"{group} did not train"
         assert all(torch.isfinite(p).all() for p in policy.parameters())
+
+
+# -- games of Box actions, the global state -------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_box_actions_and_the_state_match_the_game(env_id):
+    """skrl's float actions ``(num_envs, d)`` per agent, past the bounds on some steps and NaN on
+    others, step the game as the batched env stepped with the same tensors does (no cast: the states
+    agree bitwise; the game's rules clip and read NaN as 0). ``state()`` is the game's state, one
+    tensor for every agent, and like the observations it stays unchanged through the next step."""
+    games = [
+        make_parallel(env_id, 4, device="cpu", validate_actions=False, **BOX_GAMES[env_id], **SKRL_ENV)
+        for _ in range(2)
+    ]
+    with skrl_key(SEED):
+        adapter = SkrlParallelEnv(games[0])
+    twin = games[1]
+    first = twin.possible_agents[0]
+    assert adapter.state_spaces == {agent: twin.state_space for agent in twin.possible_agents}
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before state\(\)"):
+        adapter.state()
+    adapter.reset()
+    twin.reset(seed=SEED)
+    previous = adapter.state()[first]
+    assert_equal("state after reset", twin.state(), previous)
+    expected_previous = previous.clone()
+    generator = torch.Generator().manual_seed(6)
+    games_ended = 0
+    for step in range(30):
+        actions = {}
+        for agent in twin.possible_agents:
+            space = twin.action_space(agent)
+            actions[agent] = random_space_actions(space, (4,), generator, past_bounds=0.5 * (step % 3 == 1))
+            if step % 3 == 2:
+                nan = torch.rand(actions[agent].shape, generator=generator) < 0.2
+                actions[agent] = actions[agent].masked_fill(nan, float("nan"))
+            assert actions[agent].dtype == torch.float32 and actions[agent].shape == (4, *space.shape)
+        outputs = adapter.step({agent: value.clone() for agent, value in actions.items()})
+        expected = twin.step(actions)
+        context = f"{env_id}, step {step}"
+        for agent in twin.possible_agents:
+            assert_equal(f"{context}, {agent}: observations", expected[0][agent], outputs[0][agent])
+            for k, name in enumerate(("rewards", "terminated", "truncated"), start=1):
+                assert_equal(f"{context}, {agent}: {name}", expected[k][agent].unsqueeze(-1), outputs[k][agent])
+        for name, values in twin.get_state().items():
+            assert_equal(f"{context}: state field {name}", values, games[0].get_state()[name])
+        state = adapter.state()
+        assert all(value is state[first] for value in state.values()), "one tensor for every agent"
+        assert_equal(f"{context}: state", twin.state(), state[first])
+        assert_equal(f"{context}: the previous state", expected_previous, previous)
+        previous, expected_previous = state[first], state[first].clone()
+        games_ended += int(outputs[4][next(iter(twin.groups))]["_final_obs"].sum())
+    assert games_ended >= 4, "every game ends within the steps (Glide: 5 steps, SimpleSpread: 25)"
+
+
+class GaussianPolicy(GaussianMixin, Model):
+    def __init__(self, observation_space, action_space, device):
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        GaussianMixin.__init__(self, clip_actions=True)  # skrl's way to keep actions within the Box
+        self.net = mlp(observation_space.shape[0], self.num_actions, hidden=32)
+        self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+
+class StateValue(DeterministicMixin, Model):
+    """MAPPO's centralised critic: a value from the game's global state."""
+
+    def __init__(self, state_space, action_space, device):
+        Model.__init__(self, observation_space=state_space, action_space=action_space, device=device)
+        DeterministicMixin.__init__(self)
+        self.net = mlp(state_space.shape[0], 1, hidden=32)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["states"]), {}
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("env_id", sorted(BOX_GAMES))
+def test_mappo_with_gaussian_policies_and_a_state_critic_on_box_games(env_id, tmp_path):
+    """Three updates of skrl's MAPPO: a Gaussian policy per group, one critic on the global state
+    for every agent; the actions recorded are float32 values within the Box."""
+    set_seed(0)
+    env = make_skrl_env(env_id, 8, device="cpu", **BOX_GAMES[env_id])
+    first = env.possible_agents[0]
+    critic = StateValue(env.state_space(first), env.action_space(first), env.device)
+    models = {}
+    for agents in env.groups.values():
+        policy = GaussianPolicy(env.observation_space(agents[0]), env.action_space(agents[0]), env.device)
+        models.update({agent: {"policy": policy, "value": critic} for agent in agents})
+    memories = {agent: RandomMemory(memory_size=8, num_envs=8, device=env.device) for agent in env.possible_agents}
+    no_kwargs = {  # see run_ippo
+        name: {agent: {} for agent in env.possible_agents}
+        for name in (
+            "learning_rate_scheduler_kwargs",
+            "observation_preprocessor_kwargs",
+            "state_preprocessor_kwargs",
+            "value_preprocessor_kwargs",
+        )
+    }
+    cfg = experiment(
+        MAPPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3, **no_kwargs), tmp_path
+    )
+    agent = MAPPO(
+        possible_agents=env.possible_agents,
+        models=models,
+        memories=memories,
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
+    )
+    before = [p.detach().clone() for p in critic.parameters()]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3 * 8, **TRAINER}).train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, critic.parameters())), "the critic did not train"
+    for uid in env.possible_agents:
+        space = env.action_space(uid)
+        actions = memories[uid].get_tensor_by_name("actions")
+        states = memories[uid].get_tensor_by_name("states")
+        assert actions.dtype == torch.float32 and not torch.equal(actions, actions.round())
+        assert (actions >= torch.as_tensor(space.low)).all() and (actions <= torch.as_tensor(space.high)).all()
+        assert states.shape[-1] == env.state_space(uid).shape[0] and states.abs().sum() > 0
 
 
 # -- on a GPU (pytest -m gpu) ---------------------------------------------------------------------
