@@ -86,7 +86,12 @@ def _game_params(game_id):
     params_type = GAMES[game_id].definition.params_type
     default = params_type()
     flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(default, f.name), bool)]
-    variants = [default] + [dataclasses.replace(default, **{flag: not getattr(default, flag)}) for flag in flags]
+    variants = [default]
+    for flag in flags:
+        try:
+            variants.append(dataclasses.replace(default, **{flag: not getattr(default, flag)}))
+        except ValueError:  # a setting the game refuses (SimpleSpeakerListener's continuous_actions)
+            pass
     if hasattr(default, "num_taggers"):
         # 4096 agents: runners where a game has several, else taggers.
         many = {"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners") else {"num_taggers": 4095}
@@ -103,6 +108,8 @@ def _game_params(game_id):
             dataclasses.replace(default, num_runners=4086, neighbour_search="scan"),
             dataclasses.replace(default, num_runners=tag_continuous.ROWS_BY_ID_MAX_AGENTS + 1 - default.num_taggers),
         ]
+    if hasattr(default, "N"):  # SimpleSpread: the 1,000 agents per game
+        variants.append(dataclasses.replace(default, N=1000))
     if hasattr(default, "crra_eta"):
         variants.append(dataclasses.replace(default, crra_eta=1.5))  # powf instead of the reciprocal
     return variants
