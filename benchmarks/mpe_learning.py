@@ -25,6 +25,11 @@ final greedy score (mean ± std over seeds) at the end.
     # on one GPU: the learning table (IPPO and MAPPO, both modes, 3 seeds, the configs' 20 M steps)
     python benchmarks/mpe_learning.py --device cuda --out mpe-learning.md --json mpe-learning.json \\
         --curves mpe-learning.png
+    # the same in two commands (e.g. under a time limit per command), then one table and plot of both
+    python benchmarks/mpe_learning.py --device cuda --modes Discrete --json discrete.json
+    python benchmarks/mpe_learning.py --device cuda --modes Box --json box.json
+    python benchmarks/mpe_learning.py --merge discrete.json box.json --out mpe-learning.md \\
+        --json mpe-learning.json --curves mpe-learning.png
     # tiny, on the CPU (a test of the script, not of learning)
     python benchmarks/mpe_learning.py --device cpu --total-timesteps 20000 --seeds 1 --eval-episodes 100
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import statistics
 import time
@@ -49,6 +55,7 @@ from matplotlib.ticker import EngFormatter
 from report import add_output_options, save
 
 from gpu_marl_envs import mpe_policies
+from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
@@ -173,13 +180,13 @@ def table(references: dict, runs: list[dict], device: str, args) -> str:
     for run in runs:
         groups.setdefault((run["mode"], run["algorithm"]), []).append(run)
     for (mode, name), group in groups.items():
-        steps = group[0]["env_steps"]
+        low, high = min(r["env_steps"] for r in group), max(r["env_steps"] for r in group)
         per_seed = ", ".join(f"{r['score']:.3f}" for r in group)
-        over = " (over the 20 M budget)" if steps > BUDGET else ""
+        over = " (over the 20 M budget)" if high > BUDGET else ""
         lines.append(
             f"| {mode} | {name} | {mean_std([r['score'] for r in group])} | "
             f"{mean_std([r['evaluation']['mean_return'] for r in group])} | {len(group)} | "
-            f"{per_seed} | {steps:,}{over} | "
+            f"{per_seed} | {low:,}{f' to {high:,}' if high > low else ''}{over} | "
             f"{statistics.fmean(r['seconds'] for r in group) / 60:.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -237,6 +244,45 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     figure.savefig(path, format="png")
 
 
+def write(references: dict, runs: list[dict], device: str, args) -> None:
+    """The table to ``--out``, the record to ``--json`` and the curves to ``--curves``, each where given."""
+    record = {
+        "device": device,
+        "torch": torch.__version__,
+        "eval_episodes": args.eval_episodes,
+        "eval_seed": args.eval_seed,
+        "references": [
+            {"params": dataclasses.asdict(p), **{k: dataclasses.asdict(v) for k, v in refs.items()}}
+            for p, refs in references.items()
+        ],
+        "runs": runs,
+    }
+    save(args, table(references, runs, device, args), record)
+    if args.curves and runs:
+        n = runs[0]["settings"]["env_params"].get("N", 3)
+        plot(runs, args.curves, f"SimpleSpread-v3 (N = {n}), greedy score after training: {device}")
+
+
+def merge(paths: list[Path], args) -> tuple[dict, list[dict], str]:
+    """The references and runs of several ``--json`` records (e.g. one per action mode, each run in
+    a command of its own), which must share their evaluation games."""
+    references, runs, devices = {}, [], []
+    for path in paths:
+        record = json.loads(Path(path).read_text())
+        if (record["eval_episodes"], record["eval_seed"]) != (args.eval_episodes, args.eval_seed):
+            raise SystemExit(
+                f"{path} was evaluated on {record['eval_episodes']} games from seed {record['eval_seed']}; "
+                f"pass --eval-episodes {record['eval_episodes']} --eval-seed {record['eval_seed']} (and merge "
+                "only records of the same games)"
+            )
+        for entry in record["references"]:
+            params = SimpleSpreadParams(**entry["params"])
+            references[params] = {k: mpe_policies.Evaluation(**entry[k]) for k in ("random", "scripted")}
+        runs += record["runs"]
+        devices.append(record["device"])
+    return references, runs, " / ".join(dict.fromkeys(devices))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_output_options(parser)
@@ -245,15 +291,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mappo", type=Path, default=DEFAULT_CONFIGS["MAPPO"], help="MAPPO's config (TOML)")
     parser.add_argument("--algorithms", nargs="+", choices=list(DEFAULT_CONFIGS), default=list(DEFAULT_CONFIGS))
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. SEEDS - 1 per algorithm and mode")
+    parser.add_argument("--seeds", type=int, default=3, help="runs per algorithm and mode (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0, help="their seeds: FIRST_SEED, FIRST_SEED + 1, ...")
     parser.add_argument("--total-timesteps", type=int, help="env steps per run (default: the config's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     parser.add_argument("--eval-episodes", type=int, default=1000, help="evaluation games (default 1,000)")
     parser.add_argument("--eval-seed", type=int, default=mpe_policies.EVALUATION_SEED)
     parser.add_argument("--curves", metavar="PNG", help="draw the learning curves here")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="train nothing: one table and plot of these --json records",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.eval_episodes < 2:
         parser.error("--seeds must be >= 1 and --eval-episodes >= 2")
+    if args.merge:
+        references, runs, device = merge(args.merge, args)
+        write(references, runs, device, args)
+        print(table(references, runs, device, args))
+        return
     paths = {"IPPO": args.ippo, "MAPPO": args.mappo}
     for name in args.algorithms:
         if not paths[name].is_file():
@@ -261,24 +320,6 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.cuda.get_device_name() if str(args.device).startswith("cuda") else str(args.device)
     references: dict = {}  # game params -> {"random": Evaluation, "scripted": Evaluation}
     runs: list[dict] = []
-
-    def write() -> None:
-        text = table(references, runs, device, args)
-        record = {
-            "device": device,
-            "torch": torch.__version__,
-            "eval_episodes": args.eval_episodes,
-            "eval_seed": args.eval_seed,
-            "references": [
-                {"params": dataclasses.asdict(p), **{k: dataclasses.asdict(v) for k, v in refs.items()}}
-                for p, refs in references.items()
-            ],
-            "runs": runs,
-        }
-        save(args, text, record)
-        if args.curves and runs:
-            plot(runs, args.curves, f"SimpleSpread-v3 (N = {runs[0]['settings']['env_params'].get('N', 3)}): {device}")
-
     for mode in args.modes:
         for name in args.algorithms:
             env_id, config = run_config(paths[name], MODES[mode], 0, args)
@@ -289,10 +330,9 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 for ref, r in references[params].items():
                     print(f"{mode} N={params.N}: R_{ref} = {r.mean_return:.3f} (covered {r.covered:.1%})", flush=True)
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 runs.append(train_and_score(name, paths[name], mode, seed, references, args))
-                write()  # after every run: a run cut short keeps what it measured
-    write()
+                write(references, runs, device, args)  # after every run: a run cut short keeps what it measured
     print(table(references, runs, device, args))
     if args.curves:
         print(f"learning curves: {args.curves}")
