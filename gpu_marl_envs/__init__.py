@@ -33,6 +33,9 @@ from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
 from gpu_marl_envs.envs.mountain_car import MountainCarParams
 from gpu_marl_envs.envs.mountain_car_continuous import MountainCarContinuousParams
 from gpu_marl_envs.envs.pendulum import PendulumParams
+from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
+from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
+from gpu_marl_envs.envs.simple_tag import SimpleTagParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -57,6 +60,9 @@ __all__ = [
     "MountainCarParams",
     "PendulumParams",
     "PettingZooParallelEnv",
+    "SimpleSpeakerListenerParams",
+    "SimpleSpreadParams",
+    "SimpleTagParams",
     "TagContinuousParams",
     "TagGridworldParams",
     "TagParallelEnv",
