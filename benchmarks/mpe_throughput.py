@@ -46,6 +46,7 @@ import types  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from report import add_output_options, gpu_hardware, save  # noqa: E402
 
@@ -123,8 +124,24 @@ class Runner:
 
     call: Callable[[], None]
     sync: Callable[[], None]
+    spaces: str  # each agent's observation size and action space, as the runner has them
     quantum: int = 1
     close: Callable[[], None] = lambda: None
+
+
+def spaces_text(agents: list[tuple[tuple, object]]) -> str:
+    """``"3x obs 18, Discrete(5)"`` for agents' ``(observation shape, action space)`` (gymnasium's,
+    gym's or JaxMARL's spaces), runs of equal agents counted."""
+
+    def action(space) -> str:
+        if getattr(space, "n", None) is not None:
+            return f"Discrete({int(space.n)})"
+        low, high = float(np.min(space.low)), float(np.max(space.high))
+        return f"Box[{low:g}, {high:g}]^{int(np.prod(space.shape))}"
+
+    texts = [f"obs {int(np.prod(shape))}, {action(space)}" for shape, space in agents]
+    runs = [(text, len(list(group))) for text, group in itertools.groupby(texts)]
+    return "; ".join(text if n == 1 else f"{n}x {text}" for text, n in runs)
 
 
 def time_runner(runner: Runner, min_seconds: float, repeats: int) -> tuple[int, float]:
@@ -178,7 +195,8 @@ def ours_runner(backend: str, s: Scenario, num_envs: int, device: str, continuou
         env.step_groups(pool[count[0] % ACTION_POOL])
         count[0] += 1
 
-    return Runner(step, torch_sync(device), close=env.close)
+    spaces = spaces_text([(env.observation_space(a).shape, env.action_space(a)) for a in env.possible_agents])
+    return Runner(step, torch_sync(device), spaces, close=env.close)
 
 
 # ----------------------------------------------------------------------------------------------- VMAS
@@ -212,7 +230,8 @@ def vmas_runner(vmas, s: Scenario, num_envs: int, device: str, continuous: bool)
         if count[0] % s.max_cycles == 0:  # every game's episode ends together: the batched reset
             env.reset()
 
-    return Runner(step, torch_sync(device))
+    spaces = spaces_text([(o.shape, a) for o, a in zip(env.observation_space, env.action_space)])
+    return Runner(step, torch_sync(device), spaces)
 
 
 # -------------------------------------------------------------------------------------------- JaxMARL
@@ -299,7 +318,8 @@ def jaxmarl_runner(make, jax, s: Scenario, num_envs: int, device: str, continuou
     def sync():
         jax.block_until_ready(holder[0])
 
-    return Runner(step_scan, sync, JAX_SCAN_LENGTH)
+    spaces = spaces_text([(env.observation_space(a).shape, env.action_space(a)) for a in env.agents])
+    return Runner(step_scan, sync, spaces, JAX_SCAN_LENGTH)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -319,6 +339,7 @@ def run_one(make_runner, s: Scenario, num_envs: int, device: str, continuous: bo
     runner = None
     try:
         runner = make_runner(s, num_envs, device, continuous)
+        spaces = runner.spaces
         steps, seconds = time_runner(runner, args.min_seconds, args.repeats)
     except Exception as error:  # noqa: BLE001 (a peer's failure is a row, not the end of the run)
         return {"error": ("out of memory: " if is_oom(error) else "") + first_line(error)}
@@ -330,6 +351,7 @@ def run_one(make_runner, s: Scenario, num_envs: int, device: str, continuous: bo
             torch.cuda.empty_cache()
     rate = num_envs * steps / seconds
     return {
+        "spaces": spaces,
         "steps": steps,
         "seconds": seconds,
         "us_per_step": 1e6 * seconds / steps,
@@ -419,7 +441,10 @@ def main() -> None:
 
 
 def rate_text(r: dict) -> str:
-    return f"{r['env_steps_per_s'] / 1e6:.3f} M" if "env_steps_per_s" in r else "-"
+    if "env_steps_per_s" not in r:
+        return "-"
+    rate = r["env_steps_per_s"]
+    return f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.2f} k"
 
 
 def ratio_text(r: dict, peer: str) -> str:
@@ -432,7 +457,7 @@ def line(r: dict) -> str:
     if "error" in r:
         return f"{head} {r['error']}"
     ratios = "".join(f"  {ratio_text(r, p)} {p}" for p in ("vmas", "jaxmarl") if f"vs_{p}" in r)
-    return f"{head} {r['us_per_step']:10.1f} µs/step {rate_text(r):>12s} env-steps/s{ratios}"
+    return f"{head} {r['us_per_step']:10.1f} µs/step {rate_text(r):>10s} env-steps/s{ratios}  [{r['spaces']}]"
 
 
 def markdown(results: list[dict], hardware: str, described: dict, args) -> str:
@@ -443,15 +468,17 @@ def markdown(results: list[dict], hardware: str, described: dict, args) -> str:
         f"Median of {args.repeats} repeats of at least {args.min_seconds:g} s each, after a warm-up; random actions "
         "from a pool drawn beforehand in each runner's own action space; episodes of 25 steps, resets included.",
         "",
-        "| scenario | actions | num_envs | runner | µs/step | env-steps/s | ours ÷ VMAS | ours ÷ JaxMARL | note |",
-        "|---|---|---:|---|---:|---:|---:|---:|---|",
+        "| scenario | actions | num_envs | runner | per agent | µs/step | env-steps/s | ours ÷ VMAS | ours ÷ JaxMARL "
+        "| note |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---|",
     ]
     for r in results:
         runner = f"ours ({r['backend']})" if r["runner"] == "ours" else r["runner"]
         us = f"{r['us_per_step']:.1f}" if "us_per_step" in r else "-"
         note = r.get("error", "")
         lines.append(
-            f"| {r['scenario']} | {r['actions']} | {r['num_envs']:,} | {runner} | {us} | {rate_text(r)} | "
+            f"| {r['scenario']} | {r['actions']} | {r['num_envs']:,} | {runner} | {r.get('spaces', '-')} | {us} | "
+            f"{rate_text(r)} | "
             f"{ratio_text(r, 'vmas')} | {ratio_text(r, 'jaxmarl')} | {note} |"
         )
     return "\n".join(lines) + "\n"
