@@ -424,3 +424,17 @@ def test_adapter_on_cuda_matches_cpu_and_copies_once_per_step(cuda_device):
     for _ in range(3):
         obs, rewards, dones, infos = tag.step(sample(tag, rng))
     assert obs.shape == (8 * 100, 71) and np.isfinite(obs).all()
+
+    # A game of Box actions, the same two copies a step.
+    spread = make_sb3_env("SimpleSpread-v3", 64, device=cuda_device, continuous_actions=True)
+    spread.reset()
+    for _ in range(3):
+        spread.step(sample(spread, rng))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True) as prof:
+        for _ in range(steps):
+            obs, *_ = spread.step(sample(spread, rng))
+        torch.cuda.synchronize()
+    names = [event.name for event in prof.events()]
+    assert sum("Memcpy HtoD" in name for name in names) == steps, names
+    assert sum("Memcpy DtoH" in name for name in names) == steps, names
+    assert obs.shape == (64 * 3, 18) and np.isfinite(obs).all()

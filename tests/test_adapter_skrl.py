@@ -548,9 +548,13 @@ def test_mappo_with_gaussian_policies_and_a_state_critic_on_box_games(env_id, tm
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "TagContinuous-v0"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "TagContinuous-v0", "SimpleSpread-v3"])
 def test_steps_without_host_synchronisation_on_cuda(env_id, cuda_device):
-    env = make_skrl_env(env_id, 4096 if env_id != "TagContinuous-v0" else 256, device=cuda_device)
+    # SimpleSpread-v3 with its Box actions, and the state read after each step as skrl's trainers do.
+    settings = {"continuous_actions": True} if env_id == "SimpleSpread-v3" else {}
+    env = make_skrl_env(
+        env_id, 4096 if env_id in ("CartPole-v1", "Pendulum-v1") else 256, device=cuda_device, **settings
+    )
     env.reset()
     generator = torch.Generator().manual_seed(0)
     if isinstance(env, SkrlParallelEnv):
@@ -567,9 +571,11 @@ def test_steps_without_host_synchronisation_on_cuda(env_id, cuda_device):
     try:
         for k in range(40):
             outputs = env.step(actions[k % 4])
+            state = env.state()
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert all(v.is_cuda for v in (outputs[0].values() if isinstance(outputs[0], dict) else [outputs[0]]))
+    assert state is None if env_id in ("CartPole-v1", "Pendulum-v1") else all(v.is_cuda for v in state.values())
 
 
 @pytest.mark.gpu

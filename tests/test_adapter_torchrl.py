@@ -728,9 +728,12 @@ def test_check_env_specs_passes_on_cuda(env_id, cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "TagContinuous-v0"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "TagContinuous-v0", "SimpleSpread-v3"])
 def test_steps_without_host_synchronisation_on_cuda(env_id, cuda_device):
-    env = make_torchrl_env(env_id, 4096 if env_id != "TagContinuous-v0" else 256, device=cuda_device)
+    # SimpleSpread-v3 with its Box actions and the global state at the root.
+    settings = {"continuous_actions": True, "return_state": True} if env_id == "SimpleSpread-v3" else {}
+    num_envs = 4096 if env_id in ("CartPole-v1", "Pendulum-v1") else 256
+    env = make_torchrl_env(env_id, num_envs, device=cuda_device, **settings)
     data = env.reset()
     actions = [env.full_action_spec.rand() for _ in range(4)]
     for k in range(3):  # warm-up: kernel compilation, CUDA-graph capture
