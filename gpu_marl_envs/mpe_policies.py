@@ -47,6 +47,16 @@ rest at its target.
   at a time, so it plans with half the braking force (default ``brake``), and it cannot stop
   exactly: it settles within about ``dt^2 * 5 = 0.05`` of the target.
 
+Targets: two agents closer than 0.3 (two agent sizes) are each penalised (the local reward, -1
+per other agent, weighted ``local_ratio``) and pushed apart by the contact force; where two
+assigned landmarks lie closer than that, two agents sitting on them would collide every step.
+So each agent aims at its landmark moved away from every other assigned landmark closer than
+``spacing`` (:data:`SPACING`: 0.31 for Box, 0.35 for Discrete, whose agents hover) by half the
+shortfall: the pair settles ``spacing`` apart, each a little off its landmark (a distance cost of
+at most 0.15 per landmark against a collision cost of 1 per agent). On 1,000 games at ``N = 3``
+this raises the scripted return from -5.87 to -5.34 (Box) and from -7.52 to -7.08 (Discrete).
+Agents still cross each other's paths on the way (no avoidance en route).
+
 ## The assignment
 Exact, by enumerating the ``N!`` permutations on the device (a ``(B, N!)`` table of totals, then
 its argmin; ties go to the first permutation in lexicographic order): cheap for the sizes a
@@ -92,6 +102,11 @@ BRAKING_PIECES = 12
 agent reaches (its top speed under full force is ``dt * 5 / damping = 2``, three pieces)."""
 EVALUATION_SEED = 20_000
 """The default seed of :func:`evaluate` (game ``k`` draws from ``seed + k``)."""
+SPACING = {True: 2 * AGENT_SIZE + 0.01, False: 2 * AGENT_SIZE + 0.05}
+"""The least distance :class:`ScriptedSpread` keeps between two agents' targets, by action mode
+(``continuous_actions``): just over two agent sizes (0.3), within which two agents count as
+colliding (the local penalty) and push each other apart; Discrete agents hover within about 0.05
+of their targets, and keep that much more."""
 COVERED = AGENT_SIZE - LANDMARK_SIZE
 """A landmark counts as covered where an agent's centre lies within this (0.1): the landmark's disc
 inside the agent's."""
@@ -245,11 +260,13 @@ class ScriptedSpread:
     """Agents to landmarks by an optimal assignment, each steered to rest on its own (module
     docstring). ``view``: ``"agent0"`` (one assignment from agent 0's observation: centralised) or
     ``"own"`` (each agent's from its own observation). ``brake``: the braking force the controller
-    plans with (default 5 for Box, 2.5 for Discrete)."""
+    plans with (default 5 for Box, 2.5 for Discrete). ``spacing``: the least distance kept between
+    two agents' targets (default :data:`SPACING`; 0: every agent aims at its landmark's centre)."""
 
     params: SimpleSpreadParams = field(default_factory=SimpleSpreadParams)
     view: Literal["agent0", "own"] = "agent0"
     brake: float | None = None
+    spacing: float | None = None
     name: str = "scripted (optimal assignment)"
 
     def __post_init__(self):
@@ -257,28 +274,47 @@ class ScriptedSpread:
             raise ValueError(f"view must be 'agent0' or 'own', got {self.view!r}")
         if self.brake is not None and not 0 < self.brake <= MAX_FORCE:
             raise ValueError(f"brake must lie in (0, {MAX_FORCE}], got {self.brake!r}")
+        if self.spacing is not None and not 0 <= self.spacing < 1:
+            raise ValueError(f"spacing must lie in [0, 1), got {self.spacing!r}")
         check_enumerable(self.params.N)
 
-    def assignment(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
-        """int64 ``(E, N)``: each agent's landmark. With ``view="own"``, row ``i`` of agent ``i``'s
-        own assignment."""
+    def plans(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        """int64 ``(E, N, N)``: row ``i`` the assignment agent ``i`` follows (each agent's landmark):
+        agent 0's for every agent (``view="agent0"``), or its own."""
         n = self.params.N
         obs = _check_observations(self.params, observations)
         viewers = obs[:, :1] if self.view == "agent0" else obs
         agents, landmarks = observed_offsets(n, viewers)
         plans = optimal_assignment(distance_matrix(agents, landmarks))  # (E, V, n)
-        if self.view == "agent0":
-            return plans[:, 0]
-        return plans.diagonal(dim1=1, dim2=2)  # agent i's landmark in its own plan
+        return plans.expand(-1, n, -1) if self.view == "agent0" else plans
+
+    def assignment(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        """int64 ``(E, N)``: each agent's landmark in the plan it follows."""
+        return self.plans(observations).diagonal(dim1=1, dim2=2)
+
+    def targets(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        """float32 ``(E, N, 2)``: each agent's target relative to itself: its landmark, moved away
+        from the other agents' landmarks closer than ``spacing`` (by half the shortfall each, as the
+        agent sees them in its plan)."""
+        p = self.params
+        obs = _check_observations(p, observations)
+        plans = self.plans(observations)  # (E, viewer i, agent j): agent j's landmark in i's plan
+        e, n = plans.shape[:2]
+        landmarks = obs[..., 4 : 4 + 2 * n].reshape(e, n, n, 2)  # each agent's own view
+        goals = landmarks.gather(2, plans[..., None].expand(e, n, n, 2))  # (E, i, j, 2), in i's frame
+        own = goals.diagonal(dim1=1, dim2=2).transpose(1, 2)  # (E, i, 2)
+        spacing = self.spacing if self.spacing is not None else SPACING[p.continuous_actions]
+        if spacing == 0:
+            return own
+        delta = own[:, :, None, :] - goals  # (E, i, j, 2): agent i's landmark less agent j's
+        gap = mpe.distance(delta[..., 0], delta[..., 1])[..., None]
+        push = (spacing - gap).clamp(min=0.0) * 0.5 * delta / gap.clamp(min=1e-6)  # 0 for j = i (gap 0)
+        return own + push.sum(2)
 
     def __call__(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         p = self.params
         obs = _check_observations(p, observations)
-        target = self.assignment(observations)  # (E, N)
-        e, n = target.shape
-        landmarks = obs[..., 4 : 4 + 2 * n].reshape(e, n, n, 2)  # each agent's own view
-        offset = landmarks.gather(2, target[:, :, None, None].expand(e, n, 1, 2))[:, :, 0]
-        return {GROUP: steer(offset, obs[..., 0:2], p.continuous_actions, self.brake)}
+        return {GROUP: steer(self.targets(observations), obs[..., 0:2], p.continuous_actions, self.brake)}
 
 
 @dataclass

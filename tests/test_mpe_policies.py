@@ -200,3 +200,38 @@ def test_spread_params():
     assert mp.spread_params(params(local_ratio=0.2), N=4).local_ratio == 0.2
     with pytest.raises(ValueError, match="unknown"):
         mp.spread_params(num_agents=3)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_agents_on_close_landmarks_keep_apart(continuous):
+    """Two landmarks 0.2 apart: their agents settle near them, but not within 0.3 of each other
+    (the collision penalty), and collide less on the way than agents aiming at the centres."""
+    num_envs, steps = 8, 30
+    p, env = spread_env(num_envs, N=3, continuous_actions=continuous, max_cycles=steps)
+    env.reset_groups(seed=0)
+    state = {
+        "x": torch.tensor([[-0.5, 0.5, 0.0]]).expand(num_envs, 3),
+        "y": torch.tensor([[-0.5, -0.5, 0.5]]).expand(num_envs, 3),
+        "vx": torch.zeros(num_envs, 3),
+        "vy": torch.zeros(num_envs, 3),
+        "landmark_x": torch.tensor([[-0.1, 0.1, 0.0]]).expand(num_envs, 3),
+        "landmark_y": torch.tensor([[0.0, 0.0, 0.8]]).expand(num_envs, 3),
+        "t": torch.zeros(num_envs, dtype=torch.int32),
+    }
+    collisions = {}
+    for spacing in (None, 0.0):
+        obs = {"agents": torch.stack(list(env.set_state(state).values()), 1)}
+        policy = mp.ScriptedSpread(p, spacing=spacing)
+        collisions[spacing] = 0.0
+        for _ in range(steps - 1):
+            obs, *_ = env.step_groups(policy(obs))
+            collisions[spacing] += mp._close_pairs(env.get_state()).sum().item()
+        s = env.get_state()
+        agents = torch.stack([s["x"], s["y"]], -1)
+        marks = torch.stack([s["landmark_x"], s["landmark_y"]], -1)
+        near = mp.distance_matrix(agents, marks).min(1).values  # (E, landmarks)
+        assert (near[:, 2] < 0.06).all()
+        if spacing is None:
+            assert (mp._close_pairs(s) == 0).all(), "no collision at the end"
+            assert (near[:, :2] < 0.15).all()
+    assert collisions[None] < collisions[0.0]
