@@ -54,6 +54,7 @@ import gpu_marl_envs  # noqa: E402
 from gpu_marl_envs.registration import is_game  # noqa: E402
 
 ACTION_POOL = 8
+WARM_UP_STEPS = 50  # two episodes of 25: every runner's first reset and its CUDA graphs or compilation done
 JAX_SCAN_LENGTH = 100  # steps in one compiled JaxMARL rollout (4 episodes of 25); timed loops call it repeatedly
 
 
@@ -156,8 +157,9 @@ def time_runner(runner: Runner, min_seconds: float, repeats: int) -> tuple[int, 
         runner.sync()
         return time.perf_counter() - start
 
-    timed(runner.quantum)  # warm-up: compilation, graph capture, allocator, caches
-    probe = timed(runner.quantum) / runner.quantum
+    warm = -(-WARM_UP_STEPS // runner.quantum) * runner.quantum
+    timed(warm)  # warm-up: compilation, graph capture, allocator, caches, an episode's end
+    probe = timed(warm) / warm
     steps = max(1, int(min_seconds / max(probe, 1e-9)) // runner.quantum) * runner.quantum
     return steps, statistics.median(timed(steps) for _ in range(repeats))
 
