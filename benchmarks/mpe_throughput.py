@@ -390,7 +390,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=None, help="ours (default: every backend on the device)")
     parser.add_argument("--peers", nargs="*", choices=["vmas", "jaxmarl"], default=["vmas", "jaxmarl"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    add_output_options(parser, min_seconds=0.5, repeats=5)
+    add_output_options(parser, min_seconds=0.3, repeats=5)
     args = parser.parse_args()
 
     if args.device.startswith("cuda"):
@@ -426,7 +426,9 @@ def main() -> None:
                 elif runner == "ours" and not registered:
                     r["error"] = f"{s.ours} is not registered in this checkout"
                 else:
+                    start = time.perf_counter()
                     r.update(run_one(make_runner, s, num_envs, args.device, continuous, args))
+                    r["wall_s"] = time.perf_counter() - start  # building, compiling and timing it
                 rows.append(r)
             peer_rates = {r["runner"]: r.get("env_steps_per_s") for r in rows if r["runner"] != "ours"}
             for r in rows:
@@ -459,7 +461,8 @@ def line(r: dict) -> str:
     if "error" in r:
         return f"{head} {r['error']}"
     ratios = "".join(f"  {ratio_text(r, p)} {p}" for p in ("vmas", "jaxmarl") if f"vs_{p}" in r)
-    return f"{head} {r['us_per_step']:10.1f} µs/step {rate_text(r):>10s} env-steps/s{ratios}  [{r['spaces']}]"
+    text = f"{head} {r['us_per_step']:10.1f} µs/step {rate_text(r):>10s} env-steps/s{ratios}  [{r['spaces']}]"
+    return f"{text} ({r['wall_s']:.0f} s)"
 
 
 def markdown(results: list[dict], hardware: str, described: dict, args) -> str:
