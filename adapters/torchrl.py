@@ -312,6 +312,8 @@ class TorchRLParallelEnv(_GpuEnvBase):
     def __init__(self, env: GpuParallelEnv, return_state: bool = False):
         env = check_batched_env(env, GpuParallelEnv, type(self).__name__, MAKE)
         self.group_map = {group: list(agents) for group, agents in env.groups.items()}
+        if return_state and "state" in self.group_map:
+            raise ValueError("return_state=True puts the global state at the root key 'state', a group's name here")
         self.return_state = return_state
         super().__init__(env, {group: len(agents) for group, agents in self.group_map.items()})
         self._false_agents = {
