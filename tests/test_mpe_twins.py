@@ -241,3 +241,22 @@ def test_simple_speaker_listener_matches_mpe2():
 def test_simple_speaker_listener_refuses_continuous_actions():
     with pytest.raises(ValueError, match="one shape in every group"):
         SimpleSpeakerListenerParams(continuous_actions=True)
+
+
+@pytest.mark.parametrize(
+    "env_id, mpe2_env",
+    [
+        ("SimpleSpread-v3", simple_spread_v3.parallel_env),
+        ("SimpleTag-v3", simple_tag_v3.parallel_env),
+        ("SimpleSpeakerListener-v4", simple_speaker_listener_v4.parallel_env),
+    ],
+)
+def test_global_state_is_mpe2s(env_id, mpe2_env):
+    # MPE2's state(): every agent's observation, agent by agent, as ours (the framework's default).
+    from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
+
+    ours, theirs = PettingZooParallelEnv(env_id), mpe2_env()
+    observations, _ = ours.reset(seed=0)
+    theirs.reset(seed=0)
+    assert ours.state_space == theirs.state_space
+    np.testing.assert_array_equal(ours.state(), np.concatenate([observations[a] for a in ours.possible_agents]))
