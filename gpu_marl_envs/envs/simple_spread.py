@@ -60,6 +60,12 @@ and ``dynamic_rescaling`` (rendering only: kept for MPE2's signature; nothing he
   ``num_landmark_neighbors`` (MPE2's extensions, all off by default), ``benchmark_data``, rendering.
 - Two agents at exactly the same position make MPE2's force 0/0 (NaN); here too.
 
+## Kernels
+A block per game, its agents spread over the block's threads; the agents' positions staged in shared
+memory. Collisions are all pairs, as MPE2's: a pair beyond its reach costs a squared distance and a
+comparison, so 1,000 agents per game run (``tests/test_gpu_mpe.py``). A neighbour grid would visit the
+pairs in another order than MPE2's sum of forces, which float32 makes visible; it is not used.
+
 ## Version history
 v3: MPE2 1.1.1's ``simple_spread_v3``.
 """
