@@ -17,6 +17,7 @@ from conftest import GPU_BACKENDS
 from gymnasium.vector import AutoresetMode
 from harness import assert_close, random_group_actions
 
+from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 from gpu_marl_envs.envs.simple_tag import SimpleTagParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -41,6 +42,7 @@ CONFIGS = {
         64,
         dataclasses.replace(SPREAD, N=1000, continuous_actions=True, local_ratio=0.25),
     ),
+    "speaker-listener-65536": ("SimpleSpeakerListener-v4", 65536, SimpleSpeakerListenerParams(max_cycles=8)),
     "tag-2000x4": ("SimpleTag-v3", 2000, TAG),
     "tag-2000x4-continuous": ("SimpleTag-v3", 2000, dataclasses.replace(TAG, continuous_actions=True)),
     "tag-100x300": ("SimpleTag-v3", 100, LARGE_TAG),
