@@ -43,6 +43,9 @@ DEFAULT_CONFIGS = {
     "TagContinuous-v0": "tag_continuous_ppo.toml",
     "TagGridworld-v0": "tag_gridworld_a2c.toml",
     "CovidEconomy-v0": "covid_economy_ppo.toml",
+    "SimpleSpread-v3": "simple_spread_v3_mappo.toml",
+    "SimpleTag-v3": "simple_tag_v3_mappo.toml",
+    "SimpleSpeakerListener-v4": "simple_speaker_listener_v4_mappo.toml",
 }
 MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
 
