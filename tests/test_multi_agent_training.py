@@ -201,6 +201,7 @@ def test_a_policy_that_does_not_train_keeps_its_parameters():
         ({"policies": {"taggers": {}}}, "add a [policies.runners] table"),
         ({"policies": {"taggers": {}, "runners": {}, "spare": {}}}, "policy 'spare' serves no group"),
         ({"policies": {"taggers": {"gamma": 2}, "runners": {}}}, "gamma must be a number in [0, 1]"),
+        ({"policies": {"taggers": {"critic": "global"}, "runners": {}}}, 'critic must be "local" or "centralised"'),
         ({"extra": {}}, "unknown tables"),
     ],
 )
