@@ -282,7 +282,9 @@ def jaxmarl_runner(make, jax, s: Scenario, num_envs: int, device: str, continuou
     env = make(s.jaxmarl, action_type="Continuous" if continuous else "Discrete", **s.jaxmarl_kwargs)
     if env.num_agents != s.num_agents or env.max_steps != s.max_cycles:
         raise RuntimeError(f"JaxMARL made {env.num_agents} agents, {env.max_steps} steps an episode")
-    jax_device = jax.devices("gpu" if device.startswith("cuda") else "cpu")[0]
+    jax_device = jax.devices()[0] if device.startswith("cuda") else jax.devices("cpu")[0]  # a GPU where jax has one
+    if device.startswith("cuda") and jax_device.platform not in ("gpu", "cuda"):
+        raise RuntimeError(f"jax has no GPU here (its default device: {jax_device})")
     step = jax.vmap(env.step)
     reset = jax.vmap(env.reset)
 
