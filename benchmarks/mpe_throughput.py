@@ -26,32 +26,26 @@ install them: ``benchmarks/peers/README.md``.
 
 from __future__ import annotations
 
+import argparse
+import functools
+import importlib
+import importlib.metadata
+import itertools
 import os
+import platform
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-# JAX takes 75% of the GPU's memory at its first use unless told not to; torch (ours, VMAS) shares the GPU.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import numpy as np
+import torch
+from report import add_output_options, gpu_hardware, save
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import functools  # noqa: E402
-import importlib  # noqa: E402
-import importlib.metadata  # noqa: E402
-import io  # noqa: E402
-import itertools  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import types  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from report import add_output_options, gpu_hardware, save  # noqa: E402
-
-import gpu_marl_envs  # noqa: E402
-from gpu_marl_envs.registration import is_game  # noqa: E402
+import gpu_marl_envs
+from gpu_marl_envs.registration import is_game
 
 ACTION_POOL = 8
 WARM_UP_STEPS = 50  # two episodes of 25: every runner's first reset and its CUDA graphs or compilation done
@@ -247,13 +241,14 @@ JAXMARL_MPE_CLASSES = {
 
 def import_jaxmarl():
     """``(make, jax, description)``: ``jaxmarl.make`` where ``import jaxmarl`` works (it imports every
-    env family, and prints), else the MPE classes straight from their modules, with jaxmarl's
+    env family), else the MPE classes straight from their modules, with jaxmarl's
     package ``__init__`` files (which import every other env and its optional needs) skipped."""
+    # JAX takes 75% of the GPU's memory at its first use unless told not to; torch (ours, VMAS) shares the GPU.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
 
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            jaxmarl = importlib.import_module("jaxmarl")
+        jaxmarl = importlib.import_module("jaxmarl")  # prints two lines about its "submoduled environments"
         return jaxmarl.make, jax, f"jaxmarl {jaxmarl.__version__} (jaxmarl.make), jax {jax.__version__}"
     except Exception as error:  # noqa: BLE001 (any import failure: try the narrow path)
         why = f"{type(error).__name__}: {error}"
