@@ -13,8 +13,14 @@ Each env-step is one step of every one of ``num_envs`` games, episode ends inclu
 - VMAS: ``make_env(..., max_steps=max_cycles)`` never resets by itself; every game's episode ends
   at the same step (none of these scenarios terminates early), so the loop calls the batched
   ``env.reset()`` every ``max_cycles`` steps (cheaper than VMAS's per-env ``reset_at``);
-- JaxMARL: ``env.step`` resets ended episodes itself (``jax.lax.select`` against a fresh reset);
-  the scan sums every observation, reward and done into a checksum so that XLA cannot drop them.
+- JaxMARL: ``env.step`` resets ended episodes itself (``jax.lax.select`` against a fresh reset,
+  drawn every step; its episodes last 26 steps: it ends one when the count before the step reaches
+  25); the scan sums every observation, reward and done into a checksum so that XLA cannot drop them.
+
+The peers' scenarios differ from MPE2's (and ours) where the "per agent" column says so: VMAS's
+actions are its own (``Discrete(9)``, the 3 x 3 grid of forces, or a ``Box[-1, 1]^2`` force; the
+speaker's ``Discrete(27)``), its simple_spread observation lacks MPE2's silent communication slots
+(14 floats for N = 3, not 18) and its physics is its own (VMAS's engine); JaxMARL follows MPE2.
 
 The ratio columns divide our env-steps/s by the peer's at the same scenario, agents, action mode
 and ``num_envs`` (issue 42's targets: >= 1,000x VMAS, ahead of JaxMARL). A peer that cannot be
@@ -249,7 +255,7 @@ def import_jaxmarl():
 
     try:
         jaxmarl = importlib.import_module("jaxmarl")  # prints two lines about its "submoduled environments"
-        return jaxmarl.make, jax, f"jaxmarl {jaxmarl.__version__} (jaxmarl.make), jax {jax.__version__}"
+        return jaxmarl.make, jax, f"jaxmarl {jaxmarl.__version__} (jaxmarl.make), {jax_text(jax)}"
     except Exception as error:  # noqa: BLE001 (any import failure: try the narrow path)
         why = f"{type(error).__name__}: {error}"
     for name in [m for m in sys.modules if m == "jaxmarl" or m.startswith("jaxmarl.")]:
@@ -268,7 +274,11 @@ def import_jaxmarl():
         return getattr(importlib.import_module(f"jaxmarl.environments.mpe.{file}"), cls)(**kwargs)
 
     version = importlib.metadata.version("jaxmarl")
-    return make, jax, f"jaxmarl {version} (MPE modules directly; import jaxmarl: {why}), jax {jax.__version__}"
+    return make, jax, f"jaxmarl {version} (MPE modules directly; import jaxmarl: {why}), {jax_text(jax)}"
+
+
+def jax_text(jax) -> str:
+    return f"jax {jax.__version__} on {jax.devices()[0].device_kind}"
 
 
 def jaxmarl_runner(make, jax, s: Scenario, num_envs: int, device: str, continuous: bool):
