@@ -36,6 +36,7 @@ import argparse
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import itertools
 import os
 import platform
@@ -256,7 +257,7 @@ def import_jaxmarl():
     try:
         jaxmarl = importlib.import_module("jaxmarl")  # prints two lines about its "submoduled environments"
         return jaxmarl.make, jax, f"jaxmarl {jaxmarl.__version__} (jaxmarl.make), {jax_text(jax)}"
-    except Exception as error:  # noqa: BLE001 (any import failure: try the narrow path)
+    except Exception as error:  # any import failure: try the narrow path
         why = f"{type(error).__name__}: {error}"
     for name in [m for m in sys.modules if m == "jaxmarl" or m.startswith("jaxmarl.")]:
         del sys.modules[name]
@@ -350,7 +351,7 @@ def run_one(make_runner, s: Scenario, num_envs: int, device: str, continuous: bo
         runner = make_runner(s, num_envs, device, continuous)
         spaces = runner.spaces
         steps, seconds = time_runner(runner, args.min_seconds, args.repeats)
-    except Exception as error:  # noqa: BLE001 (a peer's failure is a row, not the end of the run)
+    except Exception as error:  # a peer's failure is a row, not the end of the run
         return {"error": ("out of memory: " if is_oom(error) else "") + first_line(error)}
     finally:
         if runner is not None:
@@ -377,13 +378,13 @@ def runners(backends: list[str], peers: list[str]) -> tuple[dict, dict]:
         try:
             vmas, described["vmas"] = import_vmas()
             makers["vmas", "vmas"] = functools.partial(vmas_runner, vmas)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             makers["vmas", "vmas"] = described["vmas"] = f"not importable: {first_line(error)}"
     if "jaxmarl" in peers:
         try:
             make, jax, described["jaxmarl"] = import_jaxmarl()
             makers["jaxmarl", "jaxmarl"] = functools.partial(jaxmarl_runner, make, jax)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             makers["jaxmarl", "jaxmarl"] = described["jaxmarl"] = f"not importable: {first_line(error)}"
     return makers, described
 
