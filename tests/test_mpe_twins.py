@@ -173,10 +173,6 @@ def test_agent_names_are_mpe2s():
     assert SIMPLE_SPREAD.agent_names(params) == simple_spread_v3.parallel_env().possible_agents
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the framework names agents after their group without its final s: adversaries -> adversarie_0",
-)
 def test_simple_tag_agent_names_are_mpe2s():
     assert SIMPLE_TAG.agent_names(SimpleTagParams()) == simple_tag_v3.parallel_env().possible_agents
 

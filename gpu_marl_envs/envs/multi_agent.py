@@ -106,7 +106,7 @@ class MultiAgentDefinition:
     order of the kernels' state struct (CUDA C ``GmeState``, the Numba ``state`` tuple)."""
     agent_groups: Callable[[Any], dict[str, range]]
     """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order; agents are named
-    ``<group without a final s>_<k>`` (``runners`` -> ``runner_0``)."""
+    ``<group in the singular>_<k>`` (``runners`` -> ``runner_0``, ``adversaries`` -> ``adversary_0``)."""
     observation_spaces: Callable[[Any], dict[str, spaces.Box]]
     """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
     action_spaces: Callable[[Any], dict[str, spaces.Space]]
@@ -164,12 +164,9 @@ class MultiAgentDefinition:
         return {name: getattr(state, name).dtype for name in self.state_fields}
 
     def agent_names(self, params) -> list[str]:
-        """``<group without a final s>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``."""
-        return [
-            f"{group.removesuffix('s')}_{k}"
-            for group, ids in self.agent_groups(params).items()
-            for k in range(len(ids))
-        ]
+        """``<group in the singular>_<index within the group>``, e.g. ``tagger_0``, ``runner_3``,
+        ``adversary_0`` (:func:`singular`)."""
+        return [f"{singular(group)}_{k}" for group, ids in self.agent_groups(params).items() for k in range(len(ids))]
 
     # Cached: the torch backend flattens observations and masks every step, and building a game's
     # spaces takes tens of microseconds (params are frozen, hence hashable).
@@ -255,6 +252,14 @@ class MultiAgentDefinition:
     def flat_action_masks(self, params, state) -> torch.Tensor:
         """``action_masks`` in the runtime's flat layout, bool ``(E, mask_size)``."""
         return _flatten(self.action_masks(params, state), self.mask_layout(params), "action_masks")
+
+
+def singular(group: str) -> str:
+    """A group's name in the singular, as its agents are named: a final ``ies`` becomes ``y``
+    (``adversaries``, MPE2's ``adversary_0``), a final ``s`` goes (``runners``); others stay."""
+    if group.endswith("ies"):
+        return group[:-3] + "y"
+    return group.removesuffix("s")
 
 
 def check_action_spaces(game_id: str, action_spaces: dict[str, spaces.Space]) -> bool:

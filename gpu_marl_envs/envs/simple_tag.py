@@ -47,8 +47,6 @@ signature).
   MPE2's from identical states, speed caps, contacts and catches included (see its docstring).
 - Contact forces between bodies more than 0.1 apart (beyond touching) are 0 here, below 1e-40 in MPE2.
 - ``exp`` in the boundary penalty is :func:`mpe_physics.exp` (within 2 float32 ulps of ``e**x``).
-- Agent names: the framework names agents after their group without its final ``s``, so the
-  adversaries are ``adversarie_0 ...`` where MPE2 says ``adversary_0``; the good agents are MPE2's.
 - Resets draw from the framework's RNG: MPE2's distributions, other numbers.
 - Not carried over: ``curriculum``, ``terminate_on_success``, ``num_agent_neighbors``,
   ``num_landmark_neighbors`` (off by default in MPE2), ``benchmark_data``, rendering.
