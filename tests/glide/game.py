@@ -62,6 +62,10 @@ def observe(p: GlideParams, s: GlideState) -> dict[str, torch.Tensor]:
     return split_groups(groups(p), torch.stack([s.x, s.y, s.vx, s.vy], dim=2))
 
 
+def action_spaces(p: GlideParams) -> dict[str, spaces.Box]:
+    return {g: spaces.Box(-1.0, 1.0, (2,), np.float32) for g in ("gliders", "leaders")}
+
+
 def groups(p: GlideParams) -> dict[str, range]:
     return {"gliders": range(p.num_gliders), "leaders": range(p.num_gliders, p.num_agents)}
 
@@ -72,7 +76,7 @@ GLIDE = MultiAgentDefinition(
     state_type=GlideState,
     agent_groups=groups,
     observation_spaces=lambda p: {g: spaces.Box(-np.inf, np.inf, (4,), np.float32) for g in ("gliders", "leaders")},
-    action_spaces=lambda p: {g: spaces.Box(-1.0, 1.0, (2,), np.float32) for g in ("gliders", "leaders")},
+    action_spaces=action_spaces,
     reset=reset,
     step=step,
     observe=observe,
