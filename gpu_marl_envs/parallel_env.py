@@ -34,7 +34,8 @@ class GpuParallelEnv:
     every value is a tensor with a leading ``num_envs`` dimension, and agents never leave
     ``agents``: an agent out of the game (a tagged runner) stays in the arrays, observes zeros, is
     frozen, gets no reward and is marked by ``active`` (it is terminated from the step it left on).
-    Agents of one group share their spaces; groups may differ (their actions have one kind and shape).
+    Agents of one group share their spaces; groups may differ (their actions are of one kind; a
+    discrete game's of one shape).
 
     Args:
         env_id: a registered game's id, e.g. ``"gpu_marl_envs/TagContinuous-v0"`` (a name registered
@@ -178,8 +179,12 @@ class GpuParallelEnv:
         self._action_low = d.action_low(self.params).to(self.device)
         self._action_high = d.action_high(self.params).to(self.device)
         self._group_action_shapes = {
-            name: (self.num_envs, len(ids), *self._action_shape) for name, ids in self._group_ids.items()
+            name: (self.num_envs, len(ids), *self._action_spaces[name].shape) for name, ids in self._group_ids.items()
         }
+        # Groups whose actions fill their agents' rows of the buffer: all, but for the narrower
+        # groups of a Box game whose groups' widths differ (their actions are copied into the
+        # buffer's first columns, the rest staying 0).
+        self._fills_rows = {name: shape[2:] == self._action_shape for name, shape in self._group_action_shapes.items()}
         # The strides of one env's row of a group's actions when that row is contiguous.
         self._group_row_strides = {
             name: torch.empty(shape[1:]).stride() for name, shape in self._group_action_shapes.items()
@@ -313,10 +318,12 @@ class GpuParallelEnv:
         terminations, truncations, infos)`` keyed by agent."""
         self._check_ready()
         names = self._check_keys(actions, self.possible_agents, "agent")
-        shape = (self.num_envs, *self._action_shape)
         for name in names:
-            self._check_tensor(name, actions[name], shape)
-        torch.stack([actions[name] for name in names], dim=1, out=self._actions)
+            self._check_tensor(name, actions[name], (self.num_envs, *self.action_space(name).shape))
+        if all(self._fills_rows.values()):
+            torch.stack([actions[name] for name in names], dim=1, out=self._actions)
+        else:
+            self._gather([torch.stack([actions[a] for a in agents], dim=1) for agents in self.groups.values()])
         self._step()
         return (*self._agent_outputs(), self._copy_infos(self._agent_step_infos))
 
@@ -334,14 +341,15 @@ class GpuParallelEnv:
             hasattr(self._launcher, "step_groups")
             and not self.validate_actions
             and all(
-                value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name]
+                self._fills_rows[name]
+                and (value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name])
                 for name, value in zip(names, group_actions)
             )
         ):
             self._advance()
             self._launcher.step_groups(group_actions)
         else:
-            torch.cat(group_actions, dim=1, out=self._actions)
+            self._gather(group_actions)
             self._step()
         return (*self._group_outputs(), self._copy_infos(self._group_step_infos))
 
@@ -436,6 +444,15 @@ class GpuParallelEnv:
         self._advance()
         self._launcher.step(self._actions)
 
+    def _gather(self, group_actions: list[torch.Tensor]) -> None:
+        """Every group's actions into the one buffer ``(num_envs, N, *action_shape)``: a narrower
+        group's into its agents' first columns."""
+        if all(self._fills_rows.values()):
+            torch.cat(group_actions, dim=1, out=self._actions)
+            return
+        for ids, value in zip(self._group_ids.values(), group_actions):
+            self._actions[:, ids.start : ids.stop, : value.shape[-1]].copy_(value)
+
     def _advance(self) -> None:
         """Make the next observation buffer in turn the current one (``observation_buffers`` > 1),
         before a step writes it."""
@@ -451,10 +468,9 @@ class GpuParallelEnv:
         if bad.any():
             env, agent = (int(v) for v in bad.view(self.num_envs, self.params.num_agents, -1).any(2).nonzero()[0])
             name = self.possible_agents[agent]
-            raise ValueError(
-                f"actions of {name} in env {env}: {self._actions[env, agent].tolist()} not in "
-                f"{self.action_space(name)} (no env was stepped)"
-            )
+            space = self.action_space(name)
+            given = self._actions[env, agent][: space.shape[0]] if space.shape else self._actions[env, agent]
+            raise ValueError(f"actions of {name} in env {env}: {given.tolist()} not in {space} (no env was stepped)")
 
     def _agent_outputs(self):
         return [dict(view) for view in self._agent_views]

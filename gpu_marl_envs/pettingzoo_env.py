@@ -120,7 +120,6 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         self._groups = self._env.groups  # group -> its agents, in agent-id order
         self._has_masks = definition.has_action_masks
         self._has_metrics = bool(definition.episode_metrics(self.params))
-        self._action_shape = definition.action_shape(self.params)
         self._continuous = definition.continuous_actions(self.params)
         self._action_dtype = np.float32 if self._continuous else np.int64
 
@@ -199,7 +198,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         tensors = {}
         for group, agents in self._groups.items():
             # Agents out of the game are frozen whatever they get: 0 is "no change" / "stay".
-            values = np.zeros((1, len(agents), *self._action_shape), dtype=self._action_dtype)
+            shape = self.action_space(agents[0]).shape
+            values = np.zeros((1, len(agents), *shape), dtype=self._action_dtype)
             for k, agent in enumerate(agents):
                 if agent in rows:
                     values[0, k] = rows[agent]

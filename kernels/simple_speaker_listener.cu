@@ -35,11 +35,17 @@ struct SimpleSpeakerListener : GmeGame {
         trunc = now >= GAME_MAX_CYCLES;
         __syncthreads();  // every thread has read t
         if (threadIdx.x != 0) return;
-        long long word = *actions.agent(0);
-        word = word < 0 ? 0 : (word >= C ? C - 1 : word);
-        for (int k = 0; k < C; ++k) s.comm[(long long)e * C + k] = k == word ? 1.0f : 0.0f;
+        const GmeAction* said = actions.agent(0);
+        if constexpr (GAME_CONTINUOUS_ACTIONS) {  // the utterance itself, its first C values
+            for (int k = 0; k < C; ++k)
+                s.comm[(long long)e * C + k] = fminf(fmaxf(gme_nan_to_zero((float)said[k]), 0.0f), 1.0f);
+        } else {
+            long long word = (long long)said[0];
+            word = word < 0 ? 0 : (word >= C ? C - 1 : word);
+            for (int k = 0; k < C; ++k) s.comm[(long long)e * C + k] = k == word ? 1.0f : 0.0f;
+        }
         float ux, uy;
-        mpe_action_force<false>(actions.agent(1), GAME_SENSITIVITY, ux, uy);
+        mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(1), GAME_SENSITIVITY, ux, uy);
         long long i = (long long)e * 2 + 1;
         float x = s.x[i], y = s.y[i], vx = s.vx[i], vy = s.vy[i];
         mpe_integrate(x, y, vx, vy, ux, uy, 0.0f);

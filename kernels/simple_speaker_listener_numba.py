@@ -18,6 +18,23 @@ def game_functions(c) -> GameFunctions:
     SENSITIVITY, COLORS = c.SENSITIVITY, c.LANDMARK_COLORS
     OBS_SIZE = 3 + 2 + 2 * M + C
     ZERO, ONE, THREE = np.float32(0.0), np.float32(1.0), np.float32(3.0)
+    action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
+
+    # The speaker's utterance, chosen here: each action mode's arrays type only its own function.
+    if c.CONTINUOUS_ACTIONS:
+
+        @cuda.jit(device=True)
+        def utter(actions, e, comm):  # the utterance itself, the speaker's first C values
+            for k in range(C):
+                comm[e, k] = mpe.unit(actions[e, 0, k])
+
+    else:
+
+        @cuda.jit(device=True)
+        def utter(actions, e, comm):  # the one-hot vector of the word said
+            word = min(max(actions[e, 0], 0), C - 1)
+            for k in range(C):
+                comm[e, k] = ONE if k == word else ZERO
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
@@ -43,10 +60,8 @@ def game_functions(c) -> GameFunctions:
         now = t[e] + 1
         cuda.syncthreads()  # every thread has read t
         if cuda.threadIdx.x == 0:
-            word = min(max(actions[e, 0], 0), C - 1)
-            for k in range(C):
-                comm[e, k] = ONE if k == word else ZERO
-            ux, uy = mpe.discrete_action_force(actions, e, 1, SENSITIVITY)
+            utter(actions, e, comm)
+            ux, uy = action_force(actions, e, 1, SENSITIVITY)
             nx, ny, nvx, nvy = mpe.integrate(x[e, 1], y[e, 1], vx[e, 1], vy[e, 1], ux, uy, ZERO)
             x[e, 1] = nx
             y[e, 1] = ny

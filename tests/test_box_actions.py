@@ -1,6 +1,7 @@
 """Games of Box actions (float32 ``(E, N, d)``): Glide-v0 (``tests/glide``, a test game with both
 kernels) through the checker, the batched and PettingZoo APIs' validation, NaN and clipping with
-validation off, and the action spaces ``register_game`` refuses."""
+validation off, groups of Box actions of two widths (SimpleSpeakerListener-v4's speaker and
+listener), and the action spaces ``register_game`` refuses."""
 
 import dataclasses
 import math
@@ -77,16 +78,43 @@ def test_pettingzoo_env_takes_float_arrays_inside_the_box():
     "action_spaces",
     [
         {"gliders": spaces.Box(-1.0, 1.0, (2,), np.float32), "leaders": spaces.Discrete(2)},
-        {"gliders": spaces.Box(-1.0, 1.0, (2,), np.float32), "leaders": spaces.Box(-1.0, 1.0, (3,), np.float32)},
+        {"gliders": spaces.Box(-1.0, 1.0, (2, 2), np.float32), "leaders": spaces.Box(-1.0, 1.0, (2, 2), np.float32)},
+        {"gliders": spaces.MultiDiscrete([2, 2]), "leaders": spaces.MultiDiscrete([2, 2, 2])},
         {"gliders": spaces.Box(-np.inf, 1.0, (2,), np.float32), "leaders": spaces.Box(-1.0, 1.0, (2,), np.float32)},
         {"gliders": spaces.Box(-1.0, 1.0, (2,), np.float64), "leaders": spaces.Box(-1.0, 1.0, (2,), np.float64)},
         {"gliders": spaces.Discrete(3, start=1), "leaders": spaces.Discrete(3, start=1)},
     ],
-    ids=["mixed kinds", "two Box shapes", "unbounded Box", "float64 Box", "Discrete from 1"],
+    ids=["mixed kinds", "2-D Box", "two MultiDiscrete lengths", "unbounded Box", "float64 Box", "Discrete from 1"],
 )
 def test_register_game_refuses_action_spaces_it_cannot_run(action_spaces):
     definition = dataclasses.replace(GLIDE, id="Unrunnable-v0", action_spaces=lambda p: action_spaces)
     with pytest.raises(
-        ValueError, match="Unrunnable-v0: .* Discrete or MultiDiscrete .* or float32 Box with finite bounds"
+        ValueError, match="Unrunnable-v0: .* Discrete or MultiDiscrete .* or float32 1-D Box with finite bounds"
     ):
         gpu_marl_envs.register_game(definition, namespace="tests")
+
+
+def test_groups_of_two_widths_share_one_buffer():
+    # The speaker's Box(3) and the listener's Box(5): (E, 2, 5) in the buffer, the speaker's row
+    # using its first 3 values; per agent, per group and through PettingZoo alike.
+    envs = [GpuParallelEnv("SimpleSpeakerListener-v4", 2, device="cpu", continuous_actions=True) for _ in range(2)]
+    for env in envs:
+        env.reset(seed=1)
+    assert envs[0].action_space("speaker_0").shape == (3,) and envs[0].action_space("listener_0").shape == (5,)
+    said, moved = torch.tensor([[0.25, 0.5, 1.0], [0.0, 0.75, 0.5]]), torch.full((2, 5), 0.5)
+    moved[:, 2] = 1.0
+    envs[0].step({"speaker_0": said, "listener_0": moved})
+    envs[1].step_groups({"speakers": said[:, None], "listeners": moved[:, None]})
+    for name, value in envs[0].get_state().items():
+        assert torch.equal(value, envs[1].get_state()[name]), name
+    assert torch.equal(envs[0].get_state()["comm"], said), "the speaker's utterance is its 3 values"
+    with pytest.raises(ValueError, match=r"actions of speaker_0 in env 1: \[0.0, 1.5, 0.0\] not in Box"):
+        envs[0].step_groups(
+            {"speakers": torch.tensor([[[0.0, 0.0, 0.0]], [[0.0, 1.5, 0.0]]]), "listeners": moved[:, None]}
+        )
+    with pytest.raises(ValueError, match=r"actions\['speaker_0'\] must have shape \(2, 3\)"):
+        envs[0].step({"speaker_0": moved, "listener_0": moved})
+    single = PettingZooParallelEnv("SimpleSpeakerListener-v4", continuous_actions=True)
+    single.reset(seed=1)
+    single.step({"speaker_0": np.array([0.25, 0.5, 1.0]), "listener_0": moved[0].numpy()})
+    assert np.array_equal(single.state()[-3:], [0.25, 0.5, 1.0]), "the listener hears the utterance"

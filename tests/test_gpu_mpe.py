@@ -43,6 +43,11 @@ CONFIGS = {
         dataclasses.replace(SPREAD, N=1000, continuous_actions=True, local_ratio=0.25),
     ),
     "speaker-listener-65536": ("SimpleSpeakerListener-v4", 65536, SimpleSpeakerListenerParams(max_cycles=8)),
+    "speaker-listener-65536-continuous": (
+        "SimpleSpeakerListener-v4",
+        65536,
+        SimpleSpeakerListenerParams(max_cycles=8, continuous_actions=True),
+    ),
     "tag-2000x4": ("SimpleTag-v3", 2000, TAG),
     "tag-2000x4-continuous": ("SimpleTag-v3", 2000, dataclasses.replace(TAG, continuous_actions=True)),
     "tag-100x300": ("SimpleTag-v3", 100, LARGE_TAG),

@@ -88,10 +88,7 @@ def _game_params(game_id):
     flags = [f.name for f in dataclasses.fields(params_type) if isinstance(getattr(default, f.name), bool)]
     variants = [default]
     for flag in flags:
-        try:
-            variants.append(dataclasses.replace(default, **{flag: not getattr(default, flag)}))
-        except ValueError:  # a setting the game refuses (SimpleSpeakerListener's continuous_actions)
-            pass
+        variants.append(dataclasses.replace(default, **{flag: not getattr(default, flag)}))
     if hasattr(default, "num_taggers"):
         # 4096 agents: runners where a game has several, else taggers.
         many = {"num_runners": 4096 - default.num_taggers} if hasattr(default, "num_runners") else {"num_taggers": 4095}

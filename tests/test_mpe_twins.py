@@ -194,10 +194,11 @@ def test_simple_tag_boundary_penalty_is_mpe2s():
 # --- SimpleSpeakerListener-v4 --------------------------------------------------------------------------
 
 
-def test_simple_speaker_listener_matches_mpe2():
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_simple_speaker_listener_matches_mpe2(continuous):
     rng = np.random.default_rng(0)
-    params = SimpleSpeakerListenerParams(max_cycles=100)
-    env = simple_speaker_listener_v4.parallel_env(max_cycles=100)
+    params = SimpleSpeakerListenerParams(max_cycles=100, continuous_actions=continuous)
+    env = simple_speaker_listener_v4.parallel_env(max_cycles=100, continuous_actions=continuous)
     env.reset(seed=0)
     check_spaces(SIMPLE_SPEAKER_LISTENER, params, env)
     assert SIMPLE_SPEAKER_LISTENER.agent_names(params) == env.possible_agents
@@ -225,18 +226,18 @@ def test_simple_speaker_listener_matches_mpe2():
                 set_entity(landmark, state.landmark_x[0, lm], state.landmark_y[0, lm])
             world.agents[0].goal_b = world.landmarks[int(state.goal[0])]
             world.agents[0].state.c = state.comm[0].double().numpy()
-            actions = np.array([rng.integers(0, 3), rng.integers(0, 5)])
-            observations, rewards, _, _, _ = env.step(dict(zip(env.agents, actions, strict=True)))
+            if continuous:  # the speaker's 3 values, the listener's 5, partly outside [0, 1]
+                said, moved = random_actions(rng, True, 1, 3)[0], random_actions(rng, True, 1)[0]
+                observations, rewards, _, _, _ = env.step(dict(zip(env.agents, (said, moved), strict=True)))
+                actions = np.stack([np.concatenate([said, np.zeros(2, np.float32)]), moved])  # the (2, 5) buffer
+            else:
+                actions = np.array([rng.integers(0, 3), rng.integers(0, 5)])
+                observations, rewards, _, _, _ = env.step(dict(zip(env.agents, actions, strict=True)))
             state, ours, _, _ = ssl.step(params, state, torch_actions(actions))
             obs = ssl.observe(params, state)
             for a, (name, group) in enumerate(zip(env.possible_agents, ("speakers", "listeners"), strict=True)):
                 assert_close(f"episode {episode} observation of {name}", observations[name], obs[group][0, 0])
                 assert_close(f"episode {episode} reward of {name}", rewards[name], ours[0, a])
-
-
-def test_simple_speaker_listener_refuses_continuous_actions():
-    with pytest.raises(ValueError, match="one shape in every group"):
-        SimpleSpeakerListenerParams(continuous_actions=True)
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,14 @@ GAMES = {
     "speaker-listener": Case(
         "SimpleSpeakerListener-v4", SimpleSpeakerListenerParams(max_cycles=3), num_envs=2, num_steps=5, exact=True
     ),
+    # Box actions of two widths: the speaker's 3 values, the listener's 5, in one (E, 2, 5) buffer.
+    "speaker-listener-continuous": Case(
+        "SimpleSpeakerListener-v4",
+        SimpleSpeakerListenerParams(max_cycles=3, continuous_actions=True),
+        num_envs=2,
+        num_steps=5,
+        exact=True,
+    ),
     "tag-discrete": Case("SimpleTag-v3", SMALL_TAG, num_envs=2, num_steps=5, start=mpe_crowd, exact=True),
     "tag-continuous": Case(
         "SimpleTag-v3",

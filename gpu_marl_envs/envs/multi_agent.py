@@ -10,9 +10,11 @@ Conventions every game follows:
   fields ``(num_envs,)``; the per-env int32 field ``t`` counts the steps since reset.
 - Agents have fixed ids ``0 .. N - 1``; a group is a contiguous id range, so a group's slice of a
   batched tensor is a view. Agents of one group share their observation and action spaces; groups
-  may differ in both, except that every group's actions have one kind and shape, so that one buffer
+  may differ in both, except that every group's actions are of one kind, so that one buffer
   ``(E, N, *shape)`` holds them all: discrete (``Discrete`` everywhere, or ``MultiDiscrete`` of one
-  length; int64, indices from 0) or continuous (float32 ``Box`` of one shape, finite bounds; float32).
+  length; int64, indices from 0) or continuous (float32 ``Box`` of shape ``(d_g,)``, finite bounds;
+  float32 ``(E, N, d)`` with ``d`` the widest group's ``d_g``, a group's agents using their first
+  ``d_g`` values: MPE2's speaker acts in ``Box(3)``, its listener in ``Box(5)``).
 - ``step(p, state, actions) -> (next_state, rewards (E, N), terminated (E,), truncated (E,))`` is pure,
   with discrete actions already in their group's range and continuous ones with NaN read as 0 but
   not clipped (the rules clip them, as the kernels do); ``observe(p, state) -> {group: (E, n_g, d_g)}``;
@@ -111,7 +113,7 @@ class MultiAgentDefinition:
     """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
     action_spaces: Callable[[Any], dict[str, spaces.Space]]
     """``p -> {group: one agent's action space}``: ``Discrete`` or ``MultiDiscrete`` (indices from 0),
-    or float32 ``Box`` with finite bounds; every group of one kind and one shape."""
+    every group of one shape; or float32 1-D ``Box`` with finite bounds, of any width per group."""
     reset: Callable
     """``(p, key, E) -> state``: ``key`` int64 ``(E,)``, to draw from with :mod:`gpu_marl_envs.rng`."""
     step: Callable
@@ -203,11 +205,12 @@ class MultiAgentDefinition:
         return observations if self.global_state is None else self.global_state(params, observations)
 
     def action_shape(self, params) -> tuple[int, ...]:
-        """The shape of one agent's action, the same in every group."""
-        shapes = {group: tuple(space.shape) for group, space in self.action_spaces(params).items()}
-        if len(set(shapes.values())) != 1:
-            raise ValueError(f"{self.id}: every group's actions must have one shape, got {shapes}")
-        return next(iter(shapes.values()))
+        """The shape of one agent's row in the actions buffer ``(E, N, *shape)``: every group's one
+        shape in a discrete game, ``(d,)`` of the widest group in a ``Box`` game."""
+        action_spaces = self.action_spaces(params)
+        if self.continuous_actions(params):
+            return (max(space.shape[0] for space in action_spaces.values()),)
+        return next(iter(action_spaces.values())).shape
 
     def continuous_actions(self, params) -> bool:
         """Whether the game's actions are float32 ``Box`` values (else int64 indices), checked to be
@@ -228,10 +231,12 @@ class MultiAgentDefinition:
         return self._per_agent(params, "low")
 
     def _per_agent(self, params, side: str) -> torch.Tensor:
-        rows = []
+        rows, width = [], self.action_shape(params)
         for group, space in self.action_spaces(params).items():
             if isinstance(space, spaces.Box):
-                value = torch.as_tensor(getattr(space, side), dtype=torch.float32)
+                # A narrower group's unused values are 0 in the buffer: bounds of 0 accept them.
+                value = torch.zeros(width, dtype=torch.float32)
+                value[: space.shape[0]] = torch.as_tensor(getattr(space, side), dtype=torch.float32)
             elif side == "low":
                 value = torch.zeros(space.shape, dtype=torch.int64)
             else:
@@ -266,12 +271,12 @@ def check_action_spaces(game_id: str, action_spaces: dict[str, spaces.Space]) ->
     """Whether the groups' action spaces are continuous (float32 ``Box``) rather than discrete;
     ``ValueError`` naming what the framework runs when they are of no kind it runs."""
     supported = (
-        "a game's action spaces are Discrete or MultiDiscrete (starting at 0), or float32 Box with finite "
-        "bounds, every group of one kind and one shape"
+        "a game's action spaces are Discrete or MultiDiscrete (starting at 0) of one shape in every group, "
+        "or float32 1-D Box with finite bounds (of any width) in every group"
     )
     kinds = set()
     for group, space in action_spaces.items():
-        if isinstance(space, spaces.Box) and space.dtype == np.float32:
+        if isinstance(space, spaces.Box) and space.dtype == np.float32 and len(space.shape) == 1:
             if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
                 raise ValueError(f"{game_id}: group {group!r} has {space}; {supported}")
             kinds.add("continuous")
@@ -280,7 +285,7 @@ def check_action_spaces(game_id: str, action_spaces: dict[str, spaces.Space]) ->
         else:
             raise ValueError(f"{game_id}: group {group!r} has {space}; {supported}")
     shapes = {tuple(space.shape) for space in action_spaces.values()}
-    if len(kinds) != 1 or len(shapes) != 1:
+    if len(kinds) != 1 or (kinds == {"discrete"} and len(shapes) != 1):
         raise ValueError(f"{game_id}: the groups' action spaces are {action_spaces}; {supported}")
     return kinds == {"continuous"}
 

@@ -14,8 +14,11 @@ Two groups of one: ``speakers`` (``speaker_0``, id 0: immovable, speaks) and ``l
 ## Action space
 ``speaker_0``: ``Discrete(3)``, the word said (its utterance becomes that one-hot vector).
 ``listener_0``: ``Discrete(5)`` (no action, left, right, down, up; force ``5 * u``).
-MPE2's continuous mode (``Box(0, 1, (3,))`` and ``Box(0, 1, (5,))``) needs groups whose Box actions
-differ in shape, which the framework does not run yet: ``continuous_actions=True`` is refused.
+With ``continuous_actions=True`` (MPE2's continuous mode): ``speaker_0`` ``Box(0, 1, (3,))``, the
+utterance itself, and ``listener_0`` ``Box(0, 1, (5,))``, the force ``5 * (a[2] - a[1], a[4] - a[3])``;
+both clipped into ``[0, 1]`` (MPE2's ``ClipOutOfBoundsWrapper``; a NaN component reads as 0). The
+groups' widths differ: the actions buffer is ``(E, 2, 5)``, the speaker's row using its first 3
+values.
 
 ## Observation space
 ``speaker_0``: ``Box(-inf, inf, (3,))``, the goal landmark's colour (red ``(0.65, 0.15, 0.15)``,
@@ -36,16 +39,15 @@ From the env's counter-based key: the speaker and the listener uniform in ``[-1,
 Never terminated; truncated after ``max_cycles`` steps.
 
 ## Arguments
-:class:`SimpleSpeakerListenerParams`: MPE2's ``max_cycles``, ``continuous_actions`` (False only,
-see above), ``dynamic_rescaling`` (rendering only; kept for MPE2's signature).
+:class:`SimpleSpeakerListenerParams`: MPE2's ``max_cycles``, ``continuous_actions``,
+``dynamic_rescaling`` (rendering only; kept for MPE2's signature).
 
 ## Parity with MPE2
 - Rules, layouts and spaces are MPE2's, in float32 where MPE2 uses float64 (``tests/test_mpe_twins.py``:
   within ``1e-5 + 1e-5 |value|`` from identical states).
 - The goal is drawn from the framework's RNG (uniform over the three landmarks, as MPE2's
   ``np_random.integers(3)``).
-- The continuous mode is refused (see "Action space"); ``benchmark_data`` and rendering are not
-  carried over.
+- ``benchmark_data`` and rendering are not carried over.
 
 ## Version history
 v4: MPE2 1.1.1's ``simple_speaker_listener_v4``.
@@ -87,12 +89,6 @@ class SimpleSpeakerListenerParams:
         for field in ("continuous_actions", "dynamic_rescaling"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"{name}.{field} must be a bool, got {getattr(self, field)!r}")
-        if self.continuous_actions:
-            raise ValueError(
-                f"{name}.continuous_actions=True is not supported: MPE2's speaker acts in Box(0, 1, (3,)) "
-                "and its listener in Box(0, 1, (5,)), and the framework runs Box actions of one shape in every "
-                "group only; use continuous_actions=False (Discrete(3) and Discrete(5))"
-            )
 
     @property
     def num_agents(self) -> int:
@@ -128,6 +124,11 @@ def observation_spaces(p) -> dict[str, spaces.Box]:
 
 
 def action_spaces(p) -> dict[str, spaces.Space]:
+    if p.continuous_actions:
+        return {
+            "speakers": spaces.Box(0.0, 1.0, (COMM_DIM,), np.float32),
+            "listeners": spaces.Box(0.0, 1.0, (5,), np.float32),
+        }
     return {"speakers": spaces.Discrete(COMM_DIM), "listeners": spaces.Discrete(5)}
 
 
@@ -151,8 +152,11 @@ def reset(p, key: torch.Tensor, num_envs: int) -> SimpleSpeakerListenerState:
 
 
 def step(p, s: SimpleSpeakerListenerState, actions: torch.Tensor):
-    comm = torch.nn.functional.one_hot(actions[:, 0], COMM_DIM).to(torch.float32)
-    ux, uy = mpe.action_force(actions[:, 1:], False, mpe.f32(mpe.SENSITIVITY))
+    if p.continuous_actions:  # (E, 2, 5): the speaker's utterance is its row's first COMM_DIM values
+        comm = actions[:, 0, :COMM_DIM].clamp(0.0, 1.0)
+    else:
+        comm = torch.nn.functional.one_hot(actions[:, 0], COMM_DIM).to(torch.float32)
+    ux, uy = mpe.action_force(actions[:, 1:], p.continuous_actions, mpe.f32(mpe.SENSITIVITY))
     x, y, vx, vy = mpe.integrate(s.x[:, 1:], s.y[:, 1:], s.vx[:, 1:], s.vy[:, 1:], ux, uy)
     x, y = torch.cat([s.x[:, :1], x], 1), torch.cat([s.y[:, :1], y], 1)
     vx, vy = torch.cat([s.vx[:, :1], vx], 1), torch.cat([s.vy[:, :1], vy], 1)
@@ -173,6 +177,7 @@ def observe(p, s: SimpleSpeakerListenerState) -> dict[str, torch.Tensor]:
 def kernel_constants(p) -> dict:
     return {
         "MAX_CYCLES": p.max_cycles,
+        "CONTINUOUS_ACTIONS": p.continuous_actions,
         "NUM_LANDMARKS": NUM_LANDMARKS,
         "COMM_DIM": COMM_DIM,
         "GOAL_DRAW": GOAL_DRAW,
