@@ -98,3 +98,13 @@ __device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
         __syncthreads();
     }
 }
+
+// The n agents' positions of one game (from its state's row) into the block's shared arrays sx, sy;
+// ends with the block synchronised, so that every thread reads the staged positions.
+__device__ __forceinline__ void mpe_stage(const float* x, const float* y, float* sx, float* sy, int n) {
+    for (int a = threadIdx.x; a < n; a += blockDim.x) {
+        sx[a] = x[a];
+        sy[a] = y[a];
+    }
+    __syncthreads();
+}

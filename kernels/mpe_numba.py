@@ -131,3 +131,13 @@ def tree_sum(sums, slots):
             sums[k] = add_rn(sums[k], sums[k + h])
         cuda.syncthreads()
         h //= 2
+
+
+@cuda.jit(device=True)
+def stage(x, y, sx, sy, e, n):
+    """Game e's ``n`` agents' positions into the block's shared arrays ``sx``, ``sy`` (mpe.cuh's
+    mpe_stage); ends with the block synchronised."""
+    for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+        sx[a] = x[e, a]
+        sy[a] = y[e, a]
+    cuda.syncthreads()

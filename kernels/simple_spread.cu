@@ -30,18 +30,10 @@ struct SimpleSpread : GmeGame {
         if (threadIdx.x == 0) s.t[e] = 0;
     }
 
-    __device__ static void stage(const State& s, Shared& sh, long long row) {
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
-            sh.x[a] = s.x[row + a];
-            sh.y[a] = s.y[row + a];
-        }
-        __syncthreads();
-    }
-
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc) {
         long long row = (long long)e * N;
-        stage(s, sh, row);
+        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
         for (int a = threadIdx.x; a < N; a += blockDim.x) {
             float fx, fy;
             mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx, fy);
@@ -56,7 +48,7 @@ struct SimpleSpread : GmeGame {
             s.vy[row + a] = vy;
         }
         __syncthreads();  // every agent has moved and read the old positions
-        stage(s, sh, row);
+        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
         for (int l = threadIdx.x; l < GAME_SUM_SLOTS; l += blockDim.x) {
             float nearest = 0.0f;
             if (l < N) {

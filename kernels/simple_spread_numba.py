@@ -44,17 +44,10 @@ def game_functions(c) -> GameFunctions:
             t[e] = 0
 
     @cuda.jit(device=True)
-    def stage(x, y, sx, sy, e):
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
-            sx[a] = x[e, a]
-            sy[a] = y[e, a]
-        cuda.syncthreads()
-
-    @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, t = state
         sx, sy, sums = sh
-        stage(x, y, sx, sy, e)
+        mpe.stage(x, y, sx, sy, e, N)
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
             fx, fy = action_force(actions, e, a, SENSITIVITY)
             for j in range(N):
@@ -66,7 +59,7 @@ def game_functions(c) -> GameFunctions:
             vx[e, a] = nvx
             vy[e, a] = nvy
         cuda.syncthreads()  # every agent has moved and read the old positions
-        stage(x, y, sx, sy, e)
+        mpe.stage(x, y, sx, sy, e, N)
         for lm in range(cuda.threadIdx.x, SLOTS, cuda.blockDim.x):
             nearest = ZERO
             if lm < N:

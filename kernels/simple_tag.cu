@@ -37,14 +37,6 @@ struct SimpleTag : GmeGame {
         if (threadIdx.x == 0) s.t[e] = 0;
     }
 
-    __device__ static void stage(const State& s, Shared& sh, long long row) {
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
-            sh.x[a] = s.x[row + a];
-            sh.y[a] = s.y[row + a];
-        }
-        __syncthreads();
-    }
-
     // MPE2's boundary penalty of v = |coordinate|.
     __device__ static float bound(float v) {
         if (v < GAME_BOUND_START) return 0.0f;
@@ -59,7 +51,7 @@ struct SimpleTag : GmeGame {
         const float* obstacle_x = s.obstacle_x + (long long)e * L;
         const float* obstacle_y = s.obstacle_y + (long long)e * L;
         if (threadIdx.x == 0) sh.caught = 0;
-        stage(s, sh, row);
+        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
         for (int a = threadIdx.x; a < N; a += blockDim.x) {
             bool adversary = a < A;
             float fx, fy;
@@ -85,7 +77,7 @@ struct SimpleTag : GmeGame {
             s.vy[row + a] = vy;
         }
         __syncthreads();  // every agent has moved and read the old positions
-        stage(s, sh, row);
+        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
         for (int g = A + threadIdx.x; g < N; g += blockDim.x) {
             int count = 0;
             for (int a = 0; a < A; ++a) {

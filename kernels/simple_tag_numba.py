@@ -54,13 +54,6 @@ def game_functions(c) -> GameFunctions:
             t[e] = 0
 
     @cuda.jit(device=True)
-    def stage(x, y, sx, sy, e):
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
-            sx[a] = x[e, a]
-            sy[a] = y[e, a]
-        cuda.syncthreads()
-
-    @cuda.jit(device=True)
     def bound(v):
         if v < BOUND_START:
             return ZERO
@@ -75,7 +68,7 @@ def game_functions(c) -> GameFunctions:
         sx, sy, caught = sh
         if cuda.threadIdx.x == 0:
             caught[0] = 0
-        stage(x, y, sx, sy, e)
+        mpe.stage(x, y, sx, sy, e, N)
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
             adversary = a < A
             fx, fy = action_force(actions, e, a, ADVERSARY_ACCEL if adversary else GOOD_ACCEL)
@@ -103,7 +96,7 @@ def game_functions(c) -> GameFunctions:
             vx[e, a] = nvx
             vy[e, a] = nvy
         cuda.syncthreads()  # every agent has moved and read the old positions
-        stage(x, y, sx, sy, e)
+        mpe.stage(x, y, sx, sy, e, N)
         for g in range(A + cuda.threadIdx.x, N, cuda.blockDim.x):
             count = 0
             for a in range(A):
