@@ -195,7 +195,7 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
     if not dist.is_initialized():
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size == 1:
-            return Context(device=_as_device(device))
+            return Context(device=_as_device(device), launcher=_launcher())
         problem = launch_problem()
         if problem is not None:
             raise RuntimeError(problem)

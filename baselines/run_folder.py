@@ -37,7 +37,7 @@ LIGHTNING_CHECKPOINT = "lightning.ckpt"
 
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
-"""The file :class:`FolderLock` locks; it stays in the folder, holding the last holder's description."""
+"""The file :class:`FolderLock` locks, describing its holder; a killed holder leaves it, stale and unlocked."""
 TENSORBOARD = "tensorboard"
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 """The files TensorBoard's ``SummaryWriter`` writes in its folder (a user's subfolders are theirs)."""
@@ -158,37 +158,50 @@ def remove_run(folder: Path, keep: tuple[str, ...] = ()) -> None:
 
 class FolderLock:
     """This process's hold on a run folder: an exclusive ``fcntl.flock`` on its :data:`LOCK` file,
-    which then describes the holder (pid, host, when, command) for the one refused. The system
-    releases the lock when the process ends, however it ends, so a killed run leaves none behind.
-    flock locks are advisory: they stop every ``gpu-marl-train``, not other programs."""
+    which then describes the holder (pid, host, when, command) for the one refused, and which
+    :meth:`release` removes. The system releases the lock when the process ends, however it ends, so
+    a killed run leaves a stale file but no lock. flock locks are advisory: they stop every
+    ``gpu-marl-train``, not other programs."""
 
     def __init__(self, folder: Path, wait: float = 0.0):
         """Take the lock of ``folder`` (an existing folder), trying for up to ``wait`` seconds (a
         torchrun restart, whose first attempt's rank 0 may still be ending); :class:`RunFolderError`
         naming the holder if another process holds it."""
         self.path = folder / LOCK
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as error:
-            raise RunFolderError(f"cannot write {self.path}: {error.strerror or error}") from None
         deadline = time.monotonic() + wait
         while True:
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except OSError as error:
+                raise RunFolderError(f"cannot write {self.path}: {error.strerror or error}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
                 if time.monotonic() >= deadline:
-                    holder = _holder(self.fd)
-                    os.close(self.fd)
                     raise RunFolderError(in_use(folder, holder)) from None
                 time.sleep(0.1)
+                continue
+            # The holder before may have removed the file it locked after this process opened it:
+            # the lock counts only on the file the path names now.
+            try:
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        self.fd = fd
         command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
         when = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()} since {when}: {command}\n".encode(), 0)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {when}: {command}\n".encode(), 0)
 
     def release(self) -> None:
+        """Remove the lock file, then let go (in this order: see :meth:`__init__`)."""
         if self.fd is not None:
+            self.path.unlink(missing_ok=True)
             os.close(self.fd)  # closing the only descriptor releases the flock
             self.fd = None
 

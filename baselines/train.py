@@ -32,11 +32,18 @@ state that ``--resume`` continues from), ``config.toml`` (the resolved config), 
 run is never written into by another: a new run refuses it (continue the run with ``--resume``,
 replace it with ``--overwrite``, or pass another ``--out``), and nothing is written until the
 config, env, device and folder have passed their checks and the trainer has started
-(:mod:`run_folder`). The device is the GPU when there is one, else the CPU (``--device``).
+(:mod:`run_folder`). A folder that holds other files but no run is refused, naming them; ``--overwrite``
+removes a run's own files only. The device is the GPU when there is one, else the CPU (``--device``).
 ``num_envs = "auto"`` (in the file or ``--set``) picks the env count by a short throughput sweep
 within a GPU-memory budget (:mod:`sizing`) and says what it chose and why; the resolved config
-records the count. Under ``torchrun`` every rank trains and rank 0 alone writes the run folder;
-when torchrun restarts the job (``--max-restarts``), the command finds the checkpoint this job
+records the count. One process writes a run folder at a time, holding its lock (``.lock``, which
+names the holder) for the run's life: a second command into it is refused with one line naming the
+holder. Under ``torchrun`` every rank trains and rank 0 alone writes the run folder, holding its
+lock; ranks whose torchrun agent has died stop at their next log interval, so that orphaned ranks
+do not train on beside a later command. A run whose losses or parameters become non-finite stops
+at the log interval that sees them (exit code 1), its checkpoint kept at the last good one. A
+finished run resumed in its folder finishes what a kill left undone (the learning curve). When
+torchrun restarts the job (``--max-restarts``), the command finds the checkpoint this job
 wrote and continues from it. ``--lightning`` runs the same training through PyTorch Lightning's
 Trainer (:mod:`gpu_marl_envs.baselines.lightning`; ``pip install gpu_marl_envs[lightning]``): the
 same run folder and numbers, plus ``lightning.ckpt``, Lightning's checkpoint of the run.

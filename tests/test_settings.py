@@ -63,7 +63,10 @@ def test_every_config_checks_its_fields():
         (lambda: a2c.A2CConfig(rms_prop_eps=0.0), "A2CConfig.rms_prop_eps must be a finite number > 0"),
         (lambda: ddpg.DDPGConfig(seed=-3), "DDPGConfig.seed must be an int in [0, 2**32 - 1]"),
         (lambda: ddpg.DDPGConfig(exploration="uniform"), 'DDPGConfig.exploration must be "gaussian" or "ou"'),
-        (lambda: multi_agent.PolicyConfig(learning_rate=math.inf), "PolicyConfig.learning_rate must be a number in (0, 1]"),
+        (
+            lambda: multi_agent.PolicyConfig(learning_rate=math.inf),
+            "PolicyConfig.learning_rate must be a number in (0, 1]",
+        ),
         (lambda: multi_agent.PolicyConfig(train="no"), "PolicyConfig.train must be true or false"),
         (lambda: multi_agent.MultiAgentConfig(seed=1.5), "MultiAgentConfig.seed must be an int"),
         (lambda: ppo.PPOConfig(hidden=[64, 64]), "PPOConfig.hidden must be a non-empty tuple"),
