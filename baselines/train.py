@@ -517,12 +517,13 @@ def train_command(args) -> int:
             flush=True,
         )
     device = context.device if context.device is not None else args.device
-    if plan.auto:
-        num_envs = sizing.choose_num_envs(
-            train_function(plan.algorithm, plan.config), plan.env, plan.config, device=device
-        )
-        plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
-    result = run_training(plan, device, context, lightning=args.lightning)
+    with cpu_threads(device):
+        if plan.auto:
+            num_envs = sizing.choose_num_envs(
+                train_function(plan.algorithm, plan.config), plan.env, plan.config, device=device
+            )
+            plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
+        result = run_training(plan, device, context, lightning=args.lightning)
     teardown()  # only after a run that ended well: a failed rank must not wait for the others
     if result is None:
         return 0
@@ -532,6 +533,24 @@ def train_command(args) -> int:
     else:
         print(f"{plan.env}: greedy mean return {result['mean_return']:.1f}; run saved in {plan.folder}")
     return 0
+
+
+@contextlib.contextmanager
+def cpu_threads(device):
+    """On the CPU, one torch thread while the command trains or evaluates (the caller's count
+    after), unless ``OMP_NUM_THREADS`` sets the count (as torchrun does).
+    The trainers' networks are small MLPs (64-unit layers) on batches of a few hundred to a few
+    thousand rows, whose operations take microseconds: torch's intra-op threads cost more in
+    hand-offs than they gain, and on a machine whose cores are busy they wait for each other. The
+    README's first command on two cores (see its timing there) took 68 s with one thread and 158 s
+    for its first fifth with two, on a machine other work shared."""
+    previous = torch.get_num_threads()
+    if torch.device(device).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -581,11 +600,12 @@ def evaluate_command(args) -> None:
     check_device(args.device)
     checkpoint = load_checkpoint(args.evaluate, map_location=args.device)
     check_checkpoint(checkpoint, args.evaluate)
-    if multi_agent.is_game(checkpoint["env"]):
-        evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
-        return
-    agent, env = load_agent(checkpoint, args.device)
-    returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
+    with cpu_threads(args.device):
+        if multi_agent.is_game(checkpoint["env"]):
+            evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
+            return
+        agent, env = load_agent(checkpoint, args.device)
+        returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
     print(
         f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
         f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})"
