@@ -131,7 +131,7 @@ def check_writable(folder: Path) -> None:
 def _name_max(folder: Path) -> int:
     """The longest file name (in bytes) the filesystem of ``folder``'s nearest existing parent takes."""
     existing = Path(os.path.abspath(folder))
-    while not existing.is_dir() and existing != existing.parent:
+    while not os.path.isdir(existing) and existing != existing.parent:  # (isdir is False for a name too long)
         existing = existing.parent
     try:
         return os.pathconf(existing, "PC_NAME_MAX")
