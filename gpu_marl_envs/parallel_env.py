@@ -271,11 +271,13 @@ class GpuParallelEnv:
     def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """Reset every sub-env (or those of ``options["reset_mask"]``); returns
         ``(observations, infos)`` keyed by agent."""
+        self._check_ready(reset=True)
         self._reset(seed, options)
         return self._agent_outputs()[0], self._copy_infos(self._agent_infos)
 
     def reset_groups(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """:meth:`reset` with outputs keyed by group."""
+        self._check_ready(reset=True)
         self._reset(seed, options)
         return self._group_outputs()[0], self._copy_infos(self._group_infos)
 
@@ -482,10 +484,13 @@ class GpuParallelEnv:
         if value.dtype != torch.int64:
             raise TypeError(f"{name} must have dtype torch.int64, got {value.dtype}; use .long()")
 
-    def _check_ready(self) -> None:
+    def _check_ready(self, reset: bool = False) -> None:
+        """RuntimeError for a closed env, or (unless ``reset``) one not reset."""
         if self._buffers is None:
-            raise RuntimeError("the env is closed")
-        if not self._ready:
+            raise RuntimeError(
+                f"this {self.definition.id} env is closed: close() freed its state; make a new env to go on"
+            )
+        if not self._ready and not reset:
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(
                 f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
