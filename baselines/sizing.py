@@ -49,9 +49,7 @@ def check_fits(env_id: str, config, device) -> None:
     observations alone (4 bytes per float, per env step of an iteration; a game's agents read at
     least one float each) would exceed the device's whole memory, so that the allocation would fail
     with a traceback, or an out-of-memory kill, after the run began. A bound from below: a run that
-    passes may still not fit."""
-    if isinstance(config.num_envs, str):  # "auto": the sweep sizes it within a memory budget
-        return
+    passes may still not fit. (With ``num_envs = "auto"`` the config holds the sweep's first count.)"""
     from gpu_marl_envs.baselines import multi_agent
 
     from gpu_marl_envs.registration import env_spec

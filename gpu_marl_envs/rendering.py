@@ -27,6 +27,7 @@ colours and anti-aliasing are Gymnasium's by construction. It draws with pygame
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import tempfile
@@ -209,12 +210,9 @@ GAME_FPS = 20
 
 
 def has_window() -> bool:
-    """Whether frames can be shown in a window (``render_mode="human"``): pygame (``[render]``) is installed."""
-    try:
-        import pygame  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether frames can be shown in a window (``render_mode="human"``): pygame (``[render]``) is
+    installed. Not imported here: pygame greets on stdout when imported, which only a window should cost."""
+    return importlib.util.find_spec("pygame") is not None
 
 
 class Window:
