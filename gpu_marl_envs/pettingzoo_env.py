@@ -97,15 +97,17 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")
             params = dataclasses.replace(params, episode_length=int(max_cycles))
         drawn = game_renderer(definition.id) is not None
-        self._window = None
-        if render_mode == "human":
-            if not (drawn and has_window()):
-                raise ValueError(
-                    f"render_mode='human' shows a game's frames in a window; {definition.id} has none"
-                    if not drawn
-                    else "render_mode='human' needs pygame: pip install gpu_marl_envs[render]"
+        modes = ["rgb_array", *(["human"] if has_window() else [])] if drawn else []
+        if render_mode is not None and render_mode not in modes:
+            raise ValueError(
+                f"render_mode must be None or one of {modes} for {definition.id}, got {render_mode!r}"
+                + (
+                    "; 'human' needs pygame: pip install gpu_marl_envs[render]"
+                    if drawn and render_mode == "human"
+                    else ""
                 )
-            self._window = Window(definition.id, GAME_FPS)
+            )
+        self._window = Window(definition.id, GAME_FPS) if render_mode == "human" else None
         # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
         self._env = GpuParallelEnv(
             env_id,
@@ -121,7 +123,7 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         self.metadata = {
             **type(self).metadata,
             "name": self._env.metadata["name"],
-            "render_modes": [*self._env.metadata["render_modes"], *(["human"] if drawn and has_window() else [])],
+            "render_modes": modes,
             "render_fps": GAME_FPS,
         }
         self.possible_agents = list(self._env.possible_agents)
