@@ -70,24 +70,21 @@ def held_files(folder: Path) -> list[str]:
 
 def other_files(folder: Path) -> list[str]:
     """What ``folder`` holds besides a run's files (:data:`RUN_FILES` and TensorBoard's events in
-    ``tensorboard/``) and this module's own hidden files (the lock, interrupted writes' temporaries),
-    as paths relative to it (``tensorboard/exp_2024``), sorted."""
+    ``tensorboard/``) and hidden files, as paths relative to it (``tensorboard/exp_2024``), sorted.
+    Hidden files are this module's own (the lock, interrupted writes' temporaries) or a folder's
+    housekeeping (``.gitkeep``, ``.DS_Store``): nothing a run mixes with, and no run removes them."""
     if not folder.is_dir():
         return []
-    names = [path.name for path in folder.iterdir() if path.name not in RUN_FILES and not _own_hidden(path.name)]
+    names = [path.name for path in folder.iterdir() if path.name not in RUN_FILES and not path.name.startswith(".")]
     board = folder / TENSORBOARD
     if board.is_dir() and not board.is_symlink():
         names += [f"{TENSORBOARD}/{path.name}" for path in board.iterdir() if not path.match(TENSORBOARD_EVENTS)]
     return sorted(names)
 
 
-def _own_hidden(name: str) -> bool:
-    return name == LOCK or any(name.startswith(f".{run_file}.") and name.endswith(".tmp") for run_file in RUN_FILES)
-
-
 def check_new_run(folder: Path, overwrite: bool, resume_hint: str = "--resume") -> bool:
     """:class:`RunFolderError` unless a new run may write in ``folder``: one that does not exist, or
-    holds nothing but this module's hidden files, or holds a run (:data:`CHECKPOINT`) that
+    holds nothing but hidden files, or holds a run (:data:`CHECKPOINT`) that
     ``overwrite`` replaces, whatever else is beside it (kept). A folder of other files, with or
     without run-named ones, is refused, naming them: whose they are cannot be told, and
     ``--overwrite`` removes only a run's files. Returns whether the new run replaces one."""

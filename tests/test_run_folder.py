@@ -91,6 +91,7 @@ def test_a_folder_of_other_files_is_refused_naming_them(overwrite, tmp_path, cap
     (mixed / "metrics.csv").write_text("mine")
     unrelated.mkdir()
     (unrelated / "thesis.tex").write_text("mine")
+    (unrelated / ".DS_Store").write_text("the folder's")  # hidden: not named, not a reason to refuse
     before = {folder: files(folder) for folder in (mixed, unrelated)}
     for folder, named in (
         (mixed, "config.toml, metrics.csv, tensorboard, tensorboard/exp_2024"),
@@ -100,6 +101,14 @@ def test_a_folder_of_other_files_is_refused_naming_them(overwrite, tmp_path, cap
         assert refused(code, err, f"{folder} holds files but no run of gpu-marl-train (no checkpoint.pt): {named}"), err
         assert "--resume" not in err, err
         assert files(folder) == before[folder] and (mixed / "tensorboard" / "exp_2024").is_dir()
+
+
+def test_a_folder_of_hidden_files_only_takes_a_run(tmp_path, capsys):
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / ".gitkeep").write_text("")
+    assert command(capsys, *TINY, "--out", kept)[0] == 0
+    assert (kept / ".gitkeep").exists() and (kept / "checkpoint.pt").exists()
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path, capsys):
