@@ -14,6 +14,7 @@ appear in that file word for word (less the file's comment lines).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -49,8 +50,8 @@ class Snippet:
     continued: Snippet | None  # the snippet this one goes on from
 
 
-def snippets():
-    for doc in DOCS:
+def snippets(docs=DOCS):
+    for doc in docs:
         text = doc.read_text()
         previous = None
         for match in FENCE.finditer(text):
@@ -59,7 +60,18 @@ def snippets():
             marker = MARKER.search(before)
             continued = previous if marker and marker.group("continues") else None
             previous = Snippet(doc, line, match.group("code"), match.group("indent"), marker, continued)
-            yield pytest.param(previous, id=f"{doc.relative_to(ROOT)}:{line}")
+            yield pytest.param(previous, id=f"{os.path.relpath(doc, ROOT)}:{line}")
+
+
+def test_a_snippet_that_continues_another_runs_after_it(tmp_path):
+    """The marker chains a snippet to the one before (and what that one continues), and only it."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n<!-- continues the block above -->\n```python\ny = x + 1\n```\n\n"
+        "```python\nprint(x)\n```\n"
+    )
+    first, second, third = (param.values[0] for param in snippets([page]))
+    assert second.continued is first and third.continued is None and first.continued is None
 
 
 def uncommented(text: str) -> str:
