@@ -584,11 +584,9 @@ def load_agent(checkpoint: dict, device) -> tuple[torch.nn.Module, str]:
     """The policy and env of a (loaded) single-agent checkpoint written by this command."""
     from gpu_marl_envs.vector_env import GpuVectorEnv
 
-    probe = GpuVectorEnv(checkpoint["env"], 1, device="cpu")
-    policy_type = ALGORITHMS[checkpoint["algorithm"]][2]
-    agent = policy_type(
-        probe.single_observation_space.shape[0], probe.single_action_space, tuple(checkpoint["config"]["hidden"])
-    )
+    algorithm, env, config = build_config(raw_config(checkpoint), [], None)  # (its defaults for what it lacks)
+    probe = GpuVectorEnv(env, 1, device="cpu")
+    agent = ALGORITHMS[algorithm][2](probe.single_observation_space.shape[0], probe.single_action_space, config.hidden)
     with fitting("the checkpoint's model"):
         agent.load_state_dict(checkpoint["model"])
     return agent.to(device), checkpoint["env"]
@@ -600,6 +598,9 @@ def evaluate_command(args) -> None:
     check_device(args.device)
     checkpoint = load_checkpoint(args.evaluate, map_location=args.device)
     check_checkpoint(checkpoint, args.evaluate)
+    # Its header checked as a resume's is (a forged one is one line, not a traceback of building it).
+    algorithm, env, config = build_config(raw_config(checkpoint), [], None)
+    check_env(algorithm, env, config)
     with cpu_threads(args.device):
         if multi_agent.is_game(checkpoint["env"]):
             evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)

@@ -170,3 +170,8 @@ def test_a_forged_checkpoint_whose_weights_do_not_fit_is_one_line(tmp_path, caps
         # (A resume finds it as its trainer loads the state, below its progress bar.)
         assert stopped(code, err, "does not fit the run's config: size mismatch for", expected_code=2), (args, err)
     assert files(out) == before and not (tmp_path / "again").exists()
+    header = {"env": ("Nope-v0", "unknown env 'Nope-v0'"), "algorithm": ("sac", "algorithm must be one of")}
+    for key, (value, message) in header.items():
+        checkpoint.save_checkpoint({**forged, key: value}, tmp_path / f"{key}.pt")
+        code, _, err = command(capsys, "--evaluate", tmp_path / f"{key}.pt", "--device", "cpu")
+        assert refused(code, err, message), (key, err)
