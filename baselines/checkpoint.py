@@ -17,6 +17,8 @@ are written whole or not at all (:func:`atomic_save`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 from pathlib import Path
 
@@ -70,13 +72,27 @@ def restore(state: dict | None, **parts) -> list[dict]:
         return []
     missing = sorted({"iteration", "history", *parts} - set(state))
     if missing:
-        raise ValueError(f"cannot resume: the checkpoint lacks {missing} (was it written by another trainer?)")
+        raise CheckpointError(f"cannot resume: the checkpoint lacks {missing} (was it written by another trainer?)")
     for name, part in parts.items():
-        if isinstance(part, Optimizer):
-            load_optimizer(part, state[name])
-        else:
-            part.load_state_dict(state[name])
+        with fitting(f"cannot resume: the checkpoint's {name}"):
+            if isinstance(part, Optimizer):
+                load_optimizer(part, state[name])
+            else:
+                part.load_state_dict(state[name])
     return list(state["history"])
+
+
+@contextlib.contextmanager
+def fitting(what: str):
+    """:class:`CheckpointError` (one line: ``what`` and the first of torch's reasons) for a state
+    that does not fit the part it is loaded into (``load_state_dict``'s size mismatches, missing
+    or unexpected keys): a checkpoint whose config and weights disagree."""
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError, TypeError) as error:
+        reasons = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = reasons[1] if len(reasons) > 1 and reasons[0].startswith("Error(s) in loading") else reasons[0]
+        raise CheckpointError(f"{what} does not fit the run's config: {reason}") from None
 
 
 def load_optimizer(optimizer: Optimizer | torch.optim.Optimizer, state: dict) -> None:
@@ -146,6 +162,8 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     except PermissionError:
         raise CheckpointError(f"cannot read {path}: permission denied") from None
     except Exception as error:  # torch.load raises a dozen types for a damaged file
+        if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
+            raise CheckpointError(f"cannot read {path}: {error.strerror}") from None
         raise CheckpointError(
             f"{path} cannot be read as a checkpoint: it is damaged or truncated, or not a file "
             f"of gpu-marl-train ({type(error).__name__})"

@@ -404,7 +404,9 @@ def train(
                 log_entry(
                     (iteration + 1) * run.steps_per_iteration,
                     begin,
-                    EntryNumbers([run.stats], run.losses),
+                    # Its losses are NaN until its first update (by design); a NaN loss after it makes
+                    # the parameters NaN at that update, where the check sees it.
+                    EntryNumbers([run.stats], run.losses, networks=(run.actor, run.critic), finite_losses=False),
                     log,
                     context,
                 )

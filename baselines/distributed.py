@@ -38,6 +38,8 @@ RANK_SEED_STRIDE = 0x9E3779B9
 
 DEFAULT_TIMEOUT = 600.0
 """Seconds a rank waits in a collective for the others (NCCL's default in PyTorch) before it fails."""
+MAX_TIMEOUT = 365 * 24 * 3600.0
+"""The longest timeout taken: a year (infinity overflows the process group's ``timedelta``)."""
 
 UNNAMED_JOB = "none"
 """torchrun's ``--rdzv-id`` when none is given: the same for every job, so it names none."""
@@ -52,6 +54,8 @@ class Context:
     local_rank: int = 0
     device: torch.device | None = None
     """The device this rank trains on (None on one rank without a choice: the env's default)."""
+    launcher: int | None = None
+    """Under ``torchrun``, the process id of its agent, which started this rank (its parent); else None."""
 
     @property
     def is_main(self) -> bool:
@@ -61,6 +65,12 @@ class Context:
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
+
+    def launcher_gone(self) -> bool:
+        """Whether ``torchrun``'s agent that started this rank has died (the system gave this
+        process another parent): the job is over, and a rank that trained on would write beside the
+        next command in its folder. Checked at each history entry (:func:`rollout.pool_entry`)."""
+        return self.launcher is not None and os.getppid() != self.launcher
 
     # -- seeds and sizes -------------------------------------------------------------------------
 
@@ -185,7 +195,7 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
     if not dist.is_initialized():
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size == 1:
-            return Context(device=_as_device(device))
+            return Context(device=_as_device(device), launcher=_launcher())
         problem = launch_problem()
         if problem is not None:
             raise RuntimeError(problem)
@@ -201,7 +211,7 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
             dist.init_process_group("nccl", device_id=rank_device, timeout=timedelta(seconds=timeout))
         else:
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
-        return Context(dist.get_rank(), dist.get_world_size(), local_rank, rank_device)
+        return Context(dist.get_rank(), dist.get_world_size(), local_rank, rank_device, _launcher())
     world_size = dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
     rank_device = _rank_device(device, local_rank, world_size) if world_size > 1 else _as_device(device)
@@ -212,7 +222,17 @@ def setup(device=None, timeout: float = DEFAULT_TIMEOUT) -> Context:
         )
     if world_size > 1 and rank_device.type == "cuda":
         os.environ.setdefault("CUDA_DEVICE", str(rank_device.index))  # pycuda's kernels on this rank's GPU (above)
-    return Context(dist.get_rank(), world_size, local_rank, rank_device)
+    return Context(dist.get_rank(), world_size, local_rank, rank_device, _launcher())
+
+
+class LauncherGone(RuntimeError):
+    """The ``torchrun`` agent of this rank's job has died: the rank stops (every rank, together)."""
+
+
+def _launcher() -> int | None:
+    """The pid of the ``torchrun`` agent that started this process (torchrun sets
+    ``TORCHELASTIC_RUN_ID`` for its workers), else None."""
+    return os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
 
 
 def launch_problem() -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 from gpu_marl_envs.baselines.checkpoint import restore, training_state
-from gpu_marl_envs.baselines.distributed import SINGLE, Context
+from gpu_marl_envs.baselines.distributed import SINGLE, Context, LauncherGone
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
@@ -253,16 +253,39 @@ class PhaseTimes:
         return dict(self.seconds)
 
 
+class Diverged(ArithmeticError):
+    """Training produced non-finite losses or parameters; the message names them."""
+
+
 class EntryNumbers:
     """What a history entry reads from the device, taken at the end of an iteration without waiting
-    for it: each of ``stats``' episode sums (taken, so they start again from zero), ``losses``, and
-    the phases ``times`` timed so far. On a GPU the numbers are copied into pinned host memory
-    behind a CUDA event, so that the host can read them (:func:`pool_entry`) while the GPU runs the
-    next rollout (:func:`iterate_overlapping`); on the CPU everything has already run."""
+    for it: each of ``stats``' episode sums (taken, so they start again from zero), ``losses``, the
+    number of ``networks``' parameter tensors holding a NaN or an infinity, and the phases ``times``
+    timed so far. On a GPU the numbers are copied into pinned host memory behind a CUDA event, so
+    that the host can read them (:func:`pool_entry`) while the GPU runs the next rollout
+    (:func:`iterate_overlapping`); on the CPU everything has already run. ``finite_losses``: a
+    non-finite loss means divergence (DDPG's are NaN until its first update, by design)."""
 
-    def __init__(self, stats: Sequence[EpisodeStats], losses: dict, times: PhaseTimes | None = None):
-        numbers = torch.cat([*(s.take() for s in stats), *(v.detach().float().reshape(1) for v in losses.values())])
+    def __init__(
+        self,
+        stats: Sequence[EpisodeStats],
+        losses: dict,
+        times: PhaseTimes | None = None,
+        networks: Sequence[torch.nn.Module] = (),
+        finite_losses: bool = True,
+    ):
+        # In the entry's one copy to the host: checking the parameters costs no synchronisation of its own.
+        finite = [p.detach().isfinite().all() for network in networks for p in network.parameters()]
+        broken = torch.stack(finite).logical_not().sum().float().reshape(1) if finite else None
+        numbers = torch.cat(
+            [
+                *(s.take() for s in stats),
+                *(v.detach().float().reshape(1) for v in losses.values()),
+                *([] if broken is None else [broken]),
+            ]
+        )
         self.groups, self.losses = len(stats), list(losses)
+        self.checked, self.finite_losses = broken is not None, finite_losses
         self.times, self.timed = times, times.take() if times else []
         self.event, self.taken_at = None, time.perf_counter()
         if numbers.is_cuda:
@@ -368,7 +391,7 @@ def train_iterations(
     def entry(iteration: int, losses: dict) -> Callable[[], None] | None:
         if (iteration + 1) % log_every and iteration + 1 != run.iterations:
             return None
-        numbers = EntryNumbers(stats, losses, phases.times)
+        numbers = EntryNumbers(stats, losses, phases.times, networks=modules)
 
         def finish():
             history.append(make_entry((iteration + 1) * config.batch_size * context.world_size, begin, numbers))
@@ -398,9 +421,20 @@ def pool_entry(
     losses averaged, and the seconds (``seconds``, and ``<phase>_seconds`` with times) the slowest
     rank's."""
     local, seconds = numbers.read(start)
-    sums, seconds = context.pool(local, seconds)
+    # Decided on the pooled numbers, so that every rank stops together rather than leaving the others
+    # waiting in the next collective.
+    sums, seconds = context.pool(local, {**seconds, "launcher_gone": float(context.launcher_gone())})
+    if seconds.pop("launcher_gone"):
+        raise LauncherGone(
+            "the torchrun agent that started this job has died: its ranks stop, leaving the run folder "
+            "(its checkpoint at the last log interval) to the next command"
+        )
+    broken = sums.pop() if numbers.checked else 0.0
     returns = [mean_and_count(*sums[2 * k : 2 * k + 2]) for k in range(numbers.groups)]
     averages = {name: total / context.world_size for name, total in zip(numbers.losses, sums[2 * numbers.groups :])}
+    bad = [f"{name} {value}" for name, value in averages.items() if numbers.finite_losses and not math.isfinite(value)]
+    if broken or bad:
+        raise Diverged(", ".join(bad + (["non-finite parameters"] if broken else [])))
     return returns, averages, seconds
 
 

@@ -63,9 +63,14 @@ def read_config(path=None, env: str | None = None) -> dict:
         text = (CONFIGS / DEFAULT_CONFIGS[env]).read_text()
     else:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as error:
-            raise ConfigError(f"cannot read config {path}: {error}") from None
+            raise ConfigError(f"cannot read config {path}: {error.strerror or error}") from None
+        except UnicodeDecodeError as error:
+            raise ConfigError(
+                f"config {path} is not UTF-8 text, as TOML must be: byte {error.object[error.start]:#04x} at "
+                f"position {error.start}"
+            ) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

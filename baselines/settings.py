@@ -51,10 +51,12 @@ RANGES = {
     "learning_starts": ("an int >= 0", lambda v: v >= 0),
     # Seeds as numpy's: every seed derived from it (ranks, resumes, sub-envs) stays far inside int64.
     "seed": ("an int in [0, 2**32 - 1]", lambda v: 0 <= v < 2**32),
+    # Larger learning rates and clip ranges only overflow: Adam steps each weight by about the
+    # learning rate, and PPO's ratio is clamped to [1 - clip_coef, 1 + clip_coef], no clipping at 1.
     **dict.fromkeys(
-        ("learning_rate", "actor_lr", "critic_lr", "rms_prop_eps", "clip_coef"),
-        ("a finite number > 0", _finite_at_least(0, strict=True)),
+        ("learning_rate", "actor_lr", "critic_lr", "clip_coef"), ("a number in (0, 1]", lambda v: 0 < v <= 1)
     ),
+    "rms_prop_eps": ("a finite number > 0", _finite_at_least(0, strict=True)),
     **dict.fromkeys(("gamma", "gae_lambda"), ("a number in [0, 1]", lambda v: 0 <= v <= 1)),
     **dict.fromkeys(("tau", "ou_theta"), ("a number in (0, 1]", lambda v: 0 < v <= 1)),
     **dict.fromkeys(("vf_coef", "exploration_noise"), ("a finite number >= 0", _finite_at_least(0))),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +42,35 @@ def iteration_steps(config) -> int:
     """Env steps one rank takes per iteration: ``num_envs * num_steps`` for the on-policy
     trainers, ``num_envs`` for DDPG (one vector step per iteration)."""
     return config.num_envs * getattr(config, "num_steps", 1)
+
+
+def check_fits(env_id: str, config, device) -> None:
+    """``ValueError`` when a run of ``config`` cannot fit ``device``'s memory: its rollout's
+    observations alone (4 bytes per float, per env step of an iteration; a game's agents read at
+    least one float each) would exceed the device's whole memory, so that the allocation would fail
+    with a traceback, or an out-of-memory kill, after the run began. A bound from below: a run that
+    passes may still not fit. (With ``num_envs = "auto"`` the config holds the sweep's first count.)"""
+    from gpu_marl_envs.baselines import multi_agent
+
+    from gpu_marl_envs.registration import env_spec
+
+    if isinstance(config, multi_agent.MultiAgentConfig):
+        floats = multi_agent.game_params(env_id, config).num_agents
+    else:
+        definition = env_spec(env_id).definition
+        floats = int(math.prod(definition.observation_space(definition.params_type()).shape))
+    needed = 4 * floats * iteration_steps(config)
+    target = torch.device(device)
+    if target.type == "cuda":
+        available = torch.cuda.get_device_properties(target).total_memory
+    else:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        raise ValueError(
+            f"num_envs={config.num_envs:,} needs at least {needed / 2**30:,.1f} GiB for one rollout's observations "
+            f"({iteration_steps(config):,} env steps of {floats} floats); {target.type} has "
+            f"{available / 2**30:,.1f} GiB in all: lower num_envs (or num_steps)"
+        )
 
 
 def candidates(device) -> list[int]:

@@ -32,11 +32,18 @@ state that ``--resume`` continues from), ``config.toml`` (the resolved config), 
 run is never written into by another: a new run refuses it (continue the run with ``--resume``,
 replace it with ``--overwrite``, or pass another ``--out``), and nothing is written until the
 config, env, device and folder have passed their checks and the trainer has started
-(:mod:`run_folder`). The device is the GPU when there is one, else the CPU (``--device``).
+(:mod:`run_folder`). A folder that holds other files but no run is refused, naming them; ``--overwrite``
+removes a run's own files only. The device is the GPU when there is one, else the CPU (``--device``).
 ``num_envs = "auto"`` (in the file or ``--set``) picks the env count by a short throughput sweep
 within a GPU-memory budget (:mod:`sizing`) and says what it chose and why; the resolved config
-records the count. Under ``torchrun`` every rank trains and rank 0 alone writes the run folder;
-when torchrun restarts the job (``--max-restarts``), the command finds the checkpoint this job
+records the count. One process writes a run folder at a time, holding its lock (``.lock``, which
+names the holder) for the run's life: a second command into it is refused with one line naming the
+holder. Under ``torchrun`` every rank trains and rank 0 alone writes the run folder, holding its
+lock; ranks whose torchrun agent has died stop at their next log interval, so that orphaned ranks
+do not train on beside a later command. A run whose losses or parameters become non-finite stops
+at the log interval that sees them (exit code 1), its checkpoint kept at the last good one. A
+finished run resumed in its folder finishes what a kill left undone (the learning curve). When
+torchrun restarts the job (``--max-restarts``), the command finds the checkpoint this job
 wrote and continues from it. ``--lightning`` runs the same training through PyTorch Lightning's
 Trainer (:mod:`gpu_marl_envs.baselines.lightning`; ``pip install gpu_marl_envs[lightning]``): the
 same run folder and numbers, plus ``lightning.ckpt``, Lightning's checkpoint of the run.
@@ -45,9 +52,11 @@ same run folder and numbers, plus ``lightning.ckpt``, Lightning's checkpoint of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +66,23 @@ from gpu_marl_envs.baselines import multi_agent, ppo, sizing
 from gpu_marl_envs.baselines.checkpoint import (
     DIGEST,
     CheckpointError,
+    fitting,
     load_checkpoint,
     resumed_iteration,
     save_checkpoint,
 )
-from gpu_marl_envs.baselines.distributed import DEFAULT_TIMEOUT, Context, job_id, launch_problem, setup, teardown
+from gpu_marl_envs.baselines.distributed import (
+    DEFAULT_TIMEOUT,
+    MAX_TIMEOUT,
+    Context,
+    LauncherGone,
+    job_id,
+    launch_problem,
+    setup,
+    teardown,
+)
 from gpu_marl_envs.baselines.plotting import plot_learning_curve
+from gpu_marl_envs.baselines.rollout import Diverged
 from gpu_marl_envs.baselines.run_config import (
     ALGORITHMS,
     DEFAULT_CONFIGS,
@@ -79,11 +99,15 @@ from gpu_marl_envs.baselines.run_config import (
     uses_auto_num_envs,
 )
 from gpu_marl_envs.baselines.run_folder import (
+    CHECKPOINT,
     LIGHTNING_CHECKPOINT,
+    FolderLock,
     MetricsWriter,
     RunFolderError,
+    RunStopped,
+    check_new_run,
+    check_unlocked,
     check_writable,
-    held_files,
     remove_run,
     remove_temporaries,
     write_text,
@@ -94,7 +118,6 @@ import gpu_marl_envs
 from gpu_marl_envs.parallel_env import get_game
 from gpu_marl_envs.rendering import game_renderer, save_animation
 
-CHECKPOINT = "checkpoint.pt"
 HEADER = ("algorithm", "env", "config", "written_by")
 """A checkpoint's keys besides the training state: what the command adds."""
 
@@ -116,6 +139,7 @@ class Plan:
     restart: bool = False  # torchrun restarted this job, which continues its own checkpoint
     auto: bool = False  # num_envs = "auto": a sweep picks it once the ranks are up
     finished: bool = False  # resume holds every iteration of config.total_timesteps: nothing left to train
+    identity: tuple | None = None  # with same_folder: the file identity of the folder's checkpoint when read
 
 
 def plan_run(args, world_size: int, local_processes: int) -> Plan:
@@ -126,6 +150,7 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
     if args.lightning:
         check_lightning()
     if args.resume:
+        identity = file_identity(args.resume)  # before reading: a file replaced meanwhile no longer matches
         resume = load_checkpoint(args.resume)
         check_checkpoint(resume, args.resume, training=True)
         changed = sorted({parse_override(text)[0] for text in args.set} - {"total_timesteps"})
@@ -153,25 +178,35 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
         if args.env and env != args.env:
             raise ConfigError(f"the shipped config is for {env}, not {args.env}")
         folder = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
-        resume, in_place = None, False
+        resume, in_place, identity = None, False, None
     check_env(algorithm, env, config)
+    try:
+        sizing.check_fits(env, config, args.device)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     check_writable(folder)
+    own_identity = file_identity(folder / CHECKPOINT)
     own = own_checkpoint(folder)
     if own is not None:
         # torchrun restarted this job: its own checkpoint, whatever the command line resumed or started.
-        plan = Plan(*build_config(raw_config(own), [], None), folder, resume=own, same_folder=True, restart=True)
-    elif in_place:
-        if args.overwrite:
-            raise RunFolderError(f"--overwrite replaces the run in {folder}, which --resume continues: drop one")
-        plan = Plan(algorithm, env, config, folder, resume=resume, same_folder=True)
+        # (Its first attempt's rank 0 may hold the lock still, while it ends: rank 0 waits for it.)
+        plan = Plan(
+            *build_config(raw_config(own), [], None),
+            folder,
+            resume=own,
+            same_folder=True,
+            restart=True,
+            identity=own_identity,
+        )
     else:
-        held = held_files(folder)
-        if held and not args.overwrite:
-            raise RunFolderError(
-                f"{folder} holds a run already ({', '.join(held)}): continue it with --resume "
-                f"{folder / CHECKPOINT}, replace it with --overwrite, or pass another --out"
-            )
-        plan = Plan(algorithm, env, config, folder, resume=resume, overwrite=bool(held), auto=auto)
+        check_unlocked(folder)
+        if in_place:
+            if args.overwrite:
+                raise RunFolderError(f"--overwrite replaces the run in {folder}, which --resume continues: drop one")
+            plan = Plan(algorithm, env, config, folder, resume=resume, same_folder=True, identity=identity)
+        else:
+            overwrite = check_new_run(folder, args.overwrite)
+            plan = Plan(algorithm, env, config, folder, resume=resume, overwrite=overwrite, auto=auto)
     try:
         steps = sizing.iteration_steps(plan.config)
         done = resumed_iteration(plan.resume, world_size, steps)
@@ -179,6 +214,16 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
     except ValueError as error:
         raise ConfigError(str(error)) from None
     return dataclasses.replace(plan, finished=plan.resume is not None and done >= total)
+
+
+def file_identity(path) -> tuple | None:
+    """What changes when the file at ``path`` is rewritten (a checkpoint is replaced by a rename:
+    a new inode), or None where there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def own_checkpoint(folder: Path) -> dict | None:
@@ -243,23 +288,32 @@ def check_checkpoint(checkpoint: dict, path, training: bool = False) -> None:
 
 class RunWriter:
     """Rank 0's writes into the run's folder. Nothing is written until the trainer hands over its
-    first state or entry; then, in this order, the checkpoint (what a restart looks for),
-    ``config.toml`` and ``metrics.csv`` (:class:`run_folder.MetricsWriter`)."""
+    first state or entry; then the folder is locked for the rest of the run (:class:`FolderLock`),
+    checked again under the lock (another command may have written it since :func:`plan_run`), and
+    written in this order: the checkpoint (what a restart looks for; with ``--overwrite`` it
+    replaces the old run's before the rest of that run is removed, so a failed first write leaves
+    the old run whole), ``config.toml`` and ``metrics.csv`` (:class:`run_folder.MetricsWriter`).
+    A write that fails stops the run with :class:`RunStopped`, naming what the folder keeps."""
 
     def __init__(self, plan: Plan, header: dict, state: dict | None):
         self.plan, self.header, self.state = plan, header, state
         self.metrics: MetricsWriter | None = None
+        self.lock: FolderLock | None = None
+        self.saved_steps: int | None = None  # env steps of the last checkpoint written (None: none yet)
 
     def save(self, state: dict) -> None:
         if self.metrics is None:
             self._start(state)
         else:
-            save_checkpoint({**self.header, **state}, self.plan.folder / CHECKPOINT)
+            with self._stopping_on_failure():
+                save_checkpoint({**self.header, **state}, self.plan.folder / CHECKPOINT)
+            self.saved_steps = _env_steps(state["history"])
 
     def log(self, entry: dict) -> None:
         if self.metrics is None:
             self._start(None)
-        self.metrics.write(entry)
+        with self._stopping_on_failure():
+            self.metrics.write(entry)
 
     def ensure_started(self) -> None:
         """After the training: start the folder if the trainer handed over nothing (a finished run
@@ -267,30 +321,88 @@ class RunWriter:
         if self.metrics is None:
             self._start(None)
 
+    def draw(self, history: list[dict], title: str) -> None:
+        with self._stopping_on_failure():
+            plot_learning_curve(history, self.plan.folder / "learning_curve.png", title)
+
     def close(self) -> None:
+        """Close the metrics and release the folder."""
         if self.metrics is not None:
             self.metrics.close()
+            self.metrics = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    @contextlib.contextmanager
+    def _stopping_on_failure(self):
+        try:
+            yield
+        except (OSError, RunFolderError) as error:
+            kept = (
+                f"{self.plan.folder / CHECKPOINT} keeps the run at {self.saved_steps:,} env steps"
+                if self.saved_steps is not None
+                else "nothing was kept"
+            )
+            reason = error if isinstance(error, RunFolderError) else f"cannot write in {self.plan.folder}: {error}"
+            raise RunStopped(f"{reason}; the run stopped, and {kept}") from None
 
     def _start(self, state: dict | None) -> None:
         plan, folder = self.plan, self.plan.folder
-        if plan.overwrite:
-            remove_run(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        remove_temporaries(folder)
-        if state is None and not plan.same_folder:
-            state = self.state  # a run resumed into another folder starts it with its checkpoint
-        if state is not None:
-            save_checkpoint({**self.header, **state}, folder / CHECKPOINT)
-        write_text(folder / "config.toml", to_toml(plan.algorithm, plan.env, plan.config))
-        earlier = None if plan.resume is None else list(plan.resume["history"])
-        self.metrics = MetricsWriter(folder, earlier, plan.same_folder)
+        created = not folder.exists()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.lock = FolderLock(folder, wait=RESTART_LOCK_WAIT if plan.restart else 0.0)
+            if plan.same_folder:
+                if file_identity(folder / CHECKPOINT) != plan.identity:
+                    raise RunFolderError(
+                        f"{folder / CHECKPOINT} changed since this command read it (another command wrote "
+                        "the run meanwhile): run the command again to continue from it"
+                    )
+            else:
+                check_new_run(folder, plan.overwrite)
+            remove_temporaries(folder)
+            if state is None and not plan.same_folder:
+                state = self.state  # a run resumed into another folder starts it with its checkpoint
+            if state is not None:
+                save_checkpoint({**self.header, **state}, folder / CHECKPOINT)
+                self.saved_steps = _env_steps(state["history"])
+            elif plan.same_folder:
+                self.saved_steps = _env_steps(plan.resume["history"])
+            if plan.overwrite:
+                remove_run(folder, keep=(CHECKPOINT,))
+            write_text(folder / "config.toml", to_toml(plan.algorithm, plan.env, plan.config))
+            earlier = None if plan.resume is None else list(plan.resume["history"])
+            self.metrics = MetricsWriter(folder, earlier, plan.same_folder)
+        except BaseException as error:
+            if created and self.lock is not None:
+                shutil.rmtree(folder)  # this process made it and alone wrote in it: as it was, absent
+            self.close()
+            if isinstance(error, OSError):
+                raise RunFolderError(f"cannot write in {folder}: {error.strerror or error}") from None
+            raise
+
+
+RESTART_LOCK_WAIT = 60.0
+"""Seconds a restarted job's rank 0 waits for its first attempt's rank 0 to release the folder."""
+
+
+def _env_steps(history: list[dict]) -> int:
+    return history[-1]["env_steps"] if history else 0
+
+
+def curve_title(plan: Plan, world_size: int) -> str:
+    return f"{plan.algorithm} on {plan.env} (seed {plan.config.seed})" + (
+        f", {world_size} ranks" if world_size > 1 else ""
+    )
 
 
 def run_training(plan: Plan, device, context: Context, lightning: bool = False) -> dict | None:
     """Train (or, with ``plan.resume``, continue) the run of ``plan``: ``checkpoint.pt`` is written
     at the start and at each log interval and holds everything a resume needs. Every rank of
-    ``context`` trains; rank 0 alone writes the folder and evaluates (the others return None).
-    ``lightning``: through Lightning's Trainer, which also writes ``lightning.ckpt`` there."""
+    ``context`` trains; rank 0 alone writes the folder, holding its lock until the learning curve
+    is drawn, and evaluates (the others return None). ``lightning``: through Lightning's Trainer,
+    which also writes ``lightning.ckpt`` there."""
     algorithm, env, config, folder = plan.algorithm, plan.env, plan.config, plan.folder
     multi = isinstance(config, multi_agent.MultiAgentConfig)
     written_by = {"package": gpu_marl_envs.__version__, "torch": str(torch.__version__), "job": job_id()}
@@ -310,31 +422,32 @@ def run_training(plan: Plan, device, context: Context, lightning: bool = False) 
         return None
     writer = RunWriter(plan, header, state)
     earlier = [] if state is None else state["history"]
-    with tqdm(
-        total=config.total_timesteps,
-        initial=earlier[-1]["env_steps"] if earlier else 0,
-        unit="step",
-        unit_scale=True,
-        desc=f"{algorithm} {env}",
-    ) as bar:
+    try:
+        with tqdm(
+            total=config.total_timesteps,
+            initial=_env_steps(earlier),
+            unit="step",
+            unit_scale=True,
+            desc=f"{algorithm} {env}",
+        ) as bar:
 
-        def log(entry: dict) -> None:
-            writer.log(entry)
-            bar.update(entry["env_steps"] - bar.n)
-            bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
+            def log(entry: dict) -> None:
+                writer.log(entry)
+                bar.update(entry["env_steps"] - bar.n)
+                bar.set_postfix(ret=f"{entry['mean_return']:.1f}", sps=f"{entry['env_steps'] / entry['seconds']:,.0f}")
 
-        try:
             agent, history = train(
                 env, config, device=device, log=log, save=writer.save, resume=state, log_every=log_every
             )
             writer.ensure_started()
-        finally:
-            writer.close()  # a trainer that failed before handing anything over leaves no folder
-    plot_learning_curve(
-        history,
-        folder / "learning_curve.png",
-        f"{algorithm} on {env} (seed {config.seed})" + (f", {context.world_size} ranks" if context.enabled else ""),
-    )
+        writer.draw(history, curve_title(plan, context.world_size))
+    except Diverged as error:
+        raise RunStopped(
+            f"training diverged: {error}; the run stopped, and {folder / CHECKPOINT} keeps its last good "
+            f"state ({writer.saved_steps or 0:,} env steps): lower learning_rate, or check the env's rewards"
+        ) from None
+    finally:
+        writer.close()  # a trainer that failed before handing anything over leaves no folder
     if multi:
         returns = multi_agent.evaluate(agent, env, config, device=device)
         return {
@@ -346,6 +459,27 @@ def run_training(plan: Plan, device, context: Context, lightning: bool = False) 
     return {"mean_return": returns.mean().item(), "checkpoint": folder / CHECKPOINT}
 
 
+def finish_leftovers(plan: Plan) -> str:
+    """A finished run resumed in its folder: finish what a kill after its last checkpoint left
+    undone (temporaries of interrupted writes removed, a missing learning curve drawn, from the
+    checkpoint's history); returns what was done, for the report ("" for nothing)."""
+    folder, done = plan.folder, []
+    lock = FolderLock(folder)
+    try:
+        if file_identity(folder / CHECKPOINT) != plan.identity:
+            raise RunFolderError(f"{folder / CHECKPOINT} changed since this command read it: run the command again")
+        if list(folder.glob(".*.tmp")):
+            remove_temporaries(folder)
+            done.append("removed the temporaries of interrupted writes")
+        curve = folder / "learning_curve.png"
+        if not curve.exists() and plan.resume["history"]:
+            plot_learning_curve(plan.resume["history"], curve, curve_title(plan, plan.resume["world_size"]))
+            done.append(f"drew the missing {curve.name}")
+    finally:
+        lock.release()
+    return "; ".join(done)
+
+
 def train_command(args) -> int:
     """Check the run, form the process group (under torchrun), train, report."""
     problem = launch_problem()
@@ -355,8 +489,12 @@ def train_command(args) -> int:
     if plan.finished:
         # Training would only replay the run's history (and show it as training at an absurd speed).
         if int(os.environ.get("RANK", "0")) == 0:
+            if plan.same_folder:
+                done = finish_leftovers(plan)
+                if done:
+                    print(f"{plan.folder}: {done}", flush=True)
             checkpoint_path = args.resume or plan.folder / CHECKPOINT  # (a torchrun restart's own checkpoint)
-            steps = plan.resume["history"][-1]["env_steps"] if plan.resume["history"] else 0
+            steps = _env_steps(plan.resume["history"])
             print(
                 f"{plan.folder}: the run has finished ({steps:,} env steps of total_timesteps "
                 f"{plan.config.total_timesteps:,}); nothing to train. Train it further with --resume "
@@ -379,12 +517,13 @@ def train_command(args) -> int:
             flush=True,
         )
     device = context.device if context.device is not None else args.device
-    if plan.auto:
-        num_envs = sizing.choose_num_envs(
-            train_function(plan.algorithm, plan.config), plan.env, plan.config, device=device
-        )
-        plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
-    result = run_training(plan, device, context, lightning=args.lightning)
+    with cpu_threads(device):
+        if plan.auto:
+            num_envs = sizing.choose_num_envs(
+                train_function(plan.algorithm, plan.config), plan.env, plan.config, device=device
+            )
+            plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, num_envs=num_envs))
+        result = run_training(plan, device, context, lightning=args.lightning)
     teardown()  # only after a run that ended well: a failed rank must not wait for the others
     if result is None:
         return 0
@@ -396,6 +535,24 @@ def train_command(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def cpu_threads(device):
+    """On the CPU, one torch thread while the command trains or evaluates (the caller's count
+    after), unless ``OMP_NUM_THREADS`` sets the count (as torchrun does).
+    The trainers' networks are small MLPs (64-unit layers) on batches of a few hundred to a few
+    thousand rows, whose operations take microseconds: torch's intra-op threads cost more in
+    hand-offs than they gain, and on a machine whose cores are busy they wait for each other. The
+    README's first command on two cores (see its timing there) took 68 s with one thread and 158 s
+    for its first fifth with two, on a machine other work shared."""
+    previous = torch.get_num_threads()
+    if torch.device(device).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 # -- evaluation ------------------------------------------------------------------------------------
 
 
@@ -404,7 +561,8 @@ def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.Mult
     config = multi_agent.MultiAgentConfig.from_dict(checkpoint["config"])
     policies = multi_agent.make_policies(checkpoint["env"], config, device)
     for name, policy in policies.items():
-        policy.load_state_dict(checkpoint[f"policy/{name}"])
+        with fitting(f"the checkpoint's policy {name!r}"):
+            policy.load_state_dict(checkpoint[f"policy/{name}"])
     return policies, checkpoint["env"], config
 
 
@@ -426,12 +584,11 @@ def load_agent(checkpoint: dict, device) -> tuple[torch.nn.Module, str]:
     """The policy and env of a (loaded) single-agent checkpoint written by this command."""
     from gpu_marl_envs.vector_env import GpuVectorEnv
 
-    probe = GpuVectorEnv(checkpoint["env"], 1, device="cpu")
-    policy_type = ALGORITHMS[checkpoint["algorithm"]][2]
-    agent = policy_type(
-        probe.single_observation_space.shape[0], probe.single_action_space, tuple(checkpoint["config"]["hidden"])
-    )
-    agent.load_state_dict(checkpoint["model"])
+    algorithm, env, config = build_config(raw_config(checkpoint), [], None)  # (its defaults for what it lacks)
+    probe = GpuVectorEnv(env, 1, device="cpu")
+    agent = ALGORITHMS[algorithm][2](probe.single_observation_space.shape[0], probe.single_action_space, config.hidden)
+    with fitting("the checkpoint's model"):
+        agent.load_state_dict(checkpoint["model"])
     return agent.to(device), checkpoint["env"]
 
 
@@ -441,11 +598,15 @@ def evaluate_command(args) -> None:
     check_device(args.device)
     checkpoint = load_checkpoint(args.evaluate, map_location=args.device)
     check_checkpoint(checkpoint, args.evaluate)
-    if multi_agent.is_game(checkpoint["env"]):
-        evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
-        return
-    agent, env = load_agent(checkpoint, args.device)
-    returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
+    # Its header checked as a resume's is (a forged one is one line, not a traceback of building it).
+    algorithm, env, config = build_config(raw_config(checkpoint), [], None)
+    check_env(algorithm, env, config)
+    with cpu_threads(args.device):
+        if multi_agent.is_game(checkpoint["env"]):
+            evaluate_policies(checkpoint, Path(args.evaluate), args.episodes, args.device)
+            return
+        agent, env = load_agent(checkpoint, args.device)
+        returns = ppo.evaluate(agent, env, num_episodes=args.episodes, device=args.device)
     print(
         f"{env}: mean return {returns.mean().item():.1f} over {args.episodes} episodes "
         f"(min {returns.min().item():.1f}, max {returns.max().item():.1f})"
@@ -579,8 +740,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     try:
-        if not args.collective_timeout > 0:
-            raise ConfigError(f"--collective-timeout must be > 0 seconds, got {args.collective_timeout}")
+        if not 0 < args.collective_timeout <= MAX_TIMEOUT:
+            raise ConfigError(
+                f"--collective-timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT:.0f} (a year), "
+                f"got {args.collective_timeout}"
+            )
         if args.lightning and args.evaluate:
             raise ConfigError("--lightning trains; --evaluate reads any run's checkpoint.pt without it")
         if args.max_restarts is not None and args.nproc_per_node is None:
@@ -593,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
         return train_command(args)
     except (ConfigError, RunFolderError, CheckpointError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")  # one line: the arguments parsed, a value is wrong
+    except (RunStopped, Diverged, LauncherGone) as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")  # one line: the run began, and stopped
 
 
 if __name__ == "__main__":

@@ -290,14 +290,14 @@ class GpuParallelEnv:
         ``state()``, batched): what the game defines (``definition.global_state``), by default every
         agent's observation side by side, which is the observation buffer itself (no copy; like the
         observations, overwritten by the next step)."""
-        self._check_open()
+        self._check_ready(reset=True)
         return self.definition.flat_global_state(self.params, self._buffers.observations)
 
     def final_state(self) -> torch.Tensor:
         """SAME_STEP autoreset: the global state ``(num_envs, S)`` of each game's last observations,
         valid where ``infos[...]["_final_obs"]`` (the step ended its episode), for a centralised
         critic's bootstrap."""
-        self._check_open()
+        self._check_ready(reset=True)
         if self.autoreset_mode != AutoresetMode.SAME_STEP:
             raise RuntimeError(f"final_state() needs autoreset_mode=SAME_STEP, the env has {self.autoreset_mode}")
         return self.definition.flat_global_state(self.params, self._buffers.final_observations)
@@ -305,11 +305,13 @@ class GpuParallelEnv:
     def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """Reset every sub-env (or those of ``options["reset_mask"]``); returns
         ``(observations, infos)`` keyed by agent."""
+        self._check_ready(reset=True)
         self._reset(seed, options)
         return self._agent_outputs()[0], self._copy_infos(self._agent_infos)
 
     def reset_groups(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
         """:meth:`reset` with outputs keyed by group."""
+        self._check_ready(reset=True)
         self._reset(seed, options)
         return self._group_outputs()[0], self._copy_infos(self._group_infos)
 
@@ -529,13 +531,14 @@ class GpuParallelEnv:
             fix = ".float()" if self._action_dtype == torch.float32 else ".long()"
             raise TypeError(f"{name} must have dtype {self._action_dtype}, got {value.dtype}; use {fix}")
 
-    def _check_open(self) -> None:
+    def _check_ready(self, reset: bool = False) -> None:
+        """RuntimeError for a closed env, or (unless ``reset``: a call that needs no reset first, a
+        reset itself or a read of the state) one not reset."""
         if self._buffers is None:
-            raise RuntimeError("the env is closed")
-
-    def _check_ready(self) -> None:
-        self._check_open()
-        if not self._ready:
+            raise RuntimeError(
+                f"this {self.definition.id} env is closed: close() freed its state; make a new env to go on"
+            )
+        if not self._ready and not reset:
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(
                 f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "

@@ -70,7 +70,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
     - ``**settings``: fields of the params by name (``pettingzoo.make("parallel",
       "gpu_marl_envs/TagContinuous-v0", num_runners=20)``), applied on top of ``params``, validated as it is.
     - ``render_mode``: ``None``, or ``"rgb_array"`` for games that can be drawn (``metadata["render_modes"]``):
-      :meth:`render` returns an ``(H, W, 3)`` uint8 frame.
+      :meth:`render` returns an ``(H, W, 3)`` uint8 frame; ``"human"`` (with pygame, the ``[render]``
+      extra) shows that frame in a window and returns ``None``.
     - ``max_cycles``: PettingZoo's name for the episode length (``pettingzoo.make(..., max_cycles=n)``
       passes it): replaces ``params.episode_length``.
     - ``device``, ``backend``: where and how the game runs (default: the CPU, torch reference).
@@ -92,12 +93,26 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         backend: str | None = None,
         **settings,
     ):
+        from gpu_marl_envs.rendering import GAME_FPS, Window, game_renderer, has_window  # Pillow, once a game is made
+
         definition = get_game(env_id)
         params = definition.make_params(params, **settings)
         if max_cycles is not None:
             if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)) or max_cycles < 1:
                 raise ValueError(f"max_cycles must be an int >= 1 (the episode length), got {max_cycles!r}")
             params = dataclasses.replace(params, episode_length=int(max_cycles))
+        drawn = game_renderer(definition.id) is not None
+        modes = ["rgb_array", *(["human"] if has_window() else [])] if drawn else []
+        if render_mode is not None and render_mode not in modes:
+            raise ValueError(
+                f"render_mode must be None or one of {modes} for {definition.id}, got {render_mode!r}"
+                + (
+                    "; 'human' needs pygame: pip install gpu_marl_envs[render]"
+                    if drawn and render_mode == "human"
+                    else ""
+                )
+            )
+        self._window = Window(definition.id, GAME_FPS) if render_mode == "human" else None
         # Autoreset off: an episode ends with `agents` empty, and reset() starts the next one.
         self._env = GpuParallelEnv(
             env_id,
@@ -105,7 +120,7 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
             device=device,
             backend=backend,
             params=params,
-            render_mode=render_mode,
+            render_mode="rgb_array" if render_mode == "human" else render_mode,
             autoreset_mode=AutoresetMode.DISABLED,
         )
         self.params = self._env.params
@@ -113,7 +128,8 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         self.metadata = {
             **type(self).metadata,
             "name": self._env.metadata["name"],
-            "render_modes": self._env.metadata["render_modes"],
+            "render_modes": modes,
+            "render_fps": GAME_FPS,
         }
         self.possible_agents = list(self._env.possible_agents)
         self.agents = []
@@ -168,10 +184,16 @@ class PettingZooParallelEnv(pettingzoo.ParallelEnv):
         )
 
     def render(self) -> np.ndarray | None:
-        return self._env.render()
+        frame = self._env.render()
+        if self._window is None:
+            return frame
+        self._window.show(frame)
+        return None
 
     def close(self) -> None:
         self._env.close()
+        if self._window is not None:
+            self._window.close()
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -116,11 +116,14 @@ def register_env(definition: EnvDefinition, *, namespace: str, cuda=None, numba:
             id=entry.id,
             entry_point="gpu_marl_envs.single_env:GpuEnv",
             vector_entry_point="gpu_marl_envs.vector_env:GpuVectorEnv",
-            # The envs truncate by themselves at params.max_episode_steps (make_vec's
-            # max_episode_steps= overrides it): a TimeLimit wrapper or an injected default
-            # would override a user's params.
-            max_episode_steps=None,
-            kwargs={"env_id": entry.id},
+            # The spec states the default episode length (tools read it: TimeAwareObservation), so
+            # gymnasium.make wraps the env in a TimeLimit of it (or of make's max_episode_steps=),
+            # which ends an episode where the env's own truncation at params.max_episode_steps does
+            # by default: an episode ends at the smaller of the two. The env's max_episode_steps=None
+            # in kwargs keeps make_vec from passing the spec's length on, over a user's params=.
+            max_episode_steps=_defaults(definition).max_episode_steps,
+            reward_threshold=definition.reward_threshold,
+            kwargs={"env_id": entry.id, "max_episode_steps": None},
         )
     return entry
 

@@ -27,6 +27,7 @@ colours and anti-aliasing are Gymnasium's by construction. It draws with pygame
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import tempfile
@@ -204,7 +205,46 @@ def game_renderer(game_id: str):
     return _GAME_RENDERERS.get(game_id)
 
 
-def save_animation(frames: Sequence[np.ndarray], path, fps: float = 20) -> pathlib.Path:
+GAME_FPS = 20
+"""Frames per second of a game's window (``render_mode="human"``) and, by default, its animations."""
+
+
+def has_window() -> bool:
+    """Whether frames can be shown in a window (``render_mode="human"``): pygame (``[render]``) is
+    installed. Not imported here: pygame greets on stdout when imported, which only a window should cost."""
+    return importlib.util.find_spec("pygame") is not None
+
+
+class Window:
+    """Frames shown in a pygame window at ``fps`` frames per second: the ``"human"`` render mode of
+    a game that draws ``rgb_array`` frames, as Gymnasium's ``HumanRendering`` shows an env's. The
+    window opens at the first frame (sized to it) and closes with :meth:`close`."""
+
+    def __init__(self, caption: str, fps: float):
+        import pygame
+
+        self.pygame, self.caption, self.fps = pygame, caption, fps
+        self.screen = self.clock = None
+
+    def show(self, frame: np.ndarray) -> None:
+        pygame = self.pygame
+        if self.screen is None:
+            pygame.init()
+            self.screen = pygame.display.set_mode((frame.shape[1], frame.shape[0]))
+            pygame.display.set_caption(self.caption)
+            self.clock = pygame.time.Clock()
+        self.screen.blit(pygame.surfarray.make_surface(frame.swapaxes(0, 1)), (0, 0))
+        pygame.event.pump()  # a window whose events are not read is "not responding"
+        pygame.display.flip()
+        self.clock.tick(self.fps)
+
+    def close(self) -> None:
+        if self.screen is not None:
+            self.pygame.display.quit()
+            self.screen = None
+
+
+def save_animation(frames: Sequence[np.ndarray], path, fps: float = GAME_FPS) -> pathlib.Path:
     """Write ``frames`` (each ``H x W x 3`` uint8) to ``path`` as ``.gif`` (Pillow, looping forever)
     or ``.mp4`` (imageio + ffmpeg); returns the path. The file appears whole or not at all.
 

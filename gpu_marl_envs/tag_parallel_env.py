@@ -60,7 +60,8 @@ class TagParallelEnv(PettingZooParallelEnv):
       the published configuration).
     - ``**settings``: fields of the params by name (``TagParallelEnv("continuous", num_runners=20)``), applied
       on top of ``params``.
-    - ``render_mode``: ``None`` or ``"rgb_array"`` (:meth:`render` returns an ``(H, W, 3)`` uint8 frame).
+    - ``render_mode``: ``None``, ``"rgb_array"`` (:meth:`render` returns an ``(H, W, 3)`` uint8 frame) or
+      ``"human"`` (a pygame window; ``pip install gpu_marl_envs[render]``).
     - ``max_cycles``: replaces ``params.episode_length`` (PettingZoo's name for it).
     - ``device``, ``backend``: where and how the game runs (default: the CPU, torch reference).
 
@@ -71,7 +72,7 @@ class TagParallelEnv(PettingZooParallelEnv):
     v0: the spec's rules.
     """
 
-    metadata = {"name": "tag_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
+    metadata = {"name": "tag_v0", "render_modes": ["rgb_array", "human"], "is_parallelizable": True}
 
     def __init__(
         self,

@@ -212,6 +212,7 @@ class GpuVectorEnv(VectorEnv):
     # -- Gymnasium API -------------------------------------------------------------------------
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        self._check_open()
         mask = reset_mask_option(options, self.num_envs, self.device)
         if seed is not None:
             self._set_seeds(seed, mask)
@@ -226,7 +227,8 @@ class GpuVectorEnv(VectorEnv):
         """Step every sub-env. ``actions``: a tensor on the env's device, or a numpy array
         (``envs.action_space.sample()``), copied to the device (one copy; for none, draw on the
         device with :func:`gpu_marl_envs.wrappers.sample_actions`)."""
-        if not self._ready:
+        if not self._ready:  # (False after close(): the open env's step pays for one check only)
+            self._check_open()
             never = (~self._initialised).nonzero().flatten().tolist()
             raise RuntimeError(
                 f"call reset() before step(): sub-envs {never[:10]}{'...' if len(never) > 10 else ''} "
@@ -251,6 +253,7 @@ class GpuVectorEnv(VectorEnv):
         as Gymnasium's own env draws them in the same state; ``None`` without a render mode."""
         if self.render_mode is None:
             return None
+        self._check_open()
         from gpu_marl_envs.rendering import ClassicRenderer
 
         if self._renderer is None:
@@ -268,6 +271,13 @@ class GpuVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs):
         self._backend = self._step_launcher = self._buffers = self._renderer = self._sides = None
+        self._ready = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(
+                f"this {self.definition.id} env is closed: close() freed its state; make a new env to go on"
+            )
 
     # -- explicit states -----------------------------------------------------------------------
 
@@ -277,6 +287,7 @@ class GpuVectorEnv(VectorEnv):
 
     def get_state(self) -> dict[str, torch.Tensor]:
         """A copy of every sub-env's state: ``{field: tensor (num_envs,)}``."""
+        self._check_open()
         return {name: row.clone() for name, row in zip(self.state_fields, self._buffers.state)}
 
     def set_state(self, state: Mapping[str, torch.Tensor], env_ids=None, elapsed_steps=None) -> torch.Tensor:
@@ -291,6 +302,7 @@ class GpuVectorEnv(VectorEnv):
 
         Returns the observations tensor, updated for those sub-envs.
         """
+        self._check_open()
         ids = check_env_ids(env_ids, self.num_envs, self.device)
         missing = set(self.state_fields) - set(state)
         unknown = set(state) - set(self.state_fields)

@@ -784,3 +784,12 @@ def test_collector_and_ppo_loss_run_on_cuda(cuda_device):
     collector.shutdown()
     assert batch["next", "done"].any(), "CartPole episodes end within 96 steps of random play"
     run_per_group_ppo("TagContinuous-v0", cuda_device)
+
+
+def test_torchrls_own_gym_env_makes_ours():
+    """TorchRL's GymEnv passes Gymnasium arguments that our envs do not take, and retries without
+    each one that a TypeError calls an "unexpected keyword argument", as Python words it."""
+    from torchrl.envs import GymEnv
+
+    env = GymEnv("gpu_marl_envs/CartPole-v1")
+    assert env.rollout(3)["next", "reward"].shape == (3, 1)

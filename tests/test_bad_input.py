@@ -509,3 +509,35 @@ def test_bad_set_state_raises_and_changes_nothing(twins, case):
     with pytest.raises(error, match=phrase):
         twins.env.set_state(**kwargs)
     twins.assert_unchanged(f"set_state() with {case}")
+
+
+CLOSED = "env is closed: close() freed its state; make a new env to go on"
+
+
+def test_an_env_used_after_close_says_it_is_closed():
+    """Every API (vector, single, batched games, PettingZoo's game), every call that reads the state."""
+    import pettingzoo
+
+    import gpu_marl_envs
+
+    vector = make("CartPole-v1")
+    vector.reset(seed=SEED)
+    vector.close()
+    actions = torch.zeros(N, dtype=torch.int64)
+    for call in (lambda: vector.step(actions), vector.reset, vector.get_state, lambda: vector.set_state({})):
+        with pytest.raises(RuntimeError, match=f"this CartPole-v1 {re.escape(CLOSED)}"):
+            call()
+    single = gymnasium.make("gpu_marl_envs/CartPole-v1")
+    single.reset(seed=SEED)
+    single.close()
+    with pytest.raises(RuntimeError, match=re.escape(CLOSED)):
+        single.step(0)
+    games = gpu_marl_envs.make_parallel("gpu_marl_envs/TagGridworld-v0", 2, device="cpu")
+    game = pettingzoo.make("parallel", "gpu_marl_envs/TagGridworld-v0")
+    games.reset(seed=SEED)
+    game.reset(seed=SEED)
+    games.close()
+    game.close()
+    for call in (games.reset, lambda: games.step({}), game.reset):
+        with pytest.raises(RuntimeError, match=f"this TagGridworld-v0 {re.escape(CLOSED)}"):
+            call()

@@ -43,6 +43,18 @@ SINGLE_AGENT = [make_env, make_vec]
 MULTI_AGENT = [make_games, make_game, make_tag_game]
 
 
+@pytest.mark.parametrize("make", MULTI_AGENT)
+def test_tags_observed_others_follow_the_agent_counts(make):
+    """num_other_agents_observed defaults to WarpDrive's 10, or every other agent where there are
+    fewer: a small game needs no third setting (issue 45); a count given is kept, and checked."""
+    small = make(num_runners=5, num_taggers=2)
+    assert small.params.num_other_agents_observed == 6 and small.params.obs_dim == 7 * 6 + 1
+    assert make(num_runners=200).params.num_other_agents_observed == 10
+    assert make(num_runners=5, num_taggers=2, num_other_agents_observed=3).params.num_other_agents_observed == 3
+    with pytest.raises(ValueError, match=r"num_other_agents_observed must be <= num_taggers \+ num_runners - 1 = 6"):
+        make(num_runners=5, num_taggers=2, num_other_agents_observed=7)
+
+
 @pytest.mark.parametrize("make", SINGLE_AGENT)
 def test_a_keyword_gives_the_params_of_params_equals(make):
     assert make(g=9.81).params == make(params=PendulumParams(g=9.81)).params == PendulumParams(g=9.81)
@@ -76,7 +88,7 @@ def test_an_unknown_keyword_is_refused_naming_it_and_the_valid_ones(make):
     with pytest.raises(TypeError) as error:
         make(gravity_typo=1.0)
     message = str(error.value)
-    assert "'gravity_typo'" in message
+    assert "got an unexpected keyword argument 'gravity_typo'" in message, "not in Python's words"
     params_type = PendulumParams if make in SINGLE_AGENT else TagContinuousParams
     listed = re.search(r"its fields: ([\w, ]+)\)", message).group(1).split(", ")
     assert listed == [field.name for field in dataclasses.fields(params_type)]

@@ -161,3 +161,36 @@ def test_gymnasium_makers_point_a_game_to_its_makers(make):
         rf"gpu_marl_envs\.make_parallel\('{game}', num_envs\)",
     ):
         make(game)
+
+
+CLASSIC = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_specs_carry_gymnasiums_episode_length_and_threshold(name):
+    """As the installed Gymnasium's own specs say, so that tools reading a spec (TimeAwareObservation,
+    solved-checks) work; gymnasium.make's TimeLimit of it ends an episode where the env does."""
+    ours, theirs = gymnasium.spec(f"gpu_marl_envs/{name}"), gymnasium.spec(name)
+    assert (ours.max_episode_steps, ours.reward_threshold) == (theirs.max_episode_steps, theirs.reward_threshold)
+    env = gymnasium.wrappers.TimeAwareObservation(gymnasium.make(f"gpu_marl_envs/{name}"))
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    env.unwrapped.set_state(env.unwrapped.get_state(), elapsed_steps=ours.max_episode_steps - 3)
+    # The env's own count says 3 steps are left; the TimeLimit counts from its reset: the env ends it.
+    ends = [env.step(env.action_space.sample())[2:4] for _ in range(3)]
+    assert ends[-1] == (False, True) or ends[-1][0], f"{name}: no truncation at the env's limit: {ends}"
+
+
+def test_make_vec_keeps_a_users_episode_length():
+    """The spec's length is not passed to make_vec's env over params= (nor is a TimeLimit added there)."""
+    from gpu_marl_envs.envs.pendulum import PendulumParams
+
+    envs = gymnasium.make_vec(
+        "gpu_marl_envs/Pendulum-v1", num_envs=2, device="cpu", params=PendulumParams(max_episode_steps=7)
+    )
+    envs.reset(seed=0)
+    truncated = [envs.step(torch.zeros(2, 1))[3].tolist() for _ in range(7)]
+    assert truncated == [[False, False]] * 6 + [[True, True]]
+    long = gymnasium.make("gpu_marl_envs/Pendulum-v1")
+    long.reset(seed=0)
+    assert [long.step([0.0])[3] for _ in range(200)].index(True) == 199, "gymnasium.make's episode is not 200 steps"

@@ -1,5 +1,6 @@
 """Headless rendering of Tag states and saving animations (CPU only)."""
 
+import functools
 import sys
 
 import numpy as np
@@ -200,3 +201,24 @@ def test_save_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="fps"):
         rendering.save_animation(_frames(), tmp_path / "anim.gif", fps=0)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("game", ["TagContinuous-v0", "TagGridworld-v0"])
+def test_pettingzoos_render_test_passes(game, monkeypatch):
+    """PettingZoo's own render test: every render mode the game declares, "human" (a pygame window,
+    here on SDL's headless driver) included."""
+    import pettingzoo
+    from pettingzoo.test import render_test
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    make = functools.partial(pettingzoo.make, "parallel", f"gpu_marl_envs/{game}")
+    assert make().metadata["render_modes"] == ["rgb_array", "human"]
+    render_test(lambda render_mode=None: parallel_to_aec(make(render_mode=render_mode)))
+
+
+def test_a_game_without_frames_refuses_the_human_mode():
+    import pettingzoo
+
+    with pytest.raises(ValueError, match=r"render_mode must be None or one of \[\] for CovidEconomy-v0, got 'human'"):
+        pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0", render_mode="human")

@@ -7,6 +7,8 @@ checkpoint by a killed run are dropped, TensorBoard's purged) and removes the te
 interrupted writes."""
 
 import csv
+import subprocess
+import sys
 import time
 
 import pytest
@@ -68,11 +70,108 @@ def test_overwrite_replaces_the_whole_run_and_nothing_else(tmp_path, capsys):
     out = tmp_path / "run"
     assert command(capsys, *TINY, "--seed", "5", "--out", out)[0] == 0
     (out / "notes.txt").write_text("mine")
+    (out / "tensorboard" / "exp_2024").mkdir()  # a user's own TensorBoard run beside ours
+    (out / "tensorboard" / "exp_2024" / "events.out.tfevents.1.host").write_bytes(b"theirs")
     assert command(capsys, *TINY, "--set", "total_timesteps=128", "--seed", "6", "--out", out, "--overwrite")[0] == 0
     assert env_steps(out) == [64, 128] and tensorboard_steps(out) == [64, 128]
-    assert len(list((out / "tensorboard").iterdir())) == 1, "the old run's events were left beside the new ones"
+    assert len(list((out / "tensorboard").glob("events.*"))) == 1, "the old run's events were left beside the new ones"
     assert checkpoint.load_checkpoint(out / "checkpoint.pt")["config"]["seed"] == 6
     assert "seed = 6" in (out / "config.toml").read_text() and (out / "notes.txt").read_text() == "mine"
+    assert (out / "tensorboard" / "exp_2024" / "events.out.tfevents.1.host").read_bytes() == b"theirs"
+    assert not (out / ".lock").exists(), "a run that ended left its lock file"
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_folder_of_other_files_is_refused_naming_them(overwrite, tmp_path, capsys):
+    """No checkpoint but a user's config.toml, metrics.csv and TensorBoard run (or unrelated files):
+    not "a run" to --resume, not ours to --overwrite, not a place to put a run."""
+    mixed, unrelated = tmp_path / "proj", tmp_path / "docs"
+    (mixed / "tensorboard" / "exp_2024").mkdir(parents=True)
+    (mixed / "config.toml").write_text("mine")
+    (mixed / "metrics.csv").write_text("mine")
+    unrelated.mkdir()
+    (unrelated / "thesis.tex").write_text("mine")
+    (unrelated / ".DS_Store").write_text("the folder's")  # hidden: not named, not a reason to refuse
+    before = {folder: files(folder) for folder in (mixed, unrelated)}
+    for folder, named in (
+        (mixed, "config.toml, metrics.csv, tensorboard, tensorboard/exp_2024"),
+        (unrelated, "thesis.tex"),
+    ):
+        code, _, err = command(capsys, *TINY, "--out", folder, *overwrite)
+        assert refused(code, err, f"{folder} holds files but no run of gpu-marl-train (no checkpoint.pt): {named}"), err
+        assert "--resume" not in err, err
+        assert files(folder) == before[folder] and (mixed / "tensorboard" / "exp_2024").is_dir()
+
+
+def test_a_folder_of_hidden_files_only_takes_a_run(tmp_path, capsys):
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / ".gitkeep").write_text("")
+    assert command(capsys, *TINY, "--out", kept)[0] == 0
+    assert (kept / ".gitkeep").exists() and (kept / "checkpoint.pt").exists()
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path, capsys):
+    """Two commands into one folder at once: the one that takes the folder's lock writes, the other
+    gets one line naming it, whether it starts before the first has written (it is then refused at
+    its first write, under the lock) or after. Both are real processes."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "gpu_marl_envs.baselines.train", *TINY, "--out", str(out)]
+    runs = [subprocess.Popen([*args, "--seed", str(seed)], stderr=subprocess.PIPE, text=True) for seed in (0, 5)]
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    codes = [run.returncode for run in runs]
+    assert sorted(codes) == [0, 2], errors
+    loser = errors[codes.index(2)].strip().splitlines()[-1]
+    assert "is in use by another gpu-marl-train (pid" in loser or "holds a run already" in loser, loser
+    seed = (0, 5)[codes.index(0)]
+    assert checkpoint.load_checkpoint(out / "checkpoint.pt")["config"]["seed"] == seed
+    assert f"seed = {seed}" in (out / "config.toml").read_text()
+    assert len(list((out / "tensorboard").iterdir())) == 1 and env_steps(out) == [64, 128, 192, 256]
+    # A holder that is still running: the refusal names it (pid, host, command), and writes nothing.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline().strip() == "held"
+    before = files(out)
+    for args in (
+        ["--resume", out / "checkpoint.pt", "--set", "total_timesteps=512"],
+        [*TINY, "--out", out, "--overwrite"],
+    ):
+        code, _, err = command(capsys, *args, "--device", "cpu")
+        assert refused(code, err, f"{out} is in use by another gpu-marl-train (pid {holder.pid} on "), err
+        assert "holding the lock" in err
+    assert files(out) == before
+    holder.communicate("", timeout=60)
+    code, _, err = command(capsys, "--resume", out / "checkpoint.pt", "--set", "total_timesteps=384", "--device", "cpu")
+    assert code == 0 and env_steps(out) == [64, 128, 192, 256, 320, 384], err
+
+
+HOLD = """
+import sys
+from pathlib import Path
+from gpu_marl_envs.baselines.run_folder import FolderLock
+folder, sys.argv = Path(sys.argv[1]), ["holding the lock"]
+lock = FolderLock(folder)
+print("held", flush=True)
+sys.stdin.read()
+"""
+"""A process that holds a folder's lock until its input ends, describing itself as "holding the lock"."""
+
+
+def test_a_finished_run_resumed_finishes_what_a_kill_left(tmp_path, capsys):
+    """Killed after its last checkpoint, while drawing its curve: the next command on the run draws
+    it and removes the interrupted write's temporary, and still says the run has finished."""
+    out = tmp_path / "run"
+    assert command(capsys, *TINY, "--out", out)[0] == 0
+    curve = (out / "learning_curve.png").read_bytes()
+    (out / "learning_curve.png").unlink()
+    (out / ".learning_curve.png.k1ll3d.tmp").write_bytes(curve[:100])
+    code, printed, err = command(capsys, "--resume", out / "checkpoint.pt", "--device", "cpu")
+    assert code == 0, err
+    assert "removed the temporaries of interrupted writes; drew the missing learning_curve.png" in printed
+    assert "the run has finished" in printed
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*")), "a temporary or the lock was left"
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,12 @@ def test_pettingzoo_parallel_seed_test(config):
 
 def test_names_and_agents():
     env = TagParallelEnv("continuous", SMALL_CONTINUOUS)
-    assert env.metadata == {"name": "tag_continuous_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
+    assert env.metadata == {
+        "name": "tag_continuous_v0",
+        "render_modes": ["rgb_array", "human"],
+        "render_fps": 20,
+        "is_parallelizable": True,
+    }
     assert env.possible_agents == ["tagger_0", "tagger_1", "runner_0", "runner_1", "runner_2"]
     assert env.agents == []
     env.reset(seed=1)
@@ -241,8 +246,8 @@ def test_bad_arguments():
         TagParallelEnv("hide_and_seek")
     with pytest.raises(TypeError, match="TagContinuousParams"):
         TagParallelEnv("continuous", tg.TagGridworldParams())
-    with pytest.raises(ValueError, match="render_mode"):
-        TagParallelEnv("gridworld", render_mode="human")
+    with pytest.raises(ValueError, match=r"render_mode must be None or one of \['rgb_array', 'human'\]"):
+        TagParallelEnv("gridworld", render_mode="ansi")
     env = TagParallelEnv("continuous", SMALL_CONTINUOUS)
     with pytest.raises(ValueError, match="unknown agent"):
         env.observation_space("referee")

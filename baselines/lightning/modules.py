@@ -323,7 +323,7 @@ class OnPolicyModule(TrainingModule):
         return rollout.log_entry(
             self.next_iteration * self.config.batch_size * run.context.world_size,
             self.begin,
-            rollout.EntryNumbers([run.stats], losses, self.phases.times),
+            rollout.EntryNumbers([run.stats], losses, self.phases.times, networks=self.networks),
             None,
             run.context,
         )
@@ -370,7 +370,7 @@ class MultiAgentModule(TrainingModule):
         return multi_agent.log_entry(
             self.next_iteration * self.config.batch_size * run.context.world_size,
             self.begin,
-            rollout.EntryNumbers(list(run.stats.values()), losses, self.phases.times),
+            rollout.EntryNumbers(list(run.stats.values()), losses, self.phases.times, networks=self.networks),
             list(run.stats),
             multi_agent.reported_group(self.config),
             None,
@@ -426,7 +426,7 @@ class DDPGModule(TrainingModule):
         return rollout.log_entry(
             self.next_iteration * run.steps_per_iteration,
             self.begin,
-            rollout.EntryNumbers([run.stats], losses),
+            rollout.EntryNumbers([run.stats], losses, networks=self.networks, finite_losses=False),  # as ddpg.train's
             None,
             run.context,
         )

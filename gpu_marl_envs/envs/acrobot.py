@@ -250,4 +250,5 @@ ACROBOT = EnvDefinition(
     step=step,
     observe=observe,
     gymnasium_original="Acrobot-v1",
+    reward_threshold=-100.0,  # Gymnasium's
 )

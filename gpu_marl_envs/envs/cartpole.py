@@ -142,4 +142,5 @@ CARTPOLE = EnvDefinition(
     step=step,
     observe=observe,
     gymnasium_original="CartPole-v1",
+    reward_threshold=475.0,  # Gymnasium's
 )

@@ -58,6 +58,9 @@ class EnvDefinition:
     gymnasium_original: str | None = None
     """The id of the Gymnasium env this one reproduces (``"CartPole-v1"``): its own renderer draws
     this env's frames (``render_mode="rgb_array"``); ``None``: an env without frames."""
+    reward_threshold: float | None = None
+    """The mean return at which the task counts as solved (Gymnasium's ``EnvSpec.reward_threshold``:
+    the original's for a reproduction), or ``None``."""
 
     @property
     def obs_dim(self) -> int:
@@ -101,23 +104,27 @@ class EnvDefinition:
 
 
 def apply_settings(params_type: type, params: Any, settings: dict[str, Any]) -> Any:
-    """``params`` (``None``: ``params_type()``) with ``settings`` replacing fields of the same names.
+    """``params`` with ``settings`` replacing fields of the same names; with ``params`` None,
+    ``params_type(**settings)``, so that a field whose default depends on others (Tag's
+    ``num_other_agents_observed`` on the agent counts) follows the settings.
 
     The one place where ``params=`` and keyword settings meet, for single-agent envs and games alike:
     ``dataclasses.replace`` builds a new instance, so its ``__post_init__`` validates the settings
     exactly as it validates ``params=``. An unknown name raises ``TypeError`` naming it and listing
-    the valid ones: a misspelt setting (or a misspelt argument of the env, which ends up here) must
-    not pass silently.
+    the valid ones, in Python's words ("got an unexpected keyword argument", which callers such as
+    TorchRL's ``GymEnv`` match): a misspelt setting (or a misspelt argument of the env, which ends up
+    here) must not pass silently.
     """
-    base = params_type() if params is None else params
-    if not isinstance(base, params_type):
-        raise TypeError(f"params must be a {params_type.__name__}, got {type(base).__name__}")
+    if params is not None and not isinstance(params, params_type):
+        raise TypeError(f"params must be a {params_type.__name__}, got {type(params).__name__}")
     valid = [field.name for field in dataclasses.fields(params_type) if field.init]
     unknown = [name for name in settings if name not in valid]
     if unknown:
         raise TypeError(
-            f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+            f"got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
             f"neither an argument of the env nor a field of {params_type.__name__} (its fields: "
             f"{', '.join(valid)})"
         )
-    return dataclasses.replace(base, **settings) if settings else base
+    if params is None:
+        return params_type(**settings)
+    return dataclasses.replace(params, **settings) if settings else params

@@ -156,4 +156,5 @@ MOUNTAIN_CAR = EnvDefinition(
     step=step,
     observe=observe,
     gymnasium_original="MountainCar-v0",
+    reward_threshold=-110.0,  # Gymnasium's
 )

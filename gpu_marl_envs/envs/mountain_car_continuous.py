@@ -119,4 +119,5 @@ MOUNTAIN_CAR_CONTINUOUS = EnvDefinition(
     step=step,
     observe=observe,
     gymnasium_original="MountainCarContinuous-v0",
+    reward_threshold=90.0,  # Gymnasium's
 )

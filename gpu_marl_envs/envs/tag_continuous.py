@@ -35,7 +35,8 @@ features of the first observed agent, then the 7 of the second, ..., then ``t / 
 
 - Full (``use_full_observation=True``): every other agent in id order (``i`` skipped):
   ``obs_dim = 7 (N - 1) + 1``.
-- Partial (default): the ``k = num_other_agents_observed`` nearest other agents still in the game,
+- Partial (default): the ``k = num_other_agents_observed`` nearest other agents still in the game
+  (by default 10, or ``N - 1`` where there are fewer others),
   nearest first, ties to the lowest id; slots left when fewer than ``k`` remain are all zeros:
   ``obs_dim = 7 k + 1``.
 - An agent out of the game observes all zeros (the ``t / T`` feature included).
@@ -120,6 +121,10 @@ def _f32(value: float) -> float:
     return float(np.float32(value))
 
 
+DEFAULT_OTHERS_OBSERVED = 10
+"""WarpDrive's ``num_other_agents_observed``: the default where the game has that many other agents."""
+
+
 @dataclass(frozen=True)
 class TagContinuousParams:
     num_taggers: int = 10
@@ -136,7 +141,7 @@ class TagContinuousParams:
     skill_level_tagger: float = 1.0  # multiplies max_speed for taggers
     skill_level_runner: float = 1.0  # multiplies max_speed for runners
     use_full_observation: bool = False
-    num_other_agents_observed: int = 10  # k, partial observation only
+    num_other_agents_observed: int | None = None  # k, partial observation only; None: min(10, N - 1)
     runner_exits_game_after_tagged: bool = True
     tag_reward_for_tagger: float = 10.0
     tag_penalty_for_runner: float = -10.0
@@ -166,6 +171,13 @@ class TagContinuousParams:
                 and math.isfinite(value)
             ):
                 raise ValueError(f"{name_of}.{f.name} must be a finite number, got {value!r}")
+        observed = self.num_other_agents_observed
+        if observed is None:
+            # Relative to the agent counts, so that num_taggers=2, num_runners=5 alone is a valid game.
+            observed = min(DEFAULT_OTHERS_OBSERVED, max(1, self.num_agents - 1))
+            object.__setattr__(self, "num_other_agents_observed", observed)
+        elif isinstance(observed, (bool, np.bool_)) or not isinstance(observed, (int, np.integer)):
+            raise ValueError(f"{name_of}.num_other_agents_observed must be an integer or None, got {observed!r}")
         for name in (
             "num_taggers",
             "num_runners",
