@@ -358,6 +358,18 @@ def test_agent_observations_outlive_the_next_step_and_actions_come_in_either_for
         assert torch.equal(values, state[field]), f"a refused step changed {field}"
 
 
+def empty_kwargs(agents) -> dict:
+    """skrl 2.1.1 reads an empty dict as a per-agent mapping that lacks every agent: its
+    keyword-argument fields get one (empty) entry per agent."""
+    names = (
+        "learning_rate_scheduler_kwargs",
+        "observation_preprocessor_kwargs",
+        "state_preprocessor_kwargs",
+        "value_preprocessor_kwargs",
+    )
+    return {name: {agent: {} for agent in agents} for name in names}
+
+
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("env_id", sorted(SMALL_TAG))
 def test_ippo_with_per_group_policies_on_tag(env_id, tmp_path):
@@ -380,17 +392,7 @@ def run_ippo(env_id, device, tmp_path):
         }
         models.update({agent: shared for agent in agents})
     memories = {agent: RandomMemory(memory_size=8, num_envs=16, device=env.device) for agent in env.possible_agents}
-    # skrl 2.1.1 reads an empty dict as a per-agent mapping that lacks every agent: give its
-    # keyword-argument fields one (empty) entry per agent.
-    no_kwargs = {
-        name: {agent: {} for agent in env.possible_agents}
-        for name in (
-            "learning_rate_scheduler_kwargs",
-            "observation_preprocessor_kwargs",
-            "state_preprocessor_kwargs",
-            "value_preprocessor_kwargs",
-        )
-    }
+    no_kwargs = empty_kwargs(env.possible_agents)
     cfg = experiment(
         IPPO_CFG(
             rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3, entropy_loss_scale=0.01, **no_kwargs
@@ -510,15 +512,7 @@ def test_mappo_with_gaussian_policies_and_a_state_critic_on_box_games(env_id, tm
         policy = GaussianPolicy(env.observation_space(agents[0]), env.action_space(agents[0]), env.device)
         models.update({agent: {"policy": policy, "value": critic} for agent in agents})
     memories = {agent: RandomMemory(memory_size=8, num_envs=8, device=env.device) for agent in env.possible_agents}
-    no_kwargs = {  # see run_ippo
-        name: {agent: {} for agent in env.possible_agents}
-        for name in (
-            "learning_rate_scheduler_kwargs",
-            "observation_preprocessor_kwargs",
-            "state_preprocessor_kwargs",
-            "value_preprocessor_kwargs",
-        )
-    }
+    no_kwargs = empty_kwargs(env.possible_agents)
     cfg = experiment(
         MAPPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=3e-3, **no_kwargs), tmp_path
     )
