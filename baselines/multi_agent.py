@@ -213,26 +213,7 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
     def __post_init__(self):
         settings.check(self)
         self.check_sizes()
-        if not self.groups:
-            raise ValueError(
-                "groups is empty: map every group of the game to a policy, e.g. "
-                '[groups] taggers = "taggers", runners = "runners"'
-            )
-        for group, policy in self.groups.items():
-            if policy not in self.policies:
-                raise ValueError(
-                    f"group {group!r} uses policy {policy!r}, which has no settings: add a "
-                    f"[policies.{policy}] table (policies: {sorted(self.policies)})"
-                )
-        for policy, policy_config in self.policies.items():
-            if not POLICY_NAME.fullmatch(policy):
-                raise ValueError(f"policy name {policy!r} must use only letters, digits, '_' and '-'")
-            if policy not in self.groups.values():
-                raise ValueError(
-                    f"policy {policy!r} serves no group: map a group to it in [groups] or remove [policies.{policy}]"
-                )
-            if not isinstance(policy_config, PolicyConfig):
-                raise ValueError(f"policies[{policy!r}] must be a PolicyConfig, got {type(policy_config).__name__}")
+        check_policy_map(self.groups, self.policies, PolicyConfig)
 
     @classmethod
     def from_dict(cls, tables: dict, algorithm: str | None = None) -> MultiAgentConfig:
@@ -296,6 +277,34 @@ class MultiAgentConfig(RolloutSizes, CaptureOptions):
                 for name, settings in self.policies.items()
             },
         }
+
+
+def check_policy_map(groups: dict[str, str], policies: dict, policy_type: type) -> None:
+    """``ValueError`` (naming the table and the fix) unless ``groups`` maps groups to policies that
+    ``policies`` holds, each a ``policy_type``, named as TOML keys, and each serving a group (shared
+    by the multi-agent trainers' configs)."""
+    if not groups:
+        raise ValueError(
+            "groups is empty: map every group of the game to a policy, e.g. "
+            '[groups] taggers = "taggers", runners = "runners"'
+        )
+    for group, policy in groups.items():
+        if policy not in policies:
+            raise ValueError(
+                f"group {group!r} uses policy {policy!r}, which has no settings: add a "
+                f"[policies.{policy}] table (policies: {sorted(policies)})"
+            )
+    for policy, policy_config in policies.items():
+        if not POLICY_NAME.fullmatch(policy):
+            raise ValueError(f"policy name {policy!r} must use only letters, digits, '_' and '-'")
+        if policy not in groups.values():
+            raise ValueError(
+                f"policy {policy!r} serves no group: map a group to it in [groups] or remove [policies.{policy}]"
+            )
+        if not isinstance(policy_config, policy_type):
+            raise ValueError(
+                f"policies[{policy!r}] must be a {policy_type.__name__}, got {type(policy_config).__name__}"
+            )
 
 
 def game_params(env_id: str, config: MultiAgentConfig):

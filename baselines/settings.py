@@ -1,9 +1,10 @@
 """The trainers' settings, typed and bounded in one place.
 
 Every config dataclass (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``, ``PolicyConfig``,
-``MultiAgentConfig``) calls :func:`check` from ``__post_init__``: each field's value must have the
-field's annotated type and lie in the range that :data:`RANGES` gives its name (a name means the
-same in every config: ``gamma`` is always a discount). Types are strict, as TOML's are: a boolean
+``MultiAgentConfig``, ``MADDPGConfig``, ``maddpg.PolicySettings``) calls :func:`check` from
+``__post_init__``: each field's value must have the field's annotated type and lie in the range
+that :data:`RANGES` gives its name (a name means the same in every config: ``gamma`` is always a
+discount). Types are strict, as TOML's are: a boolean
 is ``True`` or ``False`` (not ``1``, not ``"false"``), an int is not a bool, a float may be written
 as an int, a tuple is a tuple (:func:`as_annotated` turns TOML's arrays into tuples first).
 
@@ -59,7 +60,9 @@ RANGES = {
     "rms_prop_eps": ("a finite number > 0", _finite_at_least(0, strict=True)),
     **dict.fromkeys(("gamma", "gae_lambda"), ("a number in [0, 1]", lambda v: 0 <= v <= 1)),
     **dict.fromkeys(("tau", "ou_theta"), ("a number in (0, 1]", lambda v: 0 < v <= 1)),
-    **dict.fromkeys(("vf_coef", "exploration_noise"), ("a finite number >= 0", _finite_at_least(0))),
+    **dict.fromkeys(
+        ("vf_coef", "exploration_noise", "policy_noise", "noise_clip"), ("a finite number >= 0", _finite_at_least(0))
+    ),
     # A schedule (a tuple of points, PolicyConfig's) is checked by PolicyConfig.
     "ent_coef": ("a finite number >= 0", lambda v: isinstance(v, tuple) or _finite_at_least(0)(v)),
     "max_grad_norm": ("a number > 0 (inf: no clipping)", lambda v: v > 0),
