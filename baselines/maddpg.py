@@ -623,6 +623,9 @@ class Phases:
         self.act = {random: GraphedPhase(lambda r=random: act(run, r), run.device, enabled) for random in (True, False)}
         self.updates: dict[int, GraphedPhase] = {}
         self.times = PhaseTimes(run.device)
+        # Both phases in every history entry, the updates before ``learning_starts`` too (metrics
+        # files keep the first entry's columns).
+        self.times.seconds.update(act=0.0, update=0.0)
 
     def iteration(self, iteration: int) -> None:
         """Iteration ``iteration``: an acting step, then the updates once ``learning_starts`` is past."""

@@ -3,9 +3,9 @@ env and the trainer's config dataclass out; and that config back to TOML (the ru
 ``config.toml``) and to a checkpoint's header.
 
 A config file holds ``env``, ``algorithm`` and a ``[hyperparameters]`` table whose keys are the
-algorithm's config fields (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); a multi-agent game adds
-``[groups]``, ``[policies.<name>]`` and ``[env_params]`` (:class:`multi_agent.MultiAgentConfig`).
-Values are typed by the fields they set (:mod:`settings`).
+algorithm's config fields (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``, ``TD3Config``); a multi-agent game adds
+``[groups]``, ``[policies.<name>]`` and ``[env_params]`` (:class:`multi_agent.MultiAgentConfig`; with
+``algorithm = "maddpg"``, :class:`maddpg.MADDPGConfig`). Values are typed by the fields they set (:mod:`settings`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from gpu_marl_envs.baselines import a2c, ddpg, multi_agent, ppo, settings, sizing
+from gpu_marl_envs.baselines import a2c, ddpg, maddpg, multi_agent, ppo, settings, sizing
 from gpu_marl_envs.baselines.models import ActorCritic
 from gymnasium import spaces
 
@@ -33,6 +33,9 @@ ALGORITHMS = {
     "ppo": (ppo.PPOConfig, ppo.train, ActorCritic),
     "a2c": (a2c.A2CConfig, a2c.train, ActorCritic),
     "ddpg": (ddpg.DDPGConfig, ddpg.train, ddpg.Actor),
+    # TD3 is a setting of the DDPG trainer (twin critics, target policy smoothing): its own name, as
+    # in CleanRL and Stable-Baselines3, with a config of TD3's defaults.
+    "td3": (ddpg.TD3Config, ddpg.train, ddpg.Actor),
 }
 CONFIGS = resources.files("gpu_marl_envs.baselines") / "configs"
 DEFAULT_CONFIGS = {
@@ -48,6 +51,9 @@ DEFAULT_CONFIGS = {
     "SimpleSpeakerListener-v4": "simple_speaker_listener_v4_mappo.toml",
 }
 MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
+MULTI_AGENT_ALGORITHMS = (*multi_agent.ALGORITHMS, "maddpg")
+"""A multi-agent config's ``algorithm``: the on-policy trainer's default for its policies, or maddpg."""
+MULTI_AGENT_CONFIGS = (multi_agent.MultiAgentConfig, maddpg.MADDPGConfig)
 
 
 class ConfigError(ValueError):
@@ -125,22 +131,24 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
 
 
 def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
-    """The policies' default algorithm, the game and its :class:`multi_agent.MultiAgentConfig`.
+    """The policies' default algorithm, the game and its :class:`multi_agent.MultiAgentConfig` (for
+    ``algorithm = "maddpg"``, its :class:`maddpg.MADDPGConfig`).
 
     ``--set`` keys: a plain key is a run setting (``num_envs=8``); a dotted key reaches into a table
     (``policies.taggers.learning_rate=1e-3``, ``env_params.num_runners=20``, ``groups.runners=shared``).
     """
     algorithm, env = raw.get("algorithm"), raw["env"]
-    if algorithm not in multi_agent.ALGORITHMS:
+    if algorithm not in MULTI_AGENT_ALGORITHMS:
         raise ConfigError(
-            f"algorithm of a multi-agent config (the default of its policies) must be one of "
-            f"{list(multi_agent.ALGORITHMS)}, got {algorithm!r}"
+            f"algorithm of a multi-agent config (the default of its policies, or maddpg) must be one of "
+            f"{list(MULTI_AGENT_ALGORITHMS)}, got {algorithm!r}"
         )
+    off_policy = algorithm == "maddpg"
     tables = {name: copy.deepcopy(raw.get(name, {})) for name in ("hyperparameters", *MULTI_AGENT_TABLES)}
     # The type of a setting each table's keys name.
     types = {
-        "hyperparameters": settings.field_types(multi_agent.MultiAgentConfig),
-        "policies": settings.field_types(multi_agent.PolicyConfig),
+        "hyperparameters": settings.field_types(maddpg.MADDPGConfig if off_policy else multi_agent.MultiAgentConfig),
+        "policies": settings.field_types(maddpg.PolicySettings if off_policy else multi_agent.PolicyConfig),
         "env_params": settings.field_types(get_game(env).params_type),
         "groups": {},
     }
@@ -163,7 +171,10 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
     if seed is not None:
         tables["hyperparameters"]["seed"] = seed
     try:
-        config = multi_agent.MultiAgentConfig.from_dict(tables, algorithm)
+        if off_policy:
+            config = maddpg.MADDPGConfig.from_dict(tables)
+        else:
+            config = multi_agent.MultiAgentConfig.from_dict(tables, algorithm)
         multi_agent.game_params(env, config)
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
@@ -175,6 +186,9 @@ def check_env(algorithm: str, env, config) -> None:
     if not isinstance(env, str):
         raise ConfigError(f'the config must name its env (env = "CartPole-v1"), got {env!r}')
     try:
+        if isinstance(config, maddpg.MADDPGConfig):
+            maddpg.box_spaces(env, config)
+            return
         if isinstance(config, multi_agent.MultiAgentConfig):
             multi_agent.policy_spaces(env, config)
             return
@@ -182,8 +196,8 @@ def check_env(algorithm: str, env, config) -> None:
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
     space = definition.action_space(definition.params_type())
-    if algorithm == "ddpg" and not isinstance(space, spaces.Box):
-        raise ConfigError(f"ddpg needs continuous (Box) actions; {env} has {space}: train it with ppo or a2c")
+    if isinstance(config, ddpg.DDPGConfig) and not isinstance(space, spaces.Box):
+        raise ConfigError(f"{algorithm} needs continuous (Box) actions; {env} has {space}: train it with ppo or a2c")
 
 
 def uses_auto_num_envs(raw: dict, overrides: list[str]) -> bool:
@@ -219,7 +233,7 @@ def literal(v) -> str:
 
 def to_toml(algorithm: str, env: str, config) -> str:
     lines = [f'env = "{env}"', f'algorithm = "{algorithm}"']
-    if isinstance(config, multi_agent.MultiAgentConfig):
+    if isinstance(config, MULTI_AGENT_CONFIGS):
         tables = config.to_dict()
         named = [(name, tables[name]) for name in ("hyperparameters", "env_params", "groups")]
         named += [(f"policies.{name}", values) for name, values in tables["policies"].items()]
@@ -232,7 +246,7 @@ def to_toml(algorithm: str, env: str, config) -> str:
 
 def config_dict(config) -> dict:
     """The config as the checkpoint stores it (what :func:`raw_config` reads back)."""
-    return config.to_dict() if isinstance(config, multi_agent.MultiAgentConfig) else dataclasses.asdict(config)
+    return config.to_dict() if isinstance(config, MULTI_AGENT_CONFIGS) else dataclasses.asdict(config)
 
 
 def raw_config(checkpoint: dict) -> dict:
@@ -243,5 +257,7 @@ def raw_config(checkpoint: dict) -> dict:
 
 
 def train_function(algorithm: str, config):
-    """The function that trains ``config``: the algorithm's, or :func:`multi_agent.train`."""
+    """The function that trains ``config``: the algorithm's, :func:`multi_agent.train` or :func:`maddpg.train`."""
+    if isinstance(config, maddpg.MADDPGConfig):
+        return maddpg.train
     return multi_agent.train if isinstance(config, multi_agent.MultiAgentConfig) else ALGORITHMS[algorithm][1]

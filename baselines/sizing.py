@@ -49,22 +49,31 @@ def check_fits(env_id: str, config, device) -> None:
     observations alone (4 bytes per float, per env step of an iteration; a game's agents read at
     least one float each) would exceed the device's whole memory, so that the allocation would fail
     with a traceback, or an out-of-memory kill, after the run began. A bound from below: a run that
-    passes may still not fit. (With ``num_envs = "auto"`` the config holds the sweep's first count.)"""
-    from gpu_marl_envs.baselines import multi_agent
+    passes may still not fit. (With ``num_envs = "auto"`` the config holds the sweep's first count.)
+    For maddpg the bound is its replay, which is allocated whole at the start."""
+    from gpu_marl_envs.baselines import maddpg, multi_agent
 
     from gpu_marl_envs.registration import env_spec
 
+    target = torch.device(device)
+    if target.type == "cuda":
+        available = torch.cuda.get_device_properties(target).total_memory
+    else:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if isinstance(config, maddpg.MADDPGConfig):
+        needed = maddpg.replay_bytes(env_id, config)
+        if needed > available:
+            raise ValueError(
+                f"buffer_size={config.buffer_size:,} needs {needed / 2**30:,.1f} GiB for the replay; "
+                f"{target.type} has {available / 2**30:,.1f} GiB in all: lower buffer_size"
+            )
+        return
     if isinstance(config, multi_agent.MultiAgentConfig):
         floats = multi_agent.game_params(env_id, config).num_agents
     else:
         definition = env_spec(env_id).definition
         floats = int(math.prod(definition.observation_space(definition.params_type()).shape))
     needed = 4 * floats * iteration_steps(config)
-    target = torch.device(device)
-    if target.type == "cuda":
-        available = torch.cuda.get_device_properties(target).total_memory
-    else:
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > available:
         raise ValueError(
             f"num_envs={config.num_envs:,} needs at least {needed / 2**30:,.1f} GiB for one rollout's observations "

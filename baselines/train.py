@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from gpu_marl_envs.baselines import multi_agent, ppo, sizing
+from gpu_marl_envs.baselines import maddpg, multi_agent, ppo, sizing
 from gpu_marl_envs.baselines.checkpoint import (
     DIGEST,
     CheckpointError,
@@ -86,6 +86,7 @@ from gpu_marl_envs.baselines.rollout import Diverged
 from gpu_marl_envs.baselines.run_config import (
     ALGORITHMS,
     DEFAULT_CONFIGS,
+    MULTI_AGENT_CONFIGS,
     ConfigError,
     build_auto_config,
     build_config,
@@ -180,6 +181,11 @@ def plan_run(args, world_size: int, local_processes: int) -> Plan:
         folder = Path(args.out or f"runs/{env}-{algorithm}-seed{config.seed}")
         resume, in_place, identity = None, False, None
     check_env(algorithm, env, config)
+    if algorithm == "maddpg" and (args.lightning or world_size > 1):
+        raise ConfigError(
+            "maddpg trains in one process without Lightning: drop "
+            + ("--lightning" if args.lightning else "--nproc-per-node (and torchrun)")
+        )
     try:
         sizing.check_fits(env, config, args.device)
     except ValueError as error:
@@ -404,7 +410,7 @@ def run_training(plan: Plan, device, context: Context, lightning: bool = False) 
     is drawn, and evaluates (the others return None). ``lightning``: through Lightning's Trainer,
     which also writes ``lightning.ckpt`` there."""
     algorithm, env, config, folder = plan.algorithm, plan.env, plan.config, plan.folder
-    multi = isinstance(config, multi_agent.MultiAgentConfig)
+    multi = isinstance(config, MULTI_AGENT_CONFIGS)
     written_by = {"package": gpu_marl_envs.__version__, "torch": str(torch.__version__), "job": job_id()}
     if lightning:
         import lightning as lightning_package
@@ -557,7 +563,10 @@ def cpu_threads(device):
 
 
 def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.MultiAgentConfig]:
-    """The policies, game and config of a (loaded) multi-agent checkpoint written by this command."""
+    """The policies, game and config of a (loaded) multi-agent checkpoint written by this command
+    (for maddpg: the actors, :func:`maddpg.load_actors`)."""
+    if checkpoint["algorithm"] == "maddpg":
+        return maddpg.load_actors(checkpoint, device)
     config = multi_agent.MultiAgentConfig.from_dict(checkpoint["config"])
     policies = multi_agent.make_policies(checkpoint["env"], config, device)
     for name, policy in policies.items():

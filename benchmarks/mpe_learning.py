@@ -1,19 +1,23 @@
-"""Learning on SimpleSpread-v3 (MPE2's simple_spread_v3): IPPO and MAPPO, both action modes, a few
-seeds each, scored by greedy evaluation on the normalised scale of ``gpu_marl_envs.mpe_policies``.
+"""Learning on SimpleSpread-v3 (MPE2's simple_spread_v3): IPPO and MAPPO, both action modes, and
+MADDPG (``Box`` actions only: it is skipped in the Discrete mode), a few seeds each, scored by greedy
+evaluation on the normalised scale of ``gpu_marl_envs.mpe_policies``.
 
 For each action mode (``Discrete(5)``, ``Box(0, 1, (5,))``) the script evaluates the score's
 references on the evaluation games (``R_random``: uniform random actions; ``R_scripted``: the
 scripted controller, optimal assignment and braking-aware steering), then for each algorithm's
-config and each seed trains with ``multi_agent.train`` (the trainer of ``gpu-marl-train``, the
-config's settings, ``continuous_actions`` set by the mode), evaluates the trained policies greedily
-(the Gaussian's mean, clipped into ``[0, 1]``, for Box; the most likely move for Discrete) on the
+config and each seed trains with ``multi_agent.train`` or ``maddpg.train`` (the trainers of
+``gpu-marl-train``, the config's settings, ``continuous_actions`` set by the mode), evaluates the
+trained policies greedily (the Gaussian's mean, clipped into ``[0, 1]``, for Box; MADDPG's actor
+without its noise; the most likely move for Discrete) on the
 same games, and reports ``score = (R - R_random) / (R_scripted - R_random)``, mean ± std over
 seeds. ``R``: the mean episode return per agent (averaged over agents) over ``--eval-episodes``
 games of one episode (``max_cycles`` steps), every policy on the same seeds.
 
-Configs: ``baselines/configs/simple_spread_v3_ippo.toml`` and ``..._mappo.toml`` (``--ippo``,
-``--mappo`` take others); ``--total-timesteps`` and ``--set key=value`` (``gpu-marl-train``'s
-overrides, e.g. ``num_envs=256``) change them for every run. The issue's target: at most 20 M env
+Configs: ``baselines/configs/simple_spread_v3_ippo.toml``, ``..._mappo.toml`` and ``..._maddpg.toml``
+(``--ippo``, ``--mappo``, ``--maddpg`` take others); ``--total-timesteps`` and ``--set key=value``
+(``gpu-marl-train``'s overrides, e.g. ``num_envs=256``) change them for every run of the chosen
+``--algorithms``. Each run's result is printed as it comes, and each algorithm's mean over its seeds
+once they are done. The issue's target: at most 20 M env
 steps per run (runs beyond are marked in the table).
 
 Written: the table to stdout and ``--out`` (markdown), everything (references, each run's
@@ -30,6 +34,8 @@ final greedy score (mean ± std over seeds) at the end.
     python benchmarks/mpe_learning.py --device cuda --modes Box --json box.json
     python benchmarks/mpe_learning.py --merge discrete.json box.json --out mpe-learning.md \\
         --json mpe-learning.json --curves mpe-learning.png
+    # MADDPG alone (Box actions), 3 seeds of the shipped config
+    python benchmarks/mpe_learning.py --device cuda --algorithms MADDPG --modes Box --json maddpg.json
     # tiny, on the CPU (a test of the script, not of learning)
     python benchmarks/mpe_learning.py --device cpu --total-timesteps 20000 --seeds 1 --eval-episodes 100
 """
@@ -46,9 +52,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gpu_marl_envs.baselines import multi_agent
+from gpu_marl_envs.baselines import multi_agent, sizing
 from gpu_marl_envs.baselines.plotting import curves, smooth
-from gpu_marl_envs.baselines.run_config import build_config, read_config
+from gpu_marl_envs.baselines.run_config import MULTI_AGENT_CONFIGS, build_config, read_config, train_function
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
@@ -62,7 +68,10 @@ CONFIGS = ROOT / "baselines" / "configs"
 DEFAULT_CONFIGS = {
     "IPPO": CONFIGS / "simple_spread_v3_ippo.toml",
     "MAPPO": CONFIGS / "simple_spread_v3_mappo.toml",
+    "MADDPG": CONFIGS / "simple_spread_v3_maddpg.toml",
 }
+BOX_ONLY = ("MADDPG",)
+"""Algorithms for Box actions only."""
 MODES = {"Discrete": False, "Box": True}
 BUDGET = 20_000_000
 """The issue's most env steps per run."""
@@ -82,24 +91,24 @@ def greedy_policy(policies: dict, env_id: str, config: multi_agent.MultiAgentCon
     return act
 
 
-def run_config(path: Path, continuous: bool, seed: int, args) -> tuple[str, multi_agent.MultiAgentConfig]:
-    """The game and the trainer's config of ``path`` for this mode and seed, with the overrides."""
+def run_config(path: Path, continuous: bool, seed: int, args) -> tuple[str, str, object]:
+    """The algorithm, the game and the trainer's config of ``path`` for this mode and seed, with the overrides."""
     overrides = [f"env_params.continuous_actions={'true' if continuous else 'false'}", *args.set]
     if args.total_timesteps is not None:
         overrides.append(f"total_timesteps={args.total_timesteps}")
     algorithm, env_id, config = build_config(read_config(path), overrides, seed)
-    if not isinstance(config, multi_agent.MultiAgentConfig) or "SimpleSpread" not in env_id:
+    if not isinstance(config, MULTI_AGENT_CONFIGS) or "SimpleSpread" not in env_id:
         raise SystemExit(f"{path}: expected a multi-agent config of SimpleSpread-v3, got env {env_id!r}")
-    return env_id, config
+    return algorithm, env_id, config
 
 
-def log_interval(config: multi_agent.MultiAgentConfig) -> int:
-    iterations = max(1, config.total_timesteps // config.batch_size)
+def log_interval(config) -> int:
+    iterations = max(1, config.total_timesteps // sizing.iteration_steps(config))
     return max(1, iterations // HISTORY_POINTS)
 
 
 def train_and_score(name: str, path: Path, mode: str, seed: int, references: dict, args) -> dict:
-    env_id, config = run_config(path, MODES[mode], seed, args)
+    algorithm, env_id, config = run_config(path, MODES[mode], seed, args)
     params = multi_agent.game_params(env_id, config)
     random_return = references[params]["random"].mean_return
     scripted_return = references[params]["scripted"].mean_return
@@ -116,7 +125,8 @@ def train_and_score(name: str, path: Path, mode: str, seed: int, references: dic
                 flush=True,
             )
 
-    policies, history = multi_agent.train(env_id, config, device=args.device, log_every=log_interval(config), log=log)
+    train = train_function(algorithm, config)
+    policies, history = train(env_id, config, device=args.device, log_every=log_interval(config), log=log)
     seconds = time.perf_counter() - begin
     for policy in policies.values():
         policy.eval()
@@ -289,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", help="where to train and evaluate (default cuda)")
     parser.add_argument("--ippo", type=Path, default=DEFAULT_CONFIGS["IPPO"], help="IPPO's config (TOML)")
     parser.add_argument("--mappo", type=Path, default=DEFAULT_CONFIGS["MAPPO"], help="MAPPO's config (TOML)")
+    parser.add_argument("--maddpg", type=Path, default=DEFAULT_CONFIGS["MADDPG"], help="MADDPG's config (TOML)")
     parser.add_argument("--algorithms", nargs="+", choices=list(DEFAULT_CONFIGS), default=list(DEFAULT_CONFIGS))
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--seeds", type=int, default=3, help="runs per algorithm and mode (default 3)")
@@ -313,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         write(references, runs, device, args)
         print(table(references, runs, device, args))
         return
-    paths = {"IPPO": args.ippo, "MAPPO": args.mappo}
+    paths = {"IPPO": args.ippo, "MAPPO": args.mappo, "MADDPG": args.maddpg}
     for name in args.algorithms:
         if not paths[name].is_file():
             parser.error(f"{name}'s config {paths[name]} does not exist: pass --{name.lower()} PATH")
@@ -322,7 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict] = []
     for mode in args.modes:
         for name in args.algorithms:
-            env_id, config = run_config(paths[name], MODES[mode], 0, args)
+            if name in BOX_ONLY and not MODES[mode]:
+                print(f"{name} trains Box actions only: skipped in the {mode} mode", flush=True)
+                continue
+            _, env_id, config = run_config(paths[name], MODES[mode], 0, args)
             params = multi_agent.game_params(env_id, config)
             if params not in references:
                 references[params] = mpe_policies.reference_returns(
@@ -333,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 runs.append(train_and_score(name, paths[name], mode, seed, references, args))
                 write(references, runs, device, args)  # after every run: a run cut short keeps what it measured
+            scores = [run["score"] for run in runs if (run["algorithm"], run["mode"]) == (name, mode)]
+            print(f"{name} {mode}: score {mean_std(scores)} over {len(scores)} seeds", flush=True)
     print(table(references, runs, device, args))
     if args.curves:
         print(f"learning curves: {args.curves}")
