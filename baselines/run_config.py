@@ -5,7 +5,8 @@ env and the trainer's config dataclass out; and that config back to TOML (the ru
 A config file holds ``env``, ``algorithm`` and a ``[hyperparameters]`` table whose keys are the
 algorithm's config fields (``PPOConfig``, ``A2CConfig``, ``DDPGConfig``, ``TD3Config``); a multi-agent game adds
 ``[groups]``, ``[policies.<name>]`` and ``[env_params]`` (:class:`multi_agent.MultiAgentConfig`; with
-``algorithm = "maddpg"``, :class:`maddpg.MADDPGConfig`). Values are typed by the fields they set (:mod:`settings`).
+``algorithm = "maddpg"``, :class:`maddpg_config.MADDPGConfig`). Values are typed by the fields they
+set (:mod:`settings`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from gpu_marl_envs.baselines import a2c, ddpg, maddpg, multi_agent, ppo, settings, sizing
+from gpu_marl_envs.baselines import a2c, ddpg, maddpg, maddpg_config, multi_agent, ppo, settings, sizing
 from gpu_marl_envs.baselines.models import ActorCritic
 from gymnasium import spaces
 
@@ -53,7 +54,7 @@ DEFAULT_CONFIGS = {
 MULTI_AGENT_TABLES = ("env_params", "groups", "policies")
 MULTI_AGENT_ALGORITHMS = (*multi_agent.ALGORITHMS, "maddpg")
 """A multi-agent config's ``algorithm``: the on-policy trainer's default for its policies, or maddpg."""
-MULTI_AGENT_CONFIGS = (multi_agent.MultiAgentConfig, maddpg.MADDPGConfig)
+MULTI_AGENT_CONFIGS = (multi_agent.MultiAgentConfig, maddpg_config.MADDPGConfig)
 
 
 class ConfigError(ValueError):
@@ -132,7 +133,7 @@ def build_config(raw: dict, overrides: list[str], seed: int | None):
 
 def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
     """The policies' default algorithm, the game and its :class:`multi_agent.MultiAgentConfig` (for
-    ``algorithm = "maddpg"``, its :class:`maddpg.MADDPGConfig`).
+    ``algorithm = "maddpg"``, its :class:`maddpg_config.MADDPGConfig`).
 
     ``--set`` keys: a plain key is a run setting (``num_envs=8``); a dotted key reaches into a table
     (``policies.taggers.learning_rate=1e-3``, ``env_params.num_runners=20``, ``groups.runners=shared``).
@@ -147,8 +148,10 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
     tables = {name: copy.deepcopy(raw.get(name, {})) for name in ("hyperparameters", *MULTI_AGENT_TABLES)}
     # The type of a setting each table's keys name.
     types = {
-        "hyperparameters": settings.field_types(maddpg.MADDPGConfig if off_policy else multi_agent.MultiAgentConfig),
-        "policies": settings.field_types(maddpg.PolicySettings if off_policy else multi_agent.PolicyConfig),
+        "hyperparameters": settings.field_types(
+            maddpg_config.MADDPGConfig if off_policy else multi_agent.MultiAgentConfig
+        ),
+        "policies": settings.field_types(maddpg_config.PolicySettings if off_policy else multi_agent.PolicyConfig),
         "env_params": settings.field_types(get_game(env).params_type),
         "groups": {},
     }
@@ -172,7 +175,7 @@ def build_multi_agent_config(raw: dict, overrides: list[str], seed: int | None):
         tables["hyperparameters"]["seed"] = seed
     try:
         if off_policy:
-            config = maddpg.MADDPGConfig.from_dict(tables)
+            config = maddpg_config.MADDPGConfig.from_dict(tables)
         else:
             config = multi_agent.MultiAgentConfig.from_dict(tables, algorithm)
         multi_agent.game_params(env, config)
@@ -186,8 +189,8 @@ def check_env(algorithm: str, env, config) -> None:
     if not isinstance(env, str):
         raise ConfigError(f'the config must name its env (env = "CartPole-v1"), got {env!r}')
     try:
-        if isinstance(config, maddpg.MADDPGConfig):
-            maddpg.box_spaces(env, config)
+        if isinstance(config, maddpg_config.MADDPGConfig):
+            maddpg_config.box_spaces(env, config)
             return
         if isinstance(config, multi_agent.MultiAgentConfig):
             multi_agent.policy_spaces(env, config)
@@ -258,6 +261,6 @@ def raw_config(checkpoint: dict) -> dict:
 
 def train_function(algorithm: str, config):
     """The function that trains ``config``: the algorithm's, :func:`multi_agent.train` or :func:`maddpg.train`."""
-    if isinstance(config, maddpg.MADDPGConfig):
+    if isinstance(config, maddpg_config.MADDPGConfig):
         return maddpg.train
     return multi_agent.train if isinstance(config, multi_agent.MultiAgentConfig) else ALGORITHMS[algorithm][1]

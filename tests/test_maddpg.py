@@ -11,14 +11,14 @@ import dataclasses
 import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import pytest
 import torch
-from gpu_marl_envs.baselines import checkpoint, maddpg, multi_agent, run_config, train
+from gpu_marl_envs.baselines import checkpoint, maddpg, maddpg_config, multi_agent, run_config, train
 from gpu_marl_envs.baselines.joint_replay import JointReplay
 
 GLIDE = "glide/Glide-v0"
 SPREAD = {"N": 3, "max_cycles": 4, "continuous_actions": True}
 
 
-def config(env_params=None, groups=None, policies=None, **run) -> maddpg.MADDPGConfig:
+def config(env_params=None, groups=None, policies=None, **run) -> maddpg_config.MADDPGConfig:
     run = {
         "num_envs": 4,
         "total_timesteps": 64,
@@ -28,7 +28,7 @@ def config(env_params=None, groups=None, policies=None, **run) -> maddpg.MADDPGC
         "gradient_steps": 2,
         **run,
     }
-    return maddpg.MADDPGConfig.from_dict(
+    return maddpg_config.MADDPGConfig.from_dict(
         {
             "hyperparameters": run,
             "env_params": SPREAD if env_params is None else env_params,
@@ -38,7 +38,7 @@ def config(env_params=None, groups=None, policies=None, **run) -> maddpg.MADDPGC
     )
 
 
-def glide_config(policies=None, **run) -> maddpg.MADDPGConfig:
+def glide_config(policies=None, **run) -> maddpg_config.MADDPGConfig:
     return config(
         {"num_gliders": 2, "episode_length": 3},
         {"gliders": "gliders", "leaders": "leaders"},
@@ -81,7 +81,7 @@ def test_a_policy_of_one_agent_gets_no_id():
 
 
 def test_the_layout_places_each_groups_actions_in_the_game_order():
-    spaces = {name: action for name, (_, action) in maddpg.box_spaces(GLIDE, glide_config()).items()}
+    spaces = {name: action for name, (_, action) in maddpg_config.box_spaces(GLIDE, glide_config()).items()}
     layout = maddpg.Layout.of(GLIDE, glide_config(), spaces)
     assert layout.action_size == 3 * 2
     assert layout.columns["gliders"].tolist() == [[0, 1], [2, 3]]
@@ -273,7 +273,7 @@ def test_shipped_maddpg_configs_read_back_as_written():
     for name in ("simple_spread_v3_maddpg.toml", "simple_tag_v3_maddpg.toml"):
         algorithm, env, built = run_config.build_config(run_config.read_config(run_config.CONFIGS / name), [], None)
         run_config.check_env(algorithm, env, built)
-        assert isinstance(built, maddpg.MADDPGConfig) and built.env_params["continuous_actions"] is True
+        assert isinstance(built, maddpg_config.MADDPGConfig) and built.env_params["continuous_actions"] is True
         again = run_config.build_config(run_config.tomllib.loads(run_config.to_toml(algorithm, env, built)), [], None)
         assert again == (algorithm, env, built), name
 
