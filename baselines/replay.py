@@ -2,8 +2,11 @@
 off-policy baselines.
 
 Storage is preallocated once; a batch of transitions (one per env of a vector step) is written in
-one indexed copy per field. The number of stored items is a Python int updated arithmetically, so
-neither ``add`` nor ``sample`` synchronises with the device.
+one indexed copy per field. The write position and the number of stored items are device tensors,
+so that neither ``add`` nor ``sample`` synchronises with the host and a CUDA graph that captured
+them once stays right at every replay: the slots a write fills and the range a draw covers move
+with the tensors, not with numbers frozen at the capture. Only ``len()`` and ``state_dict()`` read
+them on the host (a synchronisation each).
 """
 
 from __future__ import annotations
@@ -37,11 +40,15 @@ class ReplayBuffer:
         self.rewards = torch.zeros(capacity, device=self.device)
         self.next_obs = torch.zeros((capacity, obs_size), device=self.device)
         self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
-        self.position = 0  # the slot the next item goes to
-        self.size = 0  # items stored, at most capacity
+        self.position = torch.zeros((), dtype=torch.int64, device=self.device)  # the slot the next item goes to
+        self.size = torch.zeros((), dtype=torch.int64, device=self.device)  # items stored, at most capacity
+        # Whether anything was ever added, known on the host: a sample from an empty buffer is refused
+        # without reading the device's count (a ring, once written, never empties).
+        self._written = False
 
     def __len__(self) -> int:
-        return self.size
+        """The number of stored items (read from the device: a synchronisation)."""
+        return int(self.size)
 
     def add(
         self,
@@ -70,21 +77,20 @@ class ReplayBuffer:
         if batch > self.capacity:
             raise ValueError(f"ReplayBuffer.add: a batch of {batch} transitions exceeds the capacity {self.capacity}")
         # Slots position, position + 1, ... wrapping round; distinct since batch <= capacity.
-        slots = torch.arange(self.position, self.position + batch, device=self.device) % self.capacity
-        self.obs[slots] = obs
-        self.actions[slots] = actions
-        self.rewards[slots] = rewards
-        self.next_obs[slots] = next_obs
-        self.terminated[slots] = terminated
-        self.position = (self.position + batch) % self.capacity
-        self.size = min(self.size + batch, self.capacity)
+        slots = (self.position + torch.arange(batch, device=self.device)) % self.capacity
+        for name, tensor in given.items():
+            getattr(self, name).index_copy_(0, slots, tensor)
+        self.position.add_(batch).remainder_(self.capacity)
+        self.size.add_(batch).clamp_(max=self.capacity)
+        self._written = True
 
     FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 
     def state_dict(self) -> dict:
         """The stored items (not the empty slots) and the write position, for checkpoints."""
         # Copies, so that a saved file holds only the stored items, not the whole preallocated ring.
-        return {"position": self.position, **{name: getattr(self, name)[: self.size].clone() for name in self.FIELDS}}
+        size = len(self)
+        return {"position": int(self.position), **{name: getattr(self, name)[:size].clone() for name in self.FIELDS}}
 
     def load_state_dict(self, state: dict) -> None:
         size = state["obs"].shape[0]
@@ -100,16 +106,21 @@ class ReplayBuffer:
             )
         for name in self.FIELDS:
             getattr(self, name)[:size] = state[name]
-        self.size, self.position = size, int(state["position"])
+        # In place: a captured insert or draw reads these tensors.
+        self.size.fill_(size)
+        self.position.fill_(int(state["position"]))
+        self._written = size > 0
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transitions:
         """``batch_size`` stored transitions drawn uniformly with replacement (copies)."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"ReplayBuffer.sample: batch_size must be an int >= 1, got {batch_size!r}")
-        if self.size == 0:
+        if not self._written:
             raise ValueError("ReplayBuffer.sample: the buffer is empty; add transitions first")
-        # Drawn on the device (the generator, if given, must live there too): no host round trip.
-        idx = torch.randint(self.size, (batch_size,), device=self.device, generator=generator)
+        # Drawn on the device (the generator, if given, must live there too) from 62 random bits
+        # modulo the device's count: torch.randint would take its range from the host. The modulo's
+        # bias (below size / 2**62) is far under what any number of draws could show.
+        idx = torch.randint(2**62, (batch_size,), device=self.device, generator=generator).remainder_(self.size)
         return Transitions(
             self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
         )

@@ -1,7 +1,10 @@
-"""DDPG pieces on fixed inputs (the replay ring, soft updates, the TD target, the separation of the
-actor's and the critic's updates), the transitions the trainer stores, smoke runs with tiny budgets
-and a learning check on Pendulum-v1."""
+"""DDPG and TD3 pieces on fixed inputs (the replay ring, soft updates, the TD target, TD3's twin
+critics and target smoothing, the separation of the actor's and the critic's updates), the
+transitions the trainer stores, its schedule of actor updates, smoke runs with tiny budgets and a
+learning check on Pendulum-v1; on a GPU, captured runs against eager ones."""
 
+import copy
+import dataclasses
 import math
 import re
 
@@ -13,6 +16,9 @@ from gpu_marl_envs.baselines.ddpg import (
     Actor,
     Critic,
     DDPGConfig,
+    TD3Config,
+    TwinCritic,
+    critic_loss,
     evaluate,
     soft_update,
     td_target,
@@ -46,7 +52,7 @@ def test_replay_ring_wraps_round_and_keeps_the_newest():
     replay = ReplayBuffer(5, 2, 1, "cpu")
     for first in (0, 3, 6):  # batches of 3 into 5 slots: the second and third writes wrap round
         replay.add(*numbered(range(first, first + 3)))
-    assert len(replay) == 5
+    assert len(replay) == 5 and replay.position.item() == 4, "9 items into 5 slots: the next write goes to slot 4"
     ids = replay.obs[:, 0]
     assert sorted(ids.tolist()) == [4, 5, 6, 7, 8], "the ring must hold the 5 newest items"
     assert ids.tolist() == [5, 6, 7, 8, 4], "items 5..8 overwrote slots 0..3 in order"
@@ -182,6 +188,68 @@ def test_critic_update_leaves_the_actors_alone():
     assert not unchanged(critic_before, critic), "the critic must have moved"
 
 
+class RecordingCritic(nn.Module):
+    """A target critic pair whose estimates are fixed rows (Q1' = 5, Q2' = 3) and which keeps the
+    actions it is asked about."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def values(self, obs, actions):
+        self.seen.append(actions.clone())
+        return torch.tensor([5.0, 3.0])[:, None].expand(2, obs.shape[0])
+
+
+def test_td3_target_takes_the_smaller_estimate_of_a_smoothed_action():
+    torch.manual_seed(0)
+    critic, target_actor, target_critic = TwinCritic(3, 1, (16,)), Actor(3, PENDULUM_ACTIONS, (16,)), RecordingCritic()
+    with torch.no_grad():
+        target_actor.net[-1].weight.zero_()
+        target_actor.net[-1].bias.fill_(50.0)  # mu'(s') = 2, the upper bound
+    batch = Transitions(
+        torch.randn(512, 3), torch.rand(512, 1) * 4 - 2, torch.randn(512), torch.randn(512, 3), torch.rand(512) < 0.5
+    )
+    loss, q1_mean = critic_loss(critic, target_actor, target_critic, batch, 0.9, policy_noise=10.0, noise_clip=0.25)
+    # A huge std clipped at 0.25 half-ranges (0.5 in Pendulum's torque), added to 2 and clipped to [-2, 2].
+    smoothed = target_critic.seen[0]
+    assert smoothed.min().item() == pytest.approx(1.5) and smoothed.max().item() == 2.0
+    assert (smoothed == 1.5).float().mean() > 0.3, "most of a std-10 noise is clipped at -0.5"
+    target = td_target(batch.rewards, batch.terminated, torch.full((512,), 3.0), 0.9)  # min(5, 3)
+    with torch.no_grad():
+        q1, q2 = critic.q1(batch.obs, batch.actions), critic.q2(batch.obs, batch.actions)
+    assert torch.equal(critic(batch.obs, batch.actions), q1), "the pair's value (the actor's objective) is Q1"
+    expected = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6), "each critic regresses on the one target"
+    assert q1_mean.item() == pytest.approx(q1.mean().item(), rel=1e-6)
+    # Without smoothing the target actor's action is used as it is.
+    critic_loss(critic, target_actor, target_critic, batch, 0.9)
+    assert torch.equal(target_critic.seen[1], torch.full((512, 1), 2.0))
+
+
+def test_td3_steps_move_both_critics_and_the_actor_follows_q1():
+    actor, _, target_actor, _, batch = small_setup()
+    critic, target_critic = TwinCritic(3, 1, (16,)), TwinCritic(3, 1, (16,))
+    critic_before = snapshot(critic)
+    update_critic(
+        critic,
+        torch.optim.Adam(critic.parameters(), lr=0.01),
+        target_actor,
+        target_critic,
+        batch,
+        0.9,
+        policy_noise=0.2,
+    )
+    moved = [not torch.equal(a, b) for a, b in zip(critic_before, snapshot(critic))]
+    assert all(moved), "both critics of the pair learn from the target"
+    critic_before = snapshot(critic)
+    with torch.no_grad():
+        expected_loss = -critic.q1(batch.obs, actor(batch.obs)).mean()
+    loss = update_actor(actor, torch.optim.Adam(actor.parameters(), lr=0.01), critic, batch.obs)
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-6), "the actor ascends Q1"
+    assert unchanged(critic_before, critic)
+
+
 # -- the trainer -----------------------------------------------------------------------------------
 
 
@@ -215,9 +283,42 @@ def test_trainer_stores_final_observations_and_terminated_only(monkeypatch):
     assert torch.allclose(turned, 0.05 * next_obs[199, :, 2], atol=1e-4)
 
 
-@pytest.mark.parametrize("env_id, exploration", [("Pendulum-v1", "gaussian"), ("MountainCarContinuous-v0", "ou")])
-def test_training_smoke(env_id, exploration):
+def test_actor_updates_follow_the_policy_frequency_across_iterations():
+    # 3 critic steps an iteration, the actor at every 2nd of the run: the iterations' patterns
+    # alternate, each its own phase (a graph on CUDA), and the counts are the eager counter's.
     config = DDPGConfig(
+        num_envs=2,
+        total_timesteps=2 * 7,
+        learning_starts=3,
+        batch_size=4,
+        buffer_size=64,
+        gradient_steps=3,
+        hidden=(8,),
+    )
+    run = ddpg.start("Pendulum-v1", config, device="cpu")
+    phases = ddpg.Phases(run)
+    assert [run.learns(i) for i in range(3)] == [False, False, True], "learning starts at env step 4 >= 3"
+    assert run.actor_steps(2) == (False, True, False) and run.actor_steps(3) == (True, False, True)
+    for iteration in range(run.iterations):
+        phases.collect(iteration)
+        phases.update()
+    assert len(run.replay) == 14 and len(phases.updates) == 2
+    (critic_steps,) = {int(state["step"]) for state in run.critic_optimizer.state.values()}
+    (actor_steps,) = {int(state["step"]) for state in run.actor_optimizer.state.values()}
+    assert (critic_steps, actor_steps) == (5 * 3, 5 * 3 // 2)
+    run.envs.close()
+
+
+@pytest.mark.parametrize(
+    "env_id, exploration, config_type",
+    [
+        ("Pendulum-v1", "gaussian", DDPGConfig),
+        ("MountainCarContinuous-v0", "ou", DDPGConfig),
+        ("Pendulum-v1", "gaussian", TD3Config),
+    ],
+)
+def test_training_smoke(env_id, exploration, config_type):
+    config = config_type(
         num_envs=4, total_timesteps=256, learning_starts=64, batch_size=32, hidden=(16, 16), exploration=exploration
     )
     actor, history = train(env_id, config, device="cpu", log_every=16, log=None)
@@ -258,6 +359,10 @@ def test_discrete_env_is_rejected():
         ("exploration_noise", -0.1, "exploration_noise"),
         ("ou_theta", 0.0, "ou_theta"),
         ("policy_frequency", 0, "policy_frequency"),
+        ("policy_noise", -0.2, "policy_noise must be a finite number >= 0"),
+        ("noise_clip", math.inf, "noise_clip must be a finite number >= 0"),
+        ("twin_critics", 1, "twin_critics must be true or false"),
+        ("fused_mlp", True, "DDPGConfig.fused_mlp = true: the fused kernels run tanh MLPs"),
         ("hidden", (), "hidden must be a non-empty tuple"),
         ("hidden", [64, 64], "hidden must be a non-empty tuple"),
     ],
@@ -304,3 +409,61 @@ def test_training_smoke_on_gpu(cuda_device):
     assert actor.action_scale.device.type == "cuda"
     assert all(math.isfinite(v) for v in history[-1].values()), history[-1]
     assert torch.isfinite(evaluate(actor, "Pendulum-v1", num_episodes=4, device=cuda_device)).all()
+
+
+def leaves(value, path: str = "") -> dict:
+    """The tensors and numbers of a nested training state (dicts, lists) by their path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in leaves(item, f"{path}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in leaves(item, f"{path}/{i}").items()}
+    return {path: value}
+
+
+def final_state(env_id: str, config, device, backend: str) -> tuple[dict, list[dict]]:
+    """A run's last training state (networks, optimizers, replay; copied) and its history without timings."""
+    states = []
+    _, history = train(
+        env_id,
+        config,
+        device=device,
+        backend=backend,
+        log_every=8,
+        log=None,
+        save=lambda state: states.append(copy.deepcopy(state)),
+    )
+    timeless = [{key: value for key, value in entry.items() if key != "seconds"} for entry in history]
+    return leaves({key: value for key, value in states[-1].items() if key != "history"}), timeless
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["pycuda", "numba", "torch"])
+@pytest.mark.parametrize("algorithm", ["ddpg", "ddpg-ou", "td3"])
+def test_captured_training_matches_eager_bitwise(algorithm, backend, cuda_device):
+    """The same run with its iterations replayed as CUDA graphs and run eagerly: the graphs draw the
+    same random numbers (exploration, replay draws, TD3's smoothing) and do the same arithmetic, so
+    every parameter, optimizer state and stored transition is bitwise the same, and so is the
+    history. Three gradient steps an iteration with the actor at every second make two update
+    graphs, besides the random acting before learning_starts and the policy's after."""
+    config = (TD3Config if algorithm == "td3" else DDPGConfig)(
+        num_envs=64,
+        total_timesteps=64 * 40,
+        learning_starts=64 * 8,
+        batch_size=64,
+        buffer_size=64 * 32,  # the ring wraps round within the run
+        gradient_steps=3,
+        hidden=(32, 32),
+        exploration="ou" if algorithm == "ddpg-ou" else "gaussian",
+    )
+    (graphed, graphed_history), (eager, eager_history) = (
+        final_state("Pendulum-v1", dataclasses.replace(config, cuda_graph=captured), cuda_device, backend)
+        for captured in (True, False)
+    )
+    assert graphed["/iteration"] == eager["/iteration"] == 40 and graphed.keys() == eager.keys()
+    differ = [
+        path
+        for path, value in graphed.items()
+        if not (torch.equal(value, eager[path]) if torch.is_tensor(value) else value == eager[path])
+    ]
+    assert differ == [], f"{len(differ)} of {len(graphed)} entries differ, first {differ[:5]}"
+    assert repr(graphed_history) == repr(eager_history)  # repr: the losses before learning_starts are NaN

@@ -377,7 +377,7 @@ def test_several_gpus(algorithm, gpus, tmp_path):
     if torch.cuda.device_count() < gpus:
         pytest.skip(f"needs {gpus} GPUs (NCCL between them), this host has {torch.cuda.device_count()}")
     runs = {}
-    for graph_allreduce in ("true", "false") if algorithm != "ddpg" else ("true",):  # DDPG runs no graphs
+    for graph_allreduce in ("true", "false"):
         folder = tmp_path / graph_allreduce
         folder.mkdir()
         ranks = run_worker(folder, algorithm, "--device", "cuda", "--graph-allreduce", graph_allreduce, nproc=gpus)

@@ -51,12 +51,16 @@ def parameters(modules: dict) -> dict[str, torch.Tensor]:
     }
 
 
+DDPG_NETWORKS = ("model", "critic", "target_actor", "target_critic")
+"""The networks of a DDPG or TD3 training state."""
+
+
 def saved_parameters(state: dict) -> dict[str, torch.Tensor]:
     """The networks of a training state (the trainers' ``save``), copied (they are the live tensors)."""
     return {
         f"{name}.{key}": value.clone()
         for name, part in state.items()
-        if name == "model" or name.startswith("policy/")
+        if name in DDPG_NETWORKS or name.startswith("policy/")
         for key, value in part.items()
     }
 
@@ -139,6 +143,37 @@ def test_without_self_log_the_run_is_the_same():
     cartpole(log_mean_return=False)
 
 
+def off_policy(config_type, device="cpu") -> list[int]:
+    """DDPG or TD3 on Pendulum through ``ddpg.train`` and through Lightning: every network (actor,
+    critic or TD3's pair, targets) after every iteration, random acting first, then three gradient
+    steps an iteration with the actor at every second; the same history. Returns the graphs each
+    phase had at the last training step."""
+    config = config_type(
+        num_envs=4,
+        total_timesteps=4 * 6,
+        learning_starts=8,
+        batch_size=8,
+        buffer_size=64,
+        gradient_steps=3,
+        hidden=(8,),
+    )
+    expected, history = train_iterations(ddpg, "Pendulum-v1", config, 6, device)
+    module, snapshots, pieces = training_module("Pendulum-v1", config), Snapshots(), PiecesAtEnd()
+    fit = trainer(device, callbacks=[snapshots, pieces])
+    fit.fit(module)
+    assert module.algorithm == ("td3" if config_type is ddpg.TD3Config else "ddpg")
+    assert fit.global_step == 4, "one Lightning step a learning iteration (the 3rd to the 6th)"
+    assert_same(expected, snapshots.states)
+    assert repr(without_timings(module.history)) == repr(without_timings(history))  # repr: the first losses are NaN
+    assert [phase.pieces for phase in module.graphed_phases] == [0] * len(pieces.captured), "released at the end"
+    return pieces.captured
+
+
+@pytest.mark.parametrize("config_type", [ddpg.DDPGConfig, ddpg.TD3Config])
+def test_ddpg_and_td3_through_lightning_are_train_iteration_by_iteration(config_type):
+    assert off_policy(config_type) == [0, 0, 0, 0], "on the CPU: no graphs (the two kinds of acting, two updates)"
+
+
 TAG = multi_agent.MultiAgentConfig.from_dict(
     {
         "hyperparameters": {"num_envs": 2, "num_steps": 8, "total_timesteps": 2 * 8 * 4},
@@ -214,13 +249,14 @@ def test_resume_through_ckpt_path_continues_the_step_count(case, tmp_path):
     first = training_module(env_id, config)
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     stopped = trainer(
-        max_steps=3 if case == "ppo" else 6,
+        max_steps={"ppo": 3, "ddpg": 1, "tag": 6}[case],
         enable_checkpointing=True,
         callbacks=[every],
         plugins=[AtomicCheckpointIO()],
     )
     stopped.fit(first)
-    # 3 iterations: PPO steps once an iteration, Tag twice, DDPG 4 + 2 times from its 3rd (learning_starts).
+    # 3 iterations: PPO steps once an iteration, Tag twice, DDPG once from its 3rd (learning_starts): its
+    # iteration's gradient steps, the critic's and the actor's, are one update.
     assert first.next_iteration == 3
     path = tmp_path / f"step={stopped.global_step}.ckpt"  # the last of those ModelCheckpoint wrote
     saved = torch.load(path, weights_only=False)
@@ -240,7 +276,7 @@ def test_resume_through_ckpt_path_continues_the_step_count(case, tmp_path):
         assert torch.equal(restored.state[key], value), key
     # It goes on to the end of the run: the step count and the history continue.
     assert resumed.next_iteration == 6
-    assert continued.global_step == {"ppo": 6, "ddpg": 24, "tag": 12}[case]
+    assert continued.global_step == {"ppo": 6, "ddpg": 4, "tag": 12}[case]
     assert repr(resumed.history[:3]) == repr(first.history[:3])  # repr: DDPG's first losses are NaN
     assert [entry["env_steps"] for entry in resumed.history] == [
         config.num_envs * getattr(config, "num_steps", 1) * i for i in range(1, 7)
@@ -390,6 +426,13 @@ def test_tag_through_lightning_is_multi_agent_train_on_the_gpu(cuda_device):
     assert without_timings(module.history) == without_timings(history)
     # Captured while training, freed when fitting ends (NCCL's teardown would wait for them under DDP).
     assert pieces.captured == [1, 1, 1] and [phase.pieces for phase in module.graphed_phases] == [0, 0, 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config_type", [ddpg.DDPGConfig, ddpg.TD3Config])
+def test_ddpg_and_td3_through_lightning_are_train_on_the_gpu(config_type, cuda_device):
+    """Each phase captured at its second use: the random acting, the policy's and both update patterns."""
+    assert off_policy(config_type, cuda_device) == [1, 1, 1, 1]
 
 
 @pytest.mark.gpu

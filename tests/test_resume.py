@@ -6,7 +6,7 @@ after the same env steps, or is refused where those make no whole number of iter
 import pytest
 import torch
 from gpu_marl_envs.baselines import a2c, ddpg, ppo
-from gpu_marl_envs.baselines.checkpoint import load_optimizer, resumed_iteration, training_state
+from gpu_marl_envs.baselines.checkpoint import load_optimizer, restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.replay import ReplayBuffer
 
 CASES = {
@@ -19,6 +19,13 @@ CASES = {
     "ddpg": (
         ddpg,
         ddpg.DDPGConfig(
+            num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8, buffer_size=64, hidden=(16, 16)
+        ),
+        "Pendulum-v1",
+    ),
+    "td3": (
+        ddpg,
+        ddpg.TD3Config(
             num_envs=4, total_timesteps=4 * 6, learning_starts=8, batch_size=8, buffer_size=64, hidden=(16, 16)
         ),
         "Pendulum-v1",
@@ -75,6 +82,22 @@ def test_resume_restores_networks_and_optimizers(name):
         assert torch.equal(policy.state_dict()[key], value), f"parameter {key} differs after resume"
 
 
+def test_td3_checkpoints_hold_the_critic_pair_and_restore_it():
+    module, config, env_id = CASES["td3"]
+    saved = interrupted_run(module, config, env_id, stop_after=6)[-1]
+    for part in ("critic", "target_critic"):
+        assert {key.split(".")[0] for key in saved[part]} == {"q1", "q2"}, part
+    run = ddpg.start(env_id, config, device="cpu", resume=saved)
+    restore(saved, **run.parts)
+    for part in ("critic", "target_critic"):
+        for key, value in getattr(run, part).state_dict().items():
+            assert torch.equal(value, saved[part][key]), f"{part}.{key} differs after resume"
+    # One optimizer for the pair (as CleanRL's and Stable-Baselines3's TD3), its state restored too.
+    assert len(run.critic_optimizer.state) == len(list(run.critic.parameters())) == 12
+    assert len(run.replay) == 24
+    run.envs.close()
+
+
 def test_resume_rejects_a_foreign_state():
     module, config, env_id = CASES["ppo"]
     with pytest.raises(ValueError, match="no training state"):
@@ -123,7 +146,7 @@ def test_replay_state_round_trip():
         )
     copy = ReplayBuffer(4, 2, 1)
     copy.load_state_dict(replay.state_dict())
-    assert (copy.size, copy.position) == (replay.size, replay.position) == (4, 2)
+    assert (len(copy), int(copy.position)) == (len(replay), int(replay.position)) == (4, 2)
     assert torch.equal(copy.rewards, replay.rewards)
     with pytest.raises(ValueError, match="cannot load a replay state"):
         ReplayBuffer(4, 3, 1).load_state_dict(replay.state_dict())

@@ -27,6 +27,7 @@ def run(*args, cwd=None):
         ("cartpole_ppo.toml", ["num_steps=16"]),
         ("acrobot_a2c.toml", ["num_steps=16"]),
         ("pendulum_ddpg.toml", ["learning_starts=512", "batch_size=64"]),
+        ("pendulum_td3.toml", ["learning_starts=1536", "batch_size=32", "gradient_steps=1"]),
     ],
 )
 def test_training_run_leaves_metrics_curve_and_checkpoint(config, overrides, tmp_path):

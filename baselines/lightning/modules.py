@@ -5,17 +5,18 @@ or :func:`module_from_config` for a shipped or TOML config with ``--set``-style 
 ``setup`` it starts the trainer's run exactly as ``train`` does (same seeds, envs on the
 strategy's device, networks, optimizers; :func:`gpu_marl_envs.baselines.ppo.start` and the
 like), and each training step runs one of the run's iterations with the trainer's own code
-(``Phases``, ``ddpg.step``): the rollout on the device, then the update, both CUDA graphs where
-``train`` captures them. So with the same seed the parameters are those of ``train`` after every
-iteration.
+(``Phases``): the rollout on the device (DDPG: its vector step), then the update, both CUDA graphs
+where ``train`` captures them. So with the same seed the parameters are those of ``train`` after
+every iteration.
 
 - The training data is the numbers of the iterations still to run (:class:`IterationNumbers`):
   one epoch is the config's whole run (``total_timesteps``); ``Trainer(max_epochs=1)`` trains it.
-- The optimizers are the trainers' own, one per trained policy (DDPG: the actor's and the
+- The optimizers are the trainers' own, one per trained policy (DDPG and TD3: the actor's and the
   critic's), under manual optimisation. A policy's update is one Lightning optimizer step
   (:class:`RolloutUpdate`), so ``trainer.global_step`` grows by the number of trained policies
-  per iteration; DDPG, which runs no graphs, steps through Lightning at each gradient step.
-  ``Trainer(max_steps=N)`` stops after N such steps.
+  per iteration; DDPG's iteration interleaves its critic's and actor's gradient steps in one
+  update (one graph), which is its critic optimizer's Lightning step: one a learning iteration,
+  none before ``learning_starts``. ``Trainer(max_steps=N)`` stops after N such steps.
 - Gradients are averaged over the ranks (``strategy="ddp"``) and clipped (``max_grad_norm``)
   inside the update, as ``train`` does: the update does not call ``manual_backward`` or
   ``clip_gradients``, whose Python could not run in a graph's replays. DDP's own gradient hooks
@@ -146,7 +147,7 @@ class TrainingModule(pl.LightningModule):
     def iterate(self, iteration: int) -> dict[str, torch.Tensor]:
         """Run iteration ``iteration``, stepping the optimizers through Lightning; returns the losses.
         Here: the trainer's ``Phases`` (``self.phases``) as its ``train`` runs them, each update as
-        its optimizer's Lightning step (DDPG's module runs ``ddpg.step`` instead)."""
+        its optimizer's Lightning step (DDPG's module overrides it)."""
         with self.config.matmul_precision():
             self.phases.collect()
             self.phases.schedule(iteration)
@@ -221,7 +222,7 @@ class TrainingModule(pl.LightningModule):
 
     @property
     def graphed_phases(self) -> list[GraphedPhase]:
-        """The run's captured phases, released when fitting ends (DDPG's module captures none)."""
+        """The run's captured phases, released when fitting ends."""
         return []
 
     @property
@@ -387,14 +388,17 @@ class MultiAgentModule(TrainingModule):
 
 
 class DDPGModule(TrainingModule):
-    """DDPG (``ddpg.DDPGConfig``) on a single-agent env with Box actions: ``self.actor``,
-    ``self.critic`` and their targets; the actor's and the critic's Adam step through Lightning at
-    each of their gradient steps. Its checkpoints hold the replay buffer."""
+    """DDPG or TD3 (``ddpg.DDPGConfig`` or ``ddpg.TD3Config``) on a single-agent env with Box
+    actions: ``self.actor``, ``self.critic`` (TD3's pair) and their targets. Each training step is
+    the run's iteration (``ddpg.Phases``): the vector step, then, from ``learning_starts`` on, the
+    iteration's gradient steps as the critic optimizer's Lightning step (:class:`RolloutUpdate`),
+    the actor's steps inside it; the actor's optimizer is Lightning's to save and restore. Its
+    checkpoints hold the replay buffer."""
 
     def __init__(self, env_id: str, config: ddpg.DDPGConfig, **options):
         if not isinstance(config, ddpg.DDPGConfig):
-            raise TypeError(f"{type(self).__name__} takes a DDPGConfig, not a {type(config).__name__}")
-        super().__init__(env_id, config, "ddpg", **options)
+            raise TypeError(f"{type(self).__name__} takes a DDPGConfig or a TD3Config, not a {type(config).__name__}")
+        super().__init__(env_id, config, "td3" if isinstance(config, ddpg.TD3Config) else "ddpg", **options)
 
     def start(self, device):
         run = ddpg.start(self.env_id, self.config, device=device, backend=self.backend, resume=self._resume)
@@ -404,6 +408,7 @@ class DDPGModule(TrainingModule):
             run.target_actor,
             run.target_critic,
         )
+        self.phases = ddpg.Phases(run)
         return run
 
     @property
@@ -413,13 +418,21 @@ class DDPGModule(TrainingModule):
     def trained(self):
         return self.actor
 
+    @property
+    def graphed_phases(self):
+        return self.phases.graphed
+
     def configure_optimizers(self):
-        return [self.run.actor_optimizer, self.run.critic_optimizer]
+        # In the order of earlier checkpoints: the actor's, then the critic's.
+        return [self.run.actor_optimizer, RolloutUpdate(self.run.critic_optimizer, self.phases.update)]
 
     def iterate(self, iteration):
-        actor_optimizer, critic_optimizer = self.optimizers()
-        ddpg.step(self.run, iteration, actor_optimizer, critic_optimizer)
-        return self.run.losses
+        with self.config.matmul_precision():
+            self.phases.collect(iteration)
+            if not self.run.learns(iteration):
+                return self.run.losses
+            _, update = self.optimizers()
+            return update.step()
 
     def entry(self, losses):
         run = self.run
@@ -440,7 +453,7 @@ class DDPGModule(TrainingModule):
 
 def training_module(env_id: str, config, **options) -> TrainingModule:
     """The module that trains ``config`` on ``env_id``: :class:`OnPolicyModule` for a
-    ``PPOConfig`` or ``A2CConfig``, :class:`DDPGModule` for a ``DDPGConfig``,
+    ``PPOConfig`` or ``A2CConfig``, :class:`DDPGModule` for a ``DDPGConfig`` (or ``TD3Config``),
     :class:`MultiAgentModule` for a ``MultiAgentConfig``. ``options``: ``backend``, ``resume``
     (a ``gpu-marl-train`` training state to continue) and, for a game, ``models``."""
     if isinstance(config, multi_agent.MultiAgentConfig):
