@@ -34,10 +34,11 @@ Phase = Callable[[], dict[str, torch.Tensor]]
 
 @dataclass(frozen=True)
 class CaptureOptions:
-    """How the on-policy trainers run their phases (fields shared by their configs)."""
+    """How the trainers run their phases (fields shared by their configs)."""
 
     cuda_graph: bool = True
-    """On CUDA, replay each rollout and each update as one CUDA graph (ignored on the CPU)."""
+    """On CUDA, replay each rollout and each update as one CUDA graph (DDPG and TD3: each vector
+    step, and each iteration's gradient steps); ignored on the CPU."""
     compile: bool = False
     """``torch.compile`` the policy, the advantages and the loss, fusing their small kernels
     (compiling takes a minute or so)."""
