@@ -1,9 +1,10 @@
 """Lightning's overhead on the GPU: env-steps/s of a trainer's own ``train`` (what ``gpu-marl-train``
 runs) against the same config through Lightning's Trainer (``gpu-marl-train --lightning``, and a
 Trainer with its progress bar, a CSV logger and ``TrainingStats``, as a user would have it), in one
-process, alternating, for PPO on CartPole at 4,096 envs x 128 steps and WarpDrive's Tag A2C config
-at 1,000 games x 50 steps (pycuda, the shipped file's bf16 passes). Issue 27's target: Lightning
-within 5% of ``train``.
+process, alternating, for PPO on CartPole at 4,096 envs x 128 steps, WarpDrive's Tag A2C config
+at 1,000 games x 50 steps (pycuda, the shipped file's bf16 passes) and the shipped DDPG config on
+Pendulum (its whole run: 2,500 iterations of 8 envs). Issue 27's target (and issue 43's for
+DDPG): Lightning within 5% of ``train``.
 
 Each run logs every ``log_every`` iterations (a history entry is the only host synchronisation; 1
 is gpu-marl-train's interval for runs shorter than 100 iterations, and the worst case for
@@ -30,8 +31,9 @@ import time
 import lightning
 import lightning.pytorch as pl
 import torch
-from gpu_marl_envs.baselines import multi_agent, ppo
+from gpu_marl_envs.baselines import ddpg, multi_agent, ppo
 from gpu_marl_envs.baselines.lightning import TrainingStats, training_module
+from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
 from lightning.pytorch.loggers import CSVLogger
 from report import add_output_options, gpu_hardware, save
 from train_throughput import tag_a2c
@@ -52,6 +54,9 @@ def cases(iterations: int):
         tag_a2c(1000, 50, iterations),
         "pycuda",
     )
+    # Its own length: a DDPG iteration is one vector step of 8 envs, and it learns after 125 of them.
+    _, env_id, pendulum = build_config(read_config(CONFIGS / "pendulum_ddpg.toml"), [], None)
+    yield "DDPG Pendulum (shipped config, whole run)", ddpg, env_id, pendulum, None
 
 
 def throughput(history: list[dict]) -> float:
