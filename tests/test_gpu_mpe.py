@@ -145,3 +145,12 @@ def test_kernels_match_reference_at_large_sizes(config, backend, cuda_device):
 def test_autoreset_modes_on_gpu(config, mode, backend, cuda_device):
     env_id, num_envs, params = CONFIGS[config]
     run_twins(env_id, num_envs, params, backend, mode)
+
+
+# The MPE2-sized games (the many-agent ones would only make the reference slow).
+@pytest.mark.parametrize("config", sorted(c for c, (_, _, params) in CONFIGS.items() if params.num_agents <= 4))
+def test_torch_backend_captured_in_a_cuda_graph(config, cuda_device):
+    # The torch backend replays its step as a CUDA graph by default: any copy from the host inside
+    # the step (a constant made per step) fails the capture. The twin is the same rules uncaptured.
+    env_id, num_envs, params = CONFIGS[config]
+    run_twins(env_id, num_envs, params, "torch", AutoresetMode.NEXT_STEP)

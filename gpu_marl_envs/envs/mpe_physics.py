@@ -31,6 +31,7 @@ Here, in float32 with every product and sum rounded where this module rounds it 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -76,6 +77,14 @@ def physics_constants() -> dict:
         "EXP_COEFFICIENTS": tuple(f32(v) for v in EXP_COEFFICIENTS),
         "LOG1P_COEFFICIENTS": tuple(f32(v) for v in LOG1P_COEFFICIENTS),
     }
+
+
+@functools.lru_cache(maxsize=256)
+def device_constant(values: tuple, device: torch.device) -> torch.Tensor:
+    """float32 ``values`` (a tuple, nested for more dimensions) on ``device``, made once per device:
+    a copy from the host cannot be captured in a CUDA graph, and the torch backend captures its step.
+    Shared by every caller: read it, never write it."""
+    return torch.tensor(values, dtype=torch.float32, device=device)
 
 
 def pair_constants(size_a: float, size_b: float) -> tuple[float, float]:
@@ -131,8 +140,10 @@ def action_force(actions: torch.Tensor, continuous: bool, sensitivity: torch.Ten
     if continuous:
         a = actions.clamp(0.0, 1.0)
         return (a[..., 2] - a[..., 1]) * sensitivity, (a[..., 4] - a[..., 3]) * sensitivity
+    # A float sensitivity stays a Python scalar (torch.where takes it as float32 for float32
+    # results): a tensor made from it would be a host-to-device copy.
     zero = torch.zeros((), dtype=torch.float32, device=actions.device)
-    s = torch.as_tensor(sensitivity, dtype=torch.float32, device=actions.device)
+    s = sensitivity
     ux = torch.where(actions == 1, -s, torch.where(actions == 2, s, zero))
     uy = torch.where(actions == 3, -s, torch.where(actions == 4, s, zero))
     return ux, uy

@@ -168,7 +168,7 @@ def step(p, s: SimpleSpeakerListenerState, actions: torch.Tensor):
 
 
 def observe(p, s: SimpleSpeakerListenerState) -> dict[str, torch.Tensor]:
-    colors = torch.tensor(LANDMARK_COLORS, dtype=torch.float32, device=s.x.device)
+    colors = mpe.device_constant(LANDMARK_COLORS, s.x.device)
     to_landmarks = torch.stack([s.landmark_x - s.x[:, 1:], s.landmark_y - s.y[:, 1:]], 2).flatten(1)
     listener = torch.cat([s.vx[:, 1:], s.vy[:, 1:], to_landmarks, s.comm], 1)
     return {"speakers": colors[s.goal.long()][:, None, :], "listeners": listener[:, None, :]}

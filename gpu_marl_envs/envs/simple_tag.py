@@ -162,15 +162,14 @@ def _sizes(p: SimpleTagParams) -> list[float]:
 
 
 def _per_agent(p: SimpleTagParams, adversary: float, good: float, device) -> torch.Tensor:
-    values = [mpe.f32(adversary)] * p.num_adversaries + [mpe.f32(good)] * p.num_good
-    return torch.tensor(values, dtype=torch.float32, device=device)
+    return mpe.device_constant((mpe.f32(adversary),) * p.num_adversaries + (mpe.f32(good),) * p.num_good, device)
 
 
 def _pair_tables(p: SimpleTagParams, device) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 ``(N, N + num_obstacles)`` dist_min and reach2 of each (agent, entity) pair."""
     sizes = _sizes(p)
-    pairs = [[mpe.pair_constants(sizes[i], s) for s in sizes] for i in range(p.num_agents)]
-    table = torch.tensor(pairs, dtype=torch.float32, device=device).reshape(p.num_agents, len(sizes), 2)
+    pairs = tuple(tuple(mpe.pair_constants(sizes[i], s) for s in sizes) for i in range(p.num_agents))
+    table = mpe.device_constant(pairs, device)
     return table[..., 0], table[..., 1]
 
 
