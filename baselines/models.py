@@ -2,7 +2,8 @@
 
 ``ActorCritic(observation_size, action_space)`` works for ``Discrete`` (categorical),
 ``MultiDiscrete`` (one categorical per component) and ``Box`` (diagonal Gaussian, state-independent
-log std) action spaces. A custom policy is any ``torch.nn.Module`` with the same three methods:
+standard deviation: free, ``exp`` of a parameter, or bounded by ``max_std``) action spaces. A
+custom policy is any ``torch.nn.Module`` with the same three methods:
 ``sample(obs) -> action``, ``value(obs) -> (B,)`` and
 ``action_and_value(obs, action=None) -> (action, log_prob, entropy, value)``; to be captured in a
 CUDA graph they must not synchronise with the host (no ``.item()``, no ``torch.distributions``
@@ -64,12 +65,15 @@ class ActorCritic(nn.Module):
         normalize_observations: bool = False,
         *,
         critic: nn.Module | None = None,
+        max_std: float = math.inf,
     ):
         """``normalize_observations``: the networks see observations scaled by their running mean
         and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
         the trainer updates it from each rollout). ``critic``: the value network, made before the
         actor (by default an MLP on the observations; :class:`CentralisedActorCritic` passes its
-        own)."""
+        own). ``max_std`` (``Box`` only): ``inf``, the Gaussian's std is ``exp(log_std)``, free
+        (CleanRL's, starting at 1); a number, it is ``max_std * sigmoid(std_logit)``, starting at
+        ``max_std * sigmoid(1)`` (MAPPO's Gaussian head; see ``PolicyConfig.max_std``)."""
         super().__init__()
         self.obs_norm = ObservationNormalizer(observation_size) if normalize_observations else None
         if isinstance(action_space, spaces.Discrete):
@@ -86,9 +90,18 @@ class ActorCritic(nn.Module):
         self.critic = mlp(observation_size, hidden, 1, last_gain=1.0) if critic is None else critic
         outputs = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
         self.actor = mlp(observation_size, hidden, outputs, last_gain=0.01)
-        if self.nvec is None:
+        if math.isfinite(max_std) and self.nvec is None:
+            self.log_max_std = math.log(max_std)
+            self.std_logit = nn.Parameter(torch.ones(outputs))
+        elif self.nvec is None:
             self.log_std = nn.Parameter(torch.zeros(outputs))
         self.fused = False
+
+    def gaussian_log_std(self) -> torch.Tensor:
+        """``Box`` only: the log of the Gaussian's std per action component."""
+        if hasattr(self, "std_logit"):
+            return self.log_max_std + F.logsigmoid(self.std_logit)
+        return self.log_std
 
     def use_fused_mlp(self, setting: bool | str = True) -> bool:
         """Run the actor and the critic as :mod:`fused_mlp`'s Triton kernels where they can (float32
@@ -145,7 +158,7 @@ class ActorCritic(nn.Module):
         out = out.float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
             self._no_mask(action_mask)
-            return out + self.log_std.exp() * torch.randn_like(out)
+            return out + self.gaussian_log_std().exp() * torch.randn_like(out)
         # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical of the logits;
         # the noise of every component is drawn at once.
         uniform = torch.rand_like(out)
@@ -171,7 +184,7 @@ class ActorCritic(nn.Module):
         """The log-probability of ``action`` and the entropy under the actor's outputs ``out``."""
         if self.nvec is None:
             self._no_mask(action_mask)
-            log_std = self.log_std.expand_as(out)
+            log_std = self.gaussian_log_std().expand_as(out)
             log_prob = (-0.5 * ((action - out) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI).sum(-1)
             entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
             return log_prob, entropy
@@ -279,6 +292,7 @@ class CentralisedActorCritic(ActorCritic):
         agents: int,
         hidden: tuple[int, ...] = (64, 64),
         normalize_observations: bool = False,
+        max_std: float = math.inf,
     ):
         super().__init__(
             observation_size,
@@ -286,6 +300,7 @@ class CentralisedActorCritic(ActorCritic):
             hidden,
             normalize_observations,
             critic=CentralisedCritic(state_size, agents, hidden, normalize_observations),
+            max_std=max_std,
         )
 
     def use_fused_mlp(self, setting: bool | str = True) -> bool:

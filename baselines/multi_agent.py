@@ -149,6 +149,13 @@ class PolicyConfig:
     """PPO only: passes over each rollout."""
     num_minibatches: int = 4
     """PPO only: minibatches per pass (rows of the policy's agents, split as evenly as possible)."""
+    max_std: float = math.inf
+    """``Box`` actions only: the bound of the Gaussian's std. ``inf``: free, ``exp`` of a
+    parameter starting at 0 (CleanRL's, ``ActorCritic``'s). A number: ``max_std * sigmoid(p)``,
+    ``p`` starting at 1, the Gaussian head of MAPPO's code (marlbenchmark/on-policy and HARL's
+    ``DiagGaussian``, whose ``std_y_coef`` is this, 0.5 there): the entropy bonus cannot widen the
+    std past it. With actions clipped into a box, a free std can grow without bound at no cost to
+    the clipped actions (docs/benchmarks/mpe-learning-h200.md)."""
 
     def __post_init__(self):
         if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):
@@ -388,10 +395,15 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 sum(s.stop - s.start for s in slots[name].values()),
                 settings.hidden,
                 settings.normalize_observations,
+                settings.max_std,
             )
         else:
             module = ActorCritic(
-                observation_space.shape[0], action_space, settings.hidden, settings.normalize_observations
+                observation_space.shape[0],
+                action_space,
+                settings.hidden,
+                settings.normalize_observations,
+                max_std=settings.max_std,
             )
         policies[name] = module.to(device)
     return policies

@@ -139,6 +139,25 @@ def test_policy_heads(space, shape):
     assert agent.greedy(obs).shape == (8, *shape)
 
 
+@pytest.mark.parametrize("max_std", [math.inf, 0.5])
+def test_gaussian_head_is_torch_normal(max_std):
+    # The written-out Gaussian (no torch.distributions: capturable) against torch's Normal, with a
+    # free std (exp of log_std) and a bounded one (max_std * sigmoid(std_logit), MAPPO's head).
+    agent = ActorCritic(3, spaces.Box(0.0, 1.0, (4,), dtype=np.float32), max_std=max_std)
+    params = torch.tensor([-2.0, 0.0, 1.0, 30.0])  # the last: the std at its bound where bounded
+    with torch.no_grad():
+        (agent.log_std if max_std == math.inf else agent.std_logit).copy_(params)
+    obs = torch.randn(6, 3)
+    action, log_prob, entropy, _ = agent.action_and_value(obs)
+    mean = agent.greedy(obs)
+    std = params.exp() if max_std == math.inf else max_std * torch.sigmoid(params)
+    normal = torch.distributions.Normal(mean, std)
+    torch.testing.assert_close(log_prob, normal.log_prob(action).sum(-1))
+    torch.testing.assert_close(entropy, normal.entropy().sum(-1))
+    if max_std != math.inf:
+        assert torch.all(agent.gaussian_log_std().exp() <= max_std)
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_training_smoke(env_id):
     config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=256, num_minibatches=2, update_epochs=2)
