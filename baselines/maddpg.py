@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from gpu_marl_envs.baselines.capture import GraphedPhase, make_optimizer
 from gpu_marl_envs.baselines.checkpoint import CheckpointError, fitting, restore, resumed_iteration, training_state
 from gpu_marl_envs.baselines.ddpg import Actor, relu_mlp, soft_update, td_target
-from gpu_marl_envs.baselines.distributed import setup
+from gpu_marl_envs.baselines.distributed import Context, setup
 from gpu_marl_envs.baselines.joint_replay import JointReplay
 from gpu_marl_envs.baselines.maddpg_config import MADDPGConfig, PolicySettings, box_spaces
 from gpu_marl_envs.baselines.models import layer
@@ -69,7 +69,6 @@ from gpu_marl_envs.baselines.multi_agent import (
 )
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import EntryNumbers, EpisodeStats, PhaseTimes
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
@@ -121,7 +120,8 @@ class Layout:
     action_size: int  # D
 
     @classmethod
-    def of(cls, env_id: str, config: MADDPGConfig, action_spaces: dict[str, spaces.Box]) -> Layout:
+    def of(cls, env_id: str, config: MADDPGConfig) -> Layout:
+        action_spaces = {name: action for name, (_, action) in box_spaces(env_id, config).items()}
         slots = policy_slots(env_id, config)
         game = get_game(env_id)
         groups, offset, places = [], 0, {name: [] for name in slots}
@@ -164,8 +164,8 @@ def load_actors(checkpoint: dict, device) -> tuple[dict[str, Actor], str, MADDPG
 
 @dataclass
 class Policy:
-    """One policy's networks, targets and optimisers (optimisers None for an untrained one), its
-    action bounds and exploration noise scale."""
+    """One policy's networks, targets and optimisers (optimisers None for an untrained one), and its
+    action bounds."""
 
     actor: Actor
     critics: nn.ModuleList  # one critic, or two with twin_critics
@@ -189,7 +189,7 @@ class Run:
     """One run's pieces (see :func:`start`), and what changes as it goes."""
 
     config: MADDPGConfig
-    context: object
+    context: Context
     first: int  # the iteration to start from (> 0 when resumed)
     iterations: int
     env: GpuParallelEnv
@@ -234,19 +234,27 @@ class Run:
         self.updates = learning * self.config.gradient_steps
 
 
-def replay_fields(env: GpuParallelEnv, spaces_of: dict, layout: Layout) -> dict:
-    """The replay's fields: name -> (shape per joint transition, dtype)."""
-    state = tuple(env.state_space.shape)
-    fields_ = {"state": (state, torch.float32), "next_state": (state, torch.float32)}
-    fields_["actions"] = ((layout.action_size,), torch.float32)
-    for name, (observation_space, _) in spaces_of.items():
+def replay_fields(env_id: str, config: MADDPGConfig) -> dict:
+    """The replay's fields for ``config``'s game: name -> (shape per joint transition, dtype)."""
+    layout = Layout.of(env_id, config)
+    state = tuple(get_game(env_id).state_space(game_params(env_id, config)).shape)
+    fields = {"state": (state, torch.float32), "next_state": (state, torch.float32)}
+    fields["actions"] = ((layout.action_size,), torch.float32)
+    for name, (observation_space, _) in box_spaces(env_id, config).items():
         agents = len(layout.columns[name])
-        fields_[f"obs/{name}"] = ((agents, *observation_space.shape), torch.float32)
-        fields_[f"next_obs/{name}"] = ((agents, *observation_space.shape), torch.float32)
-        fields_[f"reward/{name}"] = ((agents,), torch.float32)
-        fields_[f"weight/{name}"] = ((agents,), torch.float32)
-        fields_[f"terminated/{name}"] = ((agents,), torch.bool)
-    return fields_
+        fields[f"obs/{name}"] = ((agents, *observation_space.shape), torch.float32)
+        fields[f"next_obs/{name}"] = ((agents, *observation_space.shape), torch.float32)
+        fields[f"reward/{name}"] = ((agents,), torch.float32)
+        fields[f"weight/{name}"] = ((agents,), torch.float32)
+        fields[f"terminated/{name}"] = ((agents,), torch.bool)
+    return fields
+
+
+def replay_bytes(env_id: str, config: MADDPGConfig) -> int:
+    """Bytes of the replay's storage, allocated whole when a run starts (``gpu-marl-train`` checks
+    them against the device's memory before the run)."""
+    fields = replay_fields(env_id, config).values()
+    return config.buffer_size * sum(math.prod(shape) * dtype.itemsize for shape, dtype in fields)
 
 
 def start(
@@ -256,7 +264,7 @@ def start(
     context = setup(device)
     if context.world_size > 1:
         raise ValueError("maddpg trains in one process: run it without torchrun (--nproc-per-node)")
-    spaces_of = box_spaces(env_id, config)
+    box_spaces(env_id, config)  # a game whose actions are not Box: one line, before anything is made
     first = resumed_iteration(resume, 1, config.num_envs)
     torch.manual_seed(context.seed(config.seed, first))
     # A captured acting step records the env's launches itself: the env must not replay its own graph inside it.
@@ -271,7 +279,7 @@ def start(
         cuda_graph=False if config.cuda_graph else None,
     )
     device = env.device
-    layout = Layout.of(env_id, config, {name: action for name, (_, action) in spaces_of.items()})
+    layout = Layout.of(env_id, config)
     actors = make_actors(env_id, config, device)
     state_size = env.state_space.shape[0]
     policies = {}
@@ -309,7 +317,7 @@ def start(
         layout=layout,
         policies=policies,
         inputs={name: PolicyInputs.of(groups, obs, infos) for name, groups in layout.slots.items()},
-        replay=JointReplay(config.buffer_size, replay_fields(env, spaces_of, layout), device),
+        replay=JointReplay(config.buffer_size, replay_fields(env_id, config), device),
         stats={group: EpisodeStats(config.num_envs, device) for group in config.groups},
         losses={
             f"{name}/{term}": torch.full((), nan, device=device)

@@ -1,18 +1,16 @@
 """MADDPG's settings (:mod:`maddpg`): the run's (:class:`MADDPGConfig`) and each policy's
-(:class:`PolicySettings`), read from a game's config with ``algorithm = "maddpg"``; the check that
-every policy acts in a ``Box`` (:func:`box_spaces`); and the replay's size in bytes
-(:func:`replay_bytes`), which ``gpu-marl-train`` checks against the device's memory before a run.
+(:class:`PolicySettings`), read from a game's config with ``algorithm = "maddpg"``, and the check
+that every policy acts in a ``Box`` (:func:`box_spaces`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from gpu_marl_envs.baselines import settings
-from gpu_marl_envs.baselines.multi_agent import check_policy_map, game_params, policy_spaces
+from gpu_marl_envs.baselines.multi_agent import check_policy_map, policy_spaces
 from gymnasium import spaces
 
 from gpu_marl_envs.parallel_env import get_game
@@ -172,19 +170,3 @@ def box_spaces(env_id: str, config: MADDPGConfig) -> dict[str, tuple[spaces.Box,
             )
             raise ValueError(f"maddpg needs Box actions; {env_id}'s group {group!r} has {action_space}: {hint}")
     return policy_space
-
-
-def replay_bytes(env_id: str, config: MADDPGConfig) -> int:
-    """Bytes of the replay's storage: per item the state and its successor, every policy's
-    observations and their successors, the joint action, and per agent a reward, a weight and a
-    terminated flag."""
-    params = game_params(env_id, config)
-    game = get_game(env_id)
-    state = game.state_space(params).shape[0]
-    observation_spaces, action_spaces = game.observation_spaces(params), game.action_spaces(params)
-    observations = actions = agents = 0
-    for group, ids in game.agent_groups(params).items():
-        observations += int(math.prod(observation_spaces[group].shape)) * len(ids)
-        actions += int(math.prod(action_spaces[group].shape)) * len(ids)
-        agents += len(ids)
-    return config.buffer_size * (4 * (2 * state + 2 * observations + actions + 2 * agents) + agents)

@@ -51,7 +51,7 @@ def check_fits(env_id: str, config, device) -> None:
     with a traceback, or an out-of-memory kill, after the run began. A bound from below: a run that
     passes may still not fit. (With ``num_envs = "auto"`` the config holds the sweep's first count.)
     For maddpg the bound is its replay, which is allocated whole at the start."""
-    from gpu_marl_envs.baselines import maddpg_config, multi_agent
+    from gpu_marl_envs.baselines import maddpg, maddpg_config, multi_agent
 
     from gpu_marl_envs.registration import env_spec
 
@@ -61,7 +61,7 @@ def check_fits(env_id: str, config, device) -> None:
     else:
         available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if isinstance(config, maddpg_config.MADDPGConfig):
-        needed = maddpg_config.replay_bytes(env_id, config)
+        needed = maddpg.replay_bytes(env_id, config)
         if needed > available:
             raise ValueError(
                 f"buffer_size={config.buffer_size:,} needs {needed / 2**30:,.1f} GiB for the replay; "

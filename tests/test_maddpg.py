@@ -81,8 +81,7 @@ def test_a_policy_of_one_agent_gets_no_id():
 
 
 def test_the_layout_places_each_groups_actions_in_the_game_order():
-    spaces = {name: action for name, (_, action) in maddpg_config.box_spaces(GLIDE, glide_config()).items()}
-    layout = maddpg.Layout.of(GLIDE, glide_config(), spaces)
+    layout = maddpg.Layout.of(GLIDE, glide_config())
     assert layout.action_size == 3 * 2
     assert layout.columns["gliders"].tolist() == [[0, 1], [2, 3]]
     assert layout.columns["leaders"].tolist() == [[4, 5]]
