@@ -115,8 +115,8 @@ def train_and_score(name: str, path: Path, mode: str, seed: int, references: dic
     begin = time.perf_counter()
     progress = {"next": 0.0}
 
-    def log(entry: dict) -> None:  # a line at every tenth of the run
-        if entry["env_steps"] >= progress["next"] * config.total_timesteps:
+    def log(entry: dict) -> None:  # a line at every tenth of the run, from an entry with finished games
+        if entry["episodes"] and entry["env_steps"] >= progress["next"] * config.total_timesteps:
             progress["next"] += 0.1
             score = mpe_policies.normalised_score(entry["mean_return"], random_return, scripted_return)
             print(
