@@ -15,7 +15,8 @@ a learning-curve picture and a checkpoint; or evaluate a checkpoint.
 (also ``python -m gpu_marl_envs.baselines.train``, and ``torchrun --nproc-per-node N -m
 gpu_marl_envs.baselines.train ...`` for several GPUs or hosts: docs/distributed.md). A config is a
 TOML file with ``env``, ``algorithm`` and a ``[hyperparameters]`` table whose keys are the algorithm's config fields
-(``PPOConfig``, ``A2CConfig``, ``DDPGConfig``); shipped configs live in ``gpu_marl_envs/baselines/configs/``.
+(``PPOConfig``, ``A2CConfig``, ``DDPGConfig``, ``TD3Config``); shipped configs live in
+``gpu_marl_envs/baselines/configs/``.
 A multi-agent game (Tag, CovidEconomy) trains one network per policy (:mod:`multi_agent`): its config adds
 ``[groups]`` (group -> policy name), one ``[policies.<name>]`` table per policy (``PolicyConfig``
 fields; ``algorithm`` defaults to the top-level one) and optionally ``[env_params]``; its

@@ -310,16 +310,22 @@ def test_actor_updates_follow_the_policy_frequency_across_iterations():
 
 
 @pytest.mark.parametrize(
-    "env_id, exploration, config_type",
+    "env_id, exploration, config_type, bf16",
     [
-        ("Pendulum-v1", "gaussian", DDPGConfig),
-        ("MountainCarContinuous-v0", "ou", DDPGConfig),
-        ("Pendulum-v1", "gaussian", TD3Config),
+        ("Pendulum-v1", "gaussian", DDPGConfig, False),
+        ("MountainCarContinuous-v0", "ou", DDPGConfig, False),
+        ("Pendulum-v1", "gaussian", TD3Config, True),  # bfloat16 forward passes, float32 losses and parameters
     ],
 )
-def test_training_smoke(env_id, exploration, config_type):
+def test_training_smoke(env_id, exploration, config_type, bf16):
     config = config_type(
-        num_envs=4, total_timesteps=256, learning_starts=64, batch_size=32, hidden=(16, 16), exploration=exploration
+        num_envs=4,
+        total_timesteps=256,
+        learning_starts=64,
+        batch_size=32,
+        hidden=(16, 16),
+        exploration=exploration,
+        bf16=bf16,
     )
     actor, history = train(env_id, config, device="cpu", log_every=16, log=None)
     assert [h["env_steps"] for h in history] == [64, 128, 192, 256]
