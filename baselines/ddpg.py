@@ -338,8 +338,8 @@ class Run:
     noise_std: torch.Tensor  # the exploration noise's scale per action dimension
     ou_state: torch.Tensor  # the Ornstein-Uhlenbeck noise of each env (exploration="ou")
     losses: dict[str, torch.Tensor]  # the last gradient steps' losses (NaN before the first)
-    critic_loss: object  # critic_loss, compiled with config.compile
-    actor_loss: object  # actor_loss, likewise
+    critic_loss_fn: object  # critic_loss, compiled with config.compile
+    actor_loss_fn: object  # actor_loss, likewise
 
     @property
     def device(self) -> torch.device:
@@ -436,8 +436,8 @@ def start(
         noise_std=config.exploration_noise * actor.action_scale,
         ou_state=torch.zeros((config.num_envs, action_size), device=device),
         losses={"critic_loss": nan.clone(), "actor_loss": nan.clone(), "q_value": nan.clone()},
-        critic_loss=config.compiled(critic_loss),
-        actor_loss=config.compiled(actor_loss),
+        critic_loss_fn=config.compiled(critic_loss),
+        actor_loss_fn=config.compiled(actor_loss),
     )
 
 
@@ -490,7 +490,7 @@ def update(run: Run, actor_steps: tuple[bool, ...]) -> dict[str, torch.Tensor]:
             run.average_critic_gradients,
             policy_noise=config.policy_noise,
             noise_clip=config.noise_clip,
-            loss_fn=run.critic_loss,
+            loss_fn=run.critic_loss_fn,
             autocast=autocast,
         )
         if with_actor:
@@ -500,7 +500,7 @@ def update(run: Run, actor_steps: tuple[bool, ...]) -> dict[str, torch.Tensor]:
                 run.critic,
                 batch.obs,
                 run.average_actor_gradients,
-                loss_fn=run.actor_loss,
+                loss_fn=run.actor_loss_fn,
                 autocast=autocast,
             )
             soft_update(run.target_actor, run.actor, config.tau)
