@@ -114,13 +114,20 @@ def test_run_mlp_is_the_network_on_the_cpu():
 
 
 def frequencies(logits, components, mask=None, draws=400):
+    """Each action's frequency in ``draws`` draws per row, drawn in one launch: the rows repeated
+    ``draws`` times (each row of a launch has noise of its own), ``logits`` read with its row stride
+    as given (a slice of a wider buffer stays one). In Triton's interpreter (on the CPU) the launch
+    has few programs of many rows: its time goes by programs, not rows."""
     n = logits.shape[-1] // components
-    counts = torch.zeros(*logits.shape[:-1], components, n, device=logits.device)
-    for _ in range(draws):
-        actions = sampling.gumbel_max_kernel(logits, components, mask)
-        assert actions.shape == (*logits.shape[:-1], components) and actions.dtype == torch.int64
-        counts.scatter_add_(-1, actions.unsqueeze(-1), torch.ones_like(counts[..., :1]))
-    return counts / draws
+    base = logits if logits._base is None else logits._base
+    repeated = base.expand(draws, *base.shape)[..., : logits.shape[-1]]
+    masks = None if mask is None else mask.expand(draws, *mask.shape)
+    with pytest.MonkeyPatch.context() as patch:
+        if not logits.is_cuda:
+            patch.setattr(sampling, "BLOCK_ROWS", 4096)
+        actions = sampling.gumbel_max_kernel(repeated, components, masks)
+    assert actions.shape == (draws, *logits.shape[:-1], components) and actions.dtype == torch.int64
+    return torch.nn.functional.one_hot(actions, n).float().mean(0)
 
 
 @pytest.mark.parametrize("components, n", [(2, 21), (1, 2), (1, 11)])
