@@ -406,15 +406,19 @@ def update_critics(run: Run, name: str, batch: dict, next_joint: torch.Tensor) -
 
 
 def update_actor(run: Run, name: str, batch: dict) -> None:
-    """One step of policy ``name``'s actor on ``-Q_i(s, a_1, ..., mu(o_i), ..., a_N)``. The critic
+    """One step of policy ``name``'s actor on ``-Q_i(s, a_1, ..., mu(o_i), ..., a_N)``, plus
+    ``preactivation_penalty`` times the mean square of its pre-tanh outputs. The critic
     is a fixed function here: its parameters stop requiring gradients while the loss's graph is
     built, so the backward pass computes no critic gradients at all (:func:`ddpg.update_actor`)."""
-    policy = run.policies[name]
-    critic = policy.critics[0]
+    policy, weights = run.policies[name], batch[f"weight/{name}"]
+    actor, critic = policy.actor, policy.critics[0]
     critic.requires_grad_(False)
     try:
-        own = policy.actor(batch[f"obs/{name}"])
-        loss = -masked_mean(critic(batch["state"], batch["actions"], own), batch[f"weight/{name}"])
+        # ddpg.Actor's forward, with its pre-activations kept for the penalty.
+        pre = actor.net(batch[f"obs/{name}"])
+        own = torch.tanh(pre) * actor.action_scale + actor.action_bias
+        loss = -masked_mean(critic(batch["state"], batch["actions"], own), weights)
+        loss = loss + policy.settings.preactivation_penalty * masked_mean(pre.square().mean(-1), weights)
     finally:
         critic.requires_grad_(True)
     clipped_step(policy.actor_optimizer, loss, policy.actor, policy.settings.max_grad_norm)

@@ -27,6 +27,10 @@ class PolicySettings:
     critic_lr: float = 1e-2
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the actor and the critic (ReLU)."""
+    preactivation_penalty: float = 1e-3
+    """Weight of the mean square of the actor's pre-tanh outputs in its loss (``openai/maddpg``'s
+    ``p_reg``, 1e-3): it keeps the tanh off its flat tails, where the critic's gradient no longer
+    moves the action; 0: none."""
     max_grad_norm: float = 0.5
     """Clip each network's gradient norm at this (``openai/maddpg``'s ``grad_norm_clipping``); ``inf``: no clipping."""
 

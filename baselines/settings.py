@@ -61,7 +61,8 @@ RANGES = {
     **dict.fromkeys(("gamma", "gae_lambda"), ("a number in [0, 1]", lambda v: 0 <= v <= 1)),
     **dict.fromkeys(("tau", "ou_theta"), ("a number in (0, 1]", lambda v: 0 < v <= 1)),
     **dict.fromkeys(
-        ("vf_coef", "exploration_noise", "policy_noise", "noise_clip"), ("a finite number >= 0", _finite_at_least(0))
+        ("vf_coef", "exploration_noise", "policy_noise", "noise_clip", "preactivation_penalty"),
+        ("a finite number >= 0", _finite_at_least(0)),
     ),
     # A schedule (a tuple of points, PolicyConfig's) is checked by PolicyConfig.
     "ent_coef": ("a finite number >= 0", lambda v: isinstance(v, tuple) or _finite_at_least(0)(v)),

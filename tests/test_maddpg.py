@@ -164,6 +164,18 @@ def test_the_td_target_bootstraps_unless_terminated(terminated):
     torch.testing.assert_close(run.losses["agents/critic_loss"], ((q - target) ** 2).mean())
 
 
+def test_the_actor_loss_is_minus_q_of_its_own_action_plus_the_penalty():
+    run = maddpg.start("SimpleSpread-v3", config(policies={"agents": {"preactivation_penalty": 0.5}}), device="cpu")
+    policy, batch = run.policies["agents"], batch_of(run, terminated=False)
+    with torch.no_grad():
+        own = policy.actor(batch["obs/agents"])
+        q = policy.critics[0](batch["state"], batch["actions"], own)
+        penalty = policy.actor.net(batch["obs/agents"]).square().mean()
+    maddpg.update_actor(run, "agents", batch)
+    torch.testing.assert_close(run.losses["agents/actor_loss"], -q.mean() + 0.5 * penalty)
+    assert all(p.grad is None or not p.grad.any() for p in policy.critics.parameters()), "the critic stays put"
+
+
 def test_training_moves_only_trained_policies_and_follows_with_the_targets():
     run_config_ = glide_config(
         total_timesteps=40, policies={"gliders": {"hidden": [8]}, "leaders": {"hidden": [8], "train": False}}
