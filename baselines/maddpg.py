@@ -27,7 +27,8 @@ draws), the target actors give every agent's next action, and each trained polic
 on ``(Q_i(s, a) - y_i)^2`` with ``y_i = r_i + gamma * Q'_i(s', mu'(o'))``, bootstrapped unless
 agent ``i`` *terminated* (a truncated game's final state is as real as any other); every
 ``policy_frequency``-th step each actor steps on ``-Q_i(s, a_1, ..., mu(o_i), ..., a_N)``: agent
-``i``'s stored action replaced by its actor's, the others' as stored; then the targets follow.
+``i``'s stored action replaced by its actor's, the others' as stored (plus a small penalty on the
+actor's pre-tanh outputs, as Lowe et al.'s code has); then the targets follow.
 Every mean is over the agents present before the step.
 
 The critic's first layer splits as MAPPO's does: ``W [s; a; onehot(i)] = W_s s + W_a a + W[:, i]``.
