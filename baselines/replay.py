@@ -79,7 +79,8 @@ class ReplayBuffer:
         # Slots position, position + 1, ... wrapping round; distinct since batch <= capacity.
         slots = (self.position + torch.arange(batch, device=self.device)) % self.capacity
         for name, tensor in given.items():
-            getattr(self, name).index_copy_(0, slots, tensor)
+            field = getattr(self, name)
+            field.index_copy_(0, slots, tensor.to(field.dtype))  # cast as an indexed assignment would
         self.position.add_(batch).remainder_(self.capacity)
         self.size.add_(batch).clamp_(max=self.capacity)
         self._written = True
