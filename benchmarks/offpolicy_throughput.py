@@ -13,6 +13,8 @@ entry, where every iteration acts and learns; the greedy
 return is ``ddpg.evaluate``'s over 16 episodes (seed 10,000). The cases: the shipped Pendulum
 configs of DDPG and TD3 (8 envs, 20k env steps, 4 gradient steps an iteration) and a many-env
 Pendulum config (1,024 envs, 8 gradient steps of 4,096 transitions an iteration) of each.
+``--compile`` adds a third run of each, captured with ``compile = true`` (``torch.compile`` of the
+losses, as LeanRL pairs it with CUDA graphs; its wall time includes compiling).
 
 ``--learning``: the shipped Pendulum and MountainCarContinuous configs of DDPG and TD3, captured,
 for 3 seeds each, each run's greedy return (``ddpg.evaluate``, 100 episodes) against the issue's
@@ -143,17 +145,23 @@ def throughput(args, hardware: str) -> None:
         if not warmed:
             warm_up(env_id, config)
             warmed = True
-        eager = timed(env_id, dataclasses.replace(config, cuda_graph=False))
-        captured = timed(env_id, dataclasses.replace(config, cuda_graph=True))
-        speedup = f"{eager['wall_s'] / captured['wall_s']:.1f}x"
-        for run, result, gain in (("eager", eager, ""), ("CUDA graphs", captured, speedup)):
+        runs = {
+            "eager": dataclasses.replace(config, cuda_graph=False),
+            "CUDA graphs": dataclasses.replace(config, cuda_graph=True),
+        }
+        if args.compile:
+            runs["CUDA graphs + torch.compile"] = dataclasses.replace(config, cuda_graph=True, compile=True)
+        measured = {}
+        for run, run_config in runs.items():
+            result = measured[run] = timed(env_id, run_config)
+            gain = "" if run == "eager" else f"{measured['eager']['wall_s'] / result['wall_s']:.1f}x"
             row = (
                 f"| {label} | {run} | {result['wall_s']:.2f} s | {result['env_steps_per_s']:,.0f} | "
                 f"{result['gradient_steps_per_s']:,.0f} | {result['greedy_return']:.1f} | {gain} |"
             )
             print(row, flush=True)
             rows.append(row)
-        results.append({"label": label, "config": dataclasses.asdict(config), "eager": eager, "captured": captured})
+        results.append({"label": label, "config": dataclasses.asdict(config), "runs": measured})
         save(args, "\n".join(header + rows) + "\n", {"hardware": hardware, "results": results})
 
 
@@ -204,6 +212,7 @@ def main() -> None:
     parser.add_argument("--learning", action="store_true", help="the learning checks instead of the timings")
     parser.add_argument("--seeds", type=int, default=3, help="runs per config of --learning (default 3)")
     parser.add_argument("--quick", action="store_true", help="timed runs of a quarter of their length")
+    parser.add_argument("--compile", action="store_true", help="also a captured run with torch.compile")
     parser.add_argument("--only", help="the cases (or --learning's config files) whose name contains this text")
     args = parser.parse_args()
     hardware = gpu_hardware()
