@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from gpu_marl_envs.baselines import ddpg
+from gpu_marl_envs.baselines import ddpg, run_config
 from gpu_marl_envs.baselines.ddpg import (
     Actor,
     Critic,
@@ -337,6 +337,24 @@ def test_training_smoke(env_id, exploration, config_type):
         assert all(math.isfinite(v) for v in entry.values()), entry
     returns = evaluate(actor, env_id, num_episodes=2, device="cpu")
     assert returns.shape == (2,) and torch.isfinite(returns).all()
+
+
+@pytest.mark.parametrize(
+    "name, env_id, algorithm",
+    [
+        ("pendulum_ddpg.toml", "Pendulum-v1", "ddpg"),
+        ("pendulum_td3.toml", "Pendulum-v1", "td3"),
+        ("mountain_car_continuous_ddpg.toml", "MountainCarContinuous-v0", "ddpg"),
+        ("mountain_car_continuous_td3.toml", "MountainCarContinuous-v0", "td3"),
+    ],
+)
+def test_shipped_configs_build(name, env_id, algorithm):
+    built = run_config.build_config(run_config.read_config(run_config.CONFIGS / name), [], None)
+    assert built[:2] == (algorithm, env_id)
+    run_config.check_env(*built)
+    config, td3 = built[2], algorithm == "td3"
+    assert type(config) is (TD3Config if td3 else DDPGConfig)
+    assert (config.twin_critics, config.policy_noise > 0) == (td3, td3), "TD3's settings on, DDPG's off"
 
 
 def test_bf16_forward_passes_run_on_the_cpu():
