@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from gymnasium.vector import AutoresetMode
 
-from gpu_marl_envs.parallel_env import GpuParallelEnv
-from gpu_marl_envs.registration import NAMESPACE, is_game, make_parallel
+from gpu_marl_envs.parallel_env import GpuParallelEnv, make_parallel
+from gpu_marl_envs.registration import NAMESPACE, is_game
 from gpu_marl_envs.vector_env import GpuVectorEnv
 
 

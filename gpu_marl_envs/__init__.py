@@ -38,9 +38,9 @@ from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 from gpu_marl_envs.envs.simple_tag import SimpleTagParams
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
-from gpu_marl_envs.parallel_env import GpuParallelEnv
+from gpu_marl_envs.parallel_env import GpuParallelEnv, make_parallel
 from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
-from gpu_marl_envs.registration import ENVS, GAMES, make_parallel, register_env, register_game
+from gpu_marl_envs.registration import ENVS, GAMES, register_env, register_game
 from gpu_marl_envs.single_env import GpuEnv
 from gpu_marl_envs.tag_parallel_env import TagParallelEnv
 from gpu_marl_envs.vector_env import GpuVectorEnv

@@ -46,7 +46,7 @@ from tqdm import tqdm
 from gpu_marl_envs import covid_policies
 from gpu_marl_envs.envs import covid_calibration
 from gpu_marl_envs.envs import covid_economy as ce
-from gpu_marl_envs.registration import make_parallel
+from gpu_marl_envs.parallel_env import make_parallel
 from gpu_marl_envs.vector_env import resolve_device
 
 ENV_ID = "gpu_marl_envs/" + ce.COVID_ECONOMY.id

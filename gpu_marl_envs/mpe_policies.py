@@ -90,6 +90,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.envs import mpe_physics as mpe
 from gpu_marl_envs.envs.simple_spread import AGENT_SIZE, LANDMARK_SIZE, SimpleSpreadParams
+from gpu_marl_envs.parallel_env import make_parallel
 
 ENV_ID = "gpu_marl_envs/SimpleSpread-v3"
 GROUP = "agents"
@@ -385,8 +386,6 @@ def evaluate(
     """Run ``num_episodes`` games of SimpleSpread-v3 (``params``; MPE2's defaults if None), one
     episode each (``max_cycles`` steps, from the games' resets with ``seed``), with ``policy``
     choosing every step's actions; one host synchronisation at the end."""
-    from gpu_marl_envs.registration import make_parallel
-
     p = params or SimpleSpreadParams()
     env = make_parallel(
         ENV_ID,

@@ -554,3 +554,10 @@ class GpuParallelEnv:
 
     def _set_seeds(self, seed, mask: torch.Tensor | None) -> None:
         rng.reseed(self._buffers.seeds, self._buffers.episodes, sub_env_seeds(seed, self.num_envs, self.device), mask)
+
+
+def make_parallel(env_id: str, num_envs: int = 1, **kwargs) -> GpuParallelEnv:
+    """A batched multi-agent env, e.g. ``make_parallel("gpu_marl_envs/TagContinuous-v0", 1000,
+    device="cuda", num_runners=20)``: a :class:`GpuParallelEnv` (its keyword arguments, and the
+    fields of the game's params as keyword settings)."""
+    return GpuParallelEnv(env_id, num_envs, **kwargs)

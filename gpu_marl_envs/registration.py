@@ -14,7 +14,7 @@ Then, by the id ``"<namespace>/<definition.id>"`` (``"cover/Cover-v0"``):
 - a multi-agent game (:func:`register_game`) is in PettingZoo's registry of parallel envs:
   ``pettingzoo.make("parallel", id)`` gives one game as a numpy
   :class:`~gpu_marl_envs.pettingzoo_env.PettingZooParallelEnv` (PettingZoo's ``max_cycles=`` sets the
-  episode length); :func:`make_parallel` gives a torch
+  episode length); :func:`~gpu_marl_envs.parallel_env.make_parallel` gives a torch
   :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` of ``num_envs`` games. It is in Gymnasium's
   registry too, so that ``gymnasium.pprint_registry()`` lists every env and ``gymnasium.make`` or
   ``make_vec`` of a game's id says where to make it (rather than suggesting a similar name);
@@ -25,6 +25,10 @@ first. The lookups here do it for an id whose namespace is not registered yet, i
 of that name (the namespace is the registering package's name by convention), so that a training
 config's ``env = "cover/Cover-v0"`` needs no import. A bare name (``"CartPole-v1"``) finds the one
 registered id of that name.
+
+The registry is a leaf of the package: it holds definitions and looks them up, and constructs no
+env (``make_parallel`` lives with ``GpuParallelEnv``, ``GpuVectorEnv`` is Gymnasium's entry point by
+name), so that the env classes import it and not the other way round (``tests/test_imports.py``).
 """
 
 from __future__ import annotations
@@ -318,12 +322,3 @@ def _lookup(env_id, registry: dict, kind: str, other: dict, other_hint: str) -> 
 def parallel_env_ids() -> list[str]:
     """The ids of the registered multi-agent games, in registration order."""
     return list(GAMES)
-
-
-def make_parallel(env_id: str, num_envs: int = 1, **kwargs):
-    """A batched multi-agent env, e.g. ``make_parallel("gpu_marl_envs/TagContinuous-v0", 1000,
-    device="cuda", num_runners=20)``: a :class:`~gpu_marl_envs.parallel_env.GpuParallelEnv` (its keyword
-    arguments, and the fields of the game's params as keyword settings)."""
-    from gpu_marl_envs.parallel_env import GpuParallelEnv
-
-    return GpuParallelEnv(env_id, num_envs, **kwargs)

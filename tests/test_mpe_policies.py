@@ -11,7 +11,7 @@ import torch
 
 from gpu_marl_envs import mpe_policies as mp
 from gpu_marl_envs.envs import mpe_physics as mpe
-from gpu_marl_envs.registration import make_parallel
+from gpu_marl_envs.parallel_env import make_parallel
 
 
 def params(**settings):
