@@ -123,6 +123,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per row (default 3)")
     parser.add_argument("--log-every", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--only", help="the cases whose label contains this text (e.g. DDPG)")
     add_output_options(parser)
     args = parser.parse_args()
     hardware = gpu_hardware()
@@ -130,6 +131,8 @@ def main() -> None:
         raise SystemExit(f"--iterations {args.iterations} leaves too few history entries after the warm-up")
     rows = []
     for label, trainer_module, env_id, config, backend in cases(args.iterations):
+        if args.only and args.only not in label:
+            continue
         for log_every in args.log_every:
             rates = {"train": [], "lightning": [], "lightning defaults": []}
             for _ in range(args.repeats):
