@@ -87,6 +87,15 @@ def device_constant(values: tuple, device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32, device=device)
 
 
+def other_agents(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 ``(rows, columns)``, each ``(n, n - 1)``: row ``i`` lists the agents ``j != i`` in
+    ascending order (``x[:, rows, columns]`` is each agent's view of the others). Integer indices,
+    unlike a boolean mask, need no host synchronisation, so a CUDA graph can capture them."""
+    k = torch.arange(n - 1, device=device)
+    i = torch.arange(n, device=device)[:, None]
+    return i.expand(n, n - 1), k + (k >= i)
+
+
 def pair_constants(size_a: float, size_b: float) -> tuple[float, float]:
     """``(dist_min, reach2)`` of two entities, as float32: ``size_a + size_b`` (MPE2's float64 sum,
     rounded once) and the squared distance from which their contact force is an exact 0."""

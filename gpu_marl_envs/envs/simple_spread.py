@@ -202,8 +202,8 @@ def observe(p: SimpleSpreadParams, s: SimpleSpreadState) -> dict[str, torch.Tens
         [s.landmark_x[:, None, :] - s.x[:, :, None], s.landmark_y[:, None, :] - s.y[:, :, None]], 3
     )
     to_agents = torch.stack([s.x[:, None, :] - s.x[:, :, None], s.y[:, None, :] - s.y[:, :, None]], 3)
-    others = ~torch.eye(n, dtype=torch.bool, device=s.x.device)
-    to_others = to_agents[:, others].reshape(e, n, n - 1, 2)  # row i: the agents j != i, in order
+    rows, columns = mpe.other_agents(n, s.x.device)
+    to_others = to_agents[:, rows, columns]  # (e, n, n - 1, 2): row i, the agents j != i in order
     obs = torch.cat(
         [
             torch.stack([s.vx, s.vy, s.x, s.y], 2),

@@ -218,12 +218,13 @@ def observe(p: SimpleTagParams, s: SimpleTagState) -> dict[str, torch.Tensor]:
         [s.obstacle_x[:, None, :] - s.x[:, :, None], s.obstacle_y[:, None, :] - s.y[:, :, None]], 3
     ).reshape(e, n, 2 * p.num_obstacles)
     to_agents = torch.stack([s.x[:, None, :] - s.x[:, :, None], s.y[:, None, :] - s.y[:, :, None]], 3)
-    others = ~torch.eye(n, dtype=torch.bool, device=device)
-    to_others = to_agents[:, others].reshape(e, n, 2 * (n - 1))  # row i: the agents j != i, in order
-    velocities = torch.stack([s.vx, s.vy], 2)[:, None, :, :].expand(e, n, n, 2)  # [e, i, j]: agent j's
-    seen = others & (torch.arange(n, device=device) >= a)  # [i, j]: j is another good agent
-    adversaries_see = velocities[:, :a][:, seen[:a]].reshape(e, a, 2 * p.num_good)
-    good_see = velocities[:, a:][:, seen[a:]].reshape(e, n - a, 2 * (p.num_good - 1))
+    rows, columns = mpe.other_agents(n, device)
+    to_others = to_agents[:, rows, columns].reshape(e, n, 2 * (n - 1))  # row i: the agents j != i, in order
+    # Velocities of the good agents: all of them to an adversary, the others to a good agent.
+    good_velocities = torch.stack([s.vx[:, a:], s.vy[:, a:]], 2)  # (e, num_good, 2)
+    adversaries_see = good_velocities[:, None].expand(e, a, p.num_good, 2).reshape(e, a, 2 * p.num_good)
+    _, others = mpe.other_agents(p.num_good, device)
+    good_see = good_velocities[:, others].reshape(e, n - a, 2 * (p.num_good - 1))
     obs = torch.cat([own, to_obstacles, to_others], dim=2)
     return {
         "adversaries": torch.cat([obs[:, :a], adversaries_see], dim=2),
