@@ -1,11 +1,12 @@
 """A uniform experience replay of named fields kept on the device, whose writes and draws a CUDA
-graph can capture: the multi-agent off-policy trainer's (:mod:`maddpg`) store of joint transitions.
+graph can capture: the off-policy trainers' store, of joint transitions for :mod:`maddpg` and under
+:class:`replay.ReplayBuffer`'s fields for :mod:`ddpg`.
 
-Unlike :class:`replay.ReplayBuffer` (a Python int for its write position and its fill), the position
-and the number of stored items are device tensors, so that an insert and a draw captured once stay
-right at every replay: the slots a write fills and the range a draw covers move with the tensors,
-not with numbers frozen at capture. Each write is an ``index_copy_`` into preallocated storage;
-nothing synchronises with the host except :meth:`JointReplay.state_dict` (a checkpoint).
+The write position and the number of stored items are device tensors, so that an insert and a draw
+captured once stay right at every replay: the slots a write fills and the range a draw covers move
+with the tensors, not with numbers frozen at capture. Each write is an ``index_copy_`` into
+preallocated storage; nothing synchronises with the host except :meth:`JointReplay.state_dict` (a
+checkpoint).
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ class JointReplay:
         self.position.add_(count).remainder_(self.capacity)
         self.size.add_(count).clamp_(max=self.capacity)
 
-    def sample(self, batch_size: int) -> torch.Tensor:
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Indices of ``batch_size`` stored items drawn uniformly with replacement (at least one
-        item must be stored). Drawn on the device from 62 random bits modulo the fill, whose bias
-        (under ``size / 2**62``) no batch can show; ``torch.randint`` would take its range from
-        the host."""
-        bits = torch.randint(2**62, (batch_size,), dtype=torch.int64, device=self.device)
+        item must be stored), from ``generator`` (on the device) if given. Drawn on the device from
+        62 random bits modulo the fill, whose bias (under ``size / 2**62``) no batch can show;
+        ``torch.randint`` of the fill would take its range from the host."""
+        bits = torch.randint(2**62, (batch_size,), dtype=torch.int64, device=self.device, generator=generator)
         return bits % self.size.clamp(min=1)
 
     def take(self, name: str, index: torch.Tensor) -> torch.Tensor:

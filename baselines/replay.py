@@ -1,12 +1,8 @@
-"""A uniform experience replay (Lin, 1992; Mnih et al., 2015) kept on the env's device, for the
-off-policy baselines.
-
-Storage is preallocated once; a batch of transitions (one per env of a vector step) is written in
-one indexed copy per field. The write position and the number of stored items are device tensors,
-so that neither ``add`` nor ``sample`` synchronises with the host and a CUDA graph that captured
-them once stays right at every replay: the slots a write fills and the range a draw covers move
-with the tensors, not with numbers frozen at the capture. Only ``len()`` and ``state_dict()`` read
-them on the host (a synchronisation each).
+"""A uniform experience replay (Lin, 1992; Mnih et al., 2015) of single-agent transitions kept on
+the env's device, for DDPG and TD3: :class:`joint_replay.JointReplay`'s ring (device-side position
+and fill, capturable writes and draws) under the fields of :class:`Transitions`, with their shapes
+checked on the way in. Only ``len()`` and ``state_dict()`` read the fill on the host (a
+synchronisation each).
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from gpu_marl_envs.baselines.joint_replay import JointReplay
 
 
 class Transitions(NamedTuple):
@@ -29,22 +26,37 @@ class Transitions(NamedTuple):
 class ReplayBuffer:
     """A ring of ``capacity`` transitions on ``device``; once full, each write replaces the oldest."""
 
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
     def __init__(self, capacity: int, obs_size: int, action_size: int, device="cpu"):
         for name, value in (("capacity", capacity), ("obs_size", obs_size), ("action_size", action_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ReplayBuffer {name} must be an int >= 1, got {value!r}")
         self.capacity, self.obs_size, self.action_size = capacity, obs_size, action_size
         self.device = torch.device(device)
-        self.obs = torch.zeros((capacity, obs_size), device=self.device)
-        self.actions = torch.zeros((capacity, action_size), device=self.device)
-        self.rewards = torch.zeros(capacity, device=self.device)
-        self.next_obs = torch.zeros((capacity, obs_size), device=self.device)
-        self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
-        self.position = torch.zeros((), dtype=torch.int64, device=self.device)  # the slot the next item goes to
-        self.size = torch.zeros((), dtype=torch.int64, device=self.device)  # items stored, at most capacity
+        observation, action = ((obs_size,), torch.float32), ((action_size,), torch.float32)
+        self.ring = JointReplay(
+            capacity,
+            {
+                "obs": observation,
+                "actions": action,
+                "rewards": ((), torch.float32),
+                "next_obs": observation,
+                "terminated": ((), torch.bool),
+            },
+            self.device,
+        )
         # Whether anything was ever added, known on the host: a sample from an empty buffer is refused
         # without reading the device's count (a ring, once written, never empties).
         self._written = False
+
+    obs = property(lambda self: self.ring.fields["obs"])
+    actions = property(lambda self: self.ring.fields["actions"])
+    rewards = property(lambda self: self.ring.fields["rewards"])
+    next_obs = property(lambda self: self.ring.fields["next_obs"])
+    terminated = property(lambda self: self.ring.fields["terminated"])
+    position = property(lambda self: self.ring.position, doc="the slot the next item goes to (a device tensor)")
+    size = property(lambda self: self.ring.size, doc="the items stored, at most capacity (a device tensor)")
 
     def __len__(self) -> int:
         """The number of stored items (read from the device: a synchronisation)."""
@@ -76,16 +88,11 @@ class ReplayBuffer:
                 )
         if batch > self.capacity:
             raise ValueError(f"ReplayBuffer.add: a batch of {batch} transitions exceeds the capacity {self.capacity}")
-        # Slots position, position + 1, ... wrapping round; distinct since batch <= capacity.
-        slots = (self.position + torch.arange(batch, device=self.device)) % self.capacity
+        slots = self.ring.slots(batch)
         for name, tensor in given.items():
-            field = getattr(self, name)
-            field.index_copy_(0, slots, tensor.to(field.dtype))  # cast as an indexed assignment would
-        self.position.add_(batch).remainder_(self.capacity)
-        self.size.add_(batch).clamp_(max=self.capacity)
+            self.ring.write(name, slots, tensor)  # cast to the field's dtype, as an indexed assignment would
+        self.ring.advance(batch)
         self._written = True
-
-    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 
     def state_dict(self) -> dict:
         """The stored items (not the empty slots) and the write position, for checkpoints."""
@@ -118,10 +125,7 @@ class ReplayBuffer:
             raise ValueError(f"ReplayBuffer.sample: batch_size must be an int >= 1, got {batch_size!r}")
         if not self._written:
             raise ValueError("ReplayBuffer.sample: the buffer is empty; add transitions first")
-        # Drawn on the device (the generator, if given, must live there too) from 62 random bits
-        # modulo the device's count: torch.randint would take its range from the host. The modulo's
-        # bias (below size / 2**62) is far under what any number of draws could show.
-        idx = torch.randint(2**62, (batch_size,), device=self.device, generator=generator).remainder_(self.size)
+        idx = self.ring.sample(batch_size, generator)
         return Transitions(
             self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
         )
