@@ -70,7 +70,7 @@ class CaptureOptions:
 
     def graph_allreduce_setting(self, multi_agent: bool) -> bool:
         """``graph_allreduce`` as a trainer applies it: ``"auto"`` is what measured faster on 2 and 4
-        H100s in one call (docs/benchmarks/train-gpus-4xh100.md): PPO on CartPole scaled 1.90x and
+        H100s in one call (docs/benchmarks/multi-gpu.md): PPO on CartPole scaled 1.90x and
         3.75x with the all-reduce between replays against 1.84x and 3.56x inside the graph; Tag's
         A2C 1.98x and 3.94x inside against 1.96x and 3.92x between (its policies' updates, forked
         branches of one graph, would run one after another if cut)."""

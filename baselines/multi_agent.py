@@ -155,7 +155,7 @@ class PolicyConfig:
     ``p`` starting at 1, the Gaussian head of MAPPO's code (marlbenchmark/on-policy and HARL's
     ``DiagGaussian``, whose ``std_y_coef`` is this, 0.5 there): the entropy bonus cannot widen the
     std past it. With actions clipped into a box, a free std can grow without bound at no cost to
-    the clipped actions (docs/benchmarks/mpe-learning-h200.md)."""
+    the clipped actions (docs/benchmarks/mpe.md)."""
 
     def __post_init__(self):
         if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):

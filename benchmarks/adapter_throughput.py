@@ -19,8 +19,7 @@
 
 Timing: warm-up, then the median of repeats of a loop bracketed by ``torch.cuda.synchronize()``.
 
-    python benchmarks/adapter_throughput.py --out docs/benchmarks/adapters-h100.md \
-        --json docs/benchmarks/adapters-h100.json
+    python benchmarks/adapter_throughput.py --out adapters.md --json adapters.json  # docs/benchmarks/adapters.md
 
 A smoke run of every code path on the CPU (torch backend; seconds):
 

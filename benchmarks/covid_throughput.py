@@ -12,7 +12,7 @@ every state field read and written except the two rings, of which a step touches
 (read the level 29 days back and the change 600 days back, write today's); the episode totals
 and returns rows are written only at an episode's end (1 step in 540) and are left out.
 
-    python benchmarks/covid_throughput.py --out docs/benchmarks/covid-h200.md --json docs/benchmarks/covid-h200.json
+    python benchmarks/covid_throughput.py --out covid.md --json covid.json   # results: docs/benchmarks/covid.md
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ GPU hosts) was imported.
     python benchmarks/fresh_start.py --seeds 0 1 2
 
 A baseline from other code: run it with ``PYTHONPATH`` pointing at that code's install (for
-``docs/benchmarks/train-h100.md``, the commit before the trainers' own optimizers).
+``docs/benchmarks/training.md`` on an H100, the commit before the trainers' own optimizers).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ and ``num_envs`` (issue 42's targets: >= 1,000x VMAS, ahead of JaxMARL). A peer 
 imported, or runs out of memory, gets a row saying why; our rows still run. Peers' wheels and how to
 install them: ``benchmarks/peers/README.md``.
 
-    python benchmarks/mpe_throughput.py --out docs/benchmarks/mpe-h200.md --json docs/benchmarks/mpe-h200.json
+    python benchmarks/mpe_throughput.py --out mpe.md --json mpe.json   # results: docs/benchmarks/mpe.md
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ its throughput fell 15x from 5 to 820 agents. Each point is timed as in ``tag_th
 ``validate_actions=False``).
 
     python benchmarks/tag_scaling.py --json docs/benchmarks/tag-scaling-h200.json \\
-        --out docs/benchmarks/tag-scaling-h200.md --images docs/images
+        --out tag-scaling.md --images docs/images   # results: docs/benchmarks/tag.md
     python benchmarks/tag_scaling.py --plot docs/benchmarks/tag-scaling-h200.json --images docs/images  # no GPU
 """
 

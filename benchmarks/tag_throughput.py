@@ -11,7 +11,7 @@ the same GPU is the in-run baseline where its O(N^2) search fits; the peer numbe
 paper). ``obs write`` is the time to fill the observation buffer once (a plain write at the
 copy bandwidth): the least a step that writes every observation can take.
 
-    python benchmarks/tag_throughput.py --out docs/benchmarks/tag-h200.md --json docs/benchmarks/tag-h200.json
+    python benchmarks/tag_throughput.py --out tag.md --json tag.json   # results: docs/benchmarks/tag.md
 """
 
 from __future__ import annotations

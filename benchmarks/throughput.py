@@ -7,7 +7,7 @@ from a small pool of random tensors made beforehand, so the loop times the env a
 Baselines measured in the same run: the GPU's device-to-device copy bandwidth (the ceiling for a
 memory-bound step) and Gymnasium's own numpy ``CartPoleVectorEnv`` on one CPU core.
 
-    python benchmarks/throughput.py --out docs/benchmarks/throughput.md
+    python benchmarks/throughput.py --out throughput.md   # results: docs/benchmarks/classic-control.md
 """
 
 from __future__ import annotations

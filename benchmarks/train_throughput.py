@@ -20,7 +20,7 @@ whose ranks end with different parameters is marked. ``--curves PNG`` trains PPO
 the same total batch (16,384 envs x 128 steps, split over the GPUs) and schedule on each of those
 counts and draws their learning curves together.
 
-    python benchmarks/train_throughput.py --out train.md --json train.json   # results: docs/benchmarks/train-h100.md
+    python benchmarks/train_throughput.py --out train.md --json train.json   # results: docs/benchmarks/training.md
     python benchmarks/train_throughput.py --gpus --out gpus.md --json gpus.json
     python benchmarks/train_throughput.py --curves curves.png --out curves.md --json curves.json
 """

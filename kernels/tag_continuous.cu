@@ -545,7 +545,7 @@ constexpr int GROUP = 32 / SPLIT;  // rows a warp takes at a time
 // row) in the fewest passes of its 32 lanes (a pass costs as much with idle lanes), ties to the most
 // rows (fewer chunks). With k = 10 and GROUP 32: 3 rows of at most 4 (11 passes; 4 rows take two
 // passes, the second a quarter full: 16), 6 of at most 8 (11 passes; 8 rows: 12). On an H200 at
-// 2,000 x 1,000 with the published rules, 1.01x faster (docs/benchmarks/tag-chunks-h200.md).
+// 2,000 x 1,000 with the published rules, 1.01x faster (docs/benchmarks/history.md).
 constexpr int chunk_rows(int most, int slots) {
     int best = 1, fewest = GROUP * ((slots + 31) / 32);
     for (int rows = 2; rows <= most; ++rows) {
@@ -641,7 +641,7 @@ __device__ void stage_features(const EnvState& s, const TagShared& sh, const Lis
 // rows' features in chunks (Stage) and stores each chunk, consecutive lanes writing consecutive
 // floats. By id, a chunk's rows are one run of the buffer (an H100 took 543 µs to store 2,000 x
 // 1,000 rows of 71 floats a row at a time in a random order of each game's rows, 238 in id order,
-// 181 as one run a warp: docs/benchmarks/tag-order-h100.md). `motion`: this step's staged motion.
+// 181 as one run a warp: docs/benchmarks/history.md). `motion`: this step's staged motion.
 template <bool TWO_PHASES, bool MOTION_STAGED, class Stage>
 __device__ __forceinline__ void write_rows(const EnvState& s, TagShared& sh, float time, float* obs,
                                            const float* motion) {

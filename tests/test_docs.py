@@ -139,7 +139,7 @@ def test_named_paths_exist():
     missing = []
     for doc, line_number, named, linked in named_paths():
         # A link is relative to its document; a named path to the repository's root or, in docs/,
-        # to the docs folder (docs/benchmarks.md names `benchmarks/tag-h100.md`). Either must be in
+        # to the docs folder (docs/benchmarks.md names `benchmarks/tag.md`). Either must be in
         # the repository: a reader's clone has nothing beside it.
         candidates = [doc.parent / linked] if linked else [ROOT / named, doc.parent / named]
         found = any(path.exists() and path.resolve().is_relative_to(ROOT) for path in candidates)

@@ -124,7 +124,7 @@ def test_auto_rule_picks_the_grid_for_large_games_only():
 
 @pytest.mark.parametrize("agents, by_id", [(110, True), (1000, True), (5000, True), (5001, False), (10000, False)])
 def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(agents, by_id):
-    # tag_continuous.ROWS_BY_ID_MAX_AGENTS (docs/benchmarks/tag-order-h100.md); without a grid the
+    # tag_continuous.ROWS_BY_ID_MAX_AGENTS (docs/benchmarks/history.md); without a grid the
     # rows' order is the ids' anyway, and the agents' places are kept only where the rows use them.
     p = TagContinuousParams(num_runners=agents - 10)
     assert tc.rows_by_id(p) is by_id and tc.kernel_constants(p)["ROWS_BY_ID"] is by_id
@@ -134,7 +134,7 @@ def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(age
 
 @pytest.mark.parametrize("agents, two", [(110, False), (250, True), (1000, True), (1001, False)])
 def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step(agents, two):
-    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/tag-two-phase-h100.md);
+    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/history.md);
     # the staged motion in the lists' room in a step of one phase, after the warps' halved feature
     # staging in a step of two (TWO_PHASE_STAGE_FLOATS), with four blocks an SM still.
     p = TagContinuousParams(num_runners=agents - 10)

@@ -406,19 +406,19 @@ def kernel_constants(p: TagContinuousParams) -> dict:
 
 
 # The rule that picks the kernels' neighbour search (neighbour_search="auto"), measured on an H100
-# with benchmarks/tag_search_rule.py (docs/benchmarks/tag-search-rule-h100.md), the 3 x 3 block
+# with benchmarks/experiments/tag_search_rule.py (docs/benchmarks/history.md), the 3 x 3 block
 # searched as three runs: from 160 agents per game the grid beats the scan at 100 and 2,000 games,
 # with the published rules (1.12x, 1.31x) and with every agent in play (1.72x, 1.86x); at 110 it
 # loses at 100 games (0.76x, 0.84x) and wins at 2,000 (1.07x, 1.22x), so 110-agent games (the
 # published size) keep the scan. Cells of about 6 agents: at 10,000 agents per game they beat 2, 3,
 # 4 and 8; at 1,000 x 2,000, 4 agents per cell were 2-4% faster with every agent in play and 1-5%
-# slower with the published rules (docs/benchmarks/tag-runs-h100.md), so 6 stays.
+# slower with the published rules (docs/benchmarks/history.md), so 6 stays.
 GRID_MIN_AGENTS = 160
 AGENTS_PER_CELL = 6.0
 
 # The CUDA C kernel's warps take the observation rows by agent id (a chunk of rows is then one run
 # of the buffer) in games of up to this many agents, and in the grid's order beyond. Measured on an
-# H100 (docs/benchmarks/tag-order-h100.md): by id, 2,000 games of 1,000 to 5,000 agents ran 1.05x to
+# H100 (docs/benchmarks/history.md): by id, 2,000 games of 1,000 to 5,000 agents ran 1.05x to
 # 1.24x faster, with the published rules and with every agent in play; at 10,000 agents the
 # published rules' thinned games ran slower (0.88x at 500 games, 0.86x at 100: by id, a warp's
 # searches are spread over the arena and its agents out of the game idle), every agent in play
@@ -438,7 +438,7 @@ def rows_by_id(p: TagContinuousParams) -> bool:
 
 # Games of up to this many agents (with a grid) keep every agent's list in shared memory
 # (:func:`two_phase`): 20 KB at 1,000 agents with k = 10, where four blocks still fit an SM. Measured
-# on an H100 at 2,000 games of 250, 500 and 1,000 agents (docs/benchmarks/tag-two-phase-h100.md):
+# on an H100 at 2,000 games of 250, 500 and 1,000 agents (docs/benchmarks/history.md):
 # with the published rules 1.01x, 1.13x and 1.10x faster on CUDA C, 1.07x, 1.09x and 1.10x on Numba;
 # with every agent in play Numba 1.10x, 1.13x and 1.17x, CUDA C as before (it chooses per step).
 TWO_PHASE_MAX_AGENTS = 1000
@@ -454,7 +454,7 @@ def two_phase(p: TagContinuousParams) -> bool:
 
 # The CUDA C kernel takes the two phases (:func:`two_phase`) only in a step where at most this
 # share of a game's agents is in the game; with more, each warp searches for its own rows by id as
-# without them. Measured on an H100 at 2,000 x 1,000 (docs/benchmarks/tag-two-phase-h100.md): with
+# without them. Measured on an H100 at 2,000 x 1,000 (docs/benchmarks/history.md): with
 # every agent in play, the two phases in every step took 532.6 µs per step against 505.3 in one;
 # with the published rules (tagged runners leave) 459.2 against 502.9, and the same (458.1 to 459.0)
 # with a share of 0.8 to 0.95, which leaves every agent in play at one phase (506.3 at 0.9). The
@@ -550,11 +550,11 @@ def min_blocks_per_sm(p: TagContinuousParams) -> int:
 # to global memory: room for eight rows of 71 (k = 10). In a step of two phases (:func:`two_phase`),
 # half as much (four rows), so that the staged motion fits beside every agent's list with four
 # blocks an SM (where it does: :func:`two_phase_stage_motion`). Measured on an H200 at 2,000 x
-# 1,000 (docs/benchmarks/tag-motion-h200.md): with the published rules 408.8 and 406.7 µs per step
+# 1,000 (docs/benchmarks/history.md): with the published rules 408.8 and 406.7 µs per step
 # against 431.4 and 428.1 with that motion read from the state; the halved room in every step as
 # well took 544.0 µs against 500.3 with every agent in play. Of the rows its room holds, a warp
 # stages the chunk that fills its passes of 32 (row, slot) pairs best (``chunk_rows`` in the
-# kernel: with k = 10, 6 rows of 8 and 3 of 4; docs/benchmarks/tag-chunks-h200.md).
+# kernel: with k = 10, 6 rows of 8 and 3 of 4; docs/benchmarks/history.md).
 STAGE_FLOATS = 576
 TWO_PHASE_STAGE_FLOATS = STAGE_FLOATS // 2
 

@@ -10,17 +10,21 @@ leave: the games thin out) and with every agent in play,
 
 The constants are module constants rather than params: set here before each kernel is built.
 
-    python benchmarks/tag_two_phase.py --out docs/benchmarks/tag-two-phase-h200.md --json tag-two-phase-h200.json
+    python benchmarks/experiments/tag_two_phase.py --out tag-two-phase.md --json tag-two-phase.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from report import add_output_options, gpu_hardware, save
-from tag_throughput import measure, tag_constants
+# The suite's modules (report, tag_throughput) sit one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from report import add_output_options, gpu_hardware, save  # noqa: E402
+from tag_throughput import measure, tag_constants  # noqa: E402
 
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
 
 GAMES = 2000
 AGENTS = [1000, 500, 250]
@@ -42,7 +46,7 @@ def main() -> None:
     hardware = gpu_hardware()
     columns = ["one phase", *(f"two, in play ≤ {s:g}" for s in SHARES)]
     lines = [
-        f"Hardware: {hardware}. Command: `python benchmarks/tag_two_phase.py`.",
+        f"Hardware: {hardware}. Command: `python benchmarks/experiments/tag_two_phase.py`.",
         "",
         f"TagContinuous, {GAMES:,} games, `step_groups`, µs per step (Numba: one phase or two in every step):",
         "",

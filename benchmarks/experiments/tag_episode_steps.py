@@ -8,19 +8,24 @@ warm-up of two short episodes, from a reset with seed 0 and the actions of ``tag
 the in-game counts, which would otherwise synchronise each step. Over whole episodes it averages to
 the step time that ``tag_throughput.py`` measures for the same configuration.
 
-    python benchmarks/tag_episode_steps.py --backends pycuda numba --json tag-episode-steps-h200.json
+    python benchmarks/experiments/tag_episode_steps.py --backends pycuda numba --json tag-episode-steps-h200.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
-from report import add_output_options, gpu_hardware, save
-from tag_throughput import ACTION_POOL, pool
 
-from gpu_marl_envs import GpuParallelEnv
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+# The suite's modules (report, tag_throughput) sit one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from report import add_output_options, gpu_hardware, save  # noqa: E402
+from tag_throughput import ACTION_POOL, pool  # noqa: E402
+
+from gpu_marl_envs import GpuParallelEnv  # noqa: E402
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
 
 GAMES = 2000
 PARAMS = TagContinuousParams(num_runners=990)
@@ -63,7 +68,7 @@ def main() -> None:
     hardware = gpu_hardware()
     runs = [episode_steps(backend, args.steps) for backend in args.backends]
     lines = [
-        f"Hardware: {hardware}. Command: `python benchmarks/tag_episode_steps.py`. "
+        f"Hardware: {hardware}. Command: `python benchmarks/experiments/tag_episode_steps.py`. "
         f"{GAMES} x {PARAMS.num_agents}, published rules: µs of step t (agents in the game after it).",
         "",
         "| step | " + " | ".join(run["backend"] for run in runs) + " | agents in the game |",

@@ -8,18 +8,22 @@ C backend
 - with the grid at several sizes of its cells (``AGENTS_PER_CELL``, a module constant rather than a
   param: set here before each kernel is built), every agent in play.
 
-    python benchmarks/tag_search_rule.py --out docs/benchmarks/tag-search-rule-h200.md
+    python benchmarks/experiments/tag_search_rule.py --out tag-search-rule.md
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+from pathlib import Path
 
-from report import add_output_options, gpu_hardware, save
-from tag_throughput import measure, tag_constants
+# The suite's modules (report, tag_throughput) sit one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from report import add_output_options, gpu_hardware, save  # noqa: E402
+from tag_throughput import measure, tag_constants  # noqa: E402
 
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
 
 AGENTS = [64, 110, 160, 200, 220, 256, 400, 640, 1000]
 GAMES = [100, 2000]
@@ -38,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     hardware = gpu_hardware()
     lines = [
-        f"Hardware: {hardware}. Command: `python benchmarks/tag_search_rule.py`. TagContinuous, CUDA C, "
+        f"Hardware: {hardware}. Command: `python benchmarks/experiments/tag_search_rule.py`. TagContinuous, CUDA C, "
         "`step_groups`, M env-steps/s.",
         "",
         "| agents | games | published rules: scan | grid | grid / scan "

@@ -4,9 +4,9 @@ kernel compiled to PTX for sm_90 by Numba (NVVM and libdevice from the CUDA tool
 supported ones even when told the target; both are answered here (sm_90), which is why this is a
 development tool and not part of the package.
 
-    python benchmarks/numba_registers.py --runners 990                 # the kernel's own launch bounds
-    python benchmarks/numba_registers.py --runners 990 --bounds 256 2  # other bounds
-    python benchmarks/numba_registers.py --env CovidEconomy-v0          # another game, its default params
+    python benchmarks/experiments/numba_registers.py --runners 990                 # the kernel's own launch bounds
+    python benchmarks/experiments/numba_registers.py --runners 990 --bounds 256 2  # other bounds
+    python benchmarks/experiments/numba_registers.py --env CovidEconomy-v0          # another game, its default params
 
 Found with it (2026-11-26, numba-cuda 0.30, CUDA 13.0 ptxas): unbounded, the step kernel at 1,000
 agents took 149 registers (one 256-thread block per SM; the .cu's kernel is bounded to 4); with
@@ -15,7 +15,7 @@ and none. At 110 agents: 92 unbounded, 64 with 40 bytes of spills at (256, 4).
 TagGridworld (5 agents): 56 registers; CovidEconomy (52 agents): 112, both unbounded.
 (2026-11-27) The PTX it compiles showed TagContinuous's reads of its staged positions as generic
 loads with 64-bit addresses (through strided views of the shared buffer), since read as shared
-memory: 680 bytes of spill stores at (256, 4) (docs/benchmarks/tag-motion-h200.md).
+memory: 680 bytes of spill stores at (256, 4) (docs/benchmarks/history.md, "Numba's shared loads").
 """
 
 import argparse

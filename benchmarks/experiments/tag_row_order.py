@@ -10,20 +10,25 @@
   with every agent in play. ``ROWS_BY_ID_MAX_AGENTS`` is a module constant rather than a param:
   set here before each kernel is built.
 
-    python benchmarks/tag_row_order.py --out docs/benchmarks/tag-order-h200.md --json tag-order-h200.json
+    python benchmarks/experiments/tag_row_order.py --out tag-order.md --json tag-order.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
-from report import add_output_options, gpu_hardware, save
-from tag_search_rule import rate as cuda_c_rate
-from tag_throughput import tag_constants
 
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+# The suite's modules (report, tag_throughput) sit one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from report import add_output_options, gpu_hardware, save  # noqa: E402
+from tag_search_rule import rate as cuda_c_rate  # noqa: E402
+from tag_throughput import tag_constants  # noqa: E402
+
+from gpu_marl_envs.envs.tag_continuous import TagContinuousParams  # noqa: E402
 
 GAMES, ROWS, FLOATS = 2000, 1000, 71
 # (games, agents per game, published rules): the sizes the rule was chosen from.
@@ -122,7 +127,7 @@ def main() -> None:
     hardware = gpu_hardware()
     stores = probe()
     lines = [
-        f"Hardware: {hardware}. Command: `python benchmarks/tag_row_order.py`.",
+        f"Hardware: {hardware}. Command: `python benchmarks/experiments/tag_row_order.py`.",
         "",
         f"Storing {GAMES:,} x {ROWS:,} rows of {FLOATS} floats (zeros), µs:",
         "",
