@@ -38,7 +38,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from gpu_marl_envs.envs.definition import EnvDefinition
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams, TagContinuousState
+from gpu_marl_envs.envs.tag_continuous_params import TagContinuousParams, TagContinuousState
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams, TagGridworldState
 
 BACKGROUND = (246, 246, 242)

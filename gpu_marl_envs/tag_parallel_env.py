@@ -35,9 +35,10 @@ class TagParallelEnv(PettingZooParallelEnv):
     ## Observation space
     ``Box(low, high, (obs_dim,), float32)`` per agent, the reference's observation row. Gridworld:
     every feature in ``[0, 1]``. Continuous: bounds derived from the spec's formulas (see
-    :func:`gpu_marl_envs.envs.tag_continuous.observation_space`): position and direction features in ``[-1, 1]``, speed
-    differences within ``+-S / max_speed``, acceleration differences within ``+-2 S / max_speed``
-    (``S`` the larger type's top speed), type, in_game and ``t / T`` in ``[0, 1]``.
+    :func:`gpu_marl_envs.envs.tag_continuous_params.observation_space`): position and direction
+    features in ``[-1, 1]``, speed differences within ``+-S / max_speed``, acceleration differences
+    within ``+-2 S / max_speed`` (``S`` the larger type's top speed), type, in_game and ``t / T`` in
+    ``[0, 1]``.
 
     ## Rewards
     The reference's per-agent rewards, as Python floats: tag rewards and penalties, step rewards and

@@ -1,8 +1,9 @@
-// TagContinuous (gpu_marl_envs/envs/tag_continuous.py is the reference and documents the rules and
-// float32 conventions) on the multi-agent template (multi_agent.cuh: a block per env, agents spread
-// over its threads, autoreset, returns): this file is the game's part, struct TagContinuous. The
-// params arrive as #define TC_* constants (kernel_constants in the reference module, TC_BLOCK_THREADS
-// the launch's block size), the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
+// TagContinuous (gpu_marl_envs/envs/tag_continuous.py documents the rules and float32 conventions;
+// tag_continuous_reference.py beside it is the torch reference) on the multi-agent template
+// (multi_agent.cuh: a block per env, agents spread over its threads, autoreset, returns): this file
+// is the game's part, struct TagContinuous. The params arrive as #define TC_* constants
+// (kernel_constants in tag_continuous_kernel_layout.py, TC_BLOCK_THREADS the launch's block size),
+// the RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
 //
 // Race freedom: in each phase a thread writes only the agents (or grid places) it handles in that
 // phase (runners are spread over the threads on their own in the tag phase); what other threads read
@@ -35,7 +36,7 @@ __constant__ float tc_turn_levels[TC_NUM_TURN_LEVELS + 1] = TC_TURN_LEVELS;
 
 // The per-agent arrays live in dynamic shared memory (a game of thousands of agents needs more than
 // the 48 KiB of static shared memory a block may declare), at the byte offsets TC_SHARED_* of
-// shared_layout() in the reference module, which documents each array.
+// shared_layout() in tag_continuous_kernel_layout.py, which documents each array.
 extern __shared__ __align__(16) unsigned char tc_dynamic[];
 
 struct TagShared {
@@ -522,7 +523,7 @@ __device__ __forceinline__ int id_at(const TagShared& sh, int place) {
 #endif
 }
 
-// The observation rows go by agent id (TC_ROWS_BY_ID, rows_by_id in the reference module: a
+// The observation rows go by agent id (TC_ROWS_BY_ID, rows_by_id in tag_continuous_kernel_layout.py: a
 // chunk's rows are then one run of the buffer, whose stores fill whole sectors) or, in the largest
 // games, in the grid's order (a warp's agents are neighbours: they search the same cells). Row
 // `row` of that order: its agent, and the agent's place in the staged arrays.
@@ -902,5 +903,5 @@ __device__ void TagContinuous::step_env(const State& state, Shared& sh, int e, c
 }
 
 // At most 65,536 / (TC_MIN_BLOCKS x TC_BLOCK_THREADS) registers per thread in the step kernel, so that that
-// many blocks run on an SM at once (see min_blocks_per_sm in the reference module).
+// many blocks run on an SM at once (see min_blocks_per_sm in tag_continuous_kernel_layout.py).
 GME_MULTI_AGENT_KERNELS_BOUNDED(TagContinuous, TC_MIN_BLOCKS)

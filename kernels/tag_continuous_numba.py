@@ -1,5 +1,6 @@
 """TagContinuous Numba kernels, the twin of tag_continuous.cu; the torch reference is
-gpu_marl_envs/envs/tag_continuous.py (its docstring documents the rules and float32 conventions).
+gpu_marl_envs/envs/tag_continuous_reference.py (tag_continuous.py's docstring documents the rules and
+float32 conventions).
 
 ``game_functions(c)`` builds this game's device functions for one set of params (``kernel_constants``,
 typed): they close over them, so the shared arrays are sized by the number of agents and the action
@@ -13,9 +14,10 @@ Race freedom, as in the .cu: in each phase a thread writes only the agents (or g
 handles; what other threads read (positions, in-game flags, the grid, a chunk's nearest-others
 lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
 and the count of runners left are integer atomics, exact in any order. The shared arrays are one
-dynamic buffer laid out by ``shared_layout`` in the reference module, as the .cu's. Observations
-are staged in shared memory a chunk of rows at a time and stored from there: row segment by row
-segment in the grid's order, or, without a grid (rows by id), as one run of the buffer.
+dynamic buffer laid out by ``shared_layout`` in ``tag_continuous_kernel_layout.py``, as the .cu's.
+Observations are staged in shared memory a chunk of rows at a time and stored from there: row
+segment by row segment in the grid's order, or, without a grid (rows by id), as one run of the
+buffer.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -112,7 +114,8 @@ def game_functions(c) -> GameFunctions:
     PACKED_SLOTS = K + 1
     FLT_MAX = np.float32(np.finfo(np.float32).max)
     HALF = np.float32(0.5)
-    # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in the reference).
+    # The per-agent arrays' places in dynamic shared memory (bytes; shared_layout() in
+    # tag_continuous_kernel_layout.py).
     POSITIONS = c.SHARED_POSITIONS // 4  # (x, y) pairs
     IDS, ENDS = c.SHARED_IDS // 2, c.SHARED_ENDS // 4  # ids: uint16
     PLACES, LISTS = c.SHARED_PLACES // 2, c.SHARED_LISTS // 2  # uint16, int16
@@ -781,7 +784,7 @@ def game_functions(c) -> GameFunctions:
     def agent_in_game(state, sh, e, a):
         return sh[5][a]  # sh_in_game, current after a step
 
-    # The .cu's bound (min_blocks_per_sm in the reference module): unbounded, NVVM gave the step
+    # The .cu's bound (min_blocks_per_sm in tag_continuous_kernel_layout.py): unbounded, NVVM gave the step
     # kernel 149 registers at 2,000 x 1,000 (ptxas for sm_90), one 256-thread block per SM.
     return GameFunctions(
         reset_env,

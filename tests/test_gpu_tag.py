@@ -20,7 +20,7 @@ from gymnasium.vector import AutoresetMode
 from harness import assert_close, random_group_actions
 
 import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
-from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs import tag_continuous_kernel_layout as kernel_layout
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
@@ -163,11 +163,11 @@ def test_kernels_match_reference_at_issue_sizes(config, backend, cuda_device):
 @pytest.mark.parametrize("config", ["continuous-2000x1000", "continuous-2000x1000-crowded"])
 def test_cuda_c_two_phases_in_every_step_match_the_reference(config, monkeypatch, cuda_device):
     # The CUDA C kernel takes the two phases only in steps where few enough agents are in play
-    # (tc.TWO_PHASE_IN_PLAY_SHARE): the tests above may take them in some steps, the all-in-play one
+    # (kernel_layout.TWO_PHASE_IN_PLAY_SHARE): the tests above may take them in some steps, the all-in-play one
     # in none. With a share of 1 it takes them in every step.
     env_id, num_envs, params = CONFIGS[config]
-    assert tc.two_phase(params)
-    monkeypatch.setattr(tc, "TWO_PHASE_IN_PLAY_SHARE", 1.0)
+    assert kernel_layout.two_phase(params)
+    monkeypatch.setattr(kernel_layout, "TWO_PHASE_IN_PLAY_SHARE", 1.0)
     pycuda_backend._module.cache_clear()  # the kernels are built per params; the share is not one
     try:
         run_twins(env_id, num_envs, params, "pycuda", AutoresetMode.NEXT_STEP)

@@ -14,7 +14,7 @@ import gpu_marl_envs
 from gpu_marl_envs import buffers, multi_agent_buffers
 from gpu_marl_envs.backends import multi_agent_numba, numba_backend
 from gpu_marl_envs.checker import compile_cuda
-from gpu_marl_envs.envs import tag_continuous
+from gpu_marl_envs.envs import tag_continuous_kernel_layout
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.registration import GAMES, env_spec
 
@@ -103,7 +103,9 @@ def _game_params(game_id):
             dataclasses.replace(default, neighbour_search="grid", num_taggers=2),
             dataclasses.replace(default, num_runners=1000 - default.num_taggers, num_other_agents_observed=12),
             dataclasses.replace(default, num_runners=4086, neighbour_search="scan"),
-            dataclasses.replace(default, num_runners=tag_continuous.ROWS_BY_ID_MAX_AGENTS + 1 - default.num_taggers),
+            dataclasses.replace(
+                default, num_runners=tag_continuous_kernel_layout.ROWS_BY_ID_MAX_AGENTS + 1 - default.num_taggers
+            ),
         ]
     if hasattr(default, "N"):  # SimpleSpread: the 1,000 agents per game
         variants.append(dataclasses.replace(default, N=1000))

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from gpu_marl_envs import rng
-from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs import tag_continuous_reference as tc
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams, TagContinuousState
+from gpu_marl_envs.envs.tag_continuous_kernel_layout import kernel_constants
+from gpu_marl_envs.envs.tag_continuous_params import agent_type, level_deltas
 
 F32 = np.float32
 TWO_PI = F32(2 * math.pi)
@@ -242,7 +244,7 @@ def test_level_tables_are_numpy_linspace_rounded_once():
     check("acceleration_levels", torch.from_numpy(p.acceleration_levels), expected)
     check("turn_levels (one level)", torch.from_numpy(p.turn_levels), F32([0.0, p.min_turn]))
     index = torch.arange(8)
-    check("level_deltas on tensors", tc.level_deltas(-0.3, 0.2, 7, index), expected)
+    check("level_deltas on tensors", level_deltas(-0.3, 0.2, 7, index), expected)
 
 
 # -- end of the game ---------------------------------------------------------------------------------
@@ -455,7 +457,7 @@ def test_params_defaults_and_derived():
     assert TagContinuousParams(use_full_observation=True).obs_dim == 7 * 109 + 1
     check(
         "agent_type",
-        tc.agent_type(TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4)),
+        agent_type(TagContinuousParams(num_taggers=2, num_runners=3, num_other_agents_observed=4)),
         [1, 1, 0, 0, 0],
     )
 
@@ -504,7 +506,7 @@ def test_kernels_divide_by_a_scale_through_its_reciprocal():
     # A product with an exact reciprocal (a power of two) is the quotient's own float; any other
     # scale's float32 reciprocal is corrected (float32.corrected_reciprocal, tested in test_float32).
     def division(params, name):
-        k = tc.kernel_constants(params)
+        k = kernel_constants(params)
         return k[f"{name}_RECIPROCAL"], k[f"{name}_RECIPROCAL_EXACT"]
 
     p = TagContinuousParams()

@@ -20,7 +20,7 @@ import torch
 from conftest import KERNEL_BACKENDS_HERE
 from harness import assert_close
 
-from gpu_marl_envs.envs import tag_continuous as tc
+from gpu_marl_envs.envs import tag_continuous_kernel_layout as kernel_layout
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv
 
@@ -64,7 +64,7 @@ def crafted(kind: str, generator: torch.Generator) -> tuple[TagContinuousParams,
         # Taggers 0-9 on cell corners, each with a runner across the boundary just inside (odd k)
         # or just outside (even k) the tagging radius (0.05 * 20 = 1); taggers 10 and 11 0.5 either
         # side of a runner (the lower id tags it).
-        cell = p.grid_length / tc.search_grid_cells(p)
+        cell = p.grid_length / kernel_layout.search_grid_cells(p)
         for k in range(10):
             x[k], y[k] = (k % 5 + 2) * cell, (k // 5 * 3 + 2) * cell
             x[p.num_taggers + k], y[p.num_taggers + k] = x[k] - (0.9999 if k % 2 else 1.0001), y[k]
@@ -98,9 +98,11 @@ KINDS = ["sparse", "crowded", "edges", "out_of_game", "fewer_than_k", "tags_acro
 @pytest.mark.parametrize("kind", KINDS)
 def test_grid_and_scan_match_the_reference_exactly(kind, backend):
     p, state = crafted(kind, torch.Generator().manual_seed(KINDS.index(kind)))
-    assert tc.search_grid_cells(dataclasses.replace(p, neighbour_search="grid")) > 2 and tc.grid_tags(
+    assert kernel_layout.search_grid_cells(
         dataclasses.replace(p, neighbour_search="grid")
-    ), "the grid and its tag phase must be in use"
+    ) > 2 and kernel_layout.grid_tags(dataclasses.replace(p, neighbour_search="grid")), (
+        "the grid and its tag phase must be in use"
+    )
     expected = step_still(p, state, "torch")
     for search in ("grid", "scan"):
         actual = step_still(dataclasses.replace(p, neighbour_search=search), state, backend)
@@ -115,40 +117,44 @@ def test_grid_and_scan_match_the_reference_exactly(kind, backend):
 
 
 def test_auto_rule_picks_the_grid_for_large_games_only():
-    assert tc.search_grid_cells(TagContinuousParams()) == 1  # 110 agents: the scan
+    assert kernel_layout.search_grid_cells(TagContinuousParams()) == 1  # 110 agents: the scan
     large = TagContinuousParams(num_runners=990)
-    assert tc.search_grid_cells(large) == round((1000 / tc.AGENTS_PER_CELL) ** 0.5)
-    assert tc.search_grid_cells(dataclasses.replace(large, neighbour_search="scan")) == 1
-    assert tc.search_grid_cells(dataclasses.replace(large, use_full_observation=True)) == 1
+    assert kernel_layout.search_grid_cells(large) == round((1000 / kernel_layout.AGENTS_PER_CELL) ** 0.5)
+    assert kernel_layout.search_grid_cells(dataclasses.replace(large, neighbour_search="scan")) == 1
+    assert kernel_layout.search_grid_cells(dataclasses.replace(large, use_full_observation=True)) == 1
 
 
 @pytest.mark.parametrize("agents, by_id", [(110, True), (1000, True), (5000, True), (5001, False), (10000, False)])
 def test_cuda_c_rows_go_by_id_up_to_the_measured_size_with_places_only_there(agents, by_id):
-    # tag_continuous.ROWS_BY_ID_MAX_AGENTS (docs/benchmarks/history.md); without a grid the
+    # kernel_layout.ROWS_BY_ID_MAX_AGENTS (docs/benchmarks/history.md); without a grid the
     # rows' order is the ids' anyway, and the agents' places are kept only where the rows use them.
     p = TagContinuousParams(num_runners=agents - 10)
-    assert tc.rows_by_id(p) is by_id and tc.kernel_constants(p)["ROWS_BY_ID"] is by_id
-    grid = tc.search_grid_cells(p) > 1
-    assert tc.shared_layout(p)["places"][1] == (agents if grid and by_id else 0)
+    assert kernel_layout.rows_by_id(p) is by_id and kernel_layout.kernel_constants(p)["ROWS_BY_ID"] is by_id
+    grid = kernel_layout.search_grid_cells(p) > 1
+    assert kernel_layout.shared_layout(p)["places"][1] == (agents if grid and by_id else 0)
 
 
 @pytest.mark.parametrize("agents, two", [(110, False), (250, True), (1000, True), (1001, False)])
 def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step(agents, two):
-    # tag_continuous.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/history.md);
+    # kernel_layout.TWO_PHASE_MAX_AGENTS and TWO_PHASE_IN_PLAY_SHARE (docs/benchmarks/history.md);
     # the staged motion in the lists' room in a step of one phase, after the warps' halved feature
     # staging in a step of two (TWO_PHASE_STAGE_FLOATS), with four blocks an SM still.
     p = TagContinuousParams(num_runners=agents - 10)
     k = p.num_other_agents_observed
-    constants = tc.kernel_constants(p)
-    assert tc.two_phase(p) is two and constants["TWO_PHASE"] is two
-    layout = tc.shared_layout(p)
+    constants = kernel_layout.kernel_constants(p)
+    assert kernel_layout.two_phase(p) is two and constants["TWO_PHASE"] is two
+    layout = kernel_layout.shared_layout(p)
     if not two:
         assert layout["lists"][1] == 0 and constants["TWO_PHASE_MAX_IN_PLAY"] == -1
         assert "two_phase_motion" not in layout
         return
-    assert constants["TWO_PHASE_MAX_IN_PLAY"] == int(agents * tc.TWO_PHASE_IN_PLAY_SHARE)
-    assert tc.stage_motion(p) and tc.two_phase_stage_motion(p) and constants["TWO_PHASE_STAGE_MOTION"]
-    assert layout["observed"][1] == 0 and tc.min_blocks_per_sm(p) == 4
+    assert constants["TWO_PHASE_MAX_IN_PLAY"] == int(agents * kernel_layout.TWO_PHASE_IN_PLAY_SHARE)
+    assert (
+        kernel_layout.stage_motion(p)
+        and kernel_layout.two_phase_stage_motion(p)
+        and constants["TWO_PHASE_STAGE_MOTION"]
+    )
+    assert layout["observed"][1] == 0 and kernel_layout.min_blocks_per_sm(p) == 4
 
     def room(name):
         at, count, dtype = layout[name]
@@ -158,13 +164,15 @@ def test_two_phases_up_to_the_measured_size_with_the_motion_staged_in_every_step
     assert layout["lists"][1] >= agents * k  # two phases: every agent's list
     # One phase: the warps' lists at the start of the lists' room, the motion after them, within it.
     motion = room("motion")
-    assert motion[0] == lists[0] + 2 * tc.block_threads(p) * k and motion[0] % 4 == 0 and motion[1] <= lists[1]
+    assert (
+        motion[0] == lists[0] + 2 * kernel_layout.block_threads(p) * k and motion[0] % 4 == 0 and motion[1] <= lists[1]
+    )
     # Two phases: the motion after the warps' halved staging, within the features' room.
     two_phase_motion = room("two_phase_motion")
-    warps = tc.block_threads(p) // 32
-    assert two_phase_motion[0] == features[0] + 4 * warps * tc.TWO_PHASE_STAGE_FLOATS
+    warps = kernel_layout.block_threads(p) // 32
+    assert two_phase_motion[0] == features[0] + 4 * warps * kernel_layout.TWO_PHASE_STAGE_FLOATS
     assert two_phase_motion[1] <= features[1]
-    assert features[1] - features[0] >= 4 * warps * tc.STAGE_FLOATS  # a step of one phase stages in full
+    assert features[1] - features[0] >= 4 * warps * kernel_layout.STAGE_FLOATS  # a step of one phase stages in full
     # No other array shares either room.
     for name in layout:
         if name not in ("lists", "motion", "features", "two_phase_motion") and layout[name][1]:
@@ -179,29 +187,33 @@ def test_a_step_of_two_phases_stages_the_motion_only_where_the_block_keeps_its_r
     # chunks, while a step of one phase keeps its staged motion in the lists' room, as before the
     # two phases staged theirs.
     p = TagContinuousParams(num_runners=990, num_other_agents_observed=12)
-    assert tc.two_phase(p) and tc.stage_motion(p) and not tc.two_phase_stage_motion(p)
-    layout = tc.shared_layout(p)
+    assert kernel_layout.two_phase(p) and kernel_layout.stage_motion(p) and not kernel_layout.two_phase_stage_motion(p)
+    layout = kernel_layout.shared_layout(p)
     assert "two_phase_motion" not in layout and layout["motion"][1] == 3 * 1000
-    assert layout["features"][1] == tc.block_threads(p) // 32 * tc.STAGE_FLOATS
-    assert tc.dynamic_shared_bytes(p) <= tc.STAGING_BYTES and tc.min_blocks_per_sm(p) == 4
-    staged_too = tc._end(tc._layout(p, True, True))  # what staging it as well would take
-    assert staged_too > tc.STAGING_BYTES
+    assert layout["features"][1] == kernel_layout.block_threads(p) // 32 * kernel_layout.STAGE_FLOATS
+    assert (
+        kernel_layout.dynamic_shared_bytes(p) <= kernel_layout.STAGING_BYTES and kernel_layout.min_blocks_per_sm(p) == 4
+    )
+    staged_too = kernel_layout._end(kernel_layout._layout(p, True, True))  # what staging it as well would take
+    assert staged_too > kernel_layout.STAGING_BYTES
 
 
 @pytest.mark.parametrize("agents, blocks", [(110, 4), (1000, 4), (3000, 3), (5000, 2), (10000, 1)])
 def test_launch_bounds_ask_only_for_blocks_whose_shared_memory_fits(agents, blocks):
     # A register cap for more blocks than an SM's shared memory holds would buy spills, not blocks.
     p = TagContinuousParams(num_runners=agents - 10)
-    assert tc.min_blocks_per_sm(p) == blocks
-    per_block = tc.dynamic_shared_bytes(p) + tc.BLOCK_RESERVED_SHARED_BYTES
-    assert blocks * per_block <= tc.SM_SHARED_BYTES and (blocks == 4 or (blocks + 1) * per_block > tc.SM_SHARED_BYTES)
+    assert kernel_layout.min_blocks_per_sm(p) == blocks
+    per_block = kernel_layout.dynamic_shared_bytes(p) + kernel_layout.BLOCK_RESERVED_SHARED_BYTES
+    assert blocks * per_block <= kernel_layout.SM_SHARED_BYTES and (
+        blocks == 4 or (blocks + 1) * per_block > kernel_layout.SM_SHARED_BYTES
+    )
 
 
 def test_the_largest_game_the_docs_name_is_the_largest_that_fits_an_h100_block():
     # docs/tag.md and README.md: 16,537 agents with k = 10 in the 227 KiB an H100 or H200 block may opt in to.
     limit = 227 * 1024
     largest, one_more = (TagContinuousParams(num_runners=n - 10) for n in (16537, 16538))
-    assert tc.dynamic_shared_bytes(largest) <= limit < tc.dynamic_shared_bytes(one_more)
+    assert kernel_layout.dynamic_shared_bytes(largest) <= limit < kernel_layout.dynamic_shared_bytes(one_more)
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
