@@ -1,5 +1,5 @@
 """The measurements behind the order in which the CUDA C Tag kernel writes observation rows
-(``tag_continuous.rows_by_id``, ``ROWS_BY_ID_MAX_AGENTS``):
+(``tag_continuous_kernel_layout.rows_by_id``, ``ROWS_BY_ID_MAX_AGENTS``):
 
 - a store probe: 2,000 games x 1,000 rows of 71 floats (the observation buffer at 2,000 x 1,000)
   stored as zeros by blocks of 256 threads, four blocks an SM as the Tag kernel runs: a warp a row

@@ -1,5 +1,5 @@
 """The measurements behind the rule that picks the Tag kernels' neighbour search
-(``tag_continuous.search_grid_cells``): TagContinuous env-steps/s through ``step_groups`` on the CUDA
+(``tag_continuous_kernel_layout.search_grid_cells``): TagContinuous env-steps/s through ``step_groups`` on the CUDA
 C backend
 
 - with ``neighbour_search="scan"`` and ``"grid"``, over agents per game (10 taggers), at 100 and

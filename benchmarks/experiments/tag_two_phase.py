@@ -1,4 +1,4 @@
-"""The measurements behind the Tag kernels' two phases (``tag_continuous.two_phase``,
+"""The measurements behind the Tag kernels' two phases (``tag_continuous_kernel_layout.two_phase``,
 ``TWO_PHASE_MAX_AGENTS``, ``TWO_PHASE_IN_PLAY_SHARE``): TagContinuous through ``step_groups`` at
 2,000 games of 250, 500 and 1,000 agents (a grid in each), with the published rules (tagged runners
 leave: the games thin out) and with every agent in play,
