@@ -29,14 +29,14 @@ from gpu_marl_envs.envs import bundled  # noqa: F401  (registers the package's o
 # The bundled envs' params (bundled has imported their modules already: these imports cost nothing).
 from gpu_marl_envs.envs.acrobot import AcrobotParams
 from gpu_marl_envs.envs.cartpole import CartPoleParams
-from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
+from gpu_marl_envs.envs.covid_economy_params import CovidEconomyParams
 from gpu_marl_envs.envs.mountain_car import MountainCarParams
 from gpu_marl_envs.envs.mountain_car_continuous import MountainCarContinuousParams
 from gpu_marl_envs.envs.pendulum import PendulumParams
 from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 from gpu_marl_envs.envs.simple_tag import SimpleTagParams
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
+from gpu_marl_envs.envs.tag_continuous_params import TagContinuousParams
 from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.parallel_env import GpuParallelEnv, make_parallel
 from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv

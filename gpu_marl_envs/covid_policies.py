@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
+from gpu_marl_envs.envs.covid_economy_params import CovidEconomyParams
 
 
 def observed_day_and_levels(p: CovidEconomyParams, governors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,6 +46,7 @@ from tqdm import tqdm
 from gpu_marl_envs import covid_policies
 from gpu_marl_envs.envs import covid_calibration
 from gpu_marl_envs.envs import covid_economy as ce
+from gpu_marl_envs.envs.covid_economy_constants import constants
 from gpu_marl_envs.parallel_env import make_parallel
 from gpu_marl_envs.vector_env import resolve_device
 
@@ -144,7 +145,7 @@ def run_episode(
         ENV_ID, num_envs, device=device, backend=backend, params=p, autoreset_mode=AutoresetMode.DISABLED
     )
     observations, infos = env.reset_groups(seed=0)
-    population = torch.tensor(ce.constants(p)["POPULATION"], dtype=torch.float64, device=env.device)
+    population = torch.tensor(constants(p)["POPULATION"], dtype=torch.float64, device=env.device)
     start_deaths = env.get_state()["deaths"].double().sum(1)
     days, outside = [], torch.zeros((), dtype=torch.int64, device=env.device)
     for _ in range(p.episode_length):

@@ -1,9 +1,10 @@
-// CovidEconomy (gpu_marl_envs/envs/covid_economy.py is the reference and documents the rules, the state
-// layout and the float32 conventions this file follows operation by operation) on the multi-agent
-// template (multi_agent.cuh: a block per env, autoreset, returns, episode totals): this file is the
-// game's part, struct CovidEconomy. The params arrive as #define CE_* constants (kernel_constants in the
-// reference module: scalars as float literals, per-state and per-agent tables as brace lists), the
-// RNG and autoreset constants as GME_* (multi_agent_pycuda.kernel_source).
+// CovidEconomy (gpu_marl_envs/envs/covid_economy.py documents the rules, the state layout and the
+// float32 conventions this file follows operation by operation; covid_economy_reference.py beside it
+// is the torch reference) on the multi-agent template (multi_agent.cuh: a block per env, autoreset,
+// returns, episode totals): this file is the game's part, struct CovidEconomy. The params arrive as
+// #define CE_* constants (kernel_constants in covid_economy_constants.py: scalars as float literals,
+// per-state and per-agent tables as brace lists), the RNG and autoreset constants as GME_*
+// (multi_agent_pycuda.kernel_source).
 //
 // A block of CE_REDUCTION_WIDTH (64) threads per env: state i is stepped by thread i % blockDim.x
 // (thread i with 64 threads), the planner by thread S % blockDim.x. Race freedom: in the state phase

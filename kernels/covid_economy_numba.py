@@ -1,9 +1,9 @@
 """CovidEconomy Numba kernels, the twin of covid_economy.cu (read it for the design); the torch
-reference is gpu_marl_envs/envs/covid_economy.py (its docstring documents the rules, the state
-layout and the float32 conventions followed here operation by operation).
+reference is gpu_marl_envs/envs/covid_economy_reference.py (covid_economy.py's docstring documents
+the rules, the state layout and the float32 conventions followed here operation by operation).
 
-``game_functions(c)`` takes ``covid_economy.kernel_constants(params)`` (typed) and returns this
-game's device functions for the multi-agent template's kernels (``multi_agent_numba.py``: a block
+``game_functions(c)`` takes ``covid_economy_constants.kernel_constants(params)`` (typed) and returns
+this game's device functions for the multi-agent template's kernels (``multi_agent_numba.py``: a block
 per env, autoreset, returns, episode totals). State ``i`` is stepped by thread ``i % blockDim.x``, the planner by thread
 ``S % blockDim.x``; the planner's sums over states are the reference's tree reduction in shared
 memory. Arrays have their natural shapes: per-state fields ``(E, S)``, the rings ``(E, depth, S)``

@@ -13,16 +13,24 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_marl_envs.envs import covid_economy as ce
+from gpu_marl_envs.envs import covid_economy_reference as ce
 from gpu_marl_envs.envs.covid_calibration import CovidCalibration
 from gpu_marl_envs.envs.covid_economy import COVID_ECONOMY, CovidEconomyParams
+from gpu_marl_envs.envs.covid_economy_constants import constants, economy_scales, health_weights, kernel_constants
+from gpu_marl_envs.envs.covid_economy_params import (
+    REDUCTION_WIDTH,
+    CovidEconomyState,
+    episode_metrics,
+    in_game,
+    observation_spaces,
+)
 
 P = CovidEconomyParams()
 S = P.num_states
 PLANNER = P.planner_id
 
 
-def start(num_envs: int = 1, p: CovidEconomyParams = P) -> ce.CovidEconomyState:
+def start(num_envs: int = 1, p: CovidEconomyParams = P) -> CovidEconomyState:
     return ce.reset(p, torch.zeros(num_envs, dtype=torch.int64), num_envs)
 
 
@@ -86,13 +94,13 @@ def test_params_defaults_are_the_training_configuration():
     assert (P.start_index, P.vaccine_start_day, P.episode_length) == (81, 296, 540)
     assert (P.governor_obs_dim, P.planner_obs_dim) == (75, 484)
     assert P == CovidEconomyParams() and hash(P) == hash(CovidEconomyParams())  # kernels are cached per params
-    alpha = ce.health_weights(P)
+    alpha = health_weights(P)
     alpha0 = P.calibration.health_weight
     z = alpha / (1 - alpha)
     np.testing.assert_allclose(z[:S], 0.3 * alpha0[:S] / (1 - alpha0[:S]))
     np.testing.assert_allclose(z[S], 0.45 * alpha0[S] / (1 - alpha0[S]))
     np.testing.assert_allclose(
-        ce.health_weights(
+        health_weights(
             dataclasses.replace(P, health_priority_scaling_governors=1.0, health_priority_scaling_planner=1.0)
         ),
         alpha0,
@@ -293,9 +301,9 @@ def test_unemployment_with_no_changes_is_the_baseline():
 
 def test_block_sum_is_the_documented_tree():
     x = torch.randn(5, S, generator=torch.Generator().manual_seed(1)).to(torch.float32) * 1e6
-    slots = np.zeros((5, ce.REDUCTION_WIDTH), np.float32)
+    slots = np.zeros((5, REDUCTION_WIDTH), np.float32)
     slots[:, :S] = x.numpy()
-    width = ce.REDUCTION_WIDTH // 2
+    width = REDUCTION_WIDTH // 2
     while width:
         slots[:, :width] = slots[:, :width] + slots[:, width : 2 * width]
         width //= 2
@@ -307,13 +315,13 @@ def test_planner_reward_is_the_welfare_of_the_national_sums():
     p = P
     state = run(start(), 5, governors=3, planner=6)
     after, rewards, *_ = ce.step(p, state, actions(governors=0))
-    c, k = p.calibration, ce.constants(p)
-    dppw, maxprod = ce.economy_scales(p)
+    c, k = p.calibration, constants(p)
+    dppw, maxprod = economy_scales(p)
     norm = 365 * maxprod.sum()
     new_deaths = (after.deaths - state.deaths)[0].double().numpy().sum()
     subsidy = 6 / 20 * c.population.sum() * 20000 / 365
     production = after.productivity[0].double().numpy().sum()
-    alpha = ce.health_weights(p)[-1]
+    alpha = health_weights(p)[-1]
     h = (-new_deaths * c.value_of_life / norm - c.min_health[-1]) / (c.max_health[-1] - c.min_health[-1] + 1e-10)
     x = np.clip(365 * (production - 1.03 * subsidy) / norm, 0.1, 3)
     e = (1 + (x**-1 - 1) / -1) / 365
@@ -332,7 +340,7 @@ def test_observation_layout():
     obs = ce.observe(P, state)
     masks = ce.action_masks(P, state)
     g, planner = obs["governors"], obs["planner"][:, 0]
-    c, k = P.calibration, ce.constants(P)
+    c, k = P.calibration, constants(P)
     assert g.shape == (2, S, P.governor_obs_dim) and planner.shape == (2, P.planner_obs_dim)
     torch.testing.assert_close(g[:, :, :S], torch.eye(S).expand(2, S, S))
     fields = [state.susceptible, state.infected, state.recovered, state.deaths, state.vaccinated, state.unemployed]
@@ -354,7 +362,7 @@ def test_observation_layout():
     torch.testing.assert_close(planner[:, 9 * S + 4 :], masks["planner"][:, 0].float())
     # The lagged level the next step uses: the real level d - 1 days before the start, plus 3.
     np.testing.assert_allclose(g[0, :, S + 7].numpy(), c.policy[P.start_index + 4 - c.beta_delay] / np.float32(10))
-    spaces = ce.observation_spaces(P)
+    spaces = observation_spaces(P)
     for group, space in spaces.items():
         for row in obs[group].reshape(-1, space.shape[0]).numpy():
             assert space.contains(row), group
@@ -370,7 +378,7 @@ def test_episode_truncates_at_the_episode_length_and_totals_add_up():
         unemployed += state.unemployed.double().sum().item()
         assert not terminated.any() and bool(truncated[0]) == (t == 30)
     totals = ce.episode_totals(p, state)[0].double()
-    assert ce.episode_metrics(p) == ("deaths", "unemployment", "subsidies", "productivity")
+    assert episode_metrics(p) == ("deaths", "unemployment", "subsidies", "productivity")
     assert totals[0].item() == pytest.approx((state.deaths.double().sum() - deaths_start).item(), rel=1e-4)
     assert totals[1].item() == pytest.approx(unemployed / 30, rel=1e-5)
     assert totals[2].item() == pytest.approx(30 * 2 / 20 * p.calibration.population.sum() * 20000 / 365, rel=1e-5)
@@ -384,8 +392,8 @@ def test_definition_layout_and_groups():
     assert COVID_ECONOMY.mask_size(P) == S * 11 + 21
     state = start(2)
     assert COVID_ECONOMY.flat_observations(P, state).shape == (2, S * 75 + 484)
-    assert ce.in_game(P, state).all()
-    constants = ce.kernel_constants(P)
+    assert in_game(P, state).all()
+    constants = kernel_constants(P)
     assert constants["NUM_STATES"] == S and len(constants["INITIAL_STRINGENCY_CHANGES"]) == 600 * S
     assert all(isinstance(v, (bool, int, float, tuple)) for v in constants.values())
 
@@ -411,7 +419,7 @@ class Float64Spec:
         workforce = c.us_population * 0.6 - u0.sum()
         self.dppw = c.gdp_per_capita / (workforce / c.us_population) / 365
         self.hn = np.append(365 * (0.6 * self.n - u0) * self.dppw, 365 * ((0.6 * self.n - u0) * self.dppw).sum())
-        self.alpha = ce.health_weights(p)
+        self.alpha = health_weights(p)
 
     def step(self, a: np.ndarray) -> np.ndarray:
         c, n = self.c, self.n

@@ -16,6 +16,8 @@ import gpu_marl_envs
 from gpu_marl_envs.envs import covid_economy as ce
 from gpu_marl_envs.envs import tag_continuous as tc
 from gpu_marl_envs.envs import tag_gridworld as tg
+from gpu_marl_envs.envs.covid_economy_constants import initial_state_values
+from gpu_marl_envs.envs.covid_economy_params import EPISODE_METRICS
 from gpu_marl_envs.parallel_env import get_game
 from gpu_marl_envs.registration import parallel_env_ids, register_game
 
@@ -118,7 +120,7 @@ def test_covid_episode_metrics_in_the_final_infos():
         assert all("episode" not in info for info in step[2].values()), t
     _, _, final, *_ = steps[-1]
     assert set(final) == set(env.possible_agents)
-    metrics = set(ce.EPISODE_METRICS)
+    metrics = set(EPISODE_METRICS)
     for agent, info in final.items():
         assert set(info["episode"]) == {"return", *metrics}, agent
         assert all(isinstance(v, float) for v in info["episode"].values()), agent
@@ -137,7 +139,7 @@ def test_covid_episode_metrics_in_the_final_infos():
         assert final[agent]["episode"] == expected, agent
     # Deaths are D_end - D_start summed over states (the accumulator sums each day's increase).
     state = batched.get_state()
-    start = ce.initial_state_values(SMALL_COVID)["deaths"].astype(np.float64).sum()
+    start = initial_state_values(SMALL_COVID)["deaths"].astype(np.float64).sum()
     assert final["planner_0"]["episode"]["deaths"] == pytest.approx(
         state["deaths"].double().sum().item() - start, rel=1e-4
     )
