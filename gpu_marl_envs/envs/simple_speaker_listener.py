@@ -155,7 +155,8 @@ def step(p, s: SimpleSpeakerListenerState, actions: torch.Tensor):
     if p.continuous_actions:  # (E, 2, 5): the speaker's utterance is its row's first COMM_DIM values
         comm = actions[:, 0, :COMM_DIM].clamp(0.0, 1.0)
     else:
-        comm = torch.nn.functional.one_hot(actions[:, 0], COMM_DIM).to(torch.float32)
+        # One-hot by comparison: F.one_hot checks its values on the host (a synchronisation) on the CPU.
+        comm = (actions[:, 0, None] == torch.arange(COMM_DIM, device=actions.device)).to(torch.float32)
     ux, uy = mpe.action_force(actions[:, 1:], p.continuous_actions, mpe.f32(mpe.SENSITIVITY))
     x, y, vx, vy = mpe.integrate(s.x[:, 1:], s.y[:, 1:], s.vx[:, 1:], s.vy[:, 1:], ux, uy)
     x, y = torch.cat([s.x[:, :1], x], 1), torch.cat([s.y[:, :1], y], 1)
