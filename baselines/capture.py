@@ -32,6 +32,18 @@ from gpu_marl_envs.baselines.optimizers import Optimizer
 Phase = Callable[[], dict[str, torch.Tensor]]
 
 
+@contextlib.contextmanager
+def float32_matmul_precision(tf32: bool):
+    """Float32 matrix products on TF32 tensor cores (``tf32``) or in full float32 inside the
+    context, torch's global setting restored afterwards."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 @dataclass(frozen=True)
 class CaptureOptions:
     """How the trainers run their phases (fields shared by their configs)."""
@@ -94,15 +106,9 @@ class CaptureOptions:
     def compiled(self, fn):
         return torch.compile(fn) if self.compile else fn
 
-    @contextlib.contextmanager
     def matmul_precision(self):
         """The run's float32 matmul precision, restored afterwards (torch's setting is global)."""
-        before = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
-        try:
-            yield
-        finally:
-            torch.set_float32_matmul_precision(before)
+        return float32_matmul_precision(self.tf32)
 
 
 def make_optimizer(

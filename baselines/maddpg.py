@@ -67,10 +67,10 @@ from gpu_marl_envs.baselines.multi_agent import (
     policy_slots,
     print_entry,
     reported_group,
+    training_env,
 )
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import EntryNumbers, EpisodeStats, PhaseTimes
-from gymnasium.vector import AutoresetMode
 from torch import nn
 
 from gpu_marl_envs.parallel_env import GpuParallelEnv, get_game
@@ -268,17 +268,7 @@ def start(
     box_spaces(env_id, config)  # a game whose actions are not Box: one line, before anything is made
     first = resumed_iteration(resume, 1, config.num_envs)
     torch.manual_seed(context.seed(config.seed, first))
-    # A captured acting step records the env's launches itself: the env must not replay its own graph inside it.
-    env = GpuParallelEnv(
-        env_id,
-        config.num_envs,
-        device=context.device,
-        backend=backend,
-        params=game_params(env_id, config),
-        autoreset_mode=AutoresetMode.SAME_STEP,
-        validate_actions=False,
-        cuda_graph=False if config.cuda_graph else None,
-    )
+    env = training_env(env_id, config, context.device, backend)
     device = env.device
     layout = Layout.of(env_id, config)
     actors = make_actors(env_id, config, device)

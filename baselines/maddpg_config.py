@@ -5,11 +5,10 @@ that every policy acts in a ``Box`` (:func:`box_spaces`).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass, field, fields
 
-import torch
 from gpu_marl_envs.baselines import settings
+from gpu_marl_envs.baselines.capture import float32_matmul_precision
 from gpu_marl_envs.baselines.multi_agent import check_policy_map, policy_spaces
 from gymnasium import spaces
 
@@ -149,15 +148,9 @@ class MADDPGConfig:
             "policies": {name: asdict(policy) for name, policy in self.policies.items()},
         }
 
-    @contextlib.contextmanager
     def matmul_precision(self):
         """The run's float32 matmul precision, restored afterwards (torch's setting is global)."""
-        before = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
-        try:
-            yield
-        finally:
-            torch.set_float32_matmul_precision(before)
+        return float32_matmul_precision(self.tf32)
 
 
 def box_spaces(env_id: str, config: MADDPGConfig) -> dict[str, tuple[spaces.Box, spaces.Box]]:

@@ -933,6 +933,23 @@ class Run:
             group_stats.running.zero_()
 
 
+def training_env(env_id: str, config, device, backend: str | None) -> GpuParallelEnv:
+    """The trainers' games (``config``: a multi-agent trainer's config, with ``num_envs``, the game's
+    params and ``cuda_graph``): SAME_STEP autoreset (the final observations are the ended episodes'
+    successors), actions unchecked (the policies' are valid by construction)."""
+    # A captured phase records the env's launches itself: the env must not replay its own graph inside it.
+    return GpuParallelEnv(
+        env_id,
+        config.num_envs,
+        device=device,
+        backend=backend,
+        params=game_params(env_id, config),
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        validate_actions=False,
+        cuda_graph=False if config.cuda_graph else None,
+    )
+
+
 def start(
     env_id: str,
     config: MultiAgentConfig,
@@ -947,17 +964,7 @@ def start(
     first = resumed_iteration(resume, context.world_size, config.batch_size)
     # A resumed run draws new random numbers and new games (see checkpoint.py).
     torch.manual_seed(context.seed(config.seed, first))
-    # A captured rollout records the env's launches itself: the env must not replay its own graph inside it.
-    env = GpuParallelEnv(
-        env_id,
-        config.num_envs,
-        device=context.device,
-        backend=backend,
-        params=game_params(env_id, config),
-        autoreset_mode=AutoresetMode.SAME_STEP,
-        validate_actions=False,
-        cuda_graph=False if config.cuda_graph else None,
-    )
+    env = training_env(env_id, config, context.device, backend)
     device = env.device
     policies = make_policies(env_id, config, device, models)
     for name, policy in policies.items():
