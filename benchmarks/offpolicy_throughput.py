@@ -18,7 +18,8 @@ losses, as LeanRL pairs it with CUDA graphs; its wall time includes compiling).
 
 ``--learning``: the shipped Pendulum and MountainCarContinuous configs of DDPG and TD3, captured,
 for 3 seeds each, each run's greedy return (``ddpg.evaluate``, 100 episodes) against the issue's
-targets, mean of the seeds: Pendulum >= -200, MountainCarContinuous >= 90.
+targets, mean of the seeds: Pendulum >= -200, MountainCarContinuous >= 90. ``--set key=value``
+(``gpu-marl-train``'s overrides, e.g. ``total_timesteps=30000``) changes every run's config.
 
 Each result is printed as it comes and the files rewritten after every case.
 
@@ -178,7 +179,7 @@ def learning(args, hardware: str) -> None:
             continue
         runs = []
         for seed in range(args.seeds):
-            _, env_id, config = shipped(name, seed=seed)
+            _, env_id, config = shipped(name, args.set, seed=seed)
             release()
             begin = time.perf_counter()
             actor, history = ddpg.train(
@@ -214,6 +215,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="timed runs of a quarter of their length")
     parser.add_argument("--compile", action="store_true", help="also a captured run with torch.compile")
     parser.add_argument("--only", help="the cases (or --learning's config files) whose name contains this text")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="--learning: a config override for every run"
+    )
     args = parser.parse_args()
     hardware = gpu_hardware()
     (learning if args.learning else throughput)(args, hardware)
