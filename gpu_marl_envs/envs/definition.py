@@ -33,6 +33,13 @@ def _declared_type(params_type: type, name: str) -> type:
     return typing.get_type_hints(getattr(params_type, name).fget).get("return", float)
 
 
+def number_fields(params_type: type) -> tuple[str, ...]:
+    """The fields of a params dataclass declared bool, int or float, in order."""
+    return tuple(
+        f.name for f in dataclasses.fields(params_type) if _declared_type(params_type, f.name) in (bool, int, float)
+    )
+
+
 @dataclass(frozen=True)
 class EnvDefinition:
     id: str
@@ -41,10 +48,6 @@ class EnvDefinition:
     """Frozen dataclass of the env's constants; validates itself in ``__post_init__``."""
     state_fields: tuple[str, ...]
     """Names of the state rows, in order."""
-    kernel_params: tuple[str, ...]
-    """Params fields and properties the step needs, in the order of the kernels' params struct
-    (``GmeParams`` in CUDA C, the record ``p`` in Numba). Floats reach every backend as float32, ints
-    as int32, bools as int32 0 or 1 (C's truth value; a bool field would be one byte and pad the struct)."""
     observation_space: Callable[[Any], spaces.Box]
     action_space: Callable[[Any], spaces.Space]
     reset: Callable[[SimpleNamespace, Uniform, int], torch.Tensor]
@@ -55,12 +58,21 @@ class EnvDefinition:
     with the host (no ``.item()``, no ``if tensor.any()``): on GPUs it is captured in a CUDA graph."""
     observe: Callable[[SimpleNamespace, torch.Tensor], torch.Tensor]
     """Torch reference: ``(p, state) -> observations (num_envs, obs_dim)``."""
+    kernel_params: tuple[str, ...] = ()
+    """Params fields and properties the step needs, in the order of the kernels' params struct
+    (``GmeParams`` in CUDA C, the record ``p`` in Numba). Floats reach every backend as float32, ints
+    as int32, bools as int32 0 or 1 (C's truth value; a bool field would be one byte and pad the struct).
+    Left empty: every bool, int and float field of :attr:`params_type`, in the order declared."""
     gymnasium_original: str | None = None
     """The id of the Gymnasium env this one reproduces (``"CartPole-v1"``): its own renderer draws
     this env's frames (``render_mode="rgb_array"``); ``None``: an env without frames."""
     reward_threshold: float | None = None
     """The mean return at which the task counts as solved (Gymnasium's ``EnvSpec.reward_threshold``:
     the original's for a reproduction), or ``None``."""
+
+    def __post_init__(self):
+        if not self.kernel_params:
+            object.__setattr__(self, "kernel_params", number_fields(self.params_type))
 
     @property
     def obs_dim(self) -> int:

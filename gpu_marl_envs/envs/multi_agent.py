@@ -33,8 +33,11 @@ Conventions every game follows:
 - ``episode_totals(p, state)``: float32 ``(E, K)``, one column per name of ``episode_metrics(p)``,
   evaluated on the state right after a step (before any autoreset): the game keeps the
   accumulators it needs in its state.
-- Kernels receive the params as compile-time constants (``kernel_constants``): a kernel is built per
-  params, so shared-memory arrays are sized by the number of agents and constants fold.
+- Kernels receive the params as compile-time constants (``kernel_constants``, by default every
+  number field of the params): a kernel is built per params, so shared-memory arrays are sized by
+  the number of agents and constants fold. The torch reference receives the params object itself,
+  the one ``env.params`` holds (float32 values where it is a
+  :func:`~gpu_marl_envs.envs.params.params_dataclass`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import apply_settings
+from gpu_marl_envs.envs.params import params_constants
 
 
 def no_metrics(params) -> tuple[str, ...]:
@@ -59,11 +63,6 @@ def no_metrics(params) -> tuple[str, ...]:
 def no_dynamic_shared(params) -> int:
     """The default ``dynamic_shared_bytes``: a game whose kernels use static shared memory only."""
     return 0
-
-
-def no_constants(params) -> dict:
-    """The default ``kernel_constants``: none beyond the runtime's own."""
-    return {}
 
 
 def everyone_in_game(params, state) -> torch.Tensor:
@@ -100,9 +99,10 @@ class MultiAgentDefinition:
     id: str
     """Name and version without the namespace, e.g. ``"TagContinuous-v0"``."""
     params_type: type
-    """Frozen dataclass of the game's constants, validating itself; its defaults are the published
-    configuration. The runtime reads two of its attributes: ``num_agents`` (``N``, the agents of every
-    group together) and ``episode_length`` (``T``, the bound of ``state.t``)."""
+    """Frozen dataclass of the game's constants, validating itself (a
+    :func:`~gpu_marl_envs.envs.params.params_dataclass` checks the ranges its fields declare); its
+    defaults are the published configuration. The runtime reads two of its attributes: ``num_agents``
+    (``N``, the agents of every group together) and ``episode_length`` (``T``, the bound of ``state.t``)."""
     state_type: type
     """Dataclass of tensors, batch first, with the per-env int32 field ``t``; its field order is the
     order of the kernels' state struct (CUDA C ``GmeState``, the Numba ``state`` tuple)."""
@@ -120,9 +120,12 @@ class MultiAgentDefinition:
     """``(p, state, actions) -> (next_state, rewards (E, N) float32, terminated (E,), truncated (E,))``."""
     observe: Callable
     """``(p, state) -> {group: float32 (E, n_g, d_g)}``."""
-    kernel_constants: Callable[[Any], dict[str, Any]] = no_constants
+    kernel_constants: Callable[[Any], dict[str, Any]] = params_constants
     """``p -> {NAME: value}``, the kernels' compile-time constants: bool, int, float or a tuple of
-    floats or of ints. Floats reach the kernels rounded once to float32, as the reference should use them."""
+    floats or of ints. Floats reach the kernels rounded once to float32, as the reference should use
+    them. By default every number field of the params (and ``num_agents``, ``episode_length``) in
+    UPPER_CASE (:func:`~gpu_marl_envs.envs.params.params_constants`); a game with constants of its own
+    adds them, ``lambda p: params_constants(p, DIM=2 + 4 * p.num_agents)``."""
     in_game: Callable[[Any, Any], torch.Tensor] = everyone_in_game
     """``(p, state) -> bool (E, N)``: whether each agent still plays."""
     constant_prefix: str = "GAME"

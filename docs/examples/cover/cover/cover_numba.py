@@ -3,25 +3,20 @@
 import math
 
 import numpy as np
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import cuda
-from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import int32
+from gpu_marl_envs.kernels.numba_game import cuda, int32, numba_game, uniform
 
 
-def game_functions(c) -> GameFunctions:
+@numba_game
+def game_functions(c):
     N, L, T = c.NUM_AGENTS, c.GRID_LENGTH, c.EPISODE_LENGTH
     DIM = 2 + 4 * N
 
-    @cuda.jit(device=True)
     def shared():
         return (cuda.shared.array(1, int32),)  # the count of landmarks covered
 
-    @cuda.jit(device=True)
     def cell(seed, episode, draw):
         return min(math.floor(uniform(seed, episode, draw, np.float32(0.0), np.float32(L + 1))), L)
 
-    @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, landmark_x, landmark_y, t = state
         for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
@@ -32,7 +27,6 @@ def game_functions(c) -> GameFunctions:
         if cuda.threadIdx.x == 0:
             t[e] = 0
 
-    @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, landmark_x, landmark_y, t = state
         covered = sh[0]
@@ -60,7 +54,6 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return term, trunc
 
-    @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, landmark_x, landmark_y, t = state
         for k in range(cuda.threadIdx.x, N * DIM, cuda.blockDim.x):
@@ -74,4 +67,4 @@ def game_functions(c) -> GameFunctions:
                 other = x[e, j] if is_x else y[e, j]
             obs[e, k] = np.float32(own if f < 2 else other - own) / np.float32(L)
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
+    return locals()

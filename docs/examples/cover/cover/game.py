@@ -31,18 +31,14 @@ from gymnasium import spaces
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.envs.params import param, params_dataclass
 
 
-@dataclass(frozen=True)
+@params_dataclass  # frozen; checks each field's type and range; the kernels' constants come from it
 class CoverParams:
-    num_agents: int = 3
-    grid_length: int = 4
-    episode_length: int = 25
-
-    def __post_init__(self):
-        for name in ("num_agents", "grid_length", "episode_length"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
-                raise ValueError(f"CoverParams.{name} must be an int >= 1, got {getattr(self, name)!r}")
+    num_agents: int = param(3, ge=1)
+    grid_length: int = param(4, ge=1)
+    episode_length: int = param(25, ge=1)
 
 
 @dataclass
@@ -98,9 +94,4 @@ COVER = MultiAgentDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_constants=lambda p: {
-        "NUM_AGENTS": p.num_agents,
-        "GRID_LENGTH": p.grid_length,
-        "EPISODE_LENGTH": p.episode_length,
-    },
 )
