@@ -37,8 +37,7 @@ import time
 
 import torch
 from gpu_marl_envs.baselines import ddpg
-from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
-from report import add_output_options, gpu_hardware, save
+from report import add_output_options, gpu_hardware, save, shipped
 
 TARGETS = {"Pendulum-v1": -200.0, "MountainCarContinuous-v0": 90.0}
 """The issue's learning targets: the greedy return's mean over 3 seeds within the shipped budget."""
@@ -50,11 +49,6 @@ LEARNING_CONFIGS = (
 )
 ENTRIES = 50
 """History entries of a run (gpu-marl-train's log interval: a fiftieth of the run)."""
-
-
-def shipped(name: str, overrides: list[str] = (), seed: int | None = None):
-    """A shipped config with ``--set``-style overrides: ``(algorithm, env, config)``."""
-    return build_config(read_config(CONFIGS / name), list(overrides), seed)
 
 
 def many_envs(name: str):

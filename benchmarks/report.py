@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the GPU they ran on, their common options and where their results go."""
+"""What the benchmark scripts share: the GPU they ran on, the shipped configs they run, their common options
+and where their results go."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 
 import torch
+from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
 
 
 def gpu_hardware() -> str:
@@ -14,6 +16,11 @@ def gpu_hardware() -> str:
         raise SystemExit("this benchmark needs a CUDA GPU")
     props = torch.cuda.get_device_properties(0)
     return f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+
+
+def shipped(name: str, overrides: list[str] = (), seed: int | None = None):
+    """A shipped config (``baselines/configs/<name>``) with ``--set``-style overrides: ``(algorithm, env, config)``."""
+    return build_config(read_config(CONFIGS / name), list(overrides), seed)
 
 
 def add_output_options(
