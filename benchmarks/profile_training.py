@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from collections import defaultdict
 from contextlib import ExitStack
@@ -377,6 +378,9 @@ def main() -> None:
     parser.add_argument("--trace", metavar="DIR", help="also write each case's Chrome trace to DIR/<case>.json")
     args = parser.parse_args()
     device = torch.device(args.device)
+    # torch.profiler's own workaround where it knows CUDA graphs run (inductor's): CUPTI's teardown
+    # after one profile can crash the next re-initialisation, and each case here is a profile.
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")
     hardware = gpu_hardware() if device.type == "cuda" else f"the CPU, torch {torch.__version__}"
     results = []
     for name in args.case or CASES:
