@@ -261,16 +261,13 @@ def profile_case(name: str, args, device: torch.device) -> dict:
 
     def log(entry: dict) -> None:
         """Edges: the untraced window's start and end (the profiler's warm-up starts), the traced
-        window's start and end; each at the first entry due after the last."""
+        window's start (one log interval later) and end; each at the first entry due."""
         done = entry["env_steps"] // steps
-        due = [warmup, None, None, None]
-        if len(edges) == 1:
-            due[1] = edges[0][0] + args.iterations
-        elif len(edges) == 2:
-            due[2] = edges[1][0] + 1
-        elif len(edges) == 3:
-            due[3] = edges[2][0] + args.iterations
-        if done < due[len(edges)]:
+        if not edges:
+            due = warmup
+        else:
+            due = edges[-1][0] + (1 if len(edges) == 2 else args.iterations)
+        if done < due:
             return
         edges.append((done, entry))
         if len(edges) == 2:
