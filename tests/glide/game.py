@@ -16,14 +16,15 @@ from gymnasium import spaces
 
 from gpu_marl_envs import rng
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition, split_groups
+from gpu_marl_envs.envs.params import param, params_dataclass
 
 
-@dataclass(frozen=True)
+@params_dataclass
 class GlideParams:
-    num_gliders: int = 3
-    episode_length: int = 5
-    damping: float = 0.5
-    accel: float = 0.25
+    num_gliders: int = param(3, ge=1)
+    episode_length: int = param(5, ge=1)
+    damping: float = param(0.5, ge=0, le=1)
+    accel: float = param(0.25, gt=0)
 
     @property
     def num_agents(self) -> int:
@@ -48,9 +49,8 @@ def reset(p: GlideParams, key: torch.Tensor, num_envs: int) -> GlideState:
 
 def step(p: GlideParams, s: GlideState, actions: torch.Tensor):
     push = actions.clamp(-1.0, 1.0)  # NaN is already 0
-    damping, accel = np.float32(p.damping).item(), np.float32(p.accel).item()
-    vx = s.vx * damping + push[..., 0] * accel
-    vy = s.vy * damping + push[..., 1] * accel
+    vx = s.vx * p.damping + push[..., 0] * p.accel  # float32 values (params_dataclass)
+    vy = s.vy * p.damping + push[..., 1] * p.accel
     x, y = s.x + vx, s.y + vy
     t = s.t + 1
     rewards = -(x.abs() + y.abs())
@@ -80,5 +80,4 @@ GLIDE = MultiAgentDefinition(
     reset=reset,
     step=step,
     observe=observe,
-    kernel_constants=lambda p: {"EPISODE_LENGTH": p.episode_length, "DAMPING": p.damping, "ACCEL": p.accel},
 )

@@ -19,32 +19,26 @@ Terminated when ``|x| > x_limit``; truncated after ``max_episode_steps`` steps.
 ``v <- clip(v + dt * force * (action - 1), -max_speed, max_speed)``, then ``x <- x + dt * v``.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from gpu_marl_envs.envs.definition import EnvDefinition
+from gpu_marl_envs.envs.params import param, params_dataclass
 
 
-@dataclass(frozen=True)
+@params_dataclass  # frozen; checks each field's type and range; the kernels' params are its fields
 class PuckParams:
-    dt: float = 0.05
-    force: float = 1.0
-    max_speed: float = 2.0
-    x_limit: float = 1.0
-    reset_bound: float = 0.5
-    max_episode_steps: int = 200
+    dt: float = param(0.05, gt=0)
+    force: float = param(1.0, gt=0)
+    max_speed: float = param(2.0, gt=0)
+    x_limit: float = param(1.0, gt=0)
+    reset_bound: float = param(0.5, gt=0)
+    max_episode_steps: int = param(200, ge=1)
 
-    def __post_init__(self):
-        for name in ("dt", "force", "max_speed", "x_limit", "reset_bound"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"PuckParams.{name} must be > 0, got {getattr(self, name)}")
+    def __post_init__(self):  # what a range cannot say, after the ranges are checked
         if self.dt * self.max_speed > self.x_limit:
             raise ValueError("PuckParams: one step may move the puck at most x_limit (dt * max_speed <= x_limit)")
-        if self.max_episode_steps < 1:
-            raise ValueError(f"PuckParams.max_episode_steps must be >= 1, got {self.max_episode_steps}")
 
 
 def reset(p, uniform, num_envs: int) -> torch.Tensor:
@@ -68,7 +62,6 @@ PUCK = EnvDefinition(
     id="Puck-v0",
     params_type=PuckParams,
     state_fields=("x", "v"),
-    kernel_params=("dt", "force", "max_speed", "x_limit", "reset_bound", "max_episode_steps"),
     observation_space=lambda p: spaces.Box(
         -np.array([2 * p.x_limit, p.max_speed], dtype=np.float32),
         np.array([2 * p.x_limit, p.max_speed], dtype=np.float32),
