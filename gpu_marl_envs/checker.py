@@ -23,6 +23,12 @@ warning.
 Exact agreement holds where the kernels follow the reference's float32 operations
 (``docs/custom_env.md``, "float32 rules"); a tolerance belongs only where a documented reason
 exists (the simulator's numpy ``sin``/``cos``/``exp`` may round differently from torch's).
+
+What a check on the CPU cannot see (``docs/custom_env.md``, "What the checker cannot see"): the
+simulator runs each float32 operation rounded, so a product a GPU compiler would fuse into a
+multiply-add passes here and differs on a GPU (``device="cuda"`` finds it); it tells shared arrays
+apart by source line (``numba_game`` refuses two on one line); and random play seldom reaches rare
+branches: hand those states in with ``start``.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def check_env(
     seed: int = 7,
     device="cpu",
     backends: list[str] | None = None,
-    start: Callable[[dict], dict] | None = None,
+    start: Callable[[dict], dict] | dict[str, Callable[[dict], dict]] | None = None,
     rtol: float = 0.0,
     atol: float = 0.0,
 ) -> None:
@@ -69,8 +75,10 @@ def check_env(
         num_envs, num_steps, seed: the size of each comparison, and the seed of resets and actions.
         device: ``"cpu"`` (Numba under the simulator) or ``"cuda"`` (every kernel backend on the GPU).
         backends: the kernel backends to compare (default: those available on the device with kernels).
-        start: ``state -> state``, from the reset state (``get_state()``) to the state every backend
-            continues from (``set_state``), for rules random play reaches late; default: the reset state.
+        start: ``state -> state``, from the reset state (``get_state()``, a dict of tensors) to the
+            state every backend continues from (``set_state``), for rules random play reaches late or
+            never (a wall, a speed cap, a crowd, the end of an episode); or ``{name: state -> state}``,
+            several such states, each checked in turn (a failure names its start); default: the reset state.
         rtol, atol: a tolerance for float outputs and states (default: exact).
     """
     spec = game_spec(env_id) if is_game(env_id) else env_spec(env_id)
@@ -88,10 +96,15 @@ def check_env(
                 warnings.warn(f"{spec.id}: its {SOURCES[name][1]} kernels were not checked: {reason}", stacklevel=2)
     twins = list(backends)
     comparison = _GameComparison if spec.is_game else _EnvComparison
+    starts = start if isinstance(start, dict) else {None: start}
     for backend in twins:
         ended = 0
-        for mode in AutoresetMode:
-            ended += comparison(spec, params, device, backend, mode, num_envs, seed, rtol, atol).run(num_steps, start)
+        for name, begin in starts.items():
+            for mode in AutoresetMode:
+                twins_from = comparison(spec, params, device, backend, mode, num_envs, seed, rtol, atol)
+                if name is not None:
+                    twins_from.context += f" from start {name!r}"
+                ended += twins_from.run(num_steps, begin)
         if not ended:
             raise AssertionError(
                 f"{spec.id}: no episode ended within {num_steps} steps, so autoreset went "

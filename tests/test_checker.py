@@ -96,3 +96,34 @@ def test_episodes_must_end_within_the_steps_checked(broken):
     env_id = registration.register_env(CARTPOLE, namespace=NAMESPACE, numba="gpu_marl_envs.kernels.cartpole_numba").id
     with pytest.raises(AssertionError, match="no episode ended within 2 steps"):
         check_env(env_id, num_steps=2, rtol=1e-5, atol=1e-5)
+
+
+def test_a_difference_from_a_crafted_start_names_the_start(broken):
+    from rally.game import RALLY, RallyParams
+
+    env_id = broken(
+        RALLY,
+        "broken_rally_numba",
+        """
+        from gpu_marl_envs.kernels.numba_game import numba_game
+        from rally import rally_numba
+
+        @numba_game
+        def game_functions(c):
+            rally = rally_numba.game_functions(c)
+            shared, reset_env, observe_env = rally.shared, rally.reset_env, rally.observe_env
+
+            def step_env(state, sh, e, actions, rewards):
+                terminated, truncated = rally.step_env(state, sh, e, actions, rewards)
+                return False, terminated or truncated  # a gathered rally truncated, not terminated
+
+            return locals()
+    """,
+    )
+    params = RallyParams(num_agents=3, episode_length=4)
+
+    def gathered(state: dict) -> dict:  # every agent at one point: the game ends on the next step
+        return {**state, "x": state["x"][:, :1].expand_as(state["x"]), "y": state["y"][:, :1].expand_as(state["y"])}
+
+    with pytest.raises(AssertionError, match=r"Rally-v0 numba NEXT_STEP from start 'gathered', step 0: terminations"):
+        check_env(env_id, params, num_envs=2, num_steps=2, start={"gathered": gathered})

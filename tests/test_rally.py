@@ -15,12 +15,19 @@ def test_the_checker_passes_from_random_play():
     gpu_marl_envs.check_env("rally/Rally-v0", SMALL, num_envs=2, num_steps=6)
 
 
-def test_the_checker_passes_from_a_crowd_in_a_corner():
-    # Every agent at the corner (bound, bound): moves past the edge are clipped, everyone is near
-    # everyone (radius 2 * speed: one step cannot part two agents beyond it), and the game ends.
+def test_the_checker_passes_from_crafted_states():
+    # What random play seldom reaches, each a start of its own: every agent on the edges (moves past
+    # them clipped) and a crowd in a corner (radius 2 * speed: one step cannot part two agents
+    # beyond it, so the game ends, and moves are clipped on both axes).
     params = RallyParams(num_agents=3, episode_length=4, radius=0.5, speed=0.25)
 
-    def crowd_in_a_corner(state: dict) -> dict:
-        return {**state, "x": torch.full_like(state["x"], params.bound), "y": torch.full_like(state["y"], params.bound)}
+    def on_the_edges(state: dict) -> dict:
+        edge = params.bound * torch.tensor([1.0, -1.0, 1.0]).expand_as(state["x"])
+        return {**state, "x": edge, "y": -edge}
 
-    gpu_marl_envs.check_env("rally/Rally-v0", params, num_envs=2, num_steps=3, start=crowd_in_a_corner)
+    def crowd_in_a_corner(state: dict) -> dict:
+        corner = torch.full_like(state["x"], params.bound)
+        return {**state, "x": corner, "y": corner.clone()}
+
+    starts = {"on the edges": on_the_edges, "crowd in a corner": crowd_in_a_corner}
+    gpu_marl_envs.check_env("rally/Rally-v0", params, num_envs=2, num_steps=3, start=starts)
