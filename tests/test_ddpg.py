@@ -27,6 +27,7 @@ from gpu_marl_envs.baselines.ddpg import (
     update_critic,
 )
 from gpu_marl_envs.baselines.replay import ReplayBuffer, Transitions
+from gpu_marl_envs.baselines.rollout import EpisodeStats
 from gymnasium import spaces
 from torch import nn
 
@@ -281,6 +282,20 @@ def test_trainer_stores_final_observations_and_terminated_only(monkeypatch):
     angle = lambda o: torch.atan2(o[..., 1], o[..., 0])  # noqa: E731
     turned = torch.remainder(angle(next_obs[199]) - angle(obs[199]) + math.pi, 2 * math.pi) - math.pi
     assert torch.allclose(turned, 0.05 * next_obs[199, :, 2], atol=1e-4)
+
+
+def test_one_step_episode_sums_are_episode_stats_bitwise():
+    """ddpg.add_step, the trainer's accounting of one vector step, against EpisodeStats.add of the
+    same step, over steps that end episodes in some envs and not in others."""
+    generator = torch.Generator().manual_seed(0)
+    fast, reference = EpisodeStats(16, "cpu"), EpisodeStats(16, "cpu")
+    for step in range(50):
+        rewards = torch.randn(16, generator=generator) * 10
+        done = torch.rand(16, generator=generator) < 0.2
+        ddpg.add_step(fast, rewards, done)
+        reference.add(rewards[None], done[None])
+        for name in ("running", "total", "count"):
+            assert torch.equal(getattr(fast, name), getattr(reference, name)), f"{name} differs at step {step}"
 
 
 def test_actor_updates_follow_the_policy_frequency_across_iterations():
