@@ -3,7 +3,11 @@ through ``pettingzoo.make``, CovidEconomy's action masks and episode metrics in 
 (Tag's own behaviour: tests/test_tag_parallel_env.py.) About 2 s on a CPU."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pettingzoo
@@ -185,3 +189,31 @@ def test_bad_arguments_and_actions():
     observations, *_ = env.step(actions)
     t = SMALL_COVID.num_states + 8
     assert first["governor_0"][t] == 0 and observations["governor_0"][t] == np.float32(1 / 30)
+
+
+def test_the_entry_point_imports_a_games_package_as_make_parallel_does():
+    # In a fresh interpreter where the package (tests/rally) is importable but not imported:
+    # PettingZoo's make finds only registered ids (PettingZoo 1.27 has no hook to import a package),
+    # while PettingZooParallelEnv, the registry's entry point, imports the id's namespace, which
+    # registers it there too.
+    script = """
+import pettingzoo
+from pettingzoo.env_registry.exceptions import NamespaceNotFound
+from gpu_marl_envs.pettingzoo_env import PettingZooParallelEnv
+try:
+    pettingzoo.make("parallel", "rally/Rally-v0")
+    raise SystemExit("pettingzoo.make found an id no package has registered yet")
+except NamespaceNotFound:
+    pass
+assert PettingZooParallelEnv("rally/Rally-v0").possible_agents == ["agent_0", "agent_1", "agent_2"]
+assert type(pettingzoo.make("parallel", "rally/Rally-v0")) is PettingZooParallelEnv
+"""
+    tests = Path(__file__).resolve().parent
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
