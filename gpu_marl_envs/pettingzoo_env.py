@@ -6,6 +6,11 @@ trainers that expect one game): a :class:`~gpu_marl_envs.parallel_env.GpuParalle
 game, as PettingZoo expects. ``import gpu_marl_envs`` registers every game in PettingZoo's registry::
 
     env = pettingzoo.make("parallel", "gpu_marl_envs/CovidEconomy-v0")
+
+A package's games are in that registry once the package is imported: PettingZoo 1.27 looks an id up
+before any code of ours runs, and has no hook to import a package. ``PettingZooParallelEnv(env_id)``
+imports the id's namespace as ``make_parallel`` does (``registration``'s docstring), so
+``PettingZooParallelEnv("cover/Cover-v0")`` needs no ``import cover``.
 """
 
 from __future__ import annotations

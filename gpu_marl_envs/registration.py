@@ -22,9 +22,15 @@ Then, by the id ``"<namespace>/<definition.id>"`` (``"cover/Cover-v0"``):
 
 Neither Gymnasium nor PettingZoo imports packages by itself: the registering package is imported
 first. The lookups here do it for an id whose namespace is not registered yet, importing the module
-of that name (the namespace is the registering package's name by convention), so that a training
-config's ``env = "cover/Cover-v0"`` needs no import. A bare name (``"CartPole-v1"``) finds the one
-registered id of that name.
+of that name (the namespace is the registering package's name by convention), so that whatever
+takes an id through them needs no import: ``make_parallel``, ``GpuParallelEnv``, ``GpuVectorEnv``,
+``PettingZooParallelEnv``, ``check_env``, the adapters and a training config's ``env =
+"cover/Cover-v0"``. Gymnasium's and PettingZoo's ``make`` look the id up in their own registries
+first, before any code of ours runs: ``gymnasium.make("puck:puck/Puck-v0")`` imports ``puck`` by
+Gymnasium's own ``module:id`` form; PettingZoo 1.27 has no such form nor a hook, so
+``pettingzoo.make("parallel", "cover/Cover-v0")`` finds a package's games once it is imported (or
+once ``PettingZooParallelEnv("cover/Cover-v0")`` has imported it). A bare name (``"CartPole-v1"``)
+finds the one registered id of that name.
 
 The registry is a leaf of the package: it holds definitions and looks them up, and constructs no
 env (``make_parallel`` lives with ``GpuParallelEnv``, ``GpuVectorEnv`` is Gymnasium's entry point by
