@@ -65,6 +65,11 @@ def no_dynamic_shared(params) -> int:
     return 0
 
 
+def one_group(params) -> dict[str, range]:
+    """The default ``agent_groups``: every agent in one group, ``agents``."""
+    return {"agents": range(params.num_agents)}
+
+
 def everyone_in_game(params, state) -> torch.Tensor:
     """The default ``in_game``: every agent plays until the episode ends, bool ``(E, N)``."""
     return torch.ones((state.t.shape[0], params.num_agents), dtype=torch.bool, device=state.t.device)
@@ -106,9 +111,6 @@ class MultiAgentDefinition:
     state_type: type
     """Dataclass of tensors, batch first, with the per-env int32 field ``t``; its field order is the
     order of the kernels' state struct (CUDA C ``GmeState``, the Numba ``state`` tuple)."""
-    agent_groups: Callable[[Any], dict[str, range]]
-    """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order; agents are named
-    ``<group in the singular>_<k>`` (``runners`` -> ``runner_0``, ``adversaries`` -> ``adversary_0``)."""
     observation_spaces: Callable[[Any], dict[str, spaces.Box]]
     """``p -> {group: one agent's observation space}`` (a 1-D float32 ``Box``), groups in order."""
     action_spaces: Callable[[Any], dict[str, spaces.Space]]
@@ -120,6 +122,10 @@ class MultiAgentDefinition:
     """``(p, state, actions) -> (next_state, rewards (E, N) float32, terminated (E,), truncated (E,))``."""
     observe: Callable
     """``(p, state) -> {group: float32 (E, n_g, d_g)}``."""
+    agent_groups: Callable[[Any], dict[str, range]] = one_group
+    """``p -> {group: ids}``, contiguous ranges covering ``0 .. N - 1`` in order; agents are named
+    ``<group in the singular>_<k>`` (``runners`` -> ``runner_0``, ``adversaries`` -> ``adversary_0``).
+    By default one group, ``agents`` (``agent_0 .. agent_{N-1}``)."""
     kernel_constants: Callable[[Any], dict[str, Any]] = params_constants
     """``p -> {NAME: value}``, the kernels' compile-time constants: bool, int, float or a tuple of
     floats or of ints. Floats reach the kernels rounded once to float32, as the reference should use

@@ -84,7 +84,6 @@ RALLY = MultiAgentDefinition(
     id="Rally-v0",
     params_type=RallyParams,
     state_type=RallyState,
-    agent_groups=lambda p: {"agents": range(p.num_agents)},
     observation_spaces=lambda p: {"agents": spaces.Box(-2 * p.bound, 2 * p.bound, (2 + 2 * p.num_agents,), np.float32)},
     action_spaces=lambda p: {"agents": spaces.MultiDiscrete([3, 3])},
     reset=reset,

@@ -88,7 +88,6 @@ COVER = MultiAgentDefinition(
     id="Cover-v0",
     params_type=CoverParams,
     state_type=CoverState,
-    agent_groups=lambda p: {"agents": range(p.num_agents)},
     observation_spaces=lambda p: {"agents": spaces.Box(-1.0, 1.0, (2 + 4 * p.num_agents,), np.float32)},
     action_spaces=lambda p: {"agents": spaces.Discrete(5)},
     reset=reset,
