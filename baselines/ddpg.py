@@ -245,7 +245,10 @@ def critic_loss(
         next_q = estimates[0] if len(estimates) == 1 else estimates.amin(0)
         target = td_target(batch.rewards, batch.terminated, next_q, gamma)
     q = critic.values(batch.obs, batch.actions).float()
-    return ((q - target) ** 2).mean(-1).sum(), q[0].detach().mean()
+    errors = ((q - target) ** 2).mean(-1)
+    # A single critic's error is the loss as it is (a view: no reduction kernel, forward or backward).
+    loss = errors.sum() if len(errors) > 1 else errors.reshape(())
+    return loss, q[0].detach().mean()
 
 
 def actor_loss(actor: Actor, critic: Critic | TwinCritic, obs: torch.Tensor) -> torch.Tensor:
