@@ -228,7 +228,8 @@ def critic_loss(
     policy_noise: float = 0.0,
     noise_clip: float = 0.5,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The mean squared TD error of each of the critic's estimates, summed: ``(loss, mean Q1)``.
+    """The mean squared TD error of each of the critic's estimates, summed: ``(loss, Q1)``, Q1 the
+    first estimate of each transition (detached; the trainer logs its mean, once an iteration).
 
     The target's next action is the target actor's, with TD3's smoothing where ``policy_noise`` > 0:
     Gaussian noise of std ``policy_noise``, clipped to +-``noise_clip`` (both fractions of the
@@ -248,7 +249,7 @@ def critic_loss(
     errors = ((q - target) ** 2).mean(-1)
     # A single critic's error is the loss as it is (a view: no reduction kernel, forward or backward).
     loss = errors.sum() if len(errors) > 1 else errors.reshape(())
-    return loss, q[0].detach().mean()
+    return loss, q[0].detach()
 
 
 def actor_loss(actor: Actor, critic: Critic | TwinCritic, obs: torch.Tensor) -> torch.Tensor:
@@ -271,9 +272,10 @@ def update_critic(
     autocast=contextlib.nullcontext,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step on :func:`critic_loss` (``loss_fn``, which the trainer may have compiled, run under
-    ``autocast()``); only the critic's parameters move. ``(loss, mean Q1)``. ``average_gradients()``,
-    if given, runs between the backward pass and the step (ranks). The gradients are zeroed in
-    place, not dropped: a captured step keeps writing them into the same tensors."""
+    ``autocast()``); only the critic's parameters move. ``(loss, Q1)`` as :func:`critic_loss`'s.
+    ``average_gradients()``, if given, runs between the backward pass and the step (ranks). The
+    gradients are zeroed in place, not dropped: a captured step keeps writing them into the same
+    tensors."""
     with autocast():
         loss, q = loss_fn(critic, target_actor, target_critic, batch, gamma, policy_noise, noise_clip)
     critic_optimizer.zero_grad(set_to_none=False)
@@ -497,7 +499,7 @@ def update(run: Run, actor_steps: tuple[bool, ...]) -> dict[str, torch.Tensor]:
     last_actor_loss = None
     for k, with_actor in enumerate(actor_steps):
         batch = Transitions(*(field[k * batch_size : (k + 1) * batch_size] for field in drawn))
-        loss, q_value = update_critic(
+        loss, q1 = update_critic(
             run.critic,
             run.critic_optimizer,
             run.target_actor,
@@ -526,7 +528,7 @@ def update(run: Run, actor_steps: tuple[bool, ...]) -> dict[str, torch.Tensor]:
             )
     # In place, once an iteration: the losses are tensors of the run, whichever graph ran last.
     run.losses["critic_loss"].copy_(loss)
-    run.losses["q_value"].copy_(q_value)
+    run.losses["q_value"].copy_(q1.mean())
     if last_actor_loss is not None:
         run.losses["actor_loss"].copy_(last_actor_loss)
     return run.losses
