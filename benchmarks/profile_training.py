@@ -15,9 +15,10 @@
 Categories go by kernel name (``CATEGORIES``, first match wins, "other" for the rest). CUDA graph
 replays hide their ops from the profiler's CPU side, but CUPTI still records the kernels they run,
 by name. GAE's kernels are PyTorch's elementwise kernels, which no name tells apart: the script
-brackets the trainers' ``compute_gae`` with a marker kernel on each side (``torch.cuda._sleep(0)``,
-"spin_kernel", two launches inside the captured update) and counts what runs between the markers
-on a stream as GAE (between a policy's markers, also the kernels of another policy's branch that run
+brackets the trainers' ``compute_gae`` with a marker kernel on each side that nothing else runs
+(``torch.cuda._sleep(0)``'s "spin_kernel" before, ``torch._assert_async`` of a true tensor after: two
+launches more in the captured update) and counts what runs between them on a stream as GAE (while a
+policy's GAE runs, also the kernels of another policy's branch that the profile shows on its stream
 meanwhile on the same stream). On-policy runs also give their GPU-timed rollout and update ms
 (``PhaseTimes``). Runs log every iteration as ``train_throughput.py``'s do (one host
 synchronisation per iteration), DDPG every fiftieth of its run as ``gpu-marl-train`` does.
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import re
 from collections import defaultdict
@@ -62,8 +64,10 @@ CASES = {
 """name: (shipped config, overrides, backend on CUDA)."""
 
 GAE = "GAE"
-GAE_MARK = "profile_training.gae_mark"
-"""The CPU profile's name of the marker around GAE (on CUDA, the marker is a spin_kernel)."""
+GAE_BEGIN, GAE_END = "profile_training.gae_begin", "profile_training.gae_end"
+"""The CPU profile's ranges that mark GAE's start and end."""
+MARKERS = {GAE_BEGIN: 1, GAE_END: -1, "spin_kernel": 1, "_assert_async_cuda_kernel": -1}
+"""Names (parts of the kernels' names on CUDA) of GAE's start (+1) and end (-1) markers."""
 MEMORY_ACTIVITIES = {"gpu_memcpy": "memcpy/memset", "gpu_memset": "memcpy/memset"}
 """Device activities that are no kernels: categorised by their kind, not their name."""
 CATEGORIES = (
@@ -103,20 +107,29 @@ def env_category(env_id: str) -> tuple[str, str]:
     return "env step", rf"{spec.kernel_name}_(step|reset)"
 
 
-def mark_gae(device: torch.device) -> None:
-    """A marker in the profile: a spin kernel of no cycles on CUDA, an empty range on the CPU."""
-    with record_function(GAE_MARK):
-        if device.type == "cuda":
+@functools.cache
+def true_on(device: torch.device) -> torch.Tensor:
+    """A true flag on ``device`` (made at the first, uncaptured, call: the graph then reads it)."""
+    return torch.ones((), dtype=torch.bool, device=device)
+
+
+def mark_gae(device: torch.device, begin: bool) -> None:
+    """GAE's start or end in the profile: a range on the CPU, and on CUDA a kernel that only the
+    markers run (see :data:`MARKERS`)."""
+    with record_function(GAE_BEGIN if begin else GAE_END):
+        if device.type == "cuda" and begin:
             torch.cuda._sleep(0)
+        elif device.type == "cuda":
+            torch._assert_async(true_on(device))
 
 
 def marked(gae):
-    """``gae`` between two markers (see the module's docstring)."""
+    """``gae`` between GAE's markers (see the module's docstring)."""
 
     def marked_gae(rewards, *args, **kwargs):
-        mark_gae(rewards.device)
+        mark_gae(rewards.device, begin=True)
         result = gae(rewards, *args, **kwargs)
-        mark_gae(rewards.device)
+        mark_gae(rewards.device, begin=False)
         return result
 
     return marked_gae
@@ -134,8 +147,9 @@ class Span:
     own: int = 0  # ns of its own: its length, less (on the CPU) the ops it calls
 
     @property
-    def is_marker(self) -> bool:
-        return "spin_kernel" in self.name or self.name == GAE_MARK
+    def marker(self) -> int:
+        """+1 at GAE's start marker, -1 at its end marker, else 0."""
+        return next((step for name, step in MARKERS.items() if name in self.name), 0)
 
 
 def device_spans(events, device: torch.device) -> list[Span]:
@@ -151,7 +165,7 @@ def device_spans(events, device: torch.device) -> list[Span]:
         (
             Span(e.name(), e.start_ns(), e.end_ns(), e.start_thread_id(), e.activity_type(), e.duration_ns())
             for e in events
-            if e.activity_type() == "cpu_op" or e.name() == GAE_MARK
+            if e.activity_type() == "cpu_op" or e.name() in (GAE_BEGIN, GAE_END)
         ),
         key=lambda s: (s.lane, s.start, -s.end),
     )
@@ -179,15 +193,14 @@ def busy_ns(spans: list[Span]) -> int:
 
 
 def categorise(spans: list[Span], patterns: list[tuple[str, re.Pattern]]) -> list[tuple[str, Span]]:
-    """Each span's category: GAE between a lane's markers, memcpy/memset by kind, else the first
-    pattern its name matches, else "other"."""
-    inside = defaultdict(bool)
+    """Each span's category: GAE from a start marker to an end marker on its lane (GAEs of several
+    policies may overlap there), memcpy/memset by kind, else the first pattern its name matches,
+    else "other"."""
+    running = defaultdict(int)  # the GAEs under way on each lane
     named = []
     for span in sorted(spans, key=lambda s: (s.lane, s.start)):
-        if span.is_marker:
-            inside[span.lane] = not inside[span.lane]
-            named.append((GAE, span))
-        elif inside[span.lane]:
+        running[span.lane] += span.marker
+        if span.marker or running[span.lane] > 0:
             named.append((GAE, span))
         elif span.kind in MEMORY_ACTIVITIES:
             named.append((MEMORY_ACTIVITIES[span.kind], span))
