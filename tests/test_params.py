@@ -42,7 +42,8 @@ def test_float_fields_hold_the_float32_values_the_kernels_use():
 def test_a_float_bound_admits_its_own_value():
     @params_dataclass
     class Capped:
-        rate: float = param(0.1, le=0.1)  # 0.1 rounds up to float32's 0.10000000149...
+        rate: "float" = param(0.1, le=0.1)  # 0.1 rounds up to float32's 0.10000000149... (a string
+        # annotation, as under `from __future__ import annotations`, declares a float too)
 
     assert Capped().rate == float(np.float32(0.1))
 

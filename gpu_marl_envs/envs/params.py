@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
-import typing
 from typing import Any
 
 import numpy as np
@@ -87,36 +86,41 @@ def params_dataclass(cls: type) -> type:
 def check_params(params) -> None:
     """What :func:`params_dataclass` runs on construction (see there); float fields rounded in place."""
     check_params_numbers(params)
-    types = declared_types(type(params))
+    kinds = declared_kinds(type(params))
     for f in dataclasses.fields(params):
         if not f.init:
             continue
         value = getattr(params, f.name)
-        if types.get(f.name) is float:
+        if kinds[f.name] == "float":
             value = float(np.float32(value))
             object.__setattr__(params, f.name, value)  # frozen: the one write, during construction
         allowed = f.metadata.get(RANGE)
-        if allowed is not None and value not in _rounded(allowed, types.get(f.name)):
+        if allowed is not None and value not in _rounded(allowed, kinds[f.name]):
             raise ValueError(f"{type(params).__name__}.{f.name} must be {allowed}, got {value!r}")
 
 
-def _rounded(allowed: Range, kind) -> Range:
+def _rounded(allowed: Range, kind: str) -> Range:
     """A float field's range with its bounds as float32 (``le=0.1`` admits 0.1, which is float32's 0.1
     once rounded)."""
-    if kind is not float:
+    if kind != "float":
         return allowed
     return Range(*(None if bound is None else float(np.float32(bound)) for bound in dataclasses.astuple(allowed)))
 
 
 @functools.cache
-def declared_types(params_type: type) -> dict[str, Any]:
-    """Each field's annotation, resolved (string annotations too), and each property's return
-    annotation: a constant's type is its declared one (``gravity: float = 10`` is a float)."""
-    types = typing.get_type_hints(params_type)
+def declared_kinds(params_type: type) -> dict[str, str]:
+    """Each field's declared type and each property's return type, by name (``"float"``, ``"int"``,
+    ...; string annotations read as written, as ``validation.check_params_numbers`` reads them): a
+    constant's type is its declared one (``gravity: float = 10`` is a float)."""
+    kinds = {f.name: _name(f.type) for f in dataclasses.fields(params_type)}
     for name, member in vars(params_type).items():
         if isinstance(member, property) and member.fget is not None:
-            types.setdefault(name, typing.get_type_hints(member.fget).get("return"))
-    return types
+            kinds.setdefault(name, _name(member.fget.__annotations__.get("return")))
+    return kinds
+
+
+def _name(annotation) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
 
 
 def params_constants(params, **derived) -> dict[str, Any]:
@@ -127,14 +131,14 @@ def params_constants(params, **derived) -> dict[str, Any]:
     float32 value even where an int was given); then ``derived``, constants a game computes
     (``params_constants(p, DIM=2 + 4 * p.num_agents)``), added or replacing those of the same name.
     Fields of other types (a string, an enum) are left out: a game derives the constants they imply."""
-    types = declared_types(type(params))
+    kinds = declared_kinds(type(params))
     names = [f.name for f in dataclasses.fields(params)] + [
         name for name in ("num_agents", "episode_length") if not any(f.name == name for f in dataclasses.fields(params))
     ]
     constants = {}
     for name in names:
         value = getattr(params, name, None)
-        if types.get(name) is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if kinds.get(name) == "float" and isinstance(value, numbers.Real) and not isinstance(value, bool):
             constants[name.upper()] = float(np.float32(value))
         elif isinstance(value, (bool, np.bool_, numbers.Real)) or (
             isinstance(value, tuple) and all(isinstance(v, numbers.Real) for v in value)
