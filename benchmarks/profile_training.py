@@ -16,7 +16,7 @@ Categories go by kernel name (``CATEGORIES``, first match wins, "other" for the 
 replays hide their ops from the profiler's CPU side, but CUPTI still records the kernels they run,
 by name. GAE's kernels are PyTorch's elementwise kernels, which no name tells apart: the script
 brackets the trainers' ``compute_gae`` with a marker kernel on each side that nothing else runs
-(``torch.cuda._sleep(0)``'s "spin_kernel" before, ``torch._assert_async`` of a true tensor after: two
+(``torch.cuda._sleep(0)``'s "spin_kernel" before, ``torch._assert_async`` of a true int16 after: two
 launches more in the captured update) and counts what runs between them on a stream as GAE (while a
 policy's GAE runs, also the kernels of another policy's branch that the profile shows on its stream
 meanwhile on the same stream). On-policy runs also give their GPU-timed rollout and update ms
@@ -66,8 +66,10 @@ CASES = {
 GAE = "GAE"
 GAE_BEGIN, GAE_END = "profile_training.gae_begin", "profile_training.gae_end"
 """The CPU profile's ranges that mark GAE's start and end."""
-MARKERS = {GAE_BEGIN: 1, GAE_END: -1, "spin_kernel": 1, "_assert_async_cuda_kernel": -1}
-"""Names (parts of the kernels' names on CUDA) of GAE's start (+1) and end (-1) markers."""
+MARKERS = {GAE_BEGIN: 1, GAE_END: -1, "spin_kernel": 1, "_assert_async_cuda_kernel<short>": -1}
+"""Names (parts of the kernels' names on CUDA) of GAE's start (+1) and end (-1) markers. The end's
+kernel asserts on an int16, a type no other assertion of the trainers uses (torch.multinomial's
+asserts on a bool)."""
 MEMORY_ACTIVITIES = {"gpu_memcpy": "memcpy/memset", "gpu_memset": "memcpy/memset"}
 """Device activities that are no kernels: categorised by their kind, not their name."""
 CATEGORIES = (
@@ -109,8 +111,8 @@ def env_category(env_id: str) -> tuple[str, str]:
 
 @functools.cache
 def true_on(device: torch.device) -> torch.Tensor:
-    """A true flag on ``device`` (made at the first, uncaptured, call: the graph then reads it)."""
-    return torch.ones((), dtype=torch.bool, device=device)
+    """A true int16 on ``device`` (made at the first, uncaptured, call: the graph then reads it)."""
+    return torch.ones((), dtype=torch.int16, device=device)
 
 
 def mark_gae(device: torch.device, begin: bool) -> None:
