@@ -18,8 +18,8 @@ by name. GAE's kernels are PyTorch's elementwise kernels, which no name tells ap
 brackets the trainers' ``compute_gae`` with a marker kernel on each side that nothing else runs
 (``torch.cuda._sleep(0)``'s "spin_kernel" before, ``torch._assert_async`` of a true int16 after: two
 launches more in the captured update) and counts what runs between them on a stream as GAE (while a
-policy's GAE runs, also the kernels of another policy's branch that the profile shows on its stream
-meanwhile on the same stream). On-policy runs also give their GPU-timed rollout and update ms
+policy's GAE runs, also those of another policy's graph branch that the profile shows on the same
+stream). On-policy runs also give their GPU-timed rollout and update ms
 (``PhaseTimes``). Runs log every iteration as ``train_throughput.py``'s do (one host
 synchronisation per iteration), DDPG every fiftieth of its run as ``gpu-marl-train`` does.
 
@@ -27,8 +27,8 @@ Cases (``--case``, default all): ``cartpole_ppo`` (``cartpole_ppo.toml`` at 4,09
 train_throughput's "PPO CartPole 4096x128"), ``tag_a2c`` (``tag_continuous_a2c.toml``, WarpDrive's
 A2C settings at 1,000 games x 50 steps, pycuda: train_throughput's ``tag_a2c(1000, 50)``),
 ``pendulum_ddpg`` (``pendulum_ddpg.toml`` as shipped). ``--set key=value`` overrides every case's
-config. With ``--device cpu`` (tiny sizes through ``--set``) the "kernels" are the innermost CPU ops
-of the profile: a check of the script, not a profile of anything.
+config. With ``--device cpu`` (tiny sizes through ``--set``) the "kernels" are the profile's CPU ops,
+each with its time less that of the ops it calls: a check of the script, not a profile of anything.
 
     python benchmarks/profile_training.py --out profile.md --json profile.json --trace traces/
     python benchmarks/profile_training.py --device cpu --case cartpole_ppo --set num_envs=4 --set num_steps=8 \\
@@ -57,7 +57,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from gpu_marl_envs.registration import env_spec, game_spec, is_game
 
 CASES = {
-    "cartpole_ppo": ("cartpole_ppo.toml", ["num_envs=4096", "num_steps=128"], None),
+    # The budget only has to cover a rollout here: the run's length is the windows' (profile_case).
+    "cartpole_ppo": ("cartpole_ppo.toml", ["num_envs=4096", "num_steps=128", f"total_timesteps={4096 * 128}"], None),
     "tag_a2c": ("tag_continuous_a2c.toml", ["num_envs=1000", "num_steps=50"], "pycuda"),
     "pendulum_ddpg": ("pendulum_ddpg.toml", [], None),
 }
