@@ -53,6 +53,7 @@ from gymnasium.envs.registration import parse_env_id
 
 from gpu_marl_envs.envs.definition import EnvDefinition
 from gpu_marl_envs.envs.multi_agent import MultiAgentDefinition
+from gpu_marl_envs.envs.params import check_declaration
 
 NAMESPACE = "gpu_marl_envs"
 
@@ -179,6 +180,7 @@ def game_in_gymnasium(env_id: str, **_) -> None:
 
 
 def _defaults(definition):
+    check_declaration(definition.params_type)
     try:
         return definition.params_type()
     except Exception as error:

@@ -100,3 +100,17 @@ def test_a_plain_dataclass_gets_its_constants_typed_by_declaration():
     assert constants == {"NUM_AGENTS": 2, "EPISODE_LENGTH": 3, "GRAVITY": 10.0, "WALLS": (1.0, 2.0)}
     assert isinstance(constants["GRAVITY"], float)
     assert number_fields(Plain) == ("num_agents", "episode_length", "gravity")
+
+
+def test_ranges_on_a_class_that_checks_none_are_refused_at_registration():
+    @dataclasses.dataclass(frozen=True)
+    class Unchecked:
+        num_gliders: int = param(3, ge=1)
+        episode_length: int = 5
+        damping: float = 0.5
+        accel: float = 0.25
+        num_agents: int = 4
+
+    unchecked = dataclasses.replace(GLIDE, id="Unchecked-v0", params_type=Unchecked)
+    with pytest.raises(ValueError, match=r"Unchecked declares ranges \(num_gliders\) that nothing checks"):
+        gpu_marl_envs.register_game(unchecked, namespace="params_tests")

@@ -83,6 +83,19 @@ def params_dataclass(cls: type) -> type:
     return dataclasses.dataclass(frozen=True)(cls)
 
 
+def check_declaration(params_type: type) -> None:
+    """``ValueError`` where fields declare ranges (:func:`param`) that nothing would check: a params
+    class not made by :func:`params_dataclass` (``register_env``/``register_game`` call this)."""
+    ranged = [f.name for f in dataclasses.fields(params_type) if RANGE in f.metadata]
+    post_init = getattr(params_type, "__post_init__", None)
+    checked = getattr(post_init, "__qualname__", "") == f"{params_dataclass.__name__}.<locals>.__post_init__"
+    if ranged and not checked:
+        raise ValueError(
+            f"{params_type.__name__} declares ranges ({', '.join(ranged)}) that nothing checks: decorate it "
+            "with @params_dataclass (gpu_marl_envs.envs.params) rather than @dataclass"
+        )
+
+
 def check_params(params) -> None:
     """What :func:`params_dataclass` runs on construction (see there); float fields rounded in place."""
     check_params_numbers(params)
