@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import os
 import re
 from collections import defaultdict
@@ -401,6 +402,9 @@ def main() -> None:
         text = markdown(hardware, results)
         print(text, flush=True)
         save(args, text, {"hardware": hardware, "results": results})  # after every case
+        gc.collect()  # the stopped run's graphs and buffers, before the next case's
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
