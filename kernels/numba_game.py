@@ -47,6 +47,11 @@ def numba_game(factory):
         names = factory(c)
         if not isinstance(names, dict):
             raise TypeError(f"{factory.__qualname__} must end with `return locals()`, got {type(names).__name__}")
+        missing = [name for name in REQUIRED if name not in names]
+        if missing:
+            raise ValueError(
+                f"{factory.__qualname__} defines no {', '.join(missing)}: a game defines {', '.join(REQUIRED)}"
+            )
         inner = f"{factory.__qualname__}.<locals>."
         python = {
             name: value
@@ -66,11 +71,6 @@ def numba_game(factory):
                     continue
                 if id(contents) in by_id:
                     cell.cell_contents = by_id[id(contents)]
-        missing = [name for name in REQUIRED if name not in names]
-        if missing:
-            raise ValueError(
-                f"{factory.__qualname__} defines no {', '.join(missing)}: a game defines {', '.join(REQUIRED)}"
-            )
         devices = {name: compiled.get(name, names[name]) for name in GameFunctions._fields if name in names}
         return GameFunctions(**devices)
 
