@@ -343,8 +343,7 @@ class GpuParallelEnv:
             hasattr(self._launcher, "step_groups")
             and not self.validate_actions
             and all(
-                self._fills_rows[name]
-                and (value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name])
+                value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name]
                 for name, value in zip(names, group_actions)
             )
         ):

@@ -88,23 +88,23 @@ __device__ __forceinline__ void mpe_integrate(float& x, float& y, float& vx, flo
     }
 }
 
-// The block's tree sum of sums[0 .. slots - 1] (slots a power of two) into sums[0], as
+// The team's tree sum of sums[0 .. slots - 1] (slots a power of two) into sums[0], as
 // mpe_physics.pairwise_sum: sums[k] += sums[k + h] for h = slots / 2, ..., 1. Every thread calls it;
-// it starts and ends with the block synchronised.
+// it starts and ends with the team synchronised.
 __device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
-    __syncthreads();
+    gme_sync();
     for (int h = slots / 2; h > 0; h /= 2) {
-        for (int k = threadIdx.x; k < h; k += blockDim.x) sums[k] = __fadd_rn(sums[k], sums[k + h]);
-        __syncthreads();
+        for (int k = gme_lane(); k < h; k += gme_lanes()) sums[k] = __fadd_rn(sums[k], sums[k + h]);
+        gme_sync();
     }
 }
 
-// The n agents' positions of one game (from its state's row) into the block's shared arrays sx, sy;
-// ends with the block synchronised, so that every thread reads the staged positions.
+// The n agents' positions of one game (from its state's row) into the team's shared arrays sx, sy;
+// ends with the team synchronised, so that every thread reads the staged positions.
 __device__ __forceinline__ void mpe_stage(const float* x, const float* y, float* sx, float* sy, int n) {
-    for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    for (int a = gme_lane(); a < n; a += gme_lanes()) {
         sx[a] = x[a];
         sy[a] = y[a];
     }
-    __syncthreads();
+    gme_sync();
 }

@@ -1,19 +1,25 @@
 // The fused step + autoreset shared by the multi-agent kernels (twin: multi_agent_numba.py; the torch
-// reference of the same runtime: gpu_marl_envs/backends/multi_agent_torch.py). A block per env; the
-// env's agents are spread over the block's threads (agent a: threads a % blockDim.x), and every phase
-// boundary is a __syncthreads of the one block, so nothing waits across blocks.
+// reference of the same runtime: gpu_marl_envs/backends/multi_agent_torch.py). Each env has a team of
+// GME_GAME_THREADS threads (its agents spread over them: agent a on lane a % GME_GAME_THREADS), and
+// every phase boundary is a barrier of that team alone (gme_sync), so nothing waits across envs. A
+// block holds GME_GAMES_PER_BLOCK teams: one by default (the team is the block, gme_sync a
+// __syncthreads); a game of few agents may pack several (MultiAgentDefinition.games_per_block), each
+// team then a slice of one warp and gme_sync a __syncwarp of its lanes, so that a block of 3-agent games
+// keeps most of its threads busy. A game packed so writes gme_lane(), gme_lanes() and gme_sync() where a
+// game of one team per block may write threadIdx.x, blockDim.x and __syncthreads().
 //
 // What this file owns: the two kernels (GME_MULTI_AGENT_KERNELS), the NEXT_STEP reset branch, the
 // flags, per-agent returns, the episode totals' write, SAME_STEP's final observations and reset, the
 // reset kernel's body, and how the step kernel reads the agents' actions (GmeActions: one pointer per
 // agent group, no gather beforehand). A game supplies a struct deriving from GmeGame, whose defaults
 // (below) it overrides where it differs:
-//   struct Shared;  // what the threads of a block share (static shared memory, one per block)
+//   struct Shared;  // what the threads of a team share (static shared memory, one per team)
 //   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
 //       a fresh state of env e (and whatever it stages in Shared), t included;
 //   __device__ static void step_env(const State&, Shared&, int e, const GmeActionRow& actions, float* rewards,
 //                                   bool& terminated, bool& truncated);
-//       one step of env e from actions (actions.agent(a): agent a's action_size values, GmeAction each:
+//       one step of env e from actions (actions.agent(a): agent a's values, its group's width of them (at most
+//       action_size), GmeAction each:
 //       discrete indices possibly out of range (clamp them), or Box values possibly NaN (read them through
 //       gme_nan_to_zero) and outside the bounds (clip them as the rules say)), every agent's reward into
 //       rewards (env e's row), t advanced; terminated and truncated must come out the same in every thread;
@@ -24,17 +30,43 @@
 //       the episode totals of the state right after a step (only games with num_metrics > 0 need it).
 // State is GmeState: a pointer per field of the game's state dataclass, named and ordered as its fields,
 // typed as its tensors are (float*, int*, bool*, signed char*, ...), each array batch first (env e's row
-// of an (E, N) field starts at e * N). Every thread of the block calls each function, with the block
-// synchronised (whatever an earlier phase wrote is visible); they may use __syncthreads inside, and
-// must not write in one phase what another thread reads in it.
+// of an (E, N) field starts at e * N). Every thread of the team calls each function, with the team
+// synchronised (whatever an earlier phase wrote is visible); they may synchronise the team inside
+// (gme_sync), and must not write in one phase what another thread reads in it.
 // Python defines, before this file is included (multi_agent_pycuda.kernel_source): GmeState (and
 // GME_STATE_PARAMETERS, GME_STATE_ARGUMENTS for the kernels' parameter lists), the
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
 // GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
-// GME_NUM_METRICS), the launch's block (GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the
+// GME_NUM_METRICS), the launch's block (GME_BLOCK_THREADS = GME_GAME_THREADS x GME_GAMES_PER_BLOCK), the kernels' name (GME_KERNEL_NAME) and the
 // game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "rng.cuh"
+
+static_assert(GME_BLOCK_THREADS == GME_GAME_THREADS * GME_GAMES_PER_BLOCK, "a block is its games' teams");
+static_assert(GME_GAMES_PER_BLOCK == 1 ||
+                  (GME_GAME_THREADS <= 32 && (GME_GAME_THREADS & (GME_GAME_THREADS - 1)) == 0),
+              "packed teams are power-of-two slices of one warp");
+
+// The calling thread's team (its env's slot in the block), its lane in the team, the team's size.
+__device__ __forceinline__ int gme_team() { return GME_GAMES_PER_BLOCK == 1 ? 0 : threadIdx.x / GME_GAME_THREADS; }
+__device__ __forceinline__ int gme_lane() {
+    return GME_GAMES_PER_BLOCK == 1 ? threadIdx.x : threadIdx.x % GME_GAME_THREADS;
+}
+__device__ __forceinline__ constexpr int gme_lanes() { return GME_GAME_THREADS; }
+
+// The team's barrier: every thread of the team waits for the others, and what each wrote to shared or
+// global memory before it is visible to the team after it. A packed team's lanes are one slice of a
+// warp, and __syncwarp (unlike __syncthreads) may be reached by a team alone: the teams of a block
+// branch apart (one env resets while another steps).
+__device__ __forceinline__ void gme_sync() {
+    if constexpr (GME_GAMES_PER_BLOCK == 1) {
+        __syncthreads();
+    } else {
+        // (% 32: a shift of the discarded branch's width, which nvcc still checks.)
+        constexpr unsigned int lanes = GME_GAME_THREADS == 32 ? 0xffffffffu : (1u << GME_GAME_THREADS % 32) - 1u;
+        __syncwarp(lanes << (threadIdx.x % 32 / GME_GAME_THREADS * GME_GAME_THREADS));
+    }
+}
 
 // What a game inherits: the state as the runtime passes it, the runtime's sizes, nothing shared, every
 // agent in the game for the whole episode, no episode totals.
@@ -59,47 +91,53 @@ typedef GME_ACTION_TYPE GmeAction;
 __device__ __forceinline__ float gme_nan_to_zero(float x) { return x != x ? 0.0f : x; }
 
 // The step kernel's actions, one pointer per agent group (consecutive agents, in order): group g's
-// actions of env e start at group[g] + e * env_stride[g] (GmeAction elements), its agents' action_size
-// values contiguous from there. step_groups passes the groups' own tensors, so no kernel or host copy
-// gathers them first (at small batches a step is bound by host time, and a gather launch cost ~5 µs of
-// it); step passes its one (num_envs, num_agents, action_size) buffer, a group per column range.
+// actions of env e start at group[g] + e * env_stride[g] (GmeAction elements), its k-th agent's values
+// (contiguous) at agent_stride[g] * k from there. step_groups passes the groups' own tensors (a
+// narrower group's agents as they lie, agent_stride its width), so no kernel or host copy gathers them
+// first (at small batches a step is bound by host time, and a gather launch cost ~5 µs of it); step
+// passes its one (num_envs, num_agents, action_size) buffer, a group per column range.
 struct GmeActions {
     const GmeAction* group[GME_NUM_GROUPS];
     long long env_stride[GME_NUM_GROUPS];
+    long long agent_stride[GME_NUM_GROUPS];
 };
 
-// Env e's actions: agent(a) points at agent a's action_size values.
+// Env e's actions: agent(a) points at agent a's values (action_size of them, or its group's width).
 struct GmeActionRow {
     const GmeAction* group[GME_NUM_GROUPS];  // env e's row of each group
+    long long agent_stride[GME_NUM_GROUPS];
 
     // The loops unroll with constant indices, so the pointers stay in registers (an index known only
     // at run time would put the array in local memory).
     __device__ GmeActionRow(const GmeActions& actions, int e) {
 #pragma unroll
-        for (int g = 0; g < GME_NUM_GROUPS; ++g) group[g] = actions.group[g] + (long long)e * actions.env_stride[g];
+        for (int g = 0; g < GME_NUM_GROUPS; ++g) {
+            group[g] = actions.group[g] + (long long)e * actions.env_stride[g];
+            agent_stride[g] = actions.agent_stride[g];
+        }
     }
     __device__ const GmeAction* agent(int a) const {
         const int begins[GME_NUM_GROUPS] = GME_GROUP_BEGINS;  // begins[0] is 0
-        const GmeAction* values = group[0] + (long long)a * GME_ACTION_SIZE;
+        const GmeAction* values = group[0] + a * agent_stride[0];
 #pragma unroll
         for (int g = 1; g < GME_NUM_GROUPS; ++g) {
-            if (a >= begins[g]) values = group[g] + (long long)(a - begins[g]) * GME_ACTION_SIZE;
+            if (a >= begins[g]) values = group[g] + (a - begins[g]) * agent_stride[g];
         }
         return values;
     }
 };
 
 // A fresh episode of env e: the game's reset, running returns back to 0, the episode counter
-// advanced (the RNG draws of the next reset differ). Ends with the block synchronised.
+// advanced (the RNG draws of the next reset differ). Ends with the team synchronised.
 template <class Game>
 __device__ __forceinline__ void gme_reset_block(const typename Game::State& s, typename Game::Shared& sh, int e,
                                                 float* running_returns, unsigned int* episodes,
                                                 const unsigned long long* seeds) {
     unsigned int episode = episodes[e];
     Game::reset_env(s, sh, e, seeds[e], episode);
-    for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) running_returns[a] = 0.0f;
-    __syncthreads();  // every thread has read episodes[e]; the fresh state is visible to the block
-    if (threadIdx.x == 0) episodes[e] = episode + 1;
+    for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) running_returns[a] = 0.0f;
+    gme_sync();  // every thread has read episodes[e]; the fresh state is visible to the block
+    if (gme_lane() == 0) episodes[e] = episode + 1;
 }
 
 template <class Game>
@@ -109,8 +147,9 @@ __device__ __forceinline__ void gme_multi_agent_step(
     float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
     int autoreset_mode) {
-    __shared__ typename Game::Shared sh;
-    int e = blockIdx.x;
+    __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
+    typename Game::Shared& sh = teams[gme_team()];
+    int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
     if (e >= num_envs) return;
     long long row = (long long)e * Game::num_agents;
     float* obs = observations + (long long)e * Game::obs_size;
@@ -119,12 +158,12 @@ __device__ __forceinline__ void gme_multi_agent_step(
     if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
         // The previous step ended this episode: this step only resets (the actions are ignored).
         gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
-        for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) {
+        for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
             rewards[row + a] = 0.0f;
             agent_terminated[row + a] = false;
             agent_truncated[row + a] = false;
         }
-        if (threadIdx.x == 0) terminated[e] = truncated[e] = needs_reset[e] = false;
+        if (gme_lane() == 0) terminated[e] = truncated[e] = needs_reset[e] = false;
         Game::observe_env(s, sh, e, obs, masks);
         return;
     }
@@ -136,8 +175,8 @@ __device__ __forceinline__ void gme_multi_agent_step(
                   "a game's sizes are the runtime's (GmeGame's): declare none");
     Game::step_env(s, sh, e, GmeActionRow(actions, e), rewards + row, term, trunc);
     bool done = term || trunc;
-    __syncthreads();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
-    for (int a = threadIdx.x; a < Game::num_agents; a += blockDim.x) {
+    gme_sync();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
+    for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
         // One float32 addition per step, as the reference's running_returns + rewards.
         float sum = running_returns[row + a] + rewards[row + a];
         if (done) episode_returns[row + a] = sum;
@@ -149,7 +188,7 @@ __device__ __forceinline__ void gme_multi_agent_step(
     if constexpr (Game::num_metrics > 0) {
         if (done) Game::totals_env(s, sh, e, episode_totals + (long long)e * Game::num_metrics);
     }
-    if (threadIdx.x == 0) {
+    if (gme_lane() == 0) {
         terminated[e] = term;
         truncated[e] = trunc;
         if (autoreset_mode == GME_AUTORESET_SAME_STEP) {
@@ -158,10 +197,10 @@ __device__ __forceinline__ void gme_multi_agent_step(
             needs_reset[e] = done;
         }
     }
-    __syncthreads();  // in_game and totals_env have read what observe_env may overwrite in Shared
+    gme_sync();  // in_game and totals_env have read what observe_env may overwrite in Shared
     if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
         Game::observe_env(s, sh, e, final_observations + (long long)e * Game::obs_size, nullptr);
-        __syncthreads();  // the final observations have read the state the reset overwrites
+        gme_sync();  // the final observations have read the state the reset overwrites
         gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
     }
     Game::observe_env(s, sh, e, obs, masks);
@@ -173,11 +212,12 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
                                                       float* running_returns, const bool* reset_mask,
                                                       bool* needs_reset, unsigned int* episodes,
                                                       const unsigned long long* seeds) {
-    __shared__ typename Game::Shared sh;
-    int e = blockIdx.x;
+    __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
+    typename Game::Shared& sh = teams[gme_team()];
+    int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
     if (e >= num_envs || !reset_mask[e]) return;
     gme_reset_block<Game>(s, sh, e, running_returns + (long long)e * Game::num_agents, episodes, seeds);
-    if (threadIdx.x == 0) needs_reset[e] = false;
+    if (gme_lane() == 0) needs_reset[e] = false;
     Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
                       Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
 }

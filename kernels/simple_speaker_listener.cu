@@ -1,7 +1,7 @@
 // SimpleSpeakerListener-v4's CUDA C kernels (gpu_marl_envs/envs/simple_speaker_listener.py is the
-// reference and documents the rules; kernels/mpe.cuh holds the physics). A block per game of two
-// agents: thread 0 steps the game (the speaker's word, the listener's move, the shared reward), the
-// block's threads write the observations after it.
+// reference and documents the rules; kernels/mpe.cuh holds the physics). A team of threads per game
+// of two agents (several teams per block: kernels/multi_agent.cuh): lane 0 steps the game (the speaker's
+// word, the listener's move, the shared reward), the team's lanes write the observations after it.
 #include "multi_agent.cuh"
 #include "mpe.cuh"
 
@@ -12,7 +12,7 @@ __constant__ float gsl_landmark_colors[3 * M] = GAME_LANDMARK_COLORS;
 
 struct SimpleSpeakerListener : GmeGame {
     __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
-        if (threadIdx.x != 0) return;
+        if (gme_lane() != 0) return;
         for (int a = 0; a < 2; ++a) {
             s.x[e * 2 + a] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
             s.y[e * 2 + a] = gme_uniform(seed, episode, 2 + a, -1.0f, 1.0f);
@@ -33,8 +33,8 @@ struct SimpleSpeakerListener : GmeGame {
         int now = s.t[e] + 1;
         term = false;
         trunc = now >= GAME_MAX_CYCLES;
-        __syncthreads();  // every thread has read t
-        if (threadIdx.x != 0) return;
+        gme_sync();  // every thread has read t
+        if (gme_lane() != 0) return;
         const GmeAction* said = actions.agent(0);
         if constexpr (GAME_CONTINUOUS_ACTIONS) {  // the utterance itself, its first C values
             for (int k = 0; k < C; ++k)
@@ -62,7 +62,7 @@ struct SimpleSpeakerListener : GmeGame {
 
     __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
         long long i = (long long)e * 2 + 1;  // the listener
-        for (int k = threadIdx.x; k < GME_OBS_SIZE; k += blockDim.x) {
+        for (int k = gme_lane(); k < GME_OBS_SIZE; k += gme_lanes()) {
             float value;
             if (k < 3) {
                 value = gsl_landmark_colors[3 * s.goal[e] + k];  // the speaker's: the goal's colour

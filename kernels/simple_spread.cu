@@ -1,9 +1,9 @@
 // SimpleSpread-v3's CUDA C kernels (gpu_marl_envs/envs/simple_spread.py is the reference and documents
-// the rules; kernels/mpe.cuh holds the physics). A block per game, its agents spread over the block's
-// threads. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
+// the rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
+// per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
 // move phase a thread reads only the staged positions and writes only its own agents' state; the
 // rewards' phase stages the new positions again. The landmarks' nearest distances are summed by the
-// block's tree (mpe_tree_sum), collision counts are per agent (no atomics).
+// team's tree (mpe_tree_sum), collision counts are per agent (no atomics).
 #include "multi_agent.cuh"
 #include "mpe.cuh"
 
@@ -18,7 +18,7 @@ struct SimpleSpread : GmeGame {
     };
 
     __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        for (int a = gme_lane(); a < N; a += gme_lanes()) {
             long long i = (long long)e * N + a;
             s.x[i] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
             s.y[i] = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
@@ -27,14 +27,14 @@ struct SimpleSpread : GmeGame {
             s.landmark_x[i] = gme_uniform(seed, episode, 2 * N + a, -1.0f, 1.0f);
             s.landmark_y[i] = gme_uniform(seed, episode, 3 * N + a, -1.0f, 1.0f);
         }
-        if (threadIdx.x == 0) s.t[e] = 0;
+        if (gme_lane() == 0) s.t[e] = 0;
     }
 
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc) {
         long long row = (long long)e * N;
         mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        for (int a = gme_lane(); a < N; a += gme_lanes()) {
             float fx, fy;
             mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx, fy);
             for (int j = 0; j < N; ++j) {
@@ -47,9 +47,9 @@ struct SimpleSpread : GmeGame {
             s.vx[row + a] = vx;
             s.vy[row + a] = vy;
         }
-        __syncthreads();  // every agent has moved and read the old positions
+        gme_sync();  // every agent has moved and read the old positions
         mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
-        for (int l = threadIdx.x; l < GAME_SUM_SLOTS; l += blockDim.x) {
+        for (int l = gme_lane(); l < GAME_SUM_SLOTS; l += gme_lanes()) {
             float nearest = 0.0f;
             if (l < N) {
                 float lx = s.landmark_x[row + l], ly = s.landmark_y[row + l];
@@ -61,7 +61,7 @@ struct SimpleSpread : GmeGame {
         }
         mpe_tree_sum(sh.sums, GAME_SUM_SLOTS);
         float shared = -sh.sums[0];
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        for (int a = gme_lane(); a < N; a += gme_lanes()) {
             int count = 0;
             for (int j = 0; j < N; ++j) {
                 float d2 = mpe_squared_norm(sh.x[j] - sh.x[a], sh.y[j] - sh.y[a]);
@@ -72,13 +72,13 @@ struct SimpleSpread : GmeGame {
         int now = s.t[e] + 1;
         term = false;
         trunc = now >= GAME_MAX_CYCLES;
-        __syncthreads();  // every thread has read t and the tree's sum
-        if (threadIdx.x == 0) s.t[e] = now;
+        gme_sync();  // every thread has read t and the tree's sum
+        if (gme_lane() == 0) s.t[e] = now;
     }
 
     __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
         long long row = (long long)e * N;
-        for (long long k = threadIdx.x; k < (long long)N * OBS_DIM; k += blockDim.x) {
+        for (long long k = gme_lane(); k < (long long)N * OBS_DIM; k += gme_lanes()) {
             int a = (int)(k / OBS_DIM), f = (int)(k % OBS_DIM);
             float value;
             if (f < 4) {

@@ -1,6 +1,6 @@
 // SimpleTag-v3's CUDA C kernels (gpu_marl_envs/envs/simple_tag.py is the reference and documents the
-// rules; kernels/mpe.cuh holds the physics). A block per game, its agents spread over the block's
-// threads. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
+// rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
+// per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
 // move phase a thread reads only the staged positions (and the obstacles, which never move) and writes
 // only its own agents' state; the rewards' phase stages the new positions again. The catches of every
 // good agent are counted with an integer atomic (exact in any order).
@@ -21,7 +21,7 @@ struct SimpleTag : GmeGame {
     };
 
     __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        for (int a = gme_lane(); a < N; a += gme_lanes()) {
             long long i = (long long)e * N + a;
             s.x[i] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
             s.y[i] = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
@@ -29,12 +29,12 @@ struct SimpleTag : GmeGame {
             s.vy[i] = 0.0f;
         }
         constexpr float range = GAME_OBSTACLE_RANGE;
-        for (int l = threadIdx.x; l < L; l += blockDim.x) {
+        for (int l = gme_lane(); l < L; l += gme_lanes()) {
             long long i = (long long)e * L + l;
             s.obstacle_x[i] = gme_uniform(seed, episode, 2 * N + l, -range, range);
             s.obstacle_y[i] = gme_uniform(seed, episode, 2 * N + L + l, -range, range);
         }
-        if (threadIdx.x == 0) s.t[e] = 0;
+        if (gme_lane() == 0) s.t[e] = 0;
     }
 
     // MPE2's boundary penalty of v = |coordinate|.
@@ -50,9 +50,9 @@ struct SimpleTag : GmeGame {
         long long row = (long long)e * N;
         const float* obstacle_x = s.obstacle_x + (long long)e * L;
         const float* obstacle_y = s.obstacle_y + (long long)e * L;
-        if (threadIdx.x == 0) sh.caught = 0;
+        if (gme_lane() == 0) sh.caught = 0;
         mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
-        for (int a = threadIdx.x; a < N; a += blockDim.x) {
+        for (int a = gme_lane(); a < N; a += gme_lanes()) {
             bool adversary = a < A;
             float fx, fy;
             mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), adversary ? GAME_ADVERSARY_ACCEL : GAME_GOOD_ACCEL,
@@ -76,9 +76,9 @@ struct SimpleTag : GmeGame {
             s.vx[row + a] = vx;
             s.vy[row + a] = vy;
         }
-        __syncthreads();  // every agent has moved and read the old positions
+        gme_sync();  // every agent has moved and read the old positions
         mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
-        for (int g = A + threadIdx.x; g < N; g += blockDim.x) {
+        for (int g = A + gme_lane(); g < N; g += gme_lanes()) {
             int count = 0;
             for (int a = 0; a < A; ++a) {
                 float d2 = mpe_squared_norm(sh.x[a] - sh.x[g], sh.y[a] - sh.y[g]);
@@ -89,13 +89,13 @@ struct SimpleTag : GmeGame {
             reward = __fadd_rn(reward, -bound(fabsf(sh.x[g])));
             rewards[g] = __fadd_rn(reward, -bound(fabsf(sh.y[g])));
         }
-        __syncthreads();  // every catch is counted
-        for (int a = threadIdx.x; a < A; a += blockDim.x) rewards[a] = (float)(GAME_CATCH_REWARD * sh.caught);
+        gme_sync();  // every catch is counted
+        for (int a = gme_lane(); a < A; a += gme_lanes()) rewards[a] = (float)(GAME_CATCH_REWARD * sh.caught);
         int now = s.t[e] + 1;
         term = false;
         trunc = now >= GAME_MAX_CYCLES;
-        __syncthreads();  // every thread has read t
-        if (threadIdx.x == 0) s.t[e] = now;
+        gme_sync();  // every thread has read t
+        if (gme_lane() == 0) s.t[e] = now;
     }
 
     __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
@@ -103,7 +103,7 @@ struct SimpleTag : GmeGame {
         const float* obstacle_x = s.obstacle_x + (long long)e * L;
         const float* obstacle_y = s.obstacle_y + (long long)e * L;
         constexpr long long adversary_floats = (long long)A * ADVERSARY_OBS_DIM;
-        for (long long k = threadIdx.x; k < GME_OBS_SIZE; k += blockDim.x) {
+        for (long long k = gme_lane(); k < GME_OBS_SIZE; k += gme_lanes()) {
             int a, f;
             if (k < adversary_floats) {
                 a = (int)(k / ADVERSARY_OBS_DIM);

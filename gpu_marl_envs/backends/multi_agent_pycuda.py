@@ -1,11 +1,12 @@
 """CUDA C backend for multi-agent games: a game's .cu file compiled per params (the params are
 compile-time constants) by pycuda on the primary context, launched on torch's current stream with
-one block per env."""
+a team of threads per env, one block per env or several (``games_per_block``)."""
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 import struct
 
 import numpy as np
@@ -44,17 +45,45 @@ def _literal(value) -> str:
     raise TypeError(f"a kernel constant is a bool, an int, a float or a tuple of numbers; got {value!r}")
 
 
+_BLOCK_WIDE = re.compile(r"\b(threadIdx|blockDim|__syncthreads)\b")
+"""What a game's .cu may not use when several envs share a block (their team's lanes instead)."""
+
+
+def check_games_per_block(definition, params, cuda_file) -> None:
+    """Refuses, in one line, a packed game (``games_per_block > 1``) that cannot run packed."""
+    games, threads = definition.games_per_block(params), definition.block_threads(params)
+    if games == 1:
+        return
+    if not (isinstance(games, int) and games > 1 and threads <= 32 and threads & (threads - 1) == 0):
+        raise ValueError(
+            f"{definition.id}: games_per_block {games!r} needs an int >= 1 and, above 1, block_threads a power "
+            f"of two up to 32 (a slice of one warp per env); got block_threads {threads}"
+        )
+    if definition.dynamic_shared_bytes(params):
+        raise ValueError(f"{definition.id}: games_per_block {games} with dynamic shared memory (a block per env only)")
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", cuda_file.read_text(), flags=re.S)
+    used = _BLOCK_WIDE.search(code)
+    if used:
+        raise ValueError(
+            f"{definition.id}: games_per_block {games}, but {cuda_file.name} uses {used.group(1)}, which spans "
+            "the block's envs: write gme_lane(), gme_lanes() and gme_sync() (kernels/multi_agent.cuh)"
+        )
+
+
 def kernel_source(spec: RegisteredEnv, params) -> str:
     """A game's .cu source preceded by what Python knows: ``#define`` lines of the runtime's constants
     and the game's (not -D options: nvcc splits those at commas, and the tables are brace lists), and
     the state struct ``GmeState`` (a pointer per state field, typed as the reference's tensors) with
     the kernels' state parameters."""
     definition = spec.definition
+    check_games_per_block(definition, params, spec.kernels.cuda)
     constants = runtime_definitions()
     groups = list(definition.agent_groups(params).values())  # consecutive agents, in order
     constants.update(
         GME_KERNEL_NAME=spec.kernel_name,
-        GME_BLOCK_THREADS=str(definition.block_threads(params)),
+        GME_GAME_THREADS=str(definition.block_threads(params)),
+        GME_GAMES_PER_BLOCK=str(definition.games_per_block(params)),
+        GME_BLOCK_THREADS=str(definition.block_threads(params) * definition.games_per_block(params)),
         GME_NUM_GROUPS=str(len(groups)),
         GME_NUM_AGENTS=str(params.num_agents),
         GME_ACTION_SIZE=str(math.prod(definition.action_shape(params))),
@@ -107,17 +136,18 @@ class MultiAgentPycudaBackend:
             for kernel in (self._step_kernel, self._reset_kernel):
                 kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_bytes)
         num_envs = buffers.observations.shape[0]
-        self._grid = (num_envs, 1, 1)
-        self._block = (definition.block_threads(params), 1, 1)
+        games = definition.games_per_block(params)
+        self._grid = (-(-num_envs // games), 1, 1)
+        self._block = (definition.block_threads(params) * games, 1, 1)
 
         values = buffers.tensors()
         values["state"] = buffers.state_arrays()  # a struct of pointers: the same bytes as one pointer each
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
         groups = list(definition.agent_groups(params).values())
-        # The kernel's GmeActions (kernels/multi_agent.cuh): a pointer, then an env stride, per group;
-        # struct's native mode aligns them as C does.
-        self._actions_layout = struct.Struct(f"{len(groups)}P{len(groups)}q")
+        # The kernel's GmeActions (kernels/multi_agent.cuh): a pointer, an env stride and an agent
+        # stride per group; struct's native mode aligns them as C does.
+        self._actions_layout = struct.Struct(f"{len(groups)}P{2 * len(groups)}q")
         self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values, self._actions_layout)
         self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
         self._launcher = StreamLauncher(device)
@@ -126,7 +156,7 @@ class MultiAgentPycudaBackend:
         row = params.num_agents * action_size
         # step's one (num_envs, num_agents, action_size) buffer as groups: byte offsets of their columns.
         self._column_offsets = [ids.start * action_size * item_bytes for ids in groups]
-        self._buffer_strides = [row] * len(groups)
+        self._buffer_strides = [row] * len(groups) + [action_size] * len(groups)
 
     def step(self, actions: torch.Tensor) -> None:
         """One step from the contiguous (num_envs, num_agents, action_size) ``actions`` (int64, or
@@ -142,12 +172,14 @@ class MultiAgentPycudaBackend:
 
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
         """One step from each group's ``(num_envs, size, ...)`` actions, read where they lie:
-        any env stride, each env's row contiguous (``step_groups`` of the env checks it)."""
+        any env stride, each env's row contiguous (``step_groups`` of the env checks it), a
+        narrower group's agents at its own width."""
         self._actions_layout.pack_into(
             self._step_buffer,
             self._actions_offset,
             *[t.data_ptr() for t in group_actions],
             *[t.stride(0) for t in group_actions],
+            *[t.stride(1) for t in group_actions],
         )
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 

@@ -221,3 +221,22 @@ def pairwise_sum(values: torch.Tensor) -> torch.Tensor:
 def tree_slots(n: int) -> int:
     """The slots of :func:`pairwise_sum`'s tree for ``n`` values (a power of two)."""
     return 1 << max(n - 1, 0).bit_length()
+
+
+PACKED_BLOCK_THREADS = 128
+"""The CUDA C block of games of up to 32 agents: several games' teams (kernels/multi_agent.cuh). A
+block per game of 3 agents left 29 of its 32 threads idle, and an SM holds at most 32 blocks: 96
+agents at a time, where 128-thread blocks of 4-lane teams hold 512 games."""
+
+
+def team_threads(params) -> int:
+    """The MPE games' ``block_threads``, a game's lanes: a power of two >= its agents (at least 4)
+    up to 32; beyond 32 agents a thread per agent in whole warps, at most 256 (a block per game)."""
+    n = params.num_agents
+    return max(4, 1 << (n - 1).bit_length()) if n <= 32 else min(256, 32 * math.ceil(n / 32))
+
+
+def games_per_block(params) -> int:
+    """The MPE games' ``games_per_block``: 128-thread blocks of teams up to 32 lanes, else one."""
+    threads = team_threads(params)
+    return PACKED_BLOCK_THREADS // threads if threads <= 32 else 1

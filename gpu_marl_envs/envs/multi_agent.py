@@ -81,6 +81,11 @@ def whole_warps(num_agents: int, most: int) -> int:
     return min(most, 32 * ((num_agents + 31) // 32))
 
 
+def one_game_per_block(params) -> int:
+    """The default ``games_per_block``: a block per env."""
+    return 1
+
+
 def thread_per_agent(params) -> int:
     """The default ``block_threads``: a thread per agent in whole warps, at most 256."""
     return whole_warps(params.num_agents, 256)
@@ -137,7 +142,12 @@ class MultiAgentDefinition:
     constant_prefix: str = "GAME"
     """CUDA C sees constant ``NAME`` as the macro ``<prefix>_NAME``."""
     block_threads: Callable[[Any], int] = thread_per_agent
-    """``p -> threads`` of the kernels' block per env (agents are spread over them)."""
+    """``p -> threads`` of the kernels per env, its team (agents are spread over them)."""
+    games_per_block: Callable[[Any], int] = one_game_per_block
+    """``p -> envs`` whose teams share one block of the CUDA C kernels (``block_threads`` then a
+    power of two up to 32, no dynamic shared memory, and the game's .cu written with
+    ``gme_lane()``, ``gme_lanes()``, ``gme_sync()``: ``kernels/multi_agent.cuh``). For games of few
+    agents, whose one-env blocks would leave most of an SM's threads idle. Numba runs a block per env."""
     action_masks: Callable[[Any, Any], dict[str, torch.Tensor]] | None = None
     """``(p, state) -> {group: bool (E, n_g, A_g)}``: the actions each agent may take now (``A_g``
     = the group's ``Discrete`` size), or ``None`` for a game without masks."""

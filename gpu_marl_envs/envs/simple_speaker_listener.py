@@ -199,4 +199,6 @@ SIMPLE_SPEAKER_LISTENER = MultiAgentDefinition(
     step=step,
     observe=observe,
     kernel_constants=kernel_constants,
+    block_threads=mpe.team_threads,
+    games_per_block=mpe.games_per_block,
 )

@@ -72,7 +72,6 @@ v3: MPE2 1.1.1's ``simple_spread_v3``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -216,11 +215,6 @@ def observe(p: SimpleSpreadParams, s: SimpleSpreadState) -> dict[str, torch.Tens
     return {"agents": obs}
 
 
-def block_threads(p: SimpleSpreadParams) -> int:
-    """A thread per agent in whole warps, at most 256."""
-    return min(256, 32 * math.ceil(p.N / 32))
-
-
 def kernel_constants(p: SimpleSpreadParams) -> dict:
     dist_min, reach2 = mpe.pair_constants(AGENT_SIZE, AGENT_SIZE)
     return {
@@ -249,5 +243,6 @@ SIMPLE_SPREAD = MultiAgentDefinition(
     step=step,
     observe=observe,
     kernel_constants=kernel_constants,
-    block_threads=block_threads,
+    block_threads=mpe.team_threads,
+    games_per_block=mpe.games_per_block,
 )

@@ -57,7 +57,6 @@ v3: MPE2 1.1.1's ``simple_tag_v3``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,11 +231,6 @@ def observe(p: SimpleTagParams, s: SimpleTagState) -> dict[str, torch.Tensor]:
     }
 
 
-def block_threads(p: SimpleTagParams) -> int:
-    """A thread per agent in whole warps, at most 256."""
-    return min(256, 32 * math.ceil(p.num_agents / 32))
-
-
 def kernel_constants(p: SimpleTagParams) -> dict:
     adversary_adversary = mpe.pair_constants(ADVERSARY_SIZE, ADVERSARY_SIZE)
     adversary_good = mpe.pair_constants(ADVERSARY_SIZE, GOOD_SIZE)
@@ -289,5 +283,6 @@ SIMPLE_TAG = MultiAgentDefinition(
     step=step,
     observe=observe,
     kernel_constants=kernel_constants,
-    block_threads=block_threads,
+    block_threads=mpe.team_threads,
+    games_per_block=mpe.games_per_block,
 )

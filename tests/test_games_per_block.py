@@ -1,0 +1,61 @@
+"""Several envs per CUDA C block (``MultiAgentDefinition.games_per_block``): the MPE games pack
+their teams, and a game that cannot run packed is refused in one line before nvcc sees it. (The
+packed kernels' steps are checked against the torch reference on the GPU: tests/test_gpu_mpe.py.)"""
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpu_marl_envs.backends.multi_agent_pycuda import check_games_per_block, kernel_source
+from gpu_marl_envs.checker import compile_cuda
+from gpu_marl_envs.envs import mpe_physics
+from gpu_marl_envs.registration import GAMES
+
+MPE = ["gpu_marl_envs/SimpleSpread-v3", "gpu_marl_envs/SimpleTag-v3", "gpu_marl_envs/SimpleSpeakerListener-v4"]
+COVER = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cover" / "cover" / "cover.cu"
+
+
+@pytest.mark.parametrize("game_id", MPE)
+def test_mpe_games_pack_teams_of_a_warp_slice_into_128_threads(game_id):
+    spec = GAMES[game_id]
+    params = spec.definition.params_type()
+    lanes, games = spec.definition.block_threads(params), spec.definition.games_per_block(params)
+    assert lanes * games == mpe_physics.PACKED_BLOCK_THREADS and lanes <= 32 and lanes >= params.num_agents
+    source = kernel_source(spec, params)
+    assert f"#define GME_GAMES_PER_BLOCK {games}\n" in source and f"#define GME_GAME_THREADS {lanes}\n" in source
+
+
+def test_a_large_mpe_game_keeps_a_block_per_game():
+    spec = GAMES["gpu_marl_envs/SimpleSpread-v3"]
+    params = spec.definition.params_type(N=1000)
+    assert spec.definition.games_per_block(params) == 1 and spec.definition.block_threads(params) == 256
+
+
+def _packed(definition, lanes: int, games: int):
+    return dataclasses.replace(definition, block_threads=lambda p: lanes, games_per_block=lambda p: games)
+
+
+def test_a_game_written_for_a_block_per_env_is_refused_packed():
+    definition = GAMES["gpu_marl_envs/SimpleSpread-v3"].definition
+    params = definition.params_type()
+    # Cover's kernels use threadIdx.x, blockDim.x and __syncthreads(), which span a packed block's envs.
+    with pytest.raises(ValueError, match=r"cover.cu uses threadIdx.*gme_lane\(\), gme_lanes\(\) and gme_sync\(\)"):
+        check_games_per_block(_packed(definition, 4, 32), params, COVER)
+
+
+@pytest.mark.parametrize("lanes", [3, 64])
+def test_packed_teams_must_be_power_of_two_slices_of_a_warp(lanes):
+    spec = GAMES["gpu_marl_envs/SimpleSpread-v3"]
+    params = spec.definition.params_type()
+    with pytest.raises(ValueError, match=f"power of two up to 32.*got block_threads {lanes}"):
+        check_games_per_block(_packed(spec.definition, lanes, 2), params, spec.kernels.cuda)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@pytest.mark.parametrize("lanes, games", [(32, 4), (8, 2)])
+def test_other_packings_compile(lanes, games):
+    spec = GAMES["gpu_marl_envs/SimpleTag-v3"]
+    packed = dataclasses.replace(spec, definition=_packed(spec.definition, lanes, games))
+    assert compile_cuda(packed, spec.definition.params_type()) is not None
