@@ -448,17 +448,6 @@ def start(
     )
 
 
-def add_step(stats: EpisodeStats, rewards: torch.Tensor, done: torch.Tensor) -> None:
-    """``stats.add(rewards[None], done[None])`` of one vector step ``(num_envs,)``, bitwise the
-    same for finite rewards, in 7 kernels instead of some 20 (its cumulative sums and maxima over
-    steps have nothing to do at one step): a finished episode's return is the running sum plus
-    this reward, and the running sum starts again from 0."""
-    stats.running.add_(rewards)
-    stats.total += (stats.running * done).sum()
-    stats.count += done.sum()
-    stats.running.masked_fill_(done, 0.0)
-
-
 def collect(run: Run, explore: bool) -> dict:
     """One vector step: every env acts (uniform random actions with ``explore``, before
     ``learning_starts``; else the actor's with exploration noise), and the transitions go into the
@@ -482,7 +471,7 @@ def collect(run: Run, explore: bool) -> dict:
     # transition's successor is the final observation there.
     successor = torch.where(infos["_final_obs"].unsqueeze(-1), infos["final_obs"], next_obs)
     run.replay.add(run.obs, actions, rewards, successor, terminated)
-    add_step(run.stats, rewards, done)
+    run.stats.add_step(rewards, done)
     if config.exploration == "ou":
         run.ou_state.mul_(~done.unsqueeze(-1))  # a new episode starts its noise afresh
     run.obs.copy_(next_obs)  # the env overwrites its buffers at the next step

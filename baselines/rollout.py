@@ -167,6 +167,16 @@ class EpisodeStats:
             torch.where(end >= 0, sums[-1] - sums.gather(0, end.clamp(min=0)[None])[0], self.running + sums[-1])
         )
 
+    def add_step(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
+        """``add(rewards[None], done[None])`` of one step ``(num_envs,)``, bitwise the same for
+        finite rewards, in 4 operations instead of some 20 (a trainer that accounts for each vector
+        step as it comes, as DDPG's: at one step there are no sums or maxima over steps to take). A
+        finished episode returns the running sum plus this reward; the running sum starts again."""
+        self.running.add_(rewards)
+        self.total += (self.running * done).sum()
+        self.count += done.sum()
+        self.running.masked_fill_(done, 0.0)
+
     def take(self) -> torch.Tensor:
         """The sum of the returns and the number of the episodes finished since the last call, as a
         device tensor ``[total, count]`` (nothing synchronised); then both are zero."""

@@ -287,14 +287,14 @@ def test_trainer_stores_final_observations_and_terminated_only(monkeypatch):
 
 
 def test_one_step_episode_sums_are_episode_stats_bitwise():
-    """ddpg.add_step, the trainer's accounting of one vector step, against EpisodeStats.add of the
+    """EpisodeStats.add_step, DDPG's accounting of one vector step, against EpisodeStats.add of the
     same step, over steps that end episodes in some envs and not in others."""
     generator = torch.Generator().manual_seed(0)
     fast, reference = EpisodeStats(16, "cpu"), EpisodeStats(16, "cpu")
     for step in range(50):
         rewards = torch.randn(16, generator=generator) * 10
         done = torch.rand(16, generator=generator) < 0.2
-        ddpg.add_step(fast, rewards, done)
+        fast.add_step(rewards, done)
         reference.add(rewards[None], done[None])
         for name in ("running", "total", "count"):
             assert torch.equal(getattr(fast, name), getattr(reference, name)), f"{name} differs at step {step}"
