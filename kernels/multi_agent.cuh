@@ -37,8 +37,9 @@
 // GME_STATE_PARAMETERS, GME_STATE_ARGUMENTS for the kernels' parameter lists), the
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
 // GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
-// GME_NUM_METRICS), the launch's block (GME_BLOCK_THREADS = GME_GAME_THREADS x GME_GAMES_PER_BLOCK), the kernels' name (GME_KERNEL_NAME) and the
-// game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
+// GME_NUM_METRICS), the launch's shape (GME_GAME_THREADS, GME_GAMES_PER_BLOCK, and their product
+// GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
+// MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "rng.cuh"
 
@@ -130,13 +131,13 @@ struct GmeActionRow {
 // A fresh episode of env e: the game's reset, running returns back to 0, the episode counter
 // advanced (the RNG draws of the next reset differ). Ends with the team synchronised.
 template <class Game>
-__device__ __forceinline__ void gme_reset_block(const typename Game::State& s, typename Game::Shared& sh, int e,
+__device__ __forceinline__ void gme_reset_env(const typename Game::State& s, typename Game::Shared& sh, int e,
                                                 float* running_returns, unsigned int* episodes,
                                                 const unsigned long long* seeds) {
     unsigned int episode = episodes[e];
     Game::reset_env(s, sh, e, seeds[e], episode);
     for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) running_returns[a] = 0.0f;
-    gme_sync();  // every thread has read episodes[e]; the fresh state is visible to the block
+    gme_sync();  // every thread has read episodes[e]; the fresh state is visible to the team
     if (gme_lane() == 0) episodes[e] = episode + 1;
 }
 
@@ -157,7 +158,7 @@ __device__ __forceinline__ void gme_multi_agent_step(
 
     if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
         // The previous step ended this episode: this step only resets (the actions are ignored).
-        gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
+        gme_reset_env<Game>(s, sh, e, running_returns + row, episodes, seeds);
         for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
             rewards[row + a] = 0.0f;
             agent_terminated[row + a] = false;
@@ -201,7 +202,7 @@ __device__ __forceinline__ void gme_multi_agent_step(
     if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
         Game::observe_env(s, sh, e, final_observations + (long long)e * Game::obs_size, nullptr);
         gme_sync();  // the final observations have read the state the reset overwrites
-        gme_reset_block<Game>(s, sh, e, running_returns + row, episodes, seeds);
+        gme_reset_env<Game>(s, sh, e, running_returns + row, episodes, seeds);
     }
     Game::observe_env(s, sh, e, obs, masks);
 }
@@ -216,7 +217,7 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
     typename Game::Shared& sh = teams[gme_team()];
     int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
     if (e >= num_envs || !reset_mask[e]) return;
-    gme_reset_block<Game>(s, sh, e, running_returns + (long long)e * Game::num_agents, episodes, seeds);
+    gme_reset_env<Game>(s, sh, e, running_returns + (long long)e * Game::num_agents, episodes, seeds);
     if (gme_lane() == 0) needs_reset[e] = false;
     Game::observe_env(s, sh, e, observations + (long long)e * Game::obs_size,
                       Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
