@@ -155,7 +155,8 @@ def run(mode: str, args, work: Path) -> dict:
 
 def row(result: dict, eager: dict | None) -> str:
     if result["rc"] != 0:
-        return f"| {result['mode']} | {result['wall_s']:.1f} s | failed ({result['rc']}): {result['error'][:120]} |||"
+        error = result["error"][:120].replace("|", "/")
+        return f"| {result['mode']} | {result['wall_s']:.1f} s | failed ({result['rc']}): {error} ||||"
     rate = result.get("env_steps_per_s")
     if rate is None:
         return f"| {result['mode']} | {result['wall_s']:.1f} s | no speed logged ||||"
