@@ -3,17 +3,20 @@ faint and an exponential moving average over them, round tick values (25k, 50k, 
 panel per group for a multi-agent run (its history has a ``mean_return/<group>`` per group).
 
 Figures are made with matplotlib's object-oriented API on the Agg canvas, without pyplot: nothing
-here changes the backend or the state of a user's own plots.
+here changes the backend or the state of a user's own plots. matplotlib is imported when a figure is
+drawn, not with this module: ``gpu-marl-train`` imports it at start and draws only at the end, and
+matplotlib's import (half a second on a slow CPU) would delay every run's first step.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_marl_envs.baselines.run_folder import atomic_write
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, MaxNLocator
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 WIDTH, HEIGHT, DPI = 720, 420, 100  # pixels of one panel's figure
 PANEL_HEIGHT = 300  # pixels of each further panel
@@ -60,6 +63,10 @@ def plot_learning_curves(runs: dict[str, list[dict]], path, title: str) -> Path:
 def learning_curve_figure(runs: dict[str, list[dict]], title: str) -> Figure:
     """The figure :func:`plot_learning_curves` writes: per panel (group), each run's raw points
     (faint, the first line of its colour) and their moving average (the second)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
     per_run = {label: curves(history) for label, history in runs.items()}
     groups = list(dict.fromkeys(group for run in per_run.values() for group in run)) or [""]
     height = HEIGHT + PANEL_HEIGHT * (len(groups) - 1)

@@ -1,7 +1,9 @@
 """Learning curves: round tick values, a moving average over the faint raw points, a panel per
-group of a multi-agent run, and the PNG the command writes. Under a second."""
+group of a multi-agent run, the PNG the command writes, and matplotlib imported only to draw."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 from gpu_marl_envs.baselines import plotting
@@ -89,3 +91,10 @@ def test_png_written_atomically(tmp_path):
     empty = plotting.plot_learning_curve([], tmp_path / "empty.png", "nothing yet")
     assert Image.open(empty).format == "PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png", "empty.png"]
+
+
+def test_the_training_command_imports_matplotlib_only_to_draw():
+    """gpu-marl-train draws at the end of a run: matplotlib's import must not delay its start."""
+    code = "import sys, gpu_marl_envs.baselines.train; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
