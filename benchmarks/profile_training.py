@@ -41,8 +41,10 @@ import argparse
 import dataclasses
 import functools
 import gc
+import json
 import os
 import re
+import tempfile
 from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
@@ -148,7 +150,7 @@ class Span:
     end: int
     lane: int  # the stream (CUDA) or thread (CPU) it ran on
     kind: str  # the profiler's activity type
-    own: int = 0  # ns of its own: its length, less (on the CPU) the ops it calls
+    own: int  # ns of its own: its length, less (on the CPU) the ops it calls
 
     @property
     def marker(self) -> int:
@@ -156,21 +158,22 @@ class Span:
         return next((step for name, step in MARKERS.items() if name in self.name), 0)
 
 
-def device_spans(events, device: torch.device) -> list[Span]:
+def device_spans(trace: dict, device: torch.device) -> list[Span]:
     """The kernels, memcpys and memsets of a CUDA profile; on the CPU, the ops (and GAE markers),
-    each owning its time less that of the ops it calls (so that nested ops are not counted twice)."""
+    each owning its time less that of the ops it calls (so that nested ops are not counted twice).
+    ``trace`` is the profile's Chrome trace (``export_chrome_trace``): its event kinds ("cat") are
+    the same in every torch release, where ``_KinetoEvent``'s accessors are not (2.11 has no
+    ``activity_type``)."""
+
+    def span(event: dict) -> Span:
+        start, length = round(1000 * event["ts"]), round(1000 * event["dur"])
+        return Span(event["name"], start, start + length, event["tid"], event["cat"], own=length)
+
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     if device.type == "cuda":
-        return [
-            Span(e.name(), e.start_ns(), e.end_ns(), e.device_resource_id(), e.activity_type(), e.duration_ns())
-            for e in events
-            if e.device_type() == torch.autograd.DeviceType.CUDA and e.activity_type() in ("kernel", *MEMORY_ACTIVITIES)
-        ]
+        return [span(e) for e in events if e.get("cat") in ("kernel", *MEMORY_ACTIVITIES)]
     ops = sorted(
-        (
-            Span(e.name(), e.start_ns(), e.end_ns(), e.start_thread_id(), e.activity_type(), e.duration_ns())
-            for e in events
-            if e.activity_type() == "cpu_op" or e.name() in (GAE_BEGIN, GAE_END)
-        ),
+        (span(e) for e in events if e.get("cat") == "cpu_op" or e["name"] in (GAE_BEGIN, GAE_END)),
         key=lambda s: (s.lane, s.start, -s.end),
     )
     open_ops: list[Span] = []  # the ops that contain the one at hand, innermost last
@@ -266,10 +269,11 @@ def profile_case(name: str, args, device: torch.device) -> dict:
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
 
     def trace_ready(prof) -> None:
-        spans.extend(device_spans(prof.profiler.kineto_results.events(), device))
-        if args.trace:
-            Path(args.trace).mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(Path(args.trace) / f"{name}.json"))
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(args.trace or scratch) / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(path))
+            spans.extend(device_spans(json.loads(path.read_text()), device))
 
     # One profiler step of warm-up (CUPTI's start, outside the traced window), then one recorded step.
     profiler = profile(
