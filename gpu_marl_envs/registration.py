@@ -63,8 +63,10 @@ class KernelSources:
     """Where an env's kernels are: ``None`` where it has none (that backend is then unavailable)."""
 
     cuda: Any
-    """The CUDA C file (pycuda backend), a ``pathlib.Path`` or an ``importlib.resources`` file; it may
-    ``#include`` the framework's headers (``multi_agent.cuh``, ``classic.cuh``) and files of its own folder."""
+    """The CUDA C file (pycuda backend), a ``pathlib.Path`` or an ``importlib.resources`` file: the rules'
+    struct, around which the framework includes its header (``multi_agent.cuh``, ``classic.cuh``) and
+    declares the kernels (``pycuda_backend.rules_source``); it may ``#include`` the framework's other
+    headers and files of its own folder."""
     numba: str | None
     """The Numba module's dotted name (numba backend), imported when that backend is first used."""
 

@@ -1,7 +1,6 @@
 // Acrobot-v1 for the pycuda backend; the torch reference is gpu_marl_envs/envs/acrobot.py, whose
 // float32 operations this transcribes in the same order (read its comments for the Gymnasium
 // correspondences).
-#include "classic.cuh"
 
 struct Acrobot : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
@@ -92,5 +91,3 @@ struct Acrobot : GmeEnv {
         obs[5] = s[3 * n + i];
     }
 };
-
-GME_CLASSIC_KERNELS(Acrobot)

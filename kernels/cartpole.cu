@@ -1,5 +1,4 @@
 // CartPole-v1 for the pycuda backend; the torch reference is gpu_marl_envs/envs/cartpole.py.
-#include "classic.cuh"
 
 struct CartPole : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
@@ -35,5 +34,3 @@ struct CartPole : GmeEnv {
         for (int k = 0; k < 4; ++k) obs[k] = s[k * n + i];
     }
 };
-
-GME_CLASSIC_KERNELS(CartPole)

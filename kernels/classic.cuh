@@ -4,7 +4,8 @@
 //   __device__ static void reset(float* state, int n, int i, unsigned long long seed, unsigned int episode, const Params&);
 //   __device__ static void step(float* state, int n, int i, const Action* actions, const Params&, float* reward, bool* terminated);
 //   __device__ static void observe(const float* state, int n, int i, float* obs, const Params&);
-// and declares its two extern "C" kernels with GME_CLASSIC_KERNELS(Env). Python defines, before this file
+// and its two extern "C" kernels are declared by GME_CLASSIC_KERNELS(Env), which the framework writes after
+// the env's file unless the file does (pycuda_backend.rules_source). Python defines, before this file
 // is included (pycuda_backend.kernel_source): Params (GmeParams: EnvDefinition.kernel_params in order,
 // each float or int), Action (GmeAction: long long for a Discrete space, float for a Box, whose rows of
 // env i start at actions + i * shape), obs_dim (GME_OBS_DIM), the autoreset codes (GME_AUTORESET_*), RNG

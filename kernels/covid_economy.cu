@@ -15,7 +15,6 @@
 // Every product that meets a sum goes through __fmul_rn / __fadd_rn / __fsub_rn: no fused
 // multiply-adds (the reference rounds each operation). The one transcendental pair, log1pf(expf(z))
 // in the unemployment's softplus, may differ from torch's by an ulp or so.
-#include "multi_agent.cuh"
 
 #define S CE_NUM_STATES
 #define N CE_NUM_AGENTS
@@ -345,5 +344,3 @@ __device__ void CovidEconomy::totals_env(const State& s, Shared&, int e, float* 
     totals[2] = s.total_subsidy[e];
     totals[3] = s.total_productivity[e];
 }
-
-GME_MULTI_AGENT_KERNELS(CovidEconomy)

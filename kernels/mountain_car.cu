@@ -22,5 +22,3 @@ struct MountainCar : GmeEnv {
         gme_mountain_car_observe(s, n, i, obs, p);
     }
 };
-
-GME_CLASSIC_KERNELS(MountainCar)

@@ -28,5 +28,3 @@ struct MountainCarContinuous : GmeEnv {
         gme_mountain_car_observe(s, n, i, obs, p);
     }
 };
-
-GME_CLASSIC_KERNELS(MountainCarContinuous)

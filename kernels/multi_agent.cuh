@@ -228,7 +228,8 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
 // (GME_STATE_PARAMETERS), gathered into a GmeState (GME_STATE_ARGUMENTS, a brace list of them). A game
 // without action masks or episode totals receives null pointers for them. GME_MULTI_AGENT_KERNELS_BOUNDED adds
 // __launch_bounds__(GME_BLOCK_THREADS, min_blocks) to the step kernel: min_blocks blocks per SM caps
-// its registers.
+// its registers. The framework writes GME_MULTI_AGENT_KERNELS(Game) after a game's file unless the file
+// writes a macro of this family itself (pycuda_backend.rules_source).
 #define GME_MULTI_AGENT_KERNELS(Game) GME_MULTI_AGENT_KERNELS_NAMED(GME_KERNEL_NAME, Game, )
 #define GME_MULTI_AGENT_KERNELS_BOUNDED(Game, min_blocks) \
     GME_MULTI_AGENT_KERNELS_NAMED(GME_KERNEL_NAME, Game, __launch_bounds__(GME_BLOCK_THREADS, min_blocks))

@@ -1,5 +1,4 @@
 // Pendulum-v1 for the pycuda backend; the torch reference is gpu_marl_envs/envs/pendulum.py.
-#include "classic.cuh"
 
 struct Pendulum : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
@@ -42,5 +41,3 @@ struct Pendulum : GmeEnv {
         obs[2] = s[n + i];
     }
 };
-
-GME_CLASSIC_KERNELS(Pendulum)

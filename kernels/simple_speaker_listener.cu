@@ -2,7 +2,6 @@
 // reference and documents the rules; kernels/mpe.cuh holds the physics). A team of threads per game
 // of two agents (several teams per block: kernels/multi_agent.cuh): lane 0 steps the game (the speaker's
 // word, the listener's move, the shared reward), the team's lanes write the observations after it.
-#include "multi_agent.cuh"
 #include "mpe.cuh"
 
 #define M GAME_NUM_LANDMARKS
@@ -79,5 +78,3 @@ struct SimpleSpeakerListener : GmeGame {
         }
     }
 };
-
-GME_MULTI_AGENT_KERNELS(SimpleSpeakerListener)

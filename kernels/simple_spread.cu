@@ -4,7 +4,6 @@
 // move phase a thread reads only the staged positions and writes only its own agents' state; the
 // rewards' phase stages the new positions again. The landmarks' nearest distances are summed by the
 // team's tree (mpe_tree_sum), collision counts are per agent (no atomics).
-#include "multi_agent.cuh"
 #include "mpe.cuh"
 
 #define N GAME_NUM_AGENTS
@@ -97,5 +96,3 @@ struct SimpleSpread : GmeGame {
         }
     }
 };
-
-GME_MULTI_AGENT_KERNELS(SimpleSpread)

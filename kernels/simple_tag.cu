@@ -4,7 +4,6 @@
 // move phase a thread reads only the staged positions (and the obstacles, which never move) and writes
 // only its own agents' state; the rewards' phase stages the new positions again. The catches of every
 // good agent are counted with an integer atomic (exact in any order).
-#include "multi_agent.cuh"
 #include "mpe.cuh"
 
 #define N GAME_NUM_AGENTS
@@ -132,5 +131,3 @@ struct SimpleTag : GmeGame {
         }
     }
 };
-
-GME_MULTI_AGENT_KERNELS(SimpleTag)

@@ -8,7 +8,6 @@
 // threads read (the cells after the moves) is staged in shared memory before a barrier. The tag is a block-wide OR
 // (__syncthreads_or), the runner's nearest tagger an integer atomicMin over exact keys: both are the
 // same in any order. Observations are written by the whole block in consecutive words.
-#include "multi_agent.cuh"
 
 #define N TG_NUM_AGENTS
 #define G TG_NUM_TAGGERS
@@ -159,5 +158,3 @@ __device__ void TagGridworld::step_env(const State& s, Shared& sh, int e, const 
     }
     if (threadIdx.x == 0) s.t[e] = now;
 }
-
-GME_MULTI_AGENT_KERNELS(TagGridworld)

@@ -18,6 +18,7 @@ from gpu_marl_envs.backends.pycuda_backend import (
     StreamLauncher,
     _pack,
     c_type,
+    code_of,
     compile_module,
     runtime_definitions,
     with_header,
@@ -61,7 +62,7 @@ def check_games_per_block(definition, params, cuda_file) -> None:
         )
     if definition.dynamic_shared_bytes(params):
         raise ValueError(f"{definition.id}: games_per_block {games} with dynamic shared memory (a block per env only)")
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", cuda_file.read_text(), flags=re.S)
+    code = code_of(cuda_file.read_text())
     used = _BLOCK_WIDE.search(code)
     if used:
         raise ValueError(
@@ -103,7 +104,9 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
     constants.update(
         GME_STATE_PARAMETERS=", ".join(pointers), GME_STATE_ARGUMENTS="{" + ", ".join(definition.state_fields) + "}"
     )
-    return with_header(spec.kernels.cuda, constants, f"struct GmeState {{ {'; '.join(pointers)}; }};\n")
+    return with_header(
+        spec.kernels.cuda, constants, f"struct GmeState {{ {'; '.join(pointers)}; }};\n", multi_agent=True
+    )
 
 
 @functools.cache

@@ -8,6 +8,7 @@ and only the actions pointer is rewritten per step.
 from __future__ import annotations
 
 import functools
+import re
 import struct
 from importlib import resources
 
@@ -75,11 +76,49 @@ def kernel_dir() -> str:
     return str(resources.files("gpu_marl_envs.kernels"))
 
 
-def with_header(cuda_file, defines: dict[str, str], declarations: str = "") -> str:
-    """``cuda_file``'s source preceded by ``#define`` lines and declarations built in Python, with
-    ``#line`` so that the compiler's messages give the file's own line numbers."""
+def code_of(text: str) -> str:
+    """C source ``text`` less its comments (what the compiler reads of it)."""
+    return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+
+
+# What the framework wraps around a rules file of each kind: the header it includes, the base of the
+# rules' struct and the macro declaring the kernels. The file holds only its rules; one that writes
+# the include or a macro of that family itself (GME_MULTI_AGENT_KERNELS_BOUNDED's launch bounds, or
+# a file written before the framework added them) keeps its own, so it compiles as it did.
+SHELLS = {
+    True: ("multi_agent.cuh", "GmeGame", "GME_MULTI_AGENT_KERNELS"),
+    False: ("classic.cuh", "GmeEnv", "GME_CLASSIC_KERNELS"),
+}
+
+
+def rules_source(cuda_file, multi_agent: bool) -> str:
+    """``cuda_file``'s text as it is compiled: the framework's header included first where the file
+    does not include it, and the kernels' macro for the file's one struct deriving from ``GmeGame``
+    (``GmeEnv`` for a single-agent env) appended where the file uses no macro of that family.
+    ``#line`` keeps the compiler's messages at the file's own line numbers."""
+    header, base, macro = SHELLS[multi_agent]
+    text = cuda_file.read_text()
+    code = code_of(text)
+    included = re.search(rf'^\s*#\s*include\s*["<]{re.escape(header)}[">]', code, re.M)
+    source = ("" if included else f'#include "{header}"\n') + f'#line 1 "{cuda_file.name}"\n{text}'
+    if re.search(rf"\b{macro}\w*\s*\(", code):
+        return source
+    rules = re.findall(rf"\bstruct\s+(\w+)\s*(?:final\s*)?:\s*(?:public\s+)?{base}\b", code)
+    if len(rules) != 1:
+        found = f"{len(rules)} ({', '.join(rules)})" if rules else "none"
+        raise ValueError(
+            f"{cuda_file}: the framework declares the kernels of the one struct deriving from {base} "
+            f"(struct YourRules : {base} {{ ... }};), and this file has {found}: end it with {macro}(YourRules)"
+        )
+    # Past the file's last line: a message about the kernels names the macro, not a line the file lacks.
+    return f'{source}\n#line 1 "{macro}({rules[0]}), added after {cuda_file.name}"\n{macro}({rules[0]})\n'
+
+
+def with_header(cuda_file, defines: dict[str, str], declarations: str = "", *, multi_agent: bool) -> str:
+    """``cuda_file``'s source (:func:`rules_source`) preceded by ``#define`` lines and declarations built
+    in Python."""
     header = "".join(f"#define {name} {value}\n" for name, value in defines.items()) + declarations
-    return f'{header}#line 1 "{cuda_file.name}"\n{cuda_file.read_text()}'
+    return header + rules_source(cuda_file, multi_agent)
 
 
 def include_dirs(cuda_file) -> list[str]:
@@ -113,7 +152,7 @@ def kernel_source(spec: RegisteredEnv) -> str:
     )
     discrete = isinstance(definition.action_space(definition.params_type()), spaces.Discrete)
     declarations = f"struct GmeParams {{ {fields} }};\ntypedef {'long long' if discrete else 'float'} GmeAction;\n"
-    return with_header(spec.kernels.cuda, defines, declarations)
+    return with_header(spec.kernels.cuda, defines, declarations, multi_agent=False)
 
 
 @functools.cache

@@ -1,5 +1,4 @@
 // Rally-v0's CUDA C kernels; the rules and the torch reference are in game.py.
-#include "multi_agent.cuh"
 
 #define N GAME_NUM_AGENTS
 
@@ -57,5 +56,3 @@ struct Rally : GmeGame {
         }
     }
 };
-
-GME_MULTI_AGENT_KERNELS(Rally)

@@ -1,6 +1,5 @@
 // Cover-v0's CUDA C kernels; the rules and the torch reference are in game.py. A block per game, its
 // agents spread over the block's threads; the count of landmarks covered in shared memory.
-#include "multi_agent.cuh"
 
 #define N GAME_NUM_AGENTS
 #define L GAME_GRID_LENGTH
@@ -65,5 +64,3 @@ struct Cover : GmeGame {
         }
     }
 };
-
-GME_MULTI_AGENT_KERNELS(Cover)

@@ -1,5 +1,4 @@
 // Puck-v0's CUDA C kernels; the rules and the torch reference are in env.py.
-#include "classic.cuh"
 
 struct Puck : GmeEnv {
     __device__ static void reset(float* s, int n, int i, unsigned long long seed, unsigned int episode,
@@ -24,5 +23,3 @@ struct Puck : GmeEnv {
         obs[1] = s[n + i];
     }
 };
-
-GME_CLASSIC_KERNELS(Puck)
