@@ -12,6 +12,14 @@ tensor values, or allocate a tensor that outlives it; Python numbers it reads ar
 (schedule values such as the learning rate are device tensors, updated in place between calls).
 On the CPU, or with ``enabled=False``, the phase simply runs each time.
 
+Gradients: the trainers drop them (``zero_grad(set_to_none=True)``) before each backward pass, so
+that the pass writes each one instead of adding it to a zeroed tensor (in place, as a gradient
+kept from the step before would be): one zeroing kernel and an add per parameter fewer each
+gradient step (the arithmetic is the same: ``0 + g`` is ``g``). In a captured phase the
+gradients are then tensors of the graph's memory pool, made at capture and rewritten by every
+replay: the exception to "nothing allocated outlives the phase", as in the whole-network capture
+of ``torch.cuda.graphs``' documentation.
+
 Work that a graph must not contain (a collective, when capturing it is off) goes through
 :func:`between_graphs`: the capture is cut there, and the phase replays as a sequence of graphs
 with that work run between them.

@@ -274,11 +274,11 @@ def update_critic(
     """One step on :func:`critic_loss` (``loss_fn``, which the trainer may have compiled, run under
     ``autocast()``); only the critic's parameters move. ``(loss, Q1)`` as :func:`critic_loss`'s.
     ``average_gradients()``, if given, runs between the backward pass and the step (ranks). The
-    gradients are zeroed in place, not dropped: a captured step keeps writing them into the same
-    tensors."""
+    gradients are dropped before the backward pass, which then writes them (capture.py's
+    "Gradients")."""
     with autocast():
         loss, q = loss_fn(critic, target_actor, target_critic, batch, gamma, policy_noise, noise_clip)
-    critic_optimizer.zero_grad(set_to_none=False)
+    critic_optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if average_gradients is not None:
         average_gradients()
@@ -310,7 +310,7 @@ def update_actor(
             loss = loss_fn(actor, critic, obs)
     finally:
         critic.requires_grad_(True)
-    actor_optimizer.zero_grad(set_to_none=False)
+    actor_optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if average_gradients is not None:
         average_gradients()

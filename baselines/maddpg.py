@@ -375,7 +375,7 @@ def next_actions(run: Run, batch: dict) -> dict[str, torch.Tensor]:
 
 
 def clipped_step(optimizer: Adam, loss: torch.Tensor, module: nn.Module, max_grad_norm: float) -> None:
-    optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
+    optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
     loss.backward()
     if math.isfinite(max_grad_norm):
         torch.nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)

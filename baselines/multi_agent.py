@@ -788,7 +788,7 @@ def update(
         return advantages.flatten(), returns.flatten()
 
     def step(loss, losses):
-        optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
+        optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
         loss.backward()
         average_gradients()
         if math.isfinite(config.max_grad_norm):

@@ -127,7 +127,7 @@ def start(
                         b_values[idx],
                         config,
                     )
-                optimizer.zero_grad(set_to_none=False)  # gradients stay where a captured update wrote them
+                optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
                 loss.backward()
                 run.average_gradients()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
