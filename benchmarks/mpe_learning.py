@@ -13,8 +13,9 @@ same games, and reports ``score = (R - R_random) / (R_scripted - R_random)``, me
 seeds. ``R``: the mean episode return per agent (averaged over agents) over ``--eval-episodes``
 games of one episode (``max_cycles`` steps), every policy on the same seeds.
 
-Configs: ``baselines/configs/simple_spread_v3_ippo.toml``, ``..._mappo.toml`` and ``..._maddpg.toml``
-(``--ippo``, ``--mappo``, ``--maddpg`` take others); ``--total-timesteps`` and ``--set key=value``
+Configs: ``baselines/configs/simple_spread_v3_ippo.toml``, ``..._mappo.toml`` (Discrete),
+``..._mappo_box.toml`` (Box) and ``..._maddpg.toml`` (``--ippo``, ``--mappo``, ``--mappo-box``,
+``--maddpg`` take others); ``--total-timesteps`` and ``--set key=value``
 (``gpu-marl-train``'s overrides, e.g. ``num_envs=256``) change them for every run of the chosen
 ``--algorithms``. Each run's result is printed as it comes, and each algorithm's mean over its seeds
 once they are done. The issue's target: at most 20 M env
@@ -70,6 +71,8 @@ DEFAULT_CONFIGS = {
     "MAPPO": CONFIGS / "simple_spread_v3_mappo.toml",
     "MADDPG": CONFIGS / "simple_spread_v3_maddpg.toml",
 }
+BOX_CONFIGS = {"MAPPO": CONFIGS / "simple_spread_v3_mappo_box.toml"}
+"""Algorithms with a config of their own for Box actions (tuned there; the other configs serve both modes)."""
 BOX_ONLY = ("MADDPG",)
 """Algorithms for Box actions only."""
 MODES = {"Discrete": False, "Box": True}
@@ -162,11 +165,11 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {spread:.3f}"
 
 
-def table(references: dict, runs: list[dict], device: str, args) -> str:
+def table(references: dict, runs: list[dict], device: str, args, torch_version: str = torch.__version__) -> str:
     """The markdown report: the references, then one row per (mode, algorithm)."""
     lines = [
         f"SimpleSpread-v3, greedy evaluation on {args.eval_episodes:,} games (seed {args.eval_seed}), "
-        f"{device}, torch {torch.__version__}",
+        f"{device}, torch {torch_version}",
         "",
         "| actions | N | policy | mean return per agent | final distance | landmarks covered "
         "| collisions per agent-step |",
@@ -254,11 +257,12 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     figure.savefig(path, format="png")
 
 
-def write(references: dict, runs: list[dict], device: str, args) -> None:
-    """The table to ``--out``, the record to ``--json`` and the curves to ``--curves``, each where given."""
+def write(references: dict, runs: list[dict], device: str, args, torch_version: str = torch.__version__) -> None:
+    """The table to ``--out``, the record to ``--json`` and the curves to ``--curves``, each where
+    given; ``torch_version``: the runs' (merged records keep theirs)."""
     record = {
         "device": device,
-        "torch": torch.__version__,
+        "torch": torch_version,
         "eval_episodes": args.eval_episodes,
         "eval_seed": args.eval_seed,
         "references": [
@@ -267,16 +271,16 @@ def write(references: dict, runs: list[dict], device: str, args) -> None:
         ],
         "runs": runs,
     }
-    save(args, table(references, runs, device, args), record)
+    save(args, table(references, runs, device, args, torch_version), record)
     if args.curves and runs:
         n = runs[0]["settings"]["env_params"].get("N", 3)
         plot(runs, args.curves, f"SimpleSpread-v3 (N = {n}), greedy score after training: {device}")
 
 
-def merge(paths: list[Path], args) -> tuple[dict, list[dict], str]:
-    """The references and runs of several ``--json`` records (e.g. one per action mode, each run in
-    a command of its own), which must share their evaluation games."""
-    references, runs, devices = {}, [], []
+def merge(paths: list[Path], args) -> tuple[dict, list[dict], str, str]:
+    """The references, runs, devices and torch versions of several ``--json`` records (e.g. one per
+    action mode, each run in a command of its own), which must share their evaluation games."""
+    references, runs, devices, versions = {}, [], [], []
     for path in paths:
         record = json.loads(Path(path).read_text())
         if (record["eval_episodes"], record["eval_seed"]) != (args.eval_episodes, args.eval_seed):
@@ -290,7 +294,8 @@ def merge(paths: list[Path], args) -> tuple[dict, list[dict], str]:
             references[params] = {k: mpe_policies.Evaluation(**entry[k]) for k in ("random", "scripted")}
         runs += record["runs"]
         devices.append(record["device"])
-    return references, runs, " / ".join(dict.fromkeys(devices))
+        versions.append(record["torch"])
+    return references, runs, " / ".join(dict.fromkeys(devices)), " / ".join(dict.fromkeys(versions))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -299,6 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", help="where to train and evaluate (default cuda)")
     parser.add_argument("--ippo", type=Path, default=DEFAULT_CONFIGS["IPPO"], help="IPPO's config (TOML)")
     parser.add_argument("--mappo", type=Path, default=DEFAULT_CONFIGS["MAPPO"], help="MAPPO's config (TOML)")
+    parser.add_argument(
+        "--mappo-box", type=Path, default=BOX_CONFIGS["MAPPO"], help="MAPPO's config for Box actions (TOML)"
+    )
     parser.add_argument("--maddpg", type=Path, default=DEFAULT_CONFIGS["MADDPG"], help="MADDPG's config (TOML)")
     parser.add_argument("--algorithms", nargs="+", choices=list(DEFAULT_CONFIGS), default=list(DEFAULT_CONFIGS))
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
@@ -320,14 +328,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds < 1 or args.eval_episodes < 2:
         parser.error("--seeds must be >= 1 and --eval-episodes >= 2")
     if args.merge:
-        references, runs, device = merge(args.merge, args)
-        write(references, runs, device, args)
-        print(table(references, runs, device, args))
+        references, runs, device, versions = merge(args.merge, args)
+        write(references, runs, device, args, versions)
+        print(table(references, runs, device, args, versions))
         return
-    paths = {"IPPO": args.ippo, "MAPPO": args.mappo, "MADDPG": args.maddpg}
-    for name in args.algorithms:
-        if not paths[name].is_file():
-            parser.error(f"{name}'s config {paths[name]} does not exist: pass --{name.lower()} PATH")
+    # (algorithm, mode) -> the option naming its config: MAPPO has one per mode (BOX_CONFIGS).
+    options = {(name, mode): name.lower() for name in DEFAULT_CONFIGS for mode in MODES}
+    options["MAPPO", "Box"] = "mappo_box"
+    paths = {key: getattr(args, option) for key, option in options.items()}
+    for (name, mode), option in options.items():
+        if name in args.algorithms and mode in args.modes and not paths[name, mode].is_file():
+            parser.error(f"{name}'s config {paths[name, mode]} does not exist: pass --{option.replace('_', '-')} PATH")
     device = torch.cuda.get_device_name() if str(args.device).startswith("cuda") else str(args.device)
     references: dict = {}  # game params -> {"random": Evaluation, "scripted": Evaluation}
     runs: list[dict] = []
@@ -336,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
             if name in BOX_ONLY and not MODES[mode]:
                 print(f"{name} trains Box actions only: skipped in the {mode} mode", flush=True)
                 continue
-            _, env_id, config = run_config(paths[name], MODES[mode], 0, args)
+            _, env_id, config = run_config(paths[name, mode], MODES[mode], 0, args)
             params = multi_agent.game_params(env_id, config)
             if params not in references:
                 references[params] = mpe_policies.reference_returns(
@@ -345,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
                 for ref, r in references[params].items():
                     print(f"{mode} N={params.N}: R_{ref} = {r.mean_return:.3f} (covered {r.covered:.1%})", flush=True)
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                runs.append(train_and_score(name, paths[name], mode, seed, references, args))
+                runs.append(train_and_score(name, paths[name, mode], mode, seed, references, args))
                 write(references, runs, device, args)  # after every run: a run cut short keeps what it measured
             scores = [run["score"] for run in runs if (run["algorithm"], run["mode"]) == (name, mode)]
             print(f"{name} {mode}: score {mean_std(scores)} over {len(scores)} seeds", flush=True)

@@ -226,6 +226,28 @@ def test_shipped_mpe_configs_follow_the_mappo_paper(name):
         assert policy.hidden == (64, 64) and policy.update_epochs in (10, 15)
 
 
+def test_the_box_config_is_the_paper_config_with_its_measured_changes():
+    # simple_spread_v3_mappo_box.toml says what it changes and why (docs/benchmarks/mpe.md): nothing else may differ.
+    def settings(name):
+        _, _, config = run_config.build_config(run_config.read_config(run_config.CONFIGS / name), [], None)
+        tables = run_config.config_dict(config)
+        return {
+            (table, key): value
+            for table, values in tables.items()
+            if table != "policies"
+            for key, value in values.items()
+        } | {("policies", key): value for key, value in tables["policies"]["agents"].items()}
+
+    paper, box = settings("simple_spread_v3_mappo.toml"), settings("simple_spread_v3_mappo_box.toml")
+    assert paper.keys() == box.keys()
+    changed = {key: (paper[key], box[key]) for key in paper if paper[key] != box[key]}
+    assert changed == {
+        ("env_params", "continuous_actions"): (False, True),
+        ("policies", "anneal_lr"): (False, True),
+        ("policies", "num_minibatches"): (1, 2),
+    }
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_mappo_checkpoints_resume_and_evaluate_through_the_command(tmp_path, capsys):
     out = tmp_path / "run"
