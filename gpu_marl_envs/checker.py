@@ -142,9 +142,9 @@ def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str
         if f".entry {spec.kernel_name}_{kind}(" not in ptx:
             macro = "GME_MULTI_AGENT_KERNELS(YourGame)" if spec.is_game else "GME_CLASSIC_KERNELS(YourEnv)"
             raise AssertionError(
-                f"{spec.kernels.cuda} defines no kernel {spec.kernel_name}_{kind}: the framework adds {macro} "
-                "only to a file that writes no macro of that family (the _BOUNDED variant among them), and this "
-                "file's own declared no such kernel: write it where it always expands, or leave it to the framework"
+                f"{spec.kernels.cuda} defines no kernel {spec.kernel_name}_{kind}: the file writes a kernels "
+                f"macro of its own (so the framework adds no {macro}), and it declared none of that name: write "
+                "it where it always expands (not inside an #if), or delete it and let the framework write it"
             )
     return ptx
 
