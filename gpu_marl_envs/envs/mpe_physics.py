@@ -229,11 +229,17 @@ block per game of 3 agents left 29 of its 32 threads idle, and an SM holds at mo
 agents at a time, where 128-thread blocks of 4-lane teams hold 512 games."""
 
 
+MIN_TEAM_THREADS = 4
+"""The fewest lanes of a packed game's team (a power of two): MPE2's default games have 2 to 4
+agents. Not tuned against 8 or more (``benchmarks/experiments/mpe_team_shape.py`` measures it)."""
+
+
 def team_threads(params) -> int:
-    """The MPE games' ``block_threads``, a game's lanes: a power of two >= its agents (at least 4)
-    up to 32; beyond 32 agents a thread per agent in whole warps, at most 256 (a block per game)."""
+    """The MPE games' ``block_threads``, a game's lanes: a power of two >= its agents (at least
+    ``MIN_TEAM_THREADS``) up to 32; beyond 32 agents a thread per agent in whole warps, at most 256
+    (a block per game)."""
     n = params.num_agents
-    return max(4, 1 << (n - 1).bit_length()) if n <= 32 else min(256, 32 * math.ceil(n / 32))
+    return max(MIN_TEAM_THREADS, 1 << (n - 1).bit_length()) if n <= 32 else min(256, 32 * math.ceil(n / 32))
 
 
 def games_per_block(params) -> int:
