@@ -64,7 +64,9 @@ def linear_tanh(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN: tl.co
     z = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     # tanh(z) = 2 sigmoid(2z) - 1: near 0 it loses relative precision, far below bfloat16's step.
     y = 2.0 * tl.sigmoid(2.0 * z) - 1.0
-    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        y_ptr + rm[:, None] * N + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N)
+    )
 
 
 def fused(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
