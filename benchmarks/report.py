@@ -4,10 +4,14 @@ and where their results go."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 import torch
 from gpu_marl_envs.baselines.run_config import CONFIGS, build_config, read_config
+
+import gpu_marl_envs.backends.multi_agent_numba as numba_backend
+import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 
 
 def gpu_hardware() -> str:
@@ -51,3 +55,23 @@ def save(args, text: str, record: dict) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
+
+
+@contextlib.contextmanager
+def module_constants(module, **values):
+    """A game module's kernel constants (not params: ``tag_continuous_kernel_layout.AGENTS_PER_CELL``,
+    ``mpe_physics.PACKED_BLOCK_THREADS``, ...) set to ``values`` for the kernels built inside, as the
+    sweeps of the rules' measurements need; the backends build kernels per params, so their caches
+    are cleared on the way in and out."""
+    chosen = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    pycuda_backend._module.cache_clear()
+    numba_backend._kernels.cache_clear()
+    try:
+        yield
+    finally:
+        for name, value in chosen.items():
+            setattr(module, name, value)
+        pycuda_backend._module.cache_clear()
+        numba_backend._kernels.cache_clear()

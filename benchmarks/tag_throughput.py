@@ -17,16 +17,13 @@ copy bandwidth): the least a step that writes every observation can take.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 
 import torch
-from report import add_output_options, gpu_hardware, save
+from report import add_output_options, gpu_hardware, module_constants, save
 
 import gpu_marl_envs
-import gpu_marl_envs.backends.multi_agent_numba as numba_backend
-import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 from gpu_marl_envs import GpuParallelEnv
 from gpu_marl_envs.envs import tag_continuous_kernel_layout
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
@@ -59,23 +56,10 @@ CONFIGS = [
 TORCH_MAX_PAIRS = 2 * 10**9
 
 
-@contextlib.contextmanager
 def tag_constants(**values):
-    """TagContinuous's kernel-layout constants (``AGENTS_PER_CELL``, ``ROWS_BY_ID_MAX_AGENTS``, ...) set to
-    ``values`` for the kernels built inside, as the sweeps of the rules' measurements need: they are
-    not params, so the backends' kernel caches are cleared on the way in and out."""
-    chosen = {name: getattr(tag_continuous_kernel_layout, name) for name in values}
-    for name, value in values.items():
-        setattr(tag_continuous_kernel_layout, name, value)
-    pycuda_backend._module.cache_clear()
-    numba_backend._kernels.cache_clear()
-    try:
-        yield
-    finally:
-        for name, value in chosen.items():
-            setattr(tag_continuous_kernel_layout, name, value)
-        pycuda_backend._module.cache_clear()
-        numba_backend._kernels.cache_clear()
+    """TagContinuous's kernel-layout constants (``AGENTS_PER_CELL``, ``ROWS_BY_ID_MAX_AGENTS``, ...) set
+    to ``values`` for the kernels built inside (:func:`report.module_constants`)."""
+    return module_constants(tag_continuous_kernel_layout, **values)
 
 
 def pool(env: GpuParallelEnv, by_agent: bool) -> list[dict]:

@@ -3,11 +3,11 @@
 team gets, for MPE2's default scenarios at 2,000 and 65,536 games (``mpe_throughput.py``'s rows,
 random actions through ``step_groups``, validation off), µs per step.
 
-Each shape is set before the kernels are built (the pycuda backend builds them per params: its
-cache is cleared between shapes). A team smaller than a game's agents is never made (the team is
-the next power of two at or above them), nor a block smaller than a team. Issue 42's target for
-simple_spread at 65,536 games: 8.2 µs a step (1,000x VMAS 1.5.2 on an H200; 23.1 µs at 128 threads
-and 4 lanes, `docs/benchmarks/mpe.md`).
+Each shape is set before the kernels are built (``report.module_constants``: the backends build
+them per params, so their caches are cleared between shapes). A team smaller than a game's agents
+is never made (the team is the next power of two at or above them), nor a block smaller than a
+team. Issue 42's target for simple_spread at 65,536 games: 8.2 µs a step (1,000x VMAS 1.5.2 on an
+H200; 23.1 µs at 128 threads and 4 lanes, `docs/benchmarks/mpe.md`).
 
     python benchmarks/experiments/mpe_team_shape.py --out mpe-team-shape.md --json mpe-team-shape.json
 """
@@ -15,34 +15,19 @@ and 4 lanes, `docs/benchmarks/mpe.md`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
 # The suite's modules (report, mpe_throughput) sit one folder up: this script runs from experiments/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpe_throughput import ours_runner, scenarios, time_runner  # noqa: E402
-from report import add_output_options, gpu_hardware, save  # noqa: E402
+from report import add_output_options, gpu_hardware, module_constants, save  # noqa: E402
 
-import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend  # noqa: E402
 from gpu_marl_envs.envs import mpe_physics  # noqa: E402
 
 BLOCK_THREADS = [64, 128, 256, 512]
 MIN_TEAMS = [4, 8, 32]
 NUM_ENVS = [2000, 65536]
-
-
-@contextlib.contextmanager
-def shape(block_threads: int, min_team: int):
-    """The MPE games' kernels built with this block shape inside the context; the shipped one after."""
-    saved = mpe_physics.PACKED_BLOCK_THREADS, mpe_physics.MIN_TEAM_THREADS
-    mpe_physics.PACKED_BLOCK_THREADS, mpe_physics.MIN_TEAM_THREADS = block_threads, min_team
-    pycuda_backend._module.cache_clear()
-    try:
-        yield
-    finally:
-        mpe_physics.PACKED_BLOCK_THREADS, mpe_physics.MIN_TEAM_THREADS = saved
-        pycuda_backend._module.cache_clear()
 
 
 def us_per_step(scenario, num_envs: int, continuous: bool, args) -> float:
@@ -83,7 +68,7 @@ def main() -> None:
         for num_envs in args.num_envs:
             cells = []
             for block_threads, min_team in shapes:
-                with shape(block_threads, min_team):
+                with module_constants(mpe_physics, PACKED_BLOCK_THREADS=block_threads, MIN_TEAM_THREADS=min_team):
                     us = us_per_step(scenario, num_envs, args.continuous, args)
                 rows.append(
                     {
