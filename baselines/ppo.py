@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from gpu_marl_envs.baselines import on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
+from gpu_marl_envs.baselines.minibatches import Reorderable
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import RolloutSizes, print_entry
 from gymnasium import spaces
@@ -112,21 +113,13 @@ def start(
         # Epochs of shuffled minibatches.
         b_obs, b_actions = rollout.flat("obs"), rollout.flat("actions")
         b_log_probs, b_values, b_adv, b_returns = (x.flatten() for x in (log_probs, values, advantages, returns))
+        fields = Reorderable(b_obs, b_actions, b_log_probs, b_adv, b_returns, b_values)
         for _ in range(config.update_epochs):
             order = torch.rand(config.batch_size, device=run.device).argsort()  # a permutation, capturable
+            shuffled = fields.reordered(order)  # one gather an epoch; each minibatch a slice of it
             for first in range(0, config.batch_size, minibatch):
-                idx = order[first : first + minibatch]
                 with config.autocast(run.device):
-                    loss, losses = loss_fn(
-                        agent,
-                        b_obs[idx],
-                        b_actions[idx],
-                        b_log_probs[idx],
-                        b_adv[idx],
-                        b_returns[idx],
-                        b_values[idx],
-                        config,
-                    )
+                    loss, losses = loss_fn(agent, *(field[first : first + minibatch] for field in shuffled), config)
                 optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
                 loss.backward()
                 run.average_gradients()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from gpu_marl_envs.baselines import a2c, ppo
 from gpu_marl_envs.baselines.gae import compute_gae
+from gpu_marl_envs.baselines.minibatches import Reorderable
 from gpu_marl_envs.baselines.models import ActorCritic
 from gpu_marl_envs.baselines.ppo import PPOConfig, evaluate, ppo_loss, train
 from gpu_marl_envs.baselines.rollout import EpisodeStats, bootstrap_values, iterate_overlapping, mean_and_count
@@ -137,6 +138,36 @@ def test_policy_heads(space, shape):
     _, again, _, _ = agent.action_and_value(obs, action)
     assert torch.allclose(log_prob, again), "the log-probability of a given action must be reproducible"
     assert agent.greedy(obs).shape == (8, *shape)
+
+
+@pytest.mark.parametrize(
+    "obs_shape, action_shape, action_dtype",
+    [((4,), (), torch.int64), ((3,), (2,), torch.float32), ((2, 3), (2,), torch.int64)],
+    ids=["cartpole-like", "box", "multi-discrete"],
+)
+def test_reordered_fields_are_the_indexed_rows_bitwise(obs_shape, action_shape, action_dtype):
+    # 9, 9 and 12 columns (the last padded to 13), a bfloat16 field: each reordered field equals
+    # indexing that field by the same rows, value for value, in its own dtype and shape, contiguous.
+    g = torch.Generator().manual_seed(0)
+    rows = 50
+    obs = torch.randn(rows, *obs_shape, generator=g)
+    actions = (
+        torch.randint(0, 7, (rows, *action_shape), generator=g)
+        if action_dtype == torch.int64
+        else torch.randn(rows, *action_shape, generator=g)
+    )
+    log_probs = torch.randn(rows, generator=g).bfloat16()
+    advantages, returns, values = torch.randn(3, rows, generator=g)
+    fields = (obs, actions, log_probs, advantages, returns, values)
+    order = torch.randperm(rows, generator=g)
+    for got, field in zip(Reorderable(*fields).reordered(order), fields):
+        assert got.dtype == field.dtype and got.is_contiguous()
+        assert torch.equal(got, field[order])
+
+
+def test_reordered_fields_need_as_many_rows_each():
+    with pytest.raises(ValueError, match=r"fields of \[4, 3\] rows"):
+        Reorderable(torch.zeros(4, 2), torch.zeros(3))
 
 
 @pytest.mark.parametrize("max_std", [math.inf, 0.5])
