@@ -691,10 +691,11 @@ def masked_ppo_loss(
     config: PolicyConfig,
     ent_coef,
     action_mask=None,
+    diagnostics=True,
     **critic_input,
 ):
-    """:func:`ppo.ppo_loss` (without value clipping) with every mean over the rows that count;
-    ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
+    """:func:`ppo.ppo_loss` (without value clipping; its ``diagnostics`` alike) with every mean over
+    the rows that count; ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
     the rows' action masks, in games with masks; ``critic_input``: a centralised critic's
     (``state=``, ``rows=``: :meth:`CentralisedActorCritic.action_and_value`)."""
     _, log_probs, entropy, values = policy.action_and_value(obs, actions, **mask_argument(action_mask), **critic_input)
@@ -710,14 +711,11 @@ def masked_ppo_loss(
     # Detached: a loss term kept (as the update's output) with its autograd graph keeps that
     # graph's AccumulateGrad nodes alive into the next captured update, on another stream (torch
     # warns of the mismatch and of the synchronisation it may cost).
-    with torch.no_grad():
-        stats = {
-            "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy": entropy_loss.detach(),
-            "approx_kl": masked_mean((ratio - 1) - log_ratio, weights),
-            "clip_fraction": masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights),
-        }
+    stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy_loss.detach()}
+    if diagnostics:
+        with torch.no_grad():
+            stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, weights)
+            stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > config.clip_coef).float(), weights)
     return loss, stats
 
 
@@ -813,9 +811,10 @@ def update(
             )
     b_adv, b_returns = advantages_and_returns(values)
     b_log_probs = log_probs.flatten()
-    for _ in range(config.update_epochs):
+    for epoch in range(config.update_epochs):
         order = torch.rand(len(b_obs), device=b_obs.device).argsort()  # a permutation, capturable
-        for idx in torch.tensor_split(order, config.num_minibatches):
+        for k, idx in enumerate(torch.tensor_split(order, config.num_minibatches)):
+            last = epoch == config.update_epochs - 1 and k == config.num_minibatches - 1
             with autocast():
                 loss = loss_fn(
                     policy,
@@ -827,6 +826,7 @@ def update(
                     b_weights[idx],
                     config,
                     ent_coef,
+                    diagnostics=last,
                     **rollout.mask_argument(idx),
                     **({} if states is None else {**critic_input, "rows": idx}),
                 )

@@ -61,8 +61,10 @@ class PPOConfig(RolloutSizes, CaptureOptions):
             )
 
 
-def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig):
-    """The clipped surrogate, value and entropy terms on one minibatch: ``(loss, stats)``."""
+def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig, diagnostics=True):
+    """The clipped surrogate, value and entropy terms on one minibatch: ``(loss, stats)``; the stats
+    hold the approximate KL divergence and the clipped fraction too where ``diagnostics`` (the update
+    logs the last minibatch's stats only, so the others skip their eight kernels)."""
     _, log_probs, entropy, values = agent.action_and_value(obs, actions)
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
@@ -81,14 +83,11 @@ def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values
     # Detached: a loss term kept (as the update's output) with its autograd graph keeps that
     # graph's AccumulateGrad nodes alive into the next captured update, on another stream (torch
     # warns of the mismatch and of the synchronisation it may cost).
-    with torch.no_grad():
-        stats = {
-            "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy": entropy_loss.detach(),
-            "approx_kl": ((ratio - 1) - log_ratio).mean(),
-            "clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean(),
-        }
+    stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy_loss.detach()}
+    if diagnostics:
+        with torch.no_grad():
+            stats["approx_kl"] = ((ratio - 1) - log_ratio).mean()
+            stats["clip_fraction"] = ((ratio - 1).abs() > config.clip_coef).float().mean()
     return loss, stats
 
 
@@ -114,12 +113,15 @@ def start(
         b_obs, b_actions = rollout.flat("obs"), rollout.flat("actions")
         b_log_probs, b_values, b_adv, b_returns = (x.flatten() for x in (log_probs, values, advantages, returns))
         fields = Reorderable(b_obs, b_actions, b_log_probs, b_adv, b_returns, b_values)
-        for _ in range(config.update_epochs):
+        for epoch in range(config.update_epochs):
             order = torch.rand(config.batch_size, device=run.device).argsort()  # a permutation, capturable
             shuffled = fields.reordered(order)  # one gather an epoch; each minibatch a slice of it
             for first in range(0, config.batch_size, minibatch):
+                last = epoch == config.update_epochs - 1 and first + minibatch == config.batch_size
                 with config.autocast(run.device):
-                    loss, losses = loss_fn(agent, *(field[first : first + minibatch] for field in shuffled), config)
+                    loss, losses = loss_fn(
+                        agent, *(field[first : first + minibatch] for field in shuffled), config, diagnostics=last
+                    )
                 optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
                 loss.backward()
                 run.average_gradients()
