@@ -78,6 +78,7 @@ from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic
+from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
     EntryNumbers,
@@ -143,6 +144,13 @@ class PolicyConfig:
     normalize_observations: bool = False
     """Scale the observations by their running mean and variance before the networks
     (:mod:`obs_norm`), updated from each rollout's rows that count, before the update."""
+    normalize_values: bool = False
+    """Train the critic on the returns scaled by their running mean and variance (MAPPO's value
+    normalisation, Yu et al. 2022, whose code turns it on for MPE): the critic's outputs are mapped
+    back for the advantages and the truncation bootstrap, and each rollout's returns (its rows that
+    count) are merged into the statistics before its update. The statistics are the policy's
+    ``value_norm`` buffers (:class:`obs_norm.ObservationNormalizer`, one feature, unclipped), saved
+    with its weights."""
     clip_coef: float = 0.2
     """PPO only: the ratio's clip range."""
     update_epochs: int = 4
@@ -405,6 +413,8 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 settings.normalize_observations,
                 max_std=settings.max_std,
             )
+        if settings.normalize_values:
+            module.value_norm = ObservationNormalizer(1, clip=math.inf)
         policies[name] = module.to(device)
     return policies
 
@@ -767,6 +777,13 @@ def update(
     ``(num_steps * num_envs, S)``) and, for a minibatch, ``rows=`` (its rows' indices), so that the
     state's part of the critic runs once per game (:class:`CentralisedCritic`)."""
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
+    value_norm = getattr(policy, "value_norm", None)
+    if value_norm is not None:
+        # The critic's outputs are normalised returns (PolicyConfig.normalize_values): the old values
+        # and the bootstrap read them mapped back; the loss compares them with scaled returns.
+        restored_act, value = _values_restored(act, value_norm), _values_restored(value, value_norm)
+    else:
+        restored_act = act
     if getattr(policy, "obs_norm", None) is not None:
         policy.obs_norm.update(b_obs, b_weights, sum_over_ranks)
     critic_input = {}
@@ -783,7 +800,11 @@ def update(
     def advantages_and_returns(values):
         with torch.no_grad():
             advantages, returns = gae(rewards, values, rollout.dones, next_value, config.gamma, config.gae_lambda)
-        return advantages.flatten(), returns.flatten()
+            returns = returns.flatten()
+            if value_norm is not None:
+                value_norm.update(returns[:, None], b_weights, sum_over_ranks)
+                returns = value_norm(returns[:, None]).view(-1)
+        return advantages.flatten(), returns
 
     def step(loss, losses):
         optimizer.zero_grad(set_to_none=True)  # written, not accumulated: capture.py's "Gradients"
@@ -798,16 +819,20 @@ def update(
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
         with autocast():
             _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument(), **critic_input)
-        b_adv, b_returns = advantages_and_returns(values.detach().float().view(rewards.shape))
+        restored = values.detach().float() if value_norm is None else value_norm.restore(values.detach().float())
+        b_adv, b_returns = advantages_and_returns(restored.view(rewards.shape))
         return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef))
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
     with autocast():
         if states is None:
-            log_probs, values = rollout.old_policy(act)
+            log_probs, values = rollout.old_policy(restored_act)
         else:
             log_probs, values = old_policy_outputs(
-                functools.partial(act, **rollout.mask_argument(), **critic_input), b_obs, b_actions, rewards.shape
+                functools.partial(restored_act, **rollout.mask_argument(), **critic_input),
+                b_obs,
+                b_actions,
+                rewards.shape,
             )
     b_adv, b_returns = advantages_and_returns(values)
     b_log_probs = log_probs.flatten()
@@ -832,6 +857,19 @@ def update(
                 )
             losses = step(*loss)
     return losses
+
+
+def _values_restored(fn, value_norm):
+    """``fn`` (a policy's ``value``, or its ``action_and_value``, whose last output is the value)
+    with its values mapped back from the normalised scale (:meth:`ObservationNormalizer.restore`)."""
+
+    def restored(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, tuple):
+            return (*out[:-1], value_norm.restore(out[-1]))
+        return value_norm.restore(out)
+
+    return restored
 
 
 # -- logging ---------------------------------------------------------------------------------------

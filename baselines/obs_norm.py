@@ -11,6 +11,9 @@ PPO runs of ``docs/covid_economy.md`` converge to.)
 The update merges a batch's moments into the running ones with Chan, Golub and LeVeque's formula
 (1979), the one SB3's ``RunningMeanStd`` uses, in float64. Normalised features are clipped to
 ``[-clip, clip]`` (SB3's ``clip_obs``, 10).
+
+The multi-agent trainer's ``normalize_values`` keeps the returns' statistics in one of these too
+(one feature, no clipping): its critic predicts normalised returns, and :meth:`restore` maps them back.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ class ObservationNormalizer(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         scaled = (obs - self.mean.to(obs.dtype)) * torch.rsqrt(self.var + self.eps).to(obs.dtype)
         return scaled.clamp(-self.clip, self.clip)
+
+    def restore(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`forward` (unclipped): ``scaled * std + mean``, in ``scaled``'s dtype."""
+        return scaled * torch.sqrt(self.var + self.eps).to(scaled.dtype) + self.mean.to(scaled.dtype)
 
     @torch.no_grad()
     def update(

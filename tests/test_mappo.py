@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gpu_marl_envs.baselines import checkpoint, multi_agent, run_config, train
+from gpu_marl_envs.baselines.gae import compute_gae
 from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic, CentralisedCritic
 from gymnasium import spaces
 
@@ -193,6 +194,51 @@ def test_mappo_learns_a_box_game_and_acts_greedily_with_the_mean():
         assert (actions["gliders"] == 1.0).all() and (actions["leaders"] == 1.0).all()
         unclipped = multi_agent.greedy_actions(policies, slots, obs, infos)
         torch.testing.assert_close(unclipped["leaders"], policy.greedy(obs["leaders"]))
+
+
+def test_normalised_values_merge_the_rollouts_returns_and_scale_the_critics_targets():
+    # One PPO epoch of one minibatch, so that the logged value loss is the first gradient step's,
+    # before any change to the critic; 6-step rollouts of 10-step episodes: no truncation to bootstrap.
+    policy = {"critic": "local", "hidden": [16], "normalize_values": True, "update_epochs": 1, "num_minibatches": 1}
+    run_settings = config(
+        {"episode_length": 10},
+        {"gliders": "shared", "leaders": "shared"},
+        {"shared": policy},
+        num_envs=4,
+        num_steps=6,
+        total_timesteps=24,
+    )
+    run = multi_agent.start(GLIDE, run_settings, device="cpu", backend="torch")
+    policy = run.policies["shared"]
+    assert "value_norm.mean" in policy.state_dict(), "the statistics are saved with the weights"
+    norm = policy.value_norm
+    with torch.no_grad():  # statistics of earlier rollouts: count 50, mean -3, variance 4
+        norm.count.fill_(50.0), norm.mean.fill_(-3.0), norm.var.fill_(4.0)
+    phases = multi_agent.Phases(run)
+    phases.collect()
+    rollout = run.rollouts["shared"]
+    assert not rollout.dones.any()
+    with torch.no_grad():  # the critic's outputs mapped back: raw * 2 - 3
+        values = policy.value(rollout.obs) * 2.0 - 3.0
+        next_value = policy.value(run.inputs["shared"].obs) * 2.0 - 3.0
+        raw = policy.value(rollout.flat("obs"))
+    _, returns = compute_gae(rollout.rewards, values, rollout.dones, next_value, 0.99, 0.95)
+    returns, weights = returns.flatten().double(), rollout.flat("weights").double()
+    n = weights.sum()
+    batch_mean = (weights * returns).sum() / n
+    batch_var = (weights * (returns - batch_mean) ** 2).sum() / n
+    losses = phases.update_policy("shared")
+    # Chan et al.'s merge of the two sets of moments, written out.
+    count = 50.0 + n
+    mean = (50.0 * -3.0 + n * batch_mean) / count
+    var = (50.0 * 4.0 + n * batch_var + (batch_mean + 3.0) ** 2 * 50.0 * n / count) / count
+    torch.testing.assert_close(norm.count, count)
+    torch.testing.assert_close(norm.mean, mean.view(1))
+    torch.testing.assert_close(norm.var, var.view(1))
+    # The critic's loss compares its raw outputs with the returns on the merged statistics' scale.
+    targets = ((returns - mean) / torch.sqrt(var + 1e-8)).float()
+    expected = 0.5 * (weights.float() * (raw - targets) ** 2).sum() / weights.float().sum()
+    torch.testing.assert_close(losses["shared/value_loss"], expected)
 
 
 def test_box_rollouts_keep_the_samples_and_the_env_gets_them_clipped():
