@@ -207,10 +207,11 @@ def collect(
     if isinstance(space, spaces.Box):
         low = torch.as_tensor(space.low, device=envs.device)
         high = torch.as_tensor(space.high, device=envs.device)
-    for t in range(rollout.obs.shape[0]):
-        rollout.obs[t].copy_(obs)
+    steps = rollout.obs.shape[0]
+    rollout.obs[0].copy_(obs)
+    for t in range(steps):
         with torch.no_grad(), autocast():
-            action = sample(obs)
+            action = sample(rollout.obs[t])
         # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
         env_action = action.clamp(low, high) if low is not None else action
         next_obs, rewards, terminated, truncated, infos = envs.step(env_action)
@@ -219,7 +220,9 @@ def collect(
         torch.logical_or(terminated, truncated, out=rollout.dones[t])
         rollout.truncated[t].copy_(truncated)
         rollout.final_obs[t].copy_(infos["final_obs"])
-        obs.copy_(next_obs)  # the env overwrites its buffers at the next step
+        # The env overwrites its buffers at the next step: its observations are copied once, to the
+        # row the next step reads (the last step's to ``obs``, where the next rollout starts).
+        (rollout.obs[t + 1] if t + 1 < steps else obs).copy_(next_obs)
     stats.add(rollout.rewards, rollout.dones)
 
 
