@@ -705,9 +705,9 @@ def masked_ppo_loss(
     **critic_input,
 ):
     """:func:`ppo.ppo_loss` (without value clipping; its ``diagnostics`` alike) with every mean over
-    the rows that count; ``ent_coef``: the entropy bonus's weight now (a number or a device tensor); ``action_mask``:
-    the rows' action masks, in games with masks; ``critic_input``: a centralised critic's
-    (``state=``, ``rows=``: :meth:`CentralisedActorCritic.action_and_value`)."""
+    the rows that count; ``ent_coef``: the entropy bonus's weight now (a number or a device tensor);
+    ``action_mask``: the rows' action masks, in games with masks; ``critic_input``: a centralised
+    critic's (``state=``, ``rows=``: :meth:`CentralisedActorCritic.action_and_value`)."""
     _, log_probs, entropy, values = policy.action_and_value(obs, actions, **mask_argument(action_mask), **critic_input)
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
