@@ -4,7 +4,10 @@ Each seed runs in a new Python process: ``import torch`` (timed apart, not count
 time from the call to ``ppo.train`` (PureJaxRL's config, logging every iteration) to the end of the
 first iteration whose finished episodes average >= 475, which is what a user waits for. The run
 stops there. Also reported: whether ``torch._dynamo`` (PyTorch's compiler, ~5 s to import on the
-GPU hosts) was imported.
+GPU hosts) was imported, and where the time goes: the device's context (the first tensor on it),
+``ppo.start`` (the env and its kernels built, the networks and the optimizer), the first iteration
+(the CUDA graphs captured, then run) and the median of the later iterations (``ppo.train`` is
+``ppo.start`` then ``on_policy.iterate``: the child calls the two itself to time them apart).
 
     python benchmarks/fresh_start.py --seeds 0 1 2
 
@@ -25,32 +28,47 @@ THRESHOLD = 475.0
 
 def child(seed: int, device: str) -> dict:
     start = time.perf_counter()
-    import torch  # noqa: F401  (timed apart: every PyTorch program pays it before its own code)
+    import torch  # timed apart: every PyTorch program pays it before its own code
 
     imported = time.perf_counter() - start
-    from gpu_marl_envs.baselines import ppo
+    import statistics
 
-    reached = {}
+    from gpu_marl_envs.baselines import on_policy, ppo
+
+    reached, entries = {}, []  # entries: seconds since the start at each iteration's log entry
 
     class Reached(Exception):
         pass
 
     def log(entry):
+        entries.append(time.perf_counter() - start)
         if entry["mean_return"] >= THRESHOLD:
-            reached.update(seconds=time.perf_counter() - start, env_steps=entry["env_steps"])
+            reached.update(seconds=entries[-1], env_steps=entry["env_steps"])
             raise Reached
 
     start = time.perf_counter()
+    torch.zeros(1, device=device)  # the device's context: the first thing ppo.train would do on it
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+    context = time.perf_counter() - start
+    run, update = ppo.start("CartPole-v1", ppo.PPOConfig(seed=seed), device=device)
+    started = time.perf_counter() - start
     try:
-        ppo.train("CartPole-v1", ppo.PPOConfig(seed=seed), device=device, log=log, log_every=1)
+        on_policy.iterate(run, update, log_every=1, log=log, save=None, resume=None)
     except Reached:
         pass
+    later = [b - a for a, b in zip(entries, entries[1:])]
     return {
         "seed": seed,
         "import_torch_s": imported,
         "to_threshold_s": reached.get("seconds"),
         "env_steps": reached.get("env_steps"),
         "dynamo_imported": "torch._dynamo" in sys.modules,
+        "context_s": context,
+        "start_s": started - context,
+        "first_iteration_s": entries[0] - started if entries else None,
+        "later_iteration_ms": 1000 * statistics.median(later) if later else None,
+        "iterations": len(entries),
     }
 
 
@@ -72,8 +90,15 @@ def main() -> None:
         ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         to = "not reached" if r["to_threshold_s"] is None else f"{r['to_threshold_s']:.2f} s ({r['env_steps']:,} steps)"
+        phases = (
+            f"context {r['context_s']:.2f} s, ppo.start {r['start_s']:.2f} s, first iteration "
+            f"{r['first_iteration_s']:.2f} s, then {r['later_iteration_ms']:.1f} ms an iteration "
+            f"({r['iterations']} iterations)"
+            if r["later_iteration_ms"] is not None
+            else "fewer than two iterations"
+        )
         print(
-            f"seed {seed}: to {THRESHOLD:g}: {to}; import torch {r['import_torch_s']:.2f} s; "
+            f"seed {seed}: to {THRESHOLD:g}: {to}; {phases}; import torch {r['import_torch_s']:.2f} s; "
             f"torch._dynamo imported: {r['dynamo_imported']}",
             flush=True,
         )
