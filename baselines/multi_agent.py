@@ -861,13 +861,14 @@ def update(
 
 def _values_restored(fn, value_norm):
     """``fn`` (a policy's ``value``, or its ``action_and_value``, whose last output is the value)
-    with its values mapped back from the normalised scale (:meth:`ObservationNormalizer.restore`)."""
+    with its values mapped back from the normalised scale (:meth:`ObservationNormalizer.restore`), in
+    float32 whatever precision the pass ran in (a bf16 value times the returns' std would keep 8 bits)."""
 
     def restored(*args, **kwargs):
         out = fn(*args, **kwargs)
         if isinstance(out, tuple):
-            return (*out[:-1], value_norm.restore(out[-1]))
-        return value_norm.restore(out)
+            return (*out[:-1], value_norm.restore(out[-1].float()))
+        return value_norm.restore(out.float())
 
     return restored
 
