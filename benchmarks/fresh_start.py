@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -31,8 +32,6 @@ def child(seed: int, device: str) -> dict:
     import torch  # timed apart: every PyTorch program pays it before its own code
 
     imported = time.perf_counter() - start
-    import statistics
-
     from gpu_marl_envs.baselines import on_policy, ppo
 
     reached, entries = {}, []  # entries: seconds since the start at each iteration's log entry
