@@ -4,7 +4,8 @@ An env's Numba module defines three device functions (``@cuda.jit(device=True)``
   reset(state, n, i, seed, episode, p)                 writes the state rows of env i
   step(state, n, i, actions, p) -> (reward, terminated) advances env i in place
   observe(state, n, i, obs_row, p)                     writes env i's observation
-where ``state`` is the flat array of state rows (field ``f`` of env ``i`` at ``state[f * n + i]``),
+where ``n`` (the number of envs) and ``i`` are ``np.uint32``, ``state`` is the flat array of state rows
+(field ``f`` of env ``i`` at ``state[f * n + i]``),
 ``actions`` the batch's actions and ``p`` the params record (``EnvDefinition.kernel_params`` as fields).
 The backend hands them to ``make_classic_kernels``, which returns the ``(<name>_step, <name>_reset)``
 kernels whose parameters are the runtime's argument lists (``buffers.STEP_ARGUMENTS``, ``RESET_ARGUMENTS``).
@@ -20,10 +21,14 @@ from gpu_marl_envs.buffers import THREADS_PER_BLOCK
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
+# Env indices are unsigned 32-bit, as in CUDA C: Numba wraps a negative index of a signed type
+# around (a compare and a select per access), and for one known non-negative LLVM drops it.
+U = np.uint32
 
 
 def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: str):
     staged_size = THREADS_PER_BLOCK * obs_dim
+    row = U(obs_dim)
 
     @cuda.jit(device=True)
     def reset_env(state, n, i, obs, elapsed_steps, needs_reset, episodes, seeds, p):
@@ -54,19 +59,20 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: s
         # Observations are staged in shared memory and written back by the whole block, so that
         # consecutive threads store consecutive words (see classic.cuh).
         staged = cuda.shared.array(staged_size, dtype=float32)
-        tid = cuda.threadIdx.x
-        i = cuda.grid(1)
-        obs = staged[tid * obs_dim : (tid + 1) * obs_dim]
+        tid = U(cuda.threadIdx.x)
+        i = U(cuda.grid(1))
+        n = U(num_envs)
+        obs = staged[U(tid * row) : U(U(tid + U(1)) * row)]
         p = params[0]
-        if i < num_envs:
+        if i < n:
             if autoreset_mode == NEXT_STEP and needs_reset[i]:
                 # The previous step ended this episode: this step only resets (the action is ignored).
-                reset_env(state, num_envs, i, obs, elapsed_steps, needs_reset, episodes, seeds, p)
+                reset_env(state, n, i, obs, elapsed_steps, needs_reset, episodes, seeds, p)
                 rewards[i] = np.float32(0.0)
                 terminated[i] = False
                 truncated[i] = False
             else:
-                reward, term = env_step(state, num_envs, i, actions, p)
+                reward, term = env_step(state, n, i, actions, p)
                 elapsed = elapsed_steps[i] + 1
                 trunc = elapsed >= p.max_episode_steps
                 done = term or trunc
@@ -77,24 +83,29 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: s
                 if autoreset_mode == SAME_STEP:
                     final_observation_mask[i] = done
                     if done:
-                        env_observe(state, num_envs, i, final_observations[i], p)
-                        reset_env(state, num_envs, i, obs, elapsed_steps, needs_reset, episodes, seeds, p)
+                        env_observe(state, n, i, final_observations[i], p)
+                        reset_env(state, n, i, obs, elapsed_steps, needs_reset, episodes, seeds, p)
                     else:
-                        env_observe(state, num_envs, i, obs, p)
+                        env_observe(state, n, i, obs, p)
                 else:
                     needs_reset[i] = done
-                    env_observe(state, num_envs, i, obs, p)
+                    env_observe(state, n, i, obs, p)
         cuda.syncthreads()
-        first_env = cuda.blockIdx.x * cuda.blockDim.x
-        count = min(cuda.blockDim.x, num_envs - first_env) * obs_dim
-        flat = observations.reshape(observations.size)
-        for k in range(tid, count, cuda.blockDim.x):
-            flat[first_env * obs_dim + k] = staged[k]
+        threads = U(cuda.blockDim.x)
+        first_env = U(U(cuda.blockIdx.x) * threads)
+        count = U(min(threads, U(n - first_env)) * row)
+        # Two-dimensional stores: a flat view (observations.reshape) would be a call into Numba's
+        # reshape helper, linked apart and so never inlined: 136 bytes of stack in every thread.
+        k = tid
+        while k < count:
+            observations[U(first_env + U(k // row)), U(k % row)] = staged[k]
+            k = U(k + threads)
 
     def reset(num_envs, state, observations, reset_mask, elapsed_steps, needs_reset, episodes, seeds, params):
-        i = cuda.grid(1)
-        if i >= num_envs or not reset_mask[i]:
+        i = U(cuda.grid(1))
+        n = U(num_envs)
+        if i >= n or not reset_mask[i]:
             return
-        reset_env(state, num_envs, i, observations[i], elapsed_steps, needs_reset, episodes, seeds, params[0])
+        reset_env(state, n, i, observations[i], elapsed_steps, needs_reset, episodes, seeds, params[0])
 
     return named_kernel(step, f"{name}_step"), named_kernel(reset, f"{name}_reset")

@@ -9,8 +9,8 @@ from them (:func:`make_multi_agent_kernels`), with the runtime's parameter lists
 (``multi_agent_buffers.STEP_ARGUMENTS``, ``RESET_ARGUMENTS``).
 
 The game's device functions, each called by every thread of the block with the block synchronised
-(they may call ``cuda.syncthreads()`` inside; arrays have their natural shapes, indexed by ``e``;
-``state`` is the tuple of the state's arrays in the state dataclass's order):
+(they may call ``cuda.syncthreads()`` inside; arrays have their natural shapes, indexed by ``e``, an
+``np.uint32``; ``state`` is the tuple of the state's arrays in the state dataclass's order):
   shared()                                       -> a tuple of the block's shared arrays
   reset_env(state, sh, e, seed, episode)         a fresh state of env e, t included
   step_env(state, sh, e, actions, rewards)       -> (terminated, truncated), the same in every thread;
@@ -36,6 +36,7 @@ from gpu_marl_envs.autoreset import AUTORESET_CODES
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 ZERO = np.float32(0.0)
+U = np.uint32  # the env and thread indices, unsigned as in classic_numba.py (no wraparound to pay)
 
 
 @cuda.jit(device=True)
@@ -147,11 +148,11 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         autoreset_mode,
     ):
         sh = shared()
-        e = cuda.blockIdx.x
+        e = U(cuda.blockIdx.x)
         if e >= num_envs:
             return
-        tid = cuda.threadIdx.x
-        threads = cuda.blockDim.x
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
 
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
@@ -197,7 +198,7 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sh = shared()
-        e = cuda.blockIdx.x
+        e = U(cuda.blockIdx.x)
         if e >= num_envs or not reset_mask[e]:
             return
         reset_episode(state, sh, e, running_returns, episodes, seeds)
