@@ -12,7 +12,7 @@ kernels whose parameters are the runtime's argument lists (``buffers.STEP_ARGUME
 """
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
+from gpu_marl_envs.kernels.numba_api import U, cuda, named_kernel
 from gymnasium.vector import AutoresetMode
 from numba import float32
 
@@ -21,9 +21,6 @@ from gpu_marl_envs.buffers import THREADS_PER_BLOCK
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
-# Env indices are unsigned 32-bit, as in CUDA C: Numba wraps a negative index of a signed type
-# around (a compare and a select per access), and for one known non-negative LLVM drops it.
-U = np.uint32
 
 
 def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: str):

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
 from numba import float32
 
 NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
@@ -138,7 +138,8 @@ def game_functions(c) -> GameFunctions:
             total_productivity,
             t,
         ) = state
-        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
+        i = U(cuda.threadIdx.x)
+        while i < U(S):
             susceptible[e, i] = INITIAL_SUSCEPTIBLE[i]
             infected[e, i] = INITIAL_INFECTED[i]
             recovered[e, i] = INITIAL_RECOVERED[i]
@@ -153,6 +154,7 @@ def game_functions(c) -> GameFunctions:
                 stringency[e, j, i] = INITIAL_STRINGENCY[j, i]
             for j in range(FILTER_LENGTH):  # consecutive threads store consecutive bytes of each slot
                 stringency_changes[e, j, i] = INITIAL_STRINGENCY_CHANGES[j, i]
+            i = U(i + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             subsidy_level[e] = 0
             total_deaths[e] = ZERO
@@ -201,8 +203,8 @@ def game_functions(c) -> GameFunctions:
             t,
         ) = state
         sums = sh[0]
-        tid = cuda.threadIdx.x
-        threads = cuda.blockDim.x
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
         # Loads come before the first store (see the .cu: a load the compiler cannot hoist above a
         # store that may alias it costs the block a memory round trip).
         before = t[e]
@@ -217,7 +219,8 @@ def game_functions(c) -> GameFunctions:
         # 3. Vaccines.
         delivers = now >= VACCINE_START_DAY and now % VACCINE_DELIVERY_INTERVAL == 0
 
-        for i in range(tid, S, threads):
+        i = tid
+        while i < U(S):
             raw_action = actions[e, i]
             su = susceptible[e, i]
             inf = infected[e, i]
@@ -295,16 +298,21 @@ def game_functions(c) -> GameFunctions:
             sums[1, i] = production
             sums[2, i] = subsidy
             sums[3, i] = new_unemployed
-        for j in range(S + tid, W, threads):
+            i = U(i + threads)
+        j = U(S + tid)
+        while j < U(W):
             for q in range(NUM_SUMS):
                 sums[q, j] = ZERO
+            j = U(j + threads)
         cuda.syncthreads()
         # The reference's block_sum: slot j += slot j + w, w = W/2 .. 1, one level per barrier.
         w = W // 2
         while w >= 1:
-            for j in range(tid, w, threads):
+            j = tid
+            while j < U(w):
                 for q in range(NUM_SUMS):
                     sums[q, j] = add_rn(sums[q, j], sums[q, j + w])
+                j = U(j + threads)
             cuda.syncthreads()
             w //= 2
 
@@ -357,7 +365,8 @@ def game_functions(c) -> GameFunctions:
         vaccines_next = ONE if following >= VACCINE_START_DAY and following % VACCINE_DELIVERY_INTERVAL == 0 else ZERO
         # Staging (layout in the reference's docstring): a thread per state fills its governor's tail
         # and its column of the planner's feature-major block.
-        for i in range(cuda.threadIdx.x, S, cuda.blockDim.x):
+        i = U(cuda.threadIdx.x)
+        while i < U(S):
             population = POPULATION[i]
             lag_next = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
             current = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
@@ -385,8 +394,10 @@ def game_functions(c) -> GameFunctions:
                 governor_tails[i, GOVERNOR_MASK + a] = free
             for f in range(NUM_FEATURES):
                 planner[f * S + i] = features[f]
+            i = U(i + U(cuda.blockDim.x))
         planner_free = ONE if now % SUBSIDY_INTERVAL == 0 else ZERO
-        for j in range(cuda.threadIdx.x, PLANNER_DIM - NUM_FEATURES * S, cuda.blockDim.x):
+        j = U(cuda.threadIdx.x)
+        while j < U(PLANNER_DIM - NUM_FEATURES * S):
             if j == 0:
                 value = time
             elif j == 1:
@@ -398,14 +409,16 @@ def game_functions(c) -> GameFunctions:
             else:
                 value = ONE if j == 4 else planner_free
             planner[NUM_FEATURES * S + j] = value
+            j = U(j + U(cuda.blockDim.x))
         cuda.syncthreads()
 
         # The rows, consecutive threads storing consecutive floats; (i, col): float k's governor and
         # column, advanced by blockDim.x floats per iteration without a division.
-        threads = cuda.blockDim.x
+        threads = U(cuda.blockDim.x)
         i = cuda.threadIdx.x // GOVERNOR_DIM
         col = cuda.threadIdx.x % GOVERNOR_DIM
-        for k in range(cuda.threadIdx.x, S * GOVERNOR_DIM, threads):
+        k = U(cuda.threadIdx.x)
+        while k < U(S * GOVERNOR_DIM):
             if col < S:
                 obs[e, k] = ONE if col == i else ZERO
             else:
@@ -415,20 +428,27 @@ def game_functions(c) -> GameFunctions:
             if col >= GOVERNOR_DIM:
                 col -= GOVERNOR_DIM
                 i += 1
-        for j in range(cuda.threadIdx.x, PLANNER_DIM, threads):
+            k = U(k + threads)
+        j = U(cuda.threadIdx.x)
+        while j < U(PLANNER_DIM):
             obs[e, S * GOVERNOR_DIM + j] = planner[j]
+            j = U(j + threads)
         if masks is not None:  # the mask columns of the rows, as bools
             i = cuda.threadIdx.x // (L + 1)
             a = cuda.threadIdx.x % (L + 1)
-            for k in range(cuda.threadIdx.x, S * (L + 1), threads):
+            k = U(cuda.threadIdx.x)
+            while k < U(S * (L + 1)):
                 masks[e, k] = governor_tails[i, GOVERNOR_MASK + a] != ZERO
                 i += threads // (L + 1)
                 a += threads % (L + 1)
                 if a > L:
                     a -= L + 1
                     i += 1
-            for j in range(cuda.threadIdx.x, Q + 1, threads):
+                k = U(k + threads)
+            j = U(cuda.threadIdx.x)
+            while j < U(Q + 1):
                 masks[e, S * (L + 1) + j] = planner[PLANNER_MASK + j] != ZERO
+                j = U(j + threads)
 
     @cuda.jit(device=True)
     def totals_env(state, sh, e, totals):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, int_as_float, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, int_as_float, mul_rn
 from numba import int32
 
 from gpu_marl_envs.envs.mpe_physics import physics_constants
@@ -127,8 +127,10 @@ def tree_sum(sums, slots):
     cuda.syncthreads()
     h = slots // 2
     while h > 0:
-        for k in range(cuda.threadIdx.x, h, cuda.blockDim.x):
+        k = U(cuda.threadIdx.x)
+        while k < U(h):
             sums[k] = add_rn(sums[k], sums[k + h])
+            k = U(k + U(cuda.blockDim.x))
         cuda.syncthreads()
         h //= 2
 
@@ -137,7 +139,9 @@ def tree_sum(sums, slots):
 def stage(x, y, sx, sy, e, n):
     """Game e's ``n`` agents' positions into the block's shared arrays ``sx``, ``sy`` (mpe.cuh's
     mpe_stage); ends with the block synchronised."""
-    for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+    a = U(cuda.threadIdx.x)
+    while a < U(n):
         sx[a] = x[e, a]
         sy[a] = y[e, a]
+        a = U(a + U(cuda.blockDim.x))
     cuda.syncthreads()

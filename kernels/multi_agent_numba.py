@@ -28,7 +28,7 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import cuda, named_kernel
+from gpu_marl_envs.kernels.numba_api import U, cuda, named_kernel
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
@@ -36,7 +36,6 @@ from gpu_marl_envs.autoreset import AUTORESET_CODES
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
 ZERO = np.float32(0.0)
-U = np.uint32  # the env and thread indices, unsigned as in classic_numba.py (no wraparound to pay)
 
 
 @cuda.jit(device=True)
@@ -104,7 +103,7 @@ def typed_constants(constants: dict[str, Any]):
 
 def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: str):
     """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents."""
-    n = num_agents
+    N = U(num_agents)
     shared, reset_env, step_env, in_game, observe_env, totals_env = (
         functions.shared,
         functions.reset_env,
@@ -120,8 +119,10 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         # episodes is read as an unsigned counter (the RNG masks it to 32 bits).
         episode = episodes[e]
         reset_env(state, sh, e, seeds[e], episode)
-        for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < N:
             running_returns[e, a] = ZERO
+            a = U(a + U(cuda.blockDim.x))
         cuda.syncthreads()  # every thread has read episodes[e]; the fresh state is visible to the block
         if cuda.threadIdx.x == 0:
             episodes[e] = episode + np.int32(1)
@@ -157,10 +158,12 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
             reset_episode(state, sh, e, running_returns, episodes, seeds)
-            for a in range(tid, n, threads):
+            a = tid
+            while a < N:
                 rewards[e, a] = ZERO
                 agent_terminated[e, a] = False
                 agent_truncated[e, a] = False
+                a = U(a + threads)
             if tid == 0:
                 terminated[e] = False
                 truncated[e] = False
@@ -171,7 +174,8 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         term, trunc = step_env(state, sh, e, actions, rewards)
         done = term or trunc
         cuda.syncthreads()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
-        for a in range(tid, n, threads):
+        a = tid
+        while a < N:
             # One float32 addition per step, as the reference's running_returns + rewards.
             total = running_returns[e, a] + rewards[e, a]
             if done:
@@ -180,6 +184,7 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
             playing = in_game(state, sh, e, a)
             agent_terminated[e, a] = term or not playing
             agent_truncated[e, a] = trunc and playing
+            a = U(a + threads)
         if done:
             totals_env(state, sh, e, episode_totals)
         if tid == 0:

@@ -12,6 +12,7 @@ from numba.cuda.core.errors import NumbaPerformanceWarning
 from gpu_marl_envs import float32
 
 __all__ = [
+    "U",
     "cuda",
     "NumbaPerformanceWarning",
     "add_rn",
@@ -23,6 +24,14 @@ __all__ = [
     "named_kernel",
     "static_shared_bytes",
 ]
+
+
+# The bundled kernels' index type (docs/custom_env.md, "Numba as fast as CUDA C"): unsigned 32-bit,
+# as CUDA C's, so that Numba adds no negative-index wraparound to an access and LLVM keeps the
+# index arithmetic in 32 bits where it can. Their loops over a block's threads are while loops of
+# it: a range with a runtime step, range(tid, n, blockDim.x), compiles to code for a negative step
+# too: several times the instructions (six in a one-line loop).
+U = np.uint32
 
 
 def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = None):

@@ -29,11 +29,11 @@ import inspect
 import types
 
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, divide, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, divide, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
-__all__ = ["add_rn", "cuda", "divide", "float32", "int32", "mul_rn", "nan_to_zero", "numba_game", "uniform"]
+__all__ = ["U", "add_rn", "cuda", "divide", "float32", "int32", "mul_rn", "nan_to_zero", "numba_game", "uniform"]
 
 REQUIRED = ("reset_env", "step_env", "observe_env")
 

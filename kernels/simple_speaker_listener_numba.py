@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.numba_api import U, cuda
 from gpu_marl_envs.kernels.rng_numba import uniform
 
 LOW, HIGH = np.float32(-1.0), np.float32(1.0)
@@ -77,7 +77,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
+        k = U(cuda.threadIdx.x)
+        while k < U(OBS_SIZE):
             if k < 3:
                 value = COLORS[3 * goal[e] + k]  # the speaker's: the goal's colour
             elif k < 5:
@@ -88,5 +89,6 @@ def game_functions(c) -> GameFunctions:
             else:
                 value = comm[e, k - 5 - 2 * M]
             obs[e, k] = value
+            k = U(k + U(cuda.blockDim.x))
 
     return GameFunctions(reset_env, step_env, observe_env)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32
 
@@ -33,13 +33,15 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
             y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
             vx[e, a] = ZERO
             vy[e, a] = ZERO
             landmark_x[e, a] = uniform(seed, episode, 2 * N + a, LOW, HIGH)
             landmark_y[e, a] = uniform(seed, episode, 3 * N + a, LOW, HIGH)
+            a = U(a + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             t[e] = 0
 
@@ -48,7 +50,8 @@ def game_functions(c) -> GameFunctions:
         x, y, vx, vy, landmark_x, landmark_y, t = state
         sx, sy, sums = sh
         mpe.stage(x, y, sx, sy, e, N)
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(N):
             fx, fy = action_force(actions, e, a, SENSITIVITY)
             for j in range(N):
                 if j != a:
@@ -58,9 +61,11 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = ny
             vx[e, a] = nvx
             vy[e, a] = nvy
+            a = U(a + U(cuda.blockDim.x))
         cuda.syncthreads()  # every agent has moved and read the old positions
         mpe.stage(x, y, sx, sy, e, N)
-        for lm in range(cuda.threadIdx.x, SLOTS, cuda.blockDim.x):
+        lm = U(cuda.threadIdx.x)
+        while lm < U(SLOTS):
             nearest = ZERO
             if lm < N:
                 lx, ly = landmark_x[e, lm], landmark_y[e, lm]
@@ -69,15 +74,18 @@ def game_functions(c) -> GameFunctions:
                     nearest = min(nearest, mpe.squared_norm(sx[a] - lx, sy[a] - ly))
                 nearest = np.float32(math.sqrt(nearest))
             sums[lm] = nearest
+            lm = U(lm + U(cuda.blockDim.x))
         mpe.tree_sum(sums, SLOTS)
         total = -sums[0]
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(N):
             count = 0
             for j in range(N):
                 d2 = mpe.squared_norm(sx[j] - sx[a], sy[j] - sy[a])
                 if j != a and d2 < REACH2 and np.float32(math.sqrt(d2)) < DIST_MIN:
                     count += 1
             rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
+            a = U(a + U(cuda.blockDim.x))
         now = t[e] + 1
         cuda.syncthreads()  # every thread has read t and the tree's sum
         if cuda.threadIdx.x == 0:
@@ -87,7 +95,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        for k in range(cuda.threadIdx.x, N * OBS_DIM, cuda.blockDim.x):
+        k = U(cuda.threadIdx.x)
+        while k < U(N * OBS_DIM):
             a, f = k // OBS_DIM, k % OBS_DIM
             if f < 4:
                 value = vx[e, a] if f == 0 else vy[e, a] if f == 1 else x[e, a] if f == 2 else y[e, a]
@@ -102,5 +111,6 @@ def game_functions(c) -> GameFunctions:
             else:
                 value = ZERO  # the silent agents' communication
             obs[e, k] = value
+            k = U(k + U(cuda.blockDim.x))
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

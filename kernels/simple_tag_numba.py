@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
@@ -42,14 +42,18 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
             y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
             vx[e, a] = ZERO
             vy[e, a] = ZERO
-        for lm in range(cuda.threadIdx.x, L, cuda.blockDim.x):
+            a = U(a + U(cuda.blockDim.x))
+        lm = U(cuda.threadIdx.x)
+        while lm < U(L):
             obstacle_x[e, lm] = uniform(seed, episode, 2 * N + lm, -RANGE, RANGE)
             obstacle_y[e, lm] = uniform(seed, episode, 2 * N + L + lm, -RANGE, RANGE)
+            lm = U(lm + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             t[e] = 0
 
@@ -69,7 +73,8 @@ def game_functions(c) -> GameFunctions:
         if cuda.threadIdx.x == 0:
             caught[0] = 0
         mpe.stage(x, y, sx, sy, e, N)
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(N):
             adversary = a < A
             fx, fy = action_force(actions, e, a, ADVERSARY_ACCEL if adversary else GOOD_ACCEL)
             for j in range(N):
@@ -95,9 +100,11 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = ny
             vx[e, a] = nvx
             vy[e, a] = nvy
+            a = U(a + U(cuda.blockDim.x))
         cuda.syncthreads()  # every agent has moved and read the old positions
         mpe.stage(x, y, sx, sy, e, N)
-        for g in range(A + cuda.threadIdx.x, N, cuda.blockDim.x):
+        g = U(A + cuda.threadIdx.x)
+        while g < U(N):
             count = 0
             for a in range(A):
                 d2 = mpe.squared_norm(sx[a] - sx[g], sy[a] - sy[g])
@@ -108,9 +115,12 @@ def game_functions(c) -> GameFunctions:
             reward = np.float32(-CATCH_REWARD * count)
             reward = add_rn(reward, -bound(abs(sx[g])))
             rewards[e, g] = add_rn(reward, -bound(abs(sy[g])))
+            g = U(g + U(cuda.blockDim.x))
         cuda.syncthreads()  # every catch is counted
-        for a in range(cuda.threadIdx.x, A, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < U(A):
             rewards[e, a] = np.float32(CATCH_REWARD * caught[0])
+            a = U(a + U(cuda.blockDim.x))
         now = t[e] + 1
         cuda.syncthreads()  # every thread has read t
         if cuda.threadIdx.x == 0:
@@ -120,7 +130,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
-        for k in range(cuda.threadIdx.x, OBS_SIZE, cuda.blockDim.x):
+        k = U(cuda.threadIdx.x)
+        while k < U(OBS_SIZE):
             if k < ADVERSARY_FLOATS:
                 a, f = k // ADVERSARY_OBS_DIM, k % ADVERSARY_OBS_DIM
             else:
@@ -142,5 +153,6 @@ def game_functions(c) -> GameFunctions:
                     j += 1  # the other good agents, in id order
                 value = vx[e, j] if is_x else vy[e, j]
             obs[e, k] = value
+            k = U(k + U(cuda.blockDim.x))
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

@@ -18,7 +18,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import cuda
+from gpu_marl_envs.kernels.numba_api import U, cuda
 from numba import int32, int64
 
 # Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
@@ -54,6 +54,8 @@ def game_functions(c) -> GameFunctions:
     steps_float = np.float32(episode_length)
     zero = np.float32(0.0)
     one = np.float32(1.0)
+    # Unsigned twins of the counts, for indices and loops (docs/custom_env.md, "Numba as fast as CUDA C").
+    N, G, RUNNER, OBS_DIM, OBS_SIZE = U(n), U(g_count), U(runner), U(obs_dim), U(obs_size)
 
     @cuda.jit(device=True)
     def scaled(cell):
@@ -70,18 +72,20 @@ def game_functions(c) -> GameFunctions:
     def reset_env(state, sh, e, seed, episode):
         x, y, t = state
         sx, sy = sh[0], sh[1]
-        for a in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)
+        while a < N:
             if random_start:
                 # Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
                 cx = min(math.floor(rng_numba.uniform(seed, episode, 2 * a, zero, draw_high)), grid_length)
                 cy = min(math.floor(rng_numba.uniform(seed, episode, 2 * a + 1, zero, draw_high)), grid_length)
             else:
-                cx = 0 if a == runner else start_cell
+                cx = 0 if a == RUNNER else start_cell
                 cy = cx
             x[e, a] = cx
             y[e, a] = cy
             sx[a] = cx
             sy[a] = cy
+            a = U(a + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             t[e] = 0
 
@@ -94,40 +98,45 @@ def game_functions(c) -> GameFunctions:
         time = np.float32(t[e]) / steps_float
         if full_observation:
             # Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
-            for k in range(cuda.threadIdx.x, obs_size, cuda.blockDim.x):
-                i = k // obs_dim
-                f = k % obs_dim
-                if f < n:
+            k = U(cuda.threadIdx.x)
+            while k < OBS_SIZE:
+                i = U(k // OBS_DIM)
+                f = U(k % OBS_DIM)
+                if f < N:
                     value = scaled(sx[f])
-                elif f < 2 * n:
-                    value = scaled(sy[f - n])
-                elif f < 3 * n:
-                    value = one if f - 2 * n == runner else zero
-                elif f < 4 * n:
-                    value = one if f - 3 * n == i else zero
+                elif f < U(2 * N):
+                    value = scaled(sy[U(f - N)])
+                elif f < U(3 * N):
+                    value = one if U(f - U(2 * N)) == RUNNER else zero
+                elif f < U(4 * N):
+                    value = one if U(f - U(3 * N)) == i else zero
                 else:
                     value = time
                 obs[e, k] = value
+                k = U(k + U(cuda.blockDim.x))
         else:
             # The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
             if cuda.threadIdx.x == 0:
                 nearest[0] = NO_KEY
             cuda.syncthreads()
             best = np.int64(NO_KEY)
-            for g in range(cuda.threadIdx.x, g_count, cuda.blockDim.x):
-                dx = np.int64(sx[g]) - np.int64(sx[runner])
-                dy = np.int64(sy[g]) - np.int64(sy[runner])
+            g = U(cuda.threadIdx.x)
+            while g < G:
+                dx = np.int64(sx[g]) - np.int64(sx[RUNNER])
+                dy = np.int64(sy[g]) - np.int64(sy[RUNNER])
                 key = ((dx * dx + dy * dy) << ID_BITS) | np.int64(g)
                 best = min(best, key)
+                g = U(g + U(cuda.blockDim.x))
             if best != NO_KEY:
                 cuda.atomic.min(nearest, 0, best)
             cuda.syncthreads()
-            nearest_id = nearest[0] & ID_MASK
+            nearest_id = U(nearest[0] & ID_MASK)
             # Row i: [own x / L, own y / L, target's x / L, target's y / L, own type, t / T].
-            for k in range(cuda.threadIdx.x, obs_size, cuda.blockDim.x):
-                i = k // obs_dim
-                f = k % obs_dim
-                target = runner if i < g_count else nearest_id
+            k = U(cuda.threadIdx.x)
+            while k < OBS_SIZE:
+                i = U(k // OBS_DIM)
+                f = U(k % OBS_DIM)
+                target = RUNNER if i < G else nearest_id
                 if f == 0:
                     value = scaled(sx[i])
                 elif f == 1:
@@ -137,10 +146,11 @@ def game_functions(c) -> GameFunctions:
                 elif f == 3:
                     value = scaled(sy[target])
                 elif f == 4:
-                    value = one if i == runner else zero
+                    value = one if i == RUNNER else zero
                 else:
                     value = time
                 obs[e, k] = value
+                k = U(k + U(cuda.blockDim.x))
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
@@ -148,9 +158,11 @@ def game_functions(c) -> GameFunctions:
         # reward slot holds the wall-hit penalty to subtract until the tag is known.
         x, y, t = state
         sx, sy = sh[0], sh[1]
-        tid = cuda.threadIdx.x
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
         now = t[e] + 1
-        for a in range(tid, n, cuda.blockDim.x):
+        a = tid
+        while a < N:
             action = min(max(actions[e, a], 0), NUM_ACTIONS - 1)
             moved_x = x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X)
             moved_y = y[e, a] + np.int32(action == PLUS_Y) - np.int32(action == MINUS_Y)
@@ -161,23 +173,28 @@ def game_functions(c) -> GameFunctions:
             sx[a] = cx
             sy[a] = cy
             rewards[e, a] = wall_hit_penalty if cx != moved_x or cy != moved_y else zero
+            a = U(a + threads)
         cuda.syncthreads()
 
         # Step 2: tagged when any tagger stands on the runner's cell after the moves.
         on_runner = np.int32(0)
-        for g in range(tid, g_count, cuda.blockDim.x):
-            if sx[g] == sx[runner] and sy[g] == sy[runner]:
+        g = tid
+        while g < G:
+            if sx[g] == sx[RUNNER] and sy[g] == sy[RUNNER]:
                 on_runner = np.int32(1)
+            g = U(g + threads)
         term = cuda.syncthreads_or(on_runner) != 0
 
         # Steps 2-3: rewards (tag_term - wall-hit penalty, in float32), episode end.
         trunc = now >= episode_length and not term
-        for a in range(tid, n, cuda.blockDim.x):
-            if a == runner:
+        a = tid
+        while a < N:
+            if a == RUNNER:
                 tag_term = -tag_penalty if term else step_cost
             else:
                 tag_term = tag_reward if term else -step_cost
             rewards[e, a] = tag_term - rewards[e, a]
+            a = U(a + threads)
         if tid == 0:
             t[e] = now
         return term, trunc

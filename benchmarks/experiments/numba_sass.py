@@ -10,6 +10,7 @@ questions to the driver are answered as ``numba_registers.py`` answers them (sm_
     python benchmarks/experiments/numba_sass.py                      # the five classic-control envs
     python benchmarks/experiments/numba_sass.py --env CovidEconomy-v0 TagGridworld-v0
     python benchmarks/experiments/numba_sass.py --env CartPole-v1 --dump /tmp/sass   # the SASS, to read
+    python benchmarks/experiments/numba_sass.py --import cover --env cover/Cover-v0   # your own game
 
 A count of instructions is not a time: a memory-bound kernel spends its time waiting on loads and
 stores whatever it computes in between. But the kinds the Numba kernel has in excess (local loads
@@ -19,6 +20,7 @@ the same memory traffic.
 
 import argparse
 import collections
+import importlib
 import re
 import subprocess
 import sys
@@ -147,11 +149,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     classic = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
     parser.add_argument("--env", nargs="+", default=classic, help="registered envs or games (default: classic control)")
+    parser.add_argument("--import", dest="imports", nargs="*", default=[], help="packages that register your envs")
     parser.add_argument("--cuobjdump", default="cuobjdump")
     parser.add_argument("--libdevice", default="/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
     parser.add_argument("--dump", type=Path, help="a folder for each kernel's SASS opcodes, one per line")
     args = parser.parse_args()
     without_a_driver(args.libdevice)
+    for package in args.imports:
+        importlib.import_module(package)
     columns = ["instructions", *KINDS, "registers", "spill bytes (st/ld)", "stack bytes"]
     print("| env | compiler | " + " | ".join(columns) + " |")
     print("|---|---|" + "---:|" * len(columns))
