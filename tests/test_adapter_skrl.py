@@ -12,6 +12,7 @@ import time
 import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import pytest
 import torch
+from adapter_helpers import BOX_GAMES, SMALL_TAG, assert_equal, mlp
 from gpu_marl_envs.adapters.skrl import SkrlParallelEnv, SkrlVectorEnv, make_skrl_env
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
@@ -26,7 +27,6 @@ from skrl.multi_agents.torch.mappo import MAPPO, MAPPO_CFG
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
-from test_adapter_torchrl import BOX_GAMES, SMALL_TAG, assert_equal, mlp
 from test_vector_api import MAX_STEPS, arrange_vector_endings
 
 from gpu_marl_envs import GpuVectorEnv, make_parallel

@@ -12,6 +12,7 @@ import time
 import glide  # noqa: F401  (registers glide/Glide-v0, a test game of Box actions)
 import pytest
 import torch
+from adapter_helpers import BOX_GAMES, SMALL_TAG, assert_equal, mlp
 from conftest import ENV_IDS
 from gpu_marl_envs.adapters.torchrl import TorchRLParallelEnv, TorchRLVectorEnv, make_torchrl_env
 from gymnasium import spaces
@@ -31,27 +32,10 @@ from torchrl.objectives.value import GAE
 
 from gpu_marl_envs import GpuVectorEnv, make_parallel
 from gpu_marl_envs.checker import random_space_actions
-from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
-from gpu_marl_envs.envs.tag_gridworld import TagGridworldParams
 from gpu_marl_envs.registration import parallel_env_ids
 
 SEED = 3
 SAME_STEP = AutoresetMode.SAME_STEP
-# Small games: every rule (tags, exits, game ends by tagging and by time) within a few steps.
-SMALL_TAG = {
-    "TagContinuous-v0": TagContinuousParams(
-        num_taggers=2,
-        num_runners=3,
-        num_other_agents_observed=4,
-        grid_length=3.0,
-        tagging_distance=0.3,
-        episode_length=12,
-    ),
-    "TagGridworld-v0": TagGridworldParams(num_taggers=3, grid_length=4, episode_length=12),
-}
-# Games of Box actions and the settings that give them: a test game of two groups with one Box, and
-# MPE2's cooperative navigation with its continuous actions (Box(0, 1, (5,))).
-BOX_GAMES = {"glide/Glide-v0": {}, "gpu_marl_envs/SimpleSpread-v3": {"continuous_actions": True}}
 
 
 def vector_pair(env_id, num_envs=3, **kwargs):
@@ -75,17 +59,6 @@ def parallel_pair(env_id, num_envs=4):
     adapter.set_seed(SEED)
     envs[1].reset_groups(seed=SEED)
     return adapter, envs[1]
-
-
-def assert_equal(name, expected, actual):
-    assert expected.shape == actual.shape, f"{name}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    bad = expected != actual
-    if bad.any():
-        index = tuple(int(i) for i in bad.nonzero()[0])
-        raise AssertionError(
-            f"{name} differs first at {index}: {actual[index].item()!r}, expected "
-            f"{expected[index].item()!r} ({int(bad.sum())} elements differ)"
-        )
 
 
 # -- TorchRL's checker, specs ---------------------------------------------------------------------
@@ -380,12 +353,6 @@ def test_wrapping_needs_same_step_autoreset():
 
 
 # -- learning ------------------------------------------------------------------------------------
-
-
-def mlp(n_in: int, n_out: int, hidden: int = 64) -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out)
-    )
 
 
 def first_episode_returns(env, policy, steps: int) -> torch.Tensor:
