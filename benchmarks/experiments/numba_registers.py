@@ -1,8 +1,8 @@
 """Registers and spills of a game's Numba step kernel, on a machine without a GPU: the
 kernel compiled to PTX for sm_90 by Numba (NVVM and libdevice from the CUDA toolkit), then
 ``ptxas -v``. Numba asks the driver for the device's compute capability and NVRTC for the
-supported ones even when told the target; both are answered here (sm_90), which is why this is a
-development tool and not part of the package.
+supported ones even when told the target; ``numba_sass.py`` answers both (sm_90), which is why this
+is a development tool and not part of the package.
 
     python benchmarks/experiments/numba_registers.py --runners 990                 # the kernel's own launch bounds
     python benchmarks/experiments/numba_registers.py --runners 990 --bounds 256 2  # other bounds
@@ -20,30 +20,11 @@ memory: 680 bytes of spill stores at (256, 4) (docs/benchmarks/history.md, "Numb
 
 import argparse
 import subprocess
-import types
 
-import numba
-import numba.cuda.cudadrv.libs as libs
-import numba.cuda.cudadrv.nvrtc as nvrtc
-import numba.cuda.cudadrv.nvvm as nvvm
-import numba.cuda.dispatcher as dispatcher
-import numpy as np
-import torch
-from numba import cuda
+from numba_sass import numba_step_ptx, without_a_driver
 
-from gpu_marl_envs.backends.multi_agent_numba import _kernels
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
-from gpu_marl_envs.multi_agent_buffers import STEP_ARGUMENTS, MultiAgentBuffers
 from gpu_marl_envs.registration import game_spec
-
-SM_90 = (9, 0)
-
-
-def without_a_driver(libdevice: str) -> None:
-    """Answer Numba's questions to the driver and NVRTC: the target is sm_90."""
-    nvrtc.get_supported_ccs = lambda: (SM_90,)
-    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=SM_90)
-    libs.get_libdevice = nvvm.get_libdevice = lambda: libdevice
 
 
 def main() -> None:
@@ -58,21 +39,12 @@ def main() -> None:
     params = spec.definition.make_params()
     if args.env == "TagContinuous-v0":
         params = TagContinuousParams(num_runners=args.runners, runner_exits_game_after_tagged=False)
-    buffers = MultiAgentBuffers.allocate(spec.definition, params, 2, torch.device("cpu"))
-    step, _ = _kernels(spec, params)
-    views = {name: tensor.numpy() for name, tensor in buffers.tensors().items()}
-    views["state"] = tuple(tensor.numpy() for tensor in buffers.state_arrays())
-    views["action_masks"] = np.zeros((1, 1), bool)
-    views.setdefault("episode_totals", np.zeros((1, 1), np.float32))
-    views["actions"] = np.zeros((2, params.num_agents, *spec.definition.action_shape(params)), np.int64)
-    views["num_envs"] = views["autoreset_mode"] = np.int32(0)
-    signature = tuple(numba.typeof(views[name]) for name in STEP_ARGUMENTS)
-    bounds = tuple(args.bounds) if args.bounds else step.targetoptions.get("launch_bounds")
-    ptx, _ = cuda.compile_ptx(step.py_func, signature, cc=SM_90, launch_bounds=bounds)
+    bounds = tuple(args.bounds) if args.bounds else None
+    ptx = numba_step_ptx(spec, params, bounds)
     result = subprocess.run(
         ["ptxas", "-arch=sm_90", "-v", "-", "-o", "/dev/null"], input=ptx, capture_output=True, text=True
     )
-    print(f"{args.env}, {params.num_agents} agents, launch bounds {bounds}:")
+    print(f"{args.env}, {params.num_agents} agents, launch bounds {bounds or 'as compiled'}:")
     print("\n".join(line for line in result.stderr.splitlines() if "spill" in line or "Used" in line))
 
 

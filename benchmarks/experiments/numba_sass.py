@@ -5,7 +5,8 @@ source is what to change (``docs/custom_env.md``, "Numba as fast as CUDA C").
 
 Needs the CUDA toolkit's ``nvcc`` and ``ptxas`` on the PATH and NVVM's libdevice, NVIDIA's
 ``cuobjdump`` (``--cuobjdump``; the ``nvidia-cuda-cuobjdump`` wheel ships one) and no GPU: Numba's
-questions to the driver are answered as ``numba_registers.py`` answers them (sm_90).
+questions to the driver are answered here (sm_90), which is why this is a development tool and not
+part of the package.
 
     python benchmarks/experiments/numba_sass.py                      # the five classic-control envs
     python benchmarks/experiments/numba_sass.py --env CovidEconomy-v0 TagGridworld-v0
@@ -25,18 +26,32 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numba
+import numba.cuda.cudadrv.libs as libs
+import numba.cuda.cudadrv.nvrtc as nvrtc
+import numba.cuda.cudadrv.nvvm as nvvm
+import numba.cuda.dispatcher as dispatcher
 import numpy as np
 import torch
 from numba import cuda
-from numba_registers import SM_90, without_a_driver
 
 from gpu_marl_envs import registration
 from gpu_marl_envs.backends import multi_agent_pycuda, pycuda_backend
 from gpu_marl_envs.buffers import STEP_ARGUMENTS, ClassicBuffers
 from gpu_marl_envs.validation import zero_actions
+
+SM_90 = (9, 0)
+
+
+def without_a_driver(libdevice: str) -> None:
+    """Answer Numba's questions to the driver and NVRTC: the target is sm_90."""
+    nvrtc.get_supported_ccs = lambda: (SM_90,)
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=SM_90)
+    libs.get_libdevice = nvvm.get_libdevice = lambda: libdevice
+
 
 # SASS opcodes by what they cost a Numba kernel more than its twin (the opcode's first word).
 KINDS = {
@@ -49,8 +64,9 @@ KINDS = {
 }
 
 
-def numba_step_ptx(spec, params) -> str:
-    """The PTX of the env's Numba step kernel for the argument types its backend launches it with."""
+def numba_step_ptx(spec, params, bounds=None) -> str:
+    """The PTX of the env's Numba step kernel for the argument types its backend launches it with,
+    compiled for ``bounds`` (threads per block, blocks per SM) or else the kernel's own."""
     if registration.is_game(spec.id):
         from gpu_marl_envs.backends.multi_agent_numba import _kernels
         from gpu_marl_envs.multi_agent_buffers import STEP_ARGUMENTS as GAME_STEP_ARGUMENTS
@@ -79,7 +95,7 @@ def numba_step_ptx(spec, params) -> str:
         names = STEP_ARGUMENTS
     views["num_envs"] = views["autoreset_mode"] = np.int32(0)
     signature = tuple(numba.typeof(views[name]) for name in names)
-    bounds = step.targetoptions.get("launch_bounds")
+    bounds = bounds or step.targetoptions.get("launch_bounds")
     ptx, _ = cuda.compile_ptx(step.py_func, signature, cc=SM_90, launch_bounds=bounds)
     return ptx
 
