@@ -17,13 +17,17 @@ TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-5
 
 
 def assert_close(name: str, expected: torch.Tensor, actual: torch.Tensor, context: str, rtol=TWIN_RTOL, atol=TWIN_ATOL):
-    expected, actual = expected.cpu(), actual.cpu()
     assert expected.shape == actual.shape, f"{context}: {name} shapes {tuple(expected.shape)} vs {tuple(actual.shape)}"
+    # Compared where expected lies, copied to the host only to report: on a GPU, host compares of
+    # every output at every step tied the GPU tests to the host's CPU threads (ten test processes
+    # side by side, each with an OpenMP thread per core, ran 100 times slower).
+    actual = actual.to(expected.device)
     if expected.dtype == torch.bool or not expected.is_floating_point():
         bad = expected != actual
     else:
         bad = ~torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
     if bad.any():
+        expected, actual, bad = expected.cpu(), actual.cpu(), bad.cpu()
         index = tuple(int(i) for i in bad.nonzero()[0])
         where = f"env {index[0]}" + (f", feature {index[1]}" if len(index) > 1 else "")
         raise AssertionError(
