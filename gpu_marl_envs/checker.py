@@ -154,10 +154,11 @@ def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str
 
 def first_difference(expected: torch.Tensor, actual: torch.Tensor, rtol: float = 0.0, atol: float = 0.0):
     """The index of the first element where ``actual`` differs from ``expected`` (exactly, or beyond
-    the tolerance for floats), and how many differ; None where none does."""
-    expected, actual = expected.cpu(), actual.cpu()
+    the tolerance for floats), and how many differ; None where none does. Compared on ``expected``'s
+    device: on a GPU, a host copy of every output at every step would cost more than the step."""
     if expected.shape != actual.shape:
         raise AssertionError(f"shapes differ: {tuple(expected.shape)} vs {tuple(actual.shape)}")
+    actual = actual.to(expected.device)
     if expected.is_floating_point():
         both_nan = torch.isnan(expected) & torch.isnan(actual)
         close = (
@@ -170,6 +171,7 @@ def first_difference(expected: torch.Tensor, actual: torch.Tensor, rtol: float =
         bad = expected != actual
     if not bad.any():
         return None
+    bad = bad.cpu()
     return tuple(int(i) for i in bad.nonzero()[0]), int(bad.sum())
 
 
