@@ -4,6 +4,8 @@ numba-cuda is in maintenance mode; when its successor (numba-cuda-mlir) gains a 
 switch is this import.
 """
 
+import ctypes
+
 import numpy as np
 from numba import cuda
 from numba.cuda.core import config
@@ -15,6 +17,7 @@ __all__ = [
     "U",
     "cuda",
     "NumbaPerformanceWarning",
+    "PreparedLaunch",
     "add_rn",
     "allow_dynamic_shared_memory",
     "divide",
@@ -141,3 +144,53 @@ def allow_dynamic_shared_memory(kernel, args, nbytes: int) -> None:
     function = _compiled(kernel, args)._codelibrary.get_cufunc()
     attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attribute, nbytes, function.handle, function.device.id)
+
+
+class PreparedLaunch:
+    """``kernel``, compiled for ``args``, launched with a fixed grid by one driver call
+    (``cuLaunchKernel``) on the arguments packed once. Numba's own launch types and packs every
+    argument again at each call; a step's kernel has some twenty arrays, and that Python work, not
+    the GPU, set the Numba backends' time per step on small batches. This is what the CUDA C
+    backend's prepared launch does (``pycuda_backend._pack``).
+
+    The arguments are packed by Numba's own code for its kernels' parameters (an array becomes its
+    data model's fields, one parameter each), once. ``patched``: the position among ``args`` of an
+    array whose data pointer each call may replace (the step's actions), with one of the same dtype
+    and shape."""
+
+    def __init__(self, kernel, args, blocks: int, threads: int, shared_bytes: int = 0, patched: int | None = None):
+        from numba.cuda.cudadrv.driver import binding
+
+        compiled = _compiled(kernel, args)
+        compiled.bind()  # the module loaded in the current context
+        self._binding = binding
+        self._function = binding.CUfunction(int(compiled._codelibrary.get_cufunc().handle))
+        self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
+        self._args = args  # what the packed pointers point into (a params record Numba allocated)
+        values, self._patched_slot = [], None
+        for position, (kind, value) in enumerate(zip(compiled.argument_types, args)):
+            first = len(values)
+            compiled._prepare_args(kind, value, 0, [], values)
+            if position == patched:
+                # The one parameter of the array's that holds its data pointer.
+                pointer = value.__cuda_array_interface__["data"][0]
+                slots = [first + i for i, v in enumerate(values[first:]) if isinstance(v, int) and v == pointer]
+                if len(slots) != 1:
+                    raise RuntimeError(f"cannot find argument {position}'s data pointer among its Numba parameters")
+                self._patched_slot = slots[0]
+        # Python ints are pointer-sized parameters (as Numba's own launch passes them).
+        self._values = [value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values]
+        self._pointers = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+        self._address = ctypes.addressof(self._pointers)
+
+    def __call__(self, stream: int, data_pointer: int | None = None) -> None:
+        """Launch on ``stream`` (a raw handle), reading the patched array at ``data_pointer`` if given."""
+        if data_pointer is not None:
+            self._values[self._patched_slot].value = data_pointer
+        binding = self._binding
+        (error,) = binding.cuLaunchKernel(
+            self._function, self._blocks, 1, 1, self._threads, 1, 1, self._shared_bytes,
+            stream, self._address, 0,  # no "extra" options (an int: the binding takes no None there)
+        )
+        if error != binding.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {error.name}")

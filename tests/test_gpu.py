@@ -21,8 +21,10 @@ def test_kernels_match_reference_on_gpu(env_id, backend, mode, cuda_device):
     run_twins(env_id, backend, cuda_device, num_envs=20_000, steps=150, mode=mode, max_episode_steps=40)
 
 
+# Each backend has its default (a graph replay or a prepared launch); both ways are checked.
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["no-graph", "graph"])
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_without_cuda_graph(env_id, backend, cuda_device):
+def test_with_and_without_cuda_graph(env_id, backend, cuda_graph, cuda_device):
     run_twins(
         env_id,
         backend,
@@ -31,7 +33,7 @@ def test_without_cuda_graph(env_id, backend, cuda_device):
         steps=60,
         mode=AutoresetMode.NEXT_STEP,
         max_episode_steps=25,
-        cuda_graph=False,
+        cuda_graph=cuda_graph,
     )
 
 

@@ -71,10 +71,17 @@ def with_nan(actions: dict[str, torch.Tensor], generator: torch.Generator) -> di
     return out
 
 
-def run_twins(env_id, num_envs, params, backend, mode):
+def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
     device = torch.device("cuda")
     kernel_env = GpuParallelEnv(
-        env_id, num_envs, device=device, backend=backend, params=params, autoreset_mode=mode, validate_actions=False
+        env_id,
+        num_envs,
+        device=device,
+        backend=backend,
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=cuda_graph,
     )
     k = min(num_envs, REFERENCE_ENVS, max(1, REFERENCE_PAIRS // params.num_agents**2))
     reference = GpuParallelEnv(
@@ -149,8 +156,11 @@ def test_autoreset_modes_on_gpu(config, mode, backend, cuda_device):
 
 # The MPE2-sized games (the many-agent ones would only make the reference slow).
 @pytest.mark.parametrize("config", sorted(c for c, (_, _, params) in CONFIGS.items() if params.num_agents <= 4))
-def test_torch_backend_captured_in_a_cuda_graph(config, cuda_device):
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_captured_in_a_cuda_graph(config, backend, cuda_device):
     # The torch backend replays its step as a CUDA graph by default: any copy from the host inside
-    # the step (a constant made per step) fails the capture. The twin is the same rules uncaptured.
+    # the step (a constant made per step) fails the capture. The kernel backends launch directly by
+    # default; captured, a replay reads the actions from the graph's input. The twin is the torch
+    # rules uncaptured.
     env_id, num_envs, params = CONFIGS[config]
-    run_twins(env_id, num_envs, params, "torch", AutoresetMode.NEXT_STEP)
+    run_twins(env_id, num_envs, params, backend, AutoresetMode.NEXT_STEP, cuda_graph=True)

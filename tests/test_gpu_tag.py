@@ -183,12 +183,13 @@ def test_autoreset_modes_on_gpu(config, mode, backend, cuda_device):
     run_twins(env_id, num_envs, params, backend, mode)
 
 
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["no-graph", "graph"])
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_without_cuda_graph_and_on_a_side_stream(backend, cuda_device):
+def test_with_and_without_cuda_graph_on_a_side_stream(backend, cuda_graph, cuda_device):
     env_id, num_envs, params = CONFIGS["continuous-100x110"]
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        run_twins(env_id, num_envs, params, backend, AutoresetMode.NEXT_STEP, cuda_graph=False)
+        run_twins(env_id, num_envs, params, backend, AutoresetMode.NEXT_STEP, cuda_graph=cuda_graph)
     torch.cuda.synchronize()
 
 

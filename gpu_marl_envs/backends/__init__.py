@@ -30,6 +30,13 @@ BACKEND_CLASSES = {
 }
 
 
+def raw_current_stream(device_index: int) -> int:
+    """The handle of torch's current stream on a CUDA device, for the kernel backends' launches.
+    ``torch.cuda.current_stream()`` builds a Python ``Stream`` (~5 µs, as much as a launch); the raw
+    getter is what torch's own compiled kernels use."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
 class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run here; the message says what to install or change."""
 

@@ -45,11 +45,11 @@ def _kernels(spec: RegisteredEnv, params):
 
 class MultiAgentNumbaBackend:
     name = "numba"
-    graph_by_default = True  # see NumbaBackend
+    graph_by_default = False  # see NumbaBackend
 
     def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
         definition = spec.definition
-        self._step_kernel, self._reset_kernel = _kernels(spec, params)
+        step_kernel, reset_kernel = _kernels(spec, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
         threads = definition.block_threads(params)
@@ -65,15 +65,15 @@ class MultiAgentNumbaBackend:
             # larger than their block, which the tests thus cover on the CPU.
             threads = min(threads, (params.num_agents + 1) // 2)
         shared_bytes = definition.dynamic_shared_bytes(params)
-        self._launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
-        # Actions go into a buffer of our own (the CUDA graph's input; see NumbaBackend).
+        launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
+        # The parallel env gathers every group's actions here (the step's launch reads them in place).
         self.actions_buffer = torch.zeros(
             (num_envs, params.num_agents, *definition.action_shape(params)),
             dtype=definition.action_dtype(params),
             device=device,
         )
-        views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
-        views["state"] = tuple(self._launcher.view(tensor) for tensor in buffers.state_arrays())
+        views = {name: launcher.view(tensor) for name, tensor in buffers.tensors().items()}
+        views["state"] = tuple(launcher.view(tensor) for tensor in buffers.state_arrays())
         # Games without action masks or episode totals get a one-element array they never read (kept
         # here: the views do not hold their tensors).
         self._absent = {
@@ -81,27 +81,27 @@ class MultiAgentNumbaBackend:
             for name, dtype in (("action_masks", torch.bool), ("episode_totals", torch.float32))
             if name not in views
         }
-        views.update({name: self._launcher.view(tensor) for name, tensor in self._absent.items()})
-        views["actions"] = self._launcher.view(self.actions_buffer)
+        views.update({name: launcher.view(tensor) for name, tensor in self._absent.items()})
+        views["actions"] = launcher.view(self.actions_buffer)
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
-        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
-        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
+        step_args = tuple(views[name] for name in STEP_ARGUMENTS)
+        reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
         if device.type == "cuda":
             from gpu_marl_envs.kernels.numba_api import allow_dynamic_shared_memory, static_shared_bytes
 
-            kernels = ((self._step_kernel, self._step_args), (self._reset_kernel, self._reset_args))
+            kernels = ((step_kernel, step_args), (reset_kernel, reset_args))
             static = max(static_shared_bytes(kernel, args) for kernel, args in kernels)
             check_shared_memory(definition, params, device, self.name, static)
             if shared_bytes + static > MAX_SHARED_BYTES:
                 # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
                 for kernel, args in kernels:
                     allow_dynamic_shared_memory(kernel, args, shared_bytes)
+        self._step = launcher.prepare(step_kernel, step_args, STEP_ARGUMENTS.index("actions"))
+        self._reset = launcher.prepare(reset_kernel, reset_args)
 
     def step(self, actions: torch.Tensor) -> None:
-        if actions is not self.actions_buffer:
-            self.actions_buffer.copy_(actions)
-        self._launcher.launch(self._step_kernel, self._step_args)
+        self._step(actions)
 
     def reset(self) -> None:
-        self._launcher.launch(self._reset_kernel, self._reset_args)
+        self._reset()

@@ -18,6 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.backends import raw_current_stream
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
 from gpu_marl_envs.validation import zero_actions
@@ -52,9 +53,9 @@ class NumbaLauncher:
         from gpu_marl_envs.kernels.numba_api import cuda
 
         self._cuda = cuda
+        self._device = device
         self._on_gpu = device.type == "cuda"
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
-        self._streams: dict[int, object] = {}
 
     def view(self, tensor: torch.Tensor):
         """The array a kernel receives for ``tensor`` (no copy)."""
@@ -62,25 +63,33 @@ class NumbaLauncher:
             return self._cuda.as_cuda_array(tensor, sync=False)
         return tensor.numpy()  # the simulator works on host arrays in place
 
-    def _stream(self):
-        if not self._on_gpu:
-            return 0
-        handle = torch.cuda.current_stream().cuda_stream
-        stream = self._streams.get(handle)
-        if stream is None:
-            # Handle 0 is the legacy default stream, which Numba names itself.
-            stream = self._cuda.default_stream() if handle == 0 else self._cuda.external_stream(handle)
-            self._streams[handle] = stream
-        return stream
+    def prepare(self, kernel, args: tuple, actions_at: int | None = None):
+        """A launch of ``kernel`` on ``args`` (views), called as ``launch()``, or as
+        ``launch(actions)`` where ``actions_at`` is the actions' position among ``args``: the kernel
+        then reads ``actions`` (contiguous, of that view's dtype and shape) in their place."""
+        if self._on_gpu:
+            from gpu_marl_envs.kernels.numba_api import PreparedLaunch
 
-    def launch(self, kernel, args) -> None:
+            prepared = PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, actions_at)
+            index = self._device.index
+
+            def launch(actions: torch.Tensor | None = None) -> None:
+                prepared(raw_current_stream(index), None if actions is None else actions.data_ptr())
+
+            return launch
+
         from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
 
-        with warnings.catch_warnings():
-            # Small batches make small grids by design, not by a tuning mistake.
-            warnings.simplefilter("ignore", NumbaPerformanceWarning)
-            with contextlib.nullcontext() if self._on_gpu else _simulator_core():
-                kernel[self._blocks, self._threads, self._stream(), self._shared_bytes](*args)
+        def simulate(actions: torch.Tensor | None = None) -> None:
+            if actions is not None:
+                args[actions_at][...] = actions.numpy()
+            with warnings.catch_warnings():
+                # Small batches make small grids by design, not by a tuning mistake.
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                with _simulator_core():
+                    kernel[self._blocks, self._threads, 0, self._shared_bytes](*args)
+
+        return simulate
 
 
 @contextlib.contextmanager
@@ -118,8 +127,9 @@ def _kernels(spec: RegisteredEnv):
 
 class NumbaBackend:
     name = "numba"
-    # A CUDA graph by default: Numba's dispatcher costs ~200 µs per launch, a graph replay ~10.
-    graph_by_default = True
+    # No CUDA graph by default: like the CUDA C backend's, the prepared launch costs less than a
+    # graph replay plus the copy of the actions into the graph's input buffer.
+    graph_by_default = False
 
     def __init__(
         self, spec: RegisteredEnv, params, buffers: ClassicBuffers, autoreset_mode: AutoresetMode, action_space
@@ -127,35 +137,32 @@ class NumbaBackend:
         from gpu_marl_envs.kernels.numba_api import cuda
 
         definition = spec.definition
-        self._step_kernel, self._reset_kernel = _kernels(spec)
+        step_kernel, reset_kernel = _kernels(spec)
         on_gpu = buffers.state.is_cuda
         num_envs = buffers.state.shape[1]
         # The simulator runs a Python thread per CUDA thread: no idle ones there. The kernels work
         # with any block size up to THREADS_PER_BLOCK (their shared memory is sized for it).
         threads = THREADS_PER_BLOCK if on_gpu else min(THREADS_PER_BLOCK, num_envs)
-        self._launcher = NumbaLauncher(
-            buffers.state.device, blocks=(num_envs + threads - 1) // threads, threads=threads
-        )
+        launcher = NumbaLauncher(buffers.state.device, blocks=(num_envs + threads - 1) // threads, threads=threads)
 
         record = definition.params_record(params)
         # Numba reads the state as one flat array of rows; the kernels index state[field * n + env].
-        views = {name: self._launcher.view(tensor) for name, tensor in buffers.tensors().items()}
-        views["state"] = self._launcher.view(buffers.state.view(-1))
+        views = {name: launcher.view(tensor) for name, tensor in buffers.tensors().items()}
+        views["state"] = launcher.view(buffers.state.view(-1))
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
         views["params"] = cuda.to_device(record) if on_gpu else record
-        # Actions are copied into a buffer of our own: wrapping each step's tensor for Numba costs
-        # far more than a device-to-device copy. A CUDA graph takes this buffer as its input
-        # (``actions_buffer``), so that replays copy the actions once, not twice.
-        self._actions = self.actions_buffer = zero_actions(action_space, num_envs, buffers.state.device)
-        views["actions"] = self._launcher.view(self._actions)
-        self._step_args = tuple(views[name] for name in STEP_ARGUMENTS)
-        self._reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
+        # The prepared launch's actions: a step's launch reads its own actions in their place (on a
+        # GPU) or copies them in (in the simulator).
+        self._actions = zero_actions(action_space, num_envs, buffers.state.device)
+        views["actions"] = launcher.view(self._actions)
+        self._step = launcher.prepare(
+            step_kernel, tuple(views[name] for name in STEP_ARGUMENTS), STEP_ARGUMENTS.index("actions")
+        )
+        self._reset = launcher.prepare(reset_kernel, tuple(views[name] for name in RESET_ARGUMENTS))
 
     def step(self, actions: torch.Tensor) -> None:
-        if actions is not self._actions:
-            self._actions.copy_(actions)
-        self._launcher.launch(self._step_kernel, self._step_args)
+        self._step(actions)
 
     def reset(self) -> None:
-        self._launcher.launch(self._reset_kernel, self._reset_args)
+        self._reset()

@@ -18,15 +18,9 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.backends import raw_current_stream
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
-
-
-def _raw_current_stream(device_index: int) -> int:
-    """The handle of torch's current stream. ``torch.cuda.current_stream()`` builds a Python
-    ``Stream`` (~5 µs, as much as the launch itself); the raw getter is what torch's own compiled
-    kernels use."""
-    return torch._C._cuda_getCurrentRawStream(device_index)
 
 
 def availability(device: torch.device) -> str | None:
@@ -204,7 +198,7 @@ class StreamLauncher:
 
     def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray, shared_bytes: int = 0) -> None:
         """``shared_bytes``: the block's dynamic shared memory."""
-        if _raw_current_stream(self._device.index) == 0:
+        if raw_current_stream(self._device.index) == 0:
             kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, None)
             return
         # pycuda cannot launch on a stream it did not create: order our stream after torch's
