@@ -100,8 +100,9 @@ class GpuVectorEnv(VectorEnv):
             ones as Gymnasium's do, identically on every backend.
         cuda_graph: replay the step as a captured CUDA graph. One graph launch replaces the
             backend's own launch path, whose cost dominates at small batches; the actions are
-            copied into the graph's input buffer first. Default: on for the numba and torch
-            backends on CUDA, off for pycuda (whose own launch is cheaper).
+            copied into the graph's input buffer first. Default: on for the torch backend on
+            CUDA, off for pycuda and numba (their prepared launches are cheaper); the games'
+            (:class:`gpu_marl_envs.GpuParallelEnv`) default is on for numba too.
         render_mode: ``None`` or ``"rgb_array"``: :meth:`render` returns a tuple of frames, one per
             sub-env of ``render_env_indices``, drawn by Gymnasium's own renderer (needs pygame:
             ``pip install gpu_marl_envs[render]``), so they look exactly like Gymnasium's. Only envs

@@ -153,10 +153,12 @@ class PreparedLaunch:
     the GPU, set the Numba backends' time per step on small batches. This is what the CUDA C
     backend's prepared launch does (``pycuda_backend._pack``).
 
-    The arguments are packed by Numba's own code for its kernels' parameters (an array becomes its
-    data model's fields, one parameter each), once. ``patched``: the position among ``args`` of an
-    array whose data pointer each call may replace (the step's actions), with one of the same dtype
-    and shape."""
+    The arguments are packed once, by the code Numba's own launch packs them with (an array becomes
+    its data model's fields, one parameter each; ``_prepare_args``, private: numba-cuda 0.30 has no
+    public prepared launch, and the GPU tests run every Numba kernel through this one).
+
+    ``patched``: the position among ``args`` of an array whose data pointer each call may replace
+    (the step's actions), with one of the same dtype and shape."""
 
     def __init__(self, kernel, args, blocks: int, threads: int, shared_bytes: int = 0, patched: int | None = None):
         from numba.cuda.cudadrv.driver import binding
@@ -179,7 +181,9 @@ class PreparedLaunch:
                     raise RuntimeError(f"cannot find argument {position}'s data pointer among its Numba parameters")
                 self._patched_slot = slots[0]
         # Python ints are pointer-sized parameters (as Numba's own launch passes them).
-        self._values = [value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values]
+        self._values = [
+            value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values
+        ]
         self._pointers = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
         self._address = ctypes.addressof(self._pointers)
 
@@ -189,8 +193,17 @@ class PreparedLaunch:
             self._values[self._patched_slot].value = data_pointer
         binding = self._binding
         (error,) = binding.cuLaunchKernel(
-            self._function, self._blocks, 1, 1, self._threads, 1, 1, self._shared_bytes,
-            stream, self._address, 0,  # no "extra" options (an int: the binding takes no None there)
+            self._function,
+            self._blocks,
+            1,
+            1,
+            self._threads,
+            1,
+            1,
+            self._shared_bytes,
+            stream,
+            self._address,
+            0,  # no "extra" options (an int: the binding takes no None there)
         )
         if error != binding.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernel failed: {error.name}")

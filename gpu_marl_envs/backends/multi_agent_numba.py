@@ -45,7 +45,9 @@ def _kernels(spec: RegisteredEnv, params):
 
 class MultiAgentNumbaBackend:
     name = "numba"
-    graph_by_default = False  # see NumbaBackend
+    # A CUDA graph by default, unlike NumbaBackend: on an H200 at 2,000 MPE games a replay took 4-7
+    # µs less a step than the prepared launch (SimpleTag 23.5-24.0 µs against 28.2-29.4; not traced).
+    graph_by_default = True
 
     def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
         definition = spec.definition
@@ -66,7 +68,8 @@ class MultiAgentNumbaBackend:
             threads = min(threads, (params.num_agents + 1) // 2)
         shared_bytes = definition.dynamic_shared_bytes(params)
         launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
-        # The parallel env gathers every group's actions here (the step's launch reads them in place).
+        # The parallel env gathers every group's actions here: the CUDA graph's input, which a
+        # prepared launch reads in place.
         self.actions_buffer = torch.zeros(
             (num_envs, params.num_agents, *definition.action_shape(params)),
             dtype=definition.action_dtype(params),
