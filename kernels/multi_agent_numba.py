@@ -28,7 +28,7 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, cuda, named_kernel
+from gpu_marl_envs.kernels.numba_api import U, cuda, named_kernel, sources_key
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
@@ -112,6 +112,9 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         functions.observe_env,
         functions.totals_env,
     )
+    bounds = functions.launch_bounds
+    game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
+    sources = sources_key((*game, make_multi_agent_kernels), bounds)
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -148,6 +151,7 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         seeds,
         autoreset_mode,
     ):
+        sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
         sh = shared()
         e = U(cuda.blockIdx.x)
         if e >= num_envs:
@@ -202,6 +206,7 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         observe_env(state, sh, e, observations, action_masks)
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
+        sources  # noqa: B018
         sh = shared()
         e = U(cuda.blockIdx.x)
         if e >= num_envs or not reset_mask[e]:
@@ -211,5 +216,4 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
             needs_reset[e] = False
         observe_env(state, sh, e, observations, action_masks)
 
-    bounds = functions.launch_bounds
     return named_kernel(step, f"{name}_step", bounds), named_kernel(reset, f"{name}_reset", bounds)

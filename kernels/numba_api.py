@@ -4,7 +4,12 @@ numba-cuda is in maintenance mode; when its successor (numba-cuda-mlir) gains a 
 switch is this import.
 """
 
+import ast
 import ctypes
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
 
 import numpy as np
 from numba import cuda
@@ -25,6 +30,7 @@ __all__ = [
     "inline_device",
     "mul_rn",
     "named_kernel",
+    "sources_key",
     "static_shared_bytes",
 ]
 
@@ -39,12 +45,61 @@ U = np.uint32
 
 def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = None):
     """``function`` as a CUDA kernel called ``name`` (profilers show the name it is compiled under),
-    compiled for ``launch_bounds`` (max threads per block, min blocks per SM) where given. The
-    simulator has no registers to bound (and its ``jit`` no such argument)."""
+    compiled for ``launch_bounds`` (max threads per block, min blocks per SM) where given, and
+    cached on disk by Numba across processes. ``function`` must read a :func:`sources_key` of
+    everything it is compiled from (see there). The simulator compiles nothing (and its ``jit`` has
+    no such arguments)."""
     function.__name__ = function.__qualname__ = name
-    if launch_bounds is None or config.ENABLE_CUDASIM:
+    if config.ENABLE_CUDASIM:
         return cuda.jit(function)
-    return cuda.jit(function, launch_bounds=launch_bounds)
+    if launch_bounds is None:
+        return cuda.jit(function, cache=True)
+    return cuda.jit(function, launch_bounds=launch_bounds, cache=True)
+
+
+def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
+    """A digest of what a kernel built around ``functions`` (device functions) is compiled from
+    beyond its own code: the source files of their modules and of the modules these import, and
+    ``launch_bounds``. Imports are followed through the functions' own packages and this package's
+    kernels; a module of the rest of this package is taken as it is (its constants, not its
+    imports). A kernel shell reads the digest (a closure variable), so that Numba's on-disk cache,
+    which keys a kernel on its code and its closure's contents, keys it on these too: a closure
+    pickles a module-level device function by reference, and Numba stamps only the kernel's own
+    file, so an edit to a rules module, to a helper's or to a constant imported by name would
+    otherwise reload a stale kernel (``benchmarks/experiments/numba_cache_key.py``)."""
+    roots = [getattr(function, "py_func", function).__module__ for function in functions]
+    followed = {name.partition(".")[0] for name in roots} - {"gpu_marl_envs"}
+    # Rules in a module of their own (not a package) import their neighbours as top-level modules.
+    neighbours = {
+        Path(sys.modules[top].__file__).parent
+        for top in followed
+        if not hasattr(sys.modules[top], "__path__") and "site-packages" not in sys.modules[top].__file__
+    }
+    pending, sources = list(roots), {}
+    while pending:
+        name = pending.pop()
+        module = sys.modules.get(name)  # (a module never imported is no part of the kernel)
+        path = getattr(module, "__file__", None)
+        top = name.partition(".")[0]
+        if path and Path(path).parent in neighbours:
+            followed.add(top)
+        if name in sources or module is None or (top not in followed and top != "gpu_marl_envs"):
+            continue
+        sources[name] = source = Path(path).read_bytes() if path else b""
+        if top not in followed and not name.startswith(__package__):
+            continue  # the rest of this package: the file itself
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                pending += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
+                submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in sys.modules]
+                pending += submodules if len(submodules) == len(node.names) else [base, *submodules]
+    digest = hashlib.sha256(repr(launch_bounds).encode())
+    for name in sorted(sources):
+        digest.update(f"{name}\0{len(sources[name])}\0".encode())
+        digest.update(sources[name])
+    return int.from_bytes(digest.digest()[:7], "little")  # fits an int64
 
 
 def inline_device(function):

@@ -6,7 +6,9 @@ package, prints the key's closure hash, edits the package, and asks a fresh proc
 each kind of edit: the device function's body, a module constant it reads, and a helper device
 function it calls through its module (``helper.h(x)``) or imported by name (``from helper import h``).
 No GPU is needed (nothing is compiled). The hash also covers where the modules lie, so each row's
-"before" differs: compare each row's two columns.
+"before" differs: compare each row's two columns. (Hence ``numba_api.sources_key``, which the
+framework's shells keep in their closure: ``tests/test_numba_cache_key.py`` checks that it sees
+every row's edit.)
 
     python benchmarks/experiments/numba_cache_key.py
 """
