@@ -9,6 +9,7 @@ import ctypes
 import hashlib
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +53,15 @@ def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = No
     function.__name__ = function.__qualname__ = name
     if config.ENABLE_CUDASIM:
         return cuda.jit(function)
-    if launch_bounds is None:
-        return cuda.jit(function, cache=True)
-    return cuda.jit(function, launch_bounds=launch_bounds, cache=True)
+    options = {} if launch_bounds is None else {"launch_bounds": launch_bounds}
+    try:
+        return cuda.jit(function, cache=True, **options)
+    except RuntimeError as error:  # no folder to cache in: beside the kernels' source, nor the user's
+        warnings.warn(
+            f"{error}; Numba compiles the kernels in each process (set NUMBA_CACHE_DIR to a writable folder)",
+            stacklevel=2,
+        )
+        return cuda.jit(function, **options)
 
 
 def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
