@@ -175,10 +175,13 @@ class ActorCritic(nn.Module):
         mask, the distribution is the softmax over the allowed actions only."""
         if action is None:
             action = self.sample(obs, action_mask)
-        x = self._inputs(obs)
-        out = self._run(self.actor, x)
-        value = self._run(self.critic, x).squeeze(-1)
+        out, value = self.outputs_and_value(obs)
         return (action, *self._log_prob_and_entropy(out, action, action_mask), value)
+
+    def outputs_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's outputs (logits, or a Gaussian's means) and the critic's value on ``obs``."""
+        x = self._inputs(obs)
+        return self._run(self.actor, x), self._run(self.critic, x).squeeze(-1)
 
     def _log_prob_and_entropy(self, out: torch.Tensor, action: torch.Tensor, action_mask: torch.Tensor | None):
         """The log-probability of ``action`` and the entropy under the actor's outputs ``out``."""

@@ -124,3 +124,124 @@ def tanh_value_head_backward(dv_ptr, h_ptr, w_ptr, dz_ptr, partial_ptr, n_rows, 
     tl.store(base + columns, tl.sum(dz, axis=0))
     tl.store(base + N + columns, tl.sum(dv[:, None] * h, axis=0))
     tl.store(base + 2 * N, tl.sum(dv, axis=0))
+
+
+@triton.jit
+def _tie_weights(x, y):
+    """How ``torch.maximum(x, y)``'s gradient splits: all to the larger, half each on a tie."""
+    return tl.where(x > y, 1.0, tl.where(x == y, 0.5, 0.0)), tl.where(y > x, 1.0, tl.where(x == y, 0.5, 0.0))
+
+
+@triton.jit(do_not_specialize=ROWS)
+def ppo_categorical_loss(
+    logits_ptr,
+    actions_ptr,
+    old_log_probs_ptr,
+    advantages_ptr,
+    returns_ptr,
+    values_ptr,
+    old_values_ptr,
+    advantage_stats_ptr,
+    d_logits_ptr,
+    d_values_ptr,
+    partial_ptr,
+    n_rows,
+    clip,
+    ent_coef,
+    vf_coef,
+    N: tl.constexpr,
+    N_POW2: tl.constexpr,
+    NORM_ADV: tl.constexpr,
+    CLIP_VLOSS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """PPO's loss on a block of a minibatch's rows (``ppo.ppo_loss`` for a categorical policy over
+    ``N`` actions): each row's gradient of the minibatch's loss with respect to its logits and its
+    value, written, and the block's sums of the clipped surrogate, of ``max`` of the squared value
+    errors, of the entropy, of the approximate KL and of the clipped ratios (five numbers) into its
+    row of ``partial``. The gradients are the ones PyTorch's autograd takes through that loss,
+    written out: ``torch.maximum`` splits its gradient on ties, ``clamp`` passes it on its bounds.
+    ``advantage_stats``: the minibatch's ``(std, mean)`` advantage, read where ``NORM_ADV``."""
+    block = tl.program_id(0)
+    rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    row_ok = rows < n_rows
+    columns = tl.arange(0, N_POW2)
+    ok = row_ok[:, None] & (columns[None, :] < N)
+    offsets = rows[:, None] * N + columns[None, :]
+    logits = tl.load(logits_ptr + offsets, mask=ok, other=float("-inf")).to(tl.float32)
+    shifted = logits - tl.max(logits, axis=1)[:, None]
+    exp = tl.where(ok, tl.exp(shifted), 0.0)
+    total = tl.sum(exp, axis=1)
+    log_softmax = shifted - tl.log(total)[:, None]
+    probs = exp / total[:, None]
+    action = tl.load(actions_ptr + rows, mask=row_ok, other=0)
+    chosen = columns[None, :] == action[:, None]
+    log_prob = tl.sum(tl.where(chosen, log_softmax, 0.0), axis=1)
+    entropy = -tl.sum(tl.where(ok, probs * log_softmax, 0.0), axis=1)
+
+    inverse = 1.0 / n_rows.to(tl.float32)  # each row's share of a minibatch mean
+    log_ratio = log_prob - tl.load(old_log_probs_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    ratio = tl.exp(log_ratio)
+    advantage = tl.load(advantages_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if NORM_ADV:
+        std = tl.load(advantage_stats_ptr).to(tl.float32)
+        mean = tl.load(advantage_stats_ptr + 1).to(tl.float32)
+        advantage = (advantage - mean) / (std + 1e-8)
+    low, high = 1.0 - clip, 1.0 + clip
+    surrogate = -advantage * ratio
+    clipped_surrogate = -advantage * tl.minimum(tl.maximum(ratio, low), high)
+    to_surrogate, to_clipped = _tie_weights(surrogate, clipped_surrogate)
+    inside = ((ratio >= low) & (ratio <= high)).to(tl.float32)
+    d_ratio = -advantage * (to_surrogate + to_clipped * inside) * inverse
+    d_log_prob = d_ratio * ratio
+    d_entropy = -ent_coef * inverse  # the loss's -ent_coef * mean(entropy)
+    d_logits = d_log_prob[:, None] * (chosen.to(tl.float32) - probs) - d_entropy * probs * (
+        log_softmax + entropy[:, None]
+    )
+    tl.store(d_logits_ptr + offsets, d_logits.to(d_logits_ptr.dtype.element_ty), mask=ok)
+
+    value = tl.load(values_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    target = tl.load(returns_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    error = value - target
+    if CLIP_VLOSS:
+        old_value = tl.load(old_values_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        step = value - old_value
+        clipped_error = old_value + tl.minimum(tl.maximum(step, -clip), clip) - target
+        squared, clipped_squared = error * error, clipped_error * clipped_error
+        to_squared, to_clipped_squared = _tie_weights(squared, clipped_squared)
+        within = ((step >= -clip) & (step <= clip)).to(tl.float32)
+        value_term = tl.maximum(squared, clipped_squared)
+        d_value = to_squared * error + to_clipped_squared * within * clipped_error
+    else:
+        value_term = error * error
+        d_value = error
+    tl.store(d_values_ptr + rows, (vf_coef * inverse * d_value).to(d_values_ptr.dtype.element_ty), mask=row_ok)
+
+    surrogate = tl.maximum(surrogate, clipped_surrogate)
+    approx_kl = (ratio - 1.0) - log_ratio
+    clipped = (tl.abs(ratio - 1.0) > clip).to(tl.float32)
+    base = partial_ptr + block * 5
+    tl.store(base, tl.sum(tl.where(row_ok, surrogate, 0.0), axis=0))
+    tl.store(base + 1, tl.sum(tl.where(row_ok, value_term, 0.0), axis=0))
+    tl.store(base + 2, tl.sum(tl.where(row_ok, entropy, 0.0), axis=0))
+    tl.store(base + 3, tl.sum(tl.where(row_ok, approx_kl, 0.0), axis=0))
+    tl.store(base + 4, tl.sum(tl.where(row_ok, clipped, 0.0), axis=0))
+
+
+@triton.jit(do_not_specialize=ROWS)
+def ppo_loss_totals(partial_ptr, loss_ptr, stats_ptr, n_blocks, n_rows, ent_coef, vf_coef, BLOCKS_POW2: tl.constexpr):
+    """The minibatch's loss and its terms from the blocks' sums of :func:`ppo_categorical_loss`,
+    added in block order: ``loss`` and ``stats`` = (policy loss, value loss, entropy, approximate
+    KL, clipped fraction), each a minibatch mean (the value loss with its factor 1/2)."""
+    blocks = tl.arange(0, BLOCKS_POW2)
+    ok = blocks < n_blocks
+    inverse = 1.0 / n_rows.to(tl.float32)
+    policy = tl.sum(tl.load(partial_ptr + blocks * 5, mask=ok, other=0.0), axis=0) * inverse
+    value = 0.5 * (tl.sum(tl.load(partial_ptr + blocks * 5 + 1, mask=ok, other=0.0), axis=0) * inverse)
+    entropy = tl.sum(tl.load(partial_ptr + blocks * 5 + 2, mask=ok, other=0.0), axis=0) * inverse
+    tl.store(loss_ptr, policy - ent_coef * entropy + vf_coef * value)
+    tl.store(stats_ptr, policy)
+    tl.store(stats_ptr + 1, value)
+    tl.store(stats_ptr + 2, entropy)
+    tl.store(stats_ptr + 3, tl.sum(tl.load(partial_ptr + blocks * 5 + 3, mask=ok, other=0.0), axis=0) * inverse)
+    tl.store(stats_ptr + 4, tl.sum(tl.load(partial_ptr + blocks * 5 + 4, mask=ok, other=0.0), axis=0) * inverse)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from gpu_marl_envs.baselines import on_policy, settings
+from gpu_marl_envs.baselines import fused_ppo_loss, on_policy, settings
 from gpu_marl_envs.baselines.capture import CaptureOptions
 from gpu_marl_envs.baselines.minibatches import Reorderable
 from gpu_marl_envs.baselines.optimizers import Adam
@@ -64,7 +64,13 @@ class PPOConfig(RolloutSizes, CaptureOptions):
 def ppo_loss(agent, obs, actions, old_log_probs, advantages, returns, old_values, config: PPOConfig, diagnostics=True):
     """The clipped surrogate, value and entropy terms on one minibatch: ``(loss, stats)``; the stats
     hold the approximate KL divergence and the clipped fraction too where ``diagnostics`` (the update
-    logs the last minibatch's stats only, so the others skip their eight kernels)."""
+    logs the last minibatch's stats only, so the others skip their eight kernels). A categorical
+    policy on CUDA takes :mod:`fused_ppo_loss`'s kernels where they apply."""
+    if fused_ppo_loss.applies(agent, obs):
+        logits, values = agent.outputs_and_value(obs)
+        return fused_ppo_loss.categorical_ppo_loss(
+            logits, values, actions, old_log_probs, advantages, returns, old_values, config, diagnostics
+        )
     _, log_probs, entropy, values = agent.action_and_value(obs, actions)
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
