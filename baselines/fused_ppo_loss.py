@@ -90,7 +90,8 @@ class _CategoricalPPOLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_loss, _):
         d_logits, d_values = ctx.saved_tensors
-        return d_logits * d_loss, d_values * d_loss, None, None, None, None, None, None
+        # (in the inputs' dtype: bfloat16 logits under autocast get bfloat16 gradients)
+        return d_logits * d_loss.to(d_logits.dtype), d_values * d_loss.to(d_values.dtype), *(None,) * 6
 
 
 def _power_of_2_from(n: int) -> int:
