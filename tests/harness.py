@@ -63,3 +63,34 @@ def state_matrix(env) -> np.ndarray:
     """(num_envs, num_fields) float64 copy of the env's state, in state_fields order."""
     state = env.get_state()
     return torch.stack([state[f] for f in env.state_fields], dim=1).double().cpu().numpy()
+
+
+def game_twins(env_id, num_envs, params, backend, mode, cuda_graph, reference_pairs, reference_envs=256):
+    """A game of ``num_envs`` envs on ``backend`` and its torch reference over the first ``k`` of
+    them, both on the GPU, without action checks: ``(kernel_env, reference, k)``; ``k`` is as many
+    envs as the reference may hold, at most ``reference_envs`` of ``reference_pairs`` agent pairs."""
+    from gpu_marl_envs import GpuParallelEnv
+
+    device = torch.device("cuda")
+    kernel_env = GpuParallelEnv(
+        env_id,
+        num_envs,
+        device=device,
+        backend=backend,
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=cuda_graph,
+    )
+    k = min(num_envs, reference_envs, max(1, reference_pairs // params.num_agents**2))
+    reference = GpuParallelEnv(
+        env_id,
+        k,
+        device=device,
+        backend="torch",
+        params=params,
+        autoreset_mode=mode,
+        validate_actions=False,
+        cuda_graph=False,
+    )
+    return kernel_env, reference, k

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import GPU_BACKENDS
 from gymnasium.vector import AutoresetMode
-from harness import assert_close, random_group_actions
+from harness import assert_close, game_twins, random_group_actions
 
 import gpu_marl_envs.backends.multi_agent_pycuda as pycuda_backend
 from gpu_marl_envs.envs import tag_continuous_kernel_layout as kernel_layout
@@ -71,28 +71,10 @@ def compare(name, expected, actual, context):
 
 
 def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
-    device = torch.device("cuda")
-    kernel_env = GpuParallelEnv(
-        env_id,
-        num_envs,
-        device=device,
-        backend=backend,
-        params=params,
-        autoreset_mode=mode,
-        validate_actions=False,
-        cuda_graph=cuda_graph,
+    kernel_env, reference, k = game_twins(
+        env_id, num_envs, params, backend, mode, cuda_graph, REFERENCE_PAIRS, REFERENCE_ENVS
     )
-    k = min(num_envs, REFERENCE_ENVS, max(1, REFERENCE_PAIRS // params.num_agents**2))
-    reference = GpuParallelEnv(
-        env_id,
-        k,
-        device=device,
-        backend="torch",
-        params=params,
-        autoreset_mode=mode,
-        validate_actions=False,
-        cuda_graph=False,
-    )
+    device = kernel_env.device
     kernel_out, reference_out = kernel_env.reset_groups(seed=3), reference.reset_groups(seed=3)
     for group in reference_out[0]:
         compare(f"reset observations[{group}]", reference_out[0][group], kernel_out[0][group][:k], env_id)
