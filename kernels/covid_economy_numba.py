@@ -207,8 +207,8 @@ def game_functions(c) -> GameFunctions:
         threads = U(cuda.blockDim.x)
         # Loads come before the first store (see the .cu: a load the compiler cannot hoist above a
         # store that may alias it costs the block a memory round trip).
-        before = t[e]
-        now = before + 1
+        before = U(t[e])  # a day count: unsigned, so that its remainders below are an unsigned remainder
+        now = U(before + U(1))
         planner_action = actions[e, PLANNER]
         kept_level = subsidy_level[e]
         # 2. The subsidy level (read by every state; written back by the planner's phase).
@@ -357,18 +357,18 @@ def game_functions(c) -> GameFunctions:
         ) = state
         governor_tails = sh[1]
         planner = sh[2]
-        now = t[e]
+        now = U(t[e])
         time = np.float32(now) / DAYS
         subsidy_timer = np.float32(SUBSIDY_INTERVAL - now % SUBSIDY_INTERVAL) / INTERVAL
         level = np.float32(subsidy_level[e]) / SUBSIDY_LEVELS
-        following = now + 1
+        following = U(now + U(1))
         vaccines_next = ONE if following >= VACCINE_START_DAY and following % VACCINE_DELIVERY_INTERVAL == 0 else ZERO
         # Staging (layout in the reference's docstring): a thread per state fills its governor's tail
         # and its column of the planner's feature-major block.
         i = U(cuda.threadIdx.x)
         while i < U(S):
             population = POPULATION[i]
-            lag_next = np.float32(stringency[e, (now + 1) % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
+            lag_next = np.float32(stringency[e, following % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
             current = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
             features = (
                 susceptible[e, i] / population,
@@ -415,35 +415,35 @@ def game_functions(c) -> GameFunctions:
         # The rows, consecutive threads storing consecutive floats; (i, col): float k's governor and
         # column, advanced by blockDim.x floats per iteration without a division.
         threads = U(cuda.blockDim.x)
-        i = cuda.threadIdx.x // GOVERNOR_DIM
-        col = cuda.threadIdx.x % GOVERNOR_DIM
+        i = U(U(cuda.threadIdx.x) // U(GOVERNOR_DIM))
+        col = U(U(cuda.threadIdx.x) % U(GOVERNOR_DIM))
         k = U(cuda.threadIdx.x)
         while k < U(S * GOVERNOR_DIM):
-            if col < S:
+            if col < U(S):
                 obs[e, k] = ONE if col == i else ZERO
             else:
-                obs[e, k] = governor_tails[i, col - S]
-            i += threads // GOVERNOR_DIM
-            col += threads % GOVERNOR_DIM
-            if col >= GOVERNOR_DIM:
-                col -= GOVERNOR_DIM
-                i += 1
+                obs[e, k] = governor_tails[i, U(col - U(S))]
+            i = U(i + U(threads // U(GOVERNOR_DIM)))
+            col = U(col + U(threads % U(GOVERNOR_DIM)))
+            if col >= U(GOVERNOR_DIM):
+                col = U(col - U(GOVERNOR_DIM))
+                i = U(i + U(1))
             k = U(k + threads)
         j = U(cuda.threadIdx.x)
         while j < U(PLANNER_DIM):
             obs[e, S * GOVERNOR_DIM + j] = planner[j]
             j = U(j + threads)
         if masks is not None:  # the mask columns of the rows, as bools
-            i = cuda.threadIdx.x // (L + 1)
-            a = cuda.threadIdx.x % (L + 1)
+            i = U(U(cuda.threadIdx.x) // U(L + 1))
+            a = U(U(cuda.threadIdx.x) % U(L + 1))
             k = U(cuda.threadIdx.x)
             while k < U(S * (L + 1)):
-                masks[e, k] = governor_tails[i, GOVERNOR_MASK + a] != ZERO
-                i += threads // (L + 1)
-                a += threads % (L + 1)
-                if a > L:
-                    a -= L + 1
-                    i += 1
+                masks[e, k] = governor_tails[i, U(U(GOVERNOR_MASK) + a)] != ZERO
+                i = U(i + U(threads // U(L + 1)))
+                a = U(a + U(threads % U(L + 1)))
+                if a > U(L):
+                    a = U(a - U(L + 1))
+                    i = U(i + U(1))
                 k = U(k + threads)
             j = U(cuda.threadIdx.x)
             while j < U(Q + 1):
