@@ -74,14 +74,14 @@ def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
     pickles a module-level device function by reference, and Numba stamps only the kernel's own
     file, so an edit to a rules module, to a helper's or to a constant imported by name would
     otherwise reload a stale kernel (``benchmarks/experiments/numba_cache_key.py``)."""
+    this = __package__.partition(".")[0]
     roots = [getattr(function, "py_func", function).__module__ for function in functions]
-    followed = {name.partition(".")[0] for name in roots} - {"gpu_marl_envs"}
-    # Rules in a module of their own (not a package) import their neighbours as top-level modules.
-    neighbours = {
-        Path(sys.modules[top].__file__).parent
-        for top in followed
-        if not hasattr(sys.modules[top], "__path__") and "site-packages" not in sys.modules[top].__file__
-    }
+    followed = {name.partition(".")[0] for name in roots} - {this}
+    # Rules in a module of their own (not a package) import their neighbours as top-level modules
+    # (not so for one installed among other packages).
+    modules = [sys.modules[top] for top in followed if not hasattr(sys.modules[top], "__path__")]
+    files = [getattr(module, "__file__", None) for module in modules]
+    neighbours = {Path(file).parent for file in files if file and "site-packages" not in file}
     pending, sources = list(roots), {}
     while pending:
         name = pending.pop()
@@ -90,7 +90,7 @@ def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
         top = name.partition(".")[0]
         if path and Path(path).parent in neighbours:
             followed.add(top)
-        if name in sources or module is None or (top not in followed and top != "gpu_marl_envs"):
+        if name in sources or module is None or (top not in followed and top != this):
             continue
         sources[name] = source = Path(path).read_bytes() if path else b""
         if top not in followed and not name.startswith(__package__):
