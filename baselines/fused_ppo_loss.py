@@ -42,10 +42,8 @@ class _CategoricalPPOLoss(torch.autograd.Function):
 
         n_rows, n = logits.shape
         blocks = (n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS
-        if config.norm_adv:
-            advantage_stats = torch.stack(torch.std_mean(advantages.float()))  # (std, mean): one kernel
-        else:
-            advantage_stats = advantages  # not read
+        # The minibatch's advantage statistics, one kernel (read where config.norm_adv).
+        std, mean = torch.std_mean(advantages.float()) if config.norm_adv else (advantages, advantages)
         d_logits, d_values = torch.empty_like(logits), torch.empty_like(values)
         partial = torch.empty(blocks, 5, device=logits.device, dtype=torch.float32)
         loss = torch.empty((), device=logits.device, dtype=torch.float32)
@@ -59,7 +57,8 @@ class _CategoricalPPOLoss(torch.autograd.Function):
                 returns,
                 values,
                 old_values,
-                advantage_stats,
+                std,
+                mean,
                 d_logits,
                 d_values,
                 partial,

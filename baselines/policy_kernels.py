@@ -141,7 +141,8 @@ def ppo_categorical_loss(
     returns_ptr,
     values_ptr,
     old_values_ptr,
-    advantage_stats_ptr,
+    advantage_std_ptr,
+    advantage_mean_ptr,
     d_logits_ptr,
     d_values_ptr,
     partial_ptr,
@@ -161,7 +162,7 @@ def ppo_categorical_loss(
     errors, of the entropy, of the approximate KL and of the clipped ratios (five numbers) into its
     row of ``partial``. The gradients are the ones PyTorch's autograd takes through that loss,
     written out: ``torch.maximum`` splits its gradient on ties, ``clamp`` passes it on its bounds.
-    ``advantage_stats``: the minibatch's ``(std, mean)`` advantage, read where ``NORM_ADV``."""
+    ``advantage_std``, ``advantage_mean``: the minibatch's, read where ``NORM_ADV``."""
     block = tl.program_id(0)
     rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     row_ok = rows < n_rows
@@ -184,8 +185,8 @@ def ppo_categorical_loss(
     ratio = tl.exp(log_ratio)
     advantage = tl.load(advantages_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     if NORM_ADV:
-        std = tl.load(advantage_stats_ptr).to(tl.float32)
-        mean = tl.load(advantage_stats_ptr + 1).to(tl.float32)
+        std = tl.load(advantage_std_ptr).to(tl.float32)
+        mean = tl.load(advantage_mean_ptr).to(tl.float32)
         advantage = (advantage - mean) / (std + 1e-8)
     low, high = 1.0 - clip, 1.0 + clip
     surrogate = -advantage * ratio
