@@ -12,6 +12,7 @@ part of the package.
     python benchmarks/experiments/numba_sass.py --env CovidEconomy-v0 TagGridworld-v0
     python benchmarks/experiments/numba_sass.py --env CartPole-v1 --dump /tmp/sass   # the SASS, to read
     python benchmarks/experiments/numba_sass.py --import cover --env cover/Cover-v0   # your own game
+    python benchmarks/experiments/numba_sass.py --env TagContinuous-v0 --set num_runners=990   # other params
 
 A count of instructions is not a time: a memory-bound kernel spends its time waiting on loads and
 stores whatever it computes in between. But the kinds the Numba kernel has in excess (local loads
@@ -20,6 +21,7 @@ the same memory traffic.
 """
 
 import argparse
+import ast
 import collections
 import importlib
 import re
@@ -169,7 +171,11 @@ def main() -> None:
     parser.add_argument("--cuobjdump", default="cuobjdump")
     parser.add_argument("--libdevice", default="/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
     parser.add_argument("--dump", type=Path, help="a folder for each kernel's SASS opcodes, one per line")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="a params field (a literal), every env"
+    )
     args = parser.parse_args()
+    settings = {key: ast.literal_eval(value) for key, value in (item.split("=", 1) for item in args.set)}
     without_a_driver(args.libdevice)
     for package in args.imports:
         importlib.import_module(package)
@@ -181,7 +187,7 @@ def main() -> None:
         for env_id in args.env:
             game = registration.is_game(env_id)
             spec = registration.game_spec(env_id) if game else registration.env_spec(env_id)
-            params = spec.definition.make_params()
+            params = spec.definition.make_params(**settings)
             kernels = {
                 "nvcc": compile_cubin(
                     ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", f"-I{pycuda_backend.kernel_dir()}"]
