@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from gpu_marl_envs.baselines import wide_mlp
+from gpu_marl_envs.baselines.models import ActorCritic
 from gymnasium import spaces
 
 BLOCK_ROWS = 256
@@ -25,8 +26,6 @@ def applies(agent, obs: torch.Tensor) -> bool:
     """Whether :func:`ppo.ppo_loss` takes this path for ``agent`` on ``obs``: a single-agent
     policy over one ``Discrete`` space without action masks, on CUDA, where
     :func:`wide_mlp.kernels_apply` (enough rows, Triton installed, not under ``torch.compile``)."""
-    from gpu_marl_envs.baselines.models import ActorCritic
-
     return (
         type(agent) is ActorCritic
         and isinstance(agent.space, spaces.Discrete)

@@ -61,7 +61,8 @@ def make_classic_kernels(env_reset, env_step, env_observe, obs_dim: int, name: s
         tid = U(cuda.threadIdx.x)
         i = U(cuda.grid(1))
         n = U(num_envs)
-        obs = staged[U(tid * row) : U(U(tid + U(1)) * row)]
+        first = U(tid * row)
+        obs = staged[first : U(first + row)]  # this thread's observation row
         p = params[0]
         if i < n:
             if autoreset_mode == NEXT_STEP and needs_reset[i]:
