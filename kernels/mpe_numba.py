@@ -8,7 +8,7 @@ computes the same bits. The constants are the reference's (``physics_constants``
 import math
 
 import numpy as np
-from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero
+from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero, team_functions
 from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, int_as_float, mul_rn
 from numba import int32
 
@@ -120,28 +120,34 @@ def integrate(x, y, vx, vy, fx, fy, max_speed):
     return x, y, vx, vy
 
 
-@cuda.jit(device=True)
-def tree_sum(sums, slots):
-    """The block's tree sum of ``sums[:slots]`` into ``sums[0]`` (mpe.cuh's mpe_tree_sum); starts
-    and ends with the block synchronised."""
-    cuda.syncthreads()
-    h = slots // 2
-    while h > 0:
-        k = U(cuda.threadIdx.x)
-        while k < U(h):
-            sums[k] = add_rn(sums[k], sums[k + h])
-            k = U(k + U(cuda.blockDim.x))
-        cuda.syncthreads()
-        h //= 2
+def team_phases(c):
+    """``(stage, tree_sum)``, the phases that share a game's values through its team's shared memory,
+    for the team the kernels give a game (``multi_agent_numba.team_functions(c)``)."""
+    _, lane, lanes, sync = team_functions(c)
 
+    @cuda.jit(device=True)
+    def tree_sum(sums, slots):
+        """The team's tree sum of ``sums[:slots]`` into ``sums[0]`` (mpe.cuh's mpe_tree_sum); starts
+        and ends with the team synchronised."""
+        sync()
+        h = slots // 2
+        while h > 0:
+            k = lane()
+            while k < U(h):
+                sums[k] = add_rn(sums[k], sums[k + h])
+                k = U(k + lanes())
+            sync()
+            h //= 2
 
-@cuda.jit(device=True)
-def stage(x, y, sx, sy, e, n):
-    """Game e's ``n`` agents' positions into the block's shared arrays ``sx``, ``sy`` (mpe.cuh's
-    mpe_stage); ends with the block synchronised."""
-    a = U(cuda.threadIdx.x)
-    while a < U(n):
-        sx[a] = x[e, a]
-        sy[a] = y[e, a]
-        a = U(a + U(cuda.blockDim.x))
-    cuda.syncthreads()
+    @cuda.jit(device=True)
+    def stage(x, y, sx, sy, e, n):
+        """Game e's ``n`` agents' positions into the team's shared arrays ``sx``, ``sy`` (mpe.cuh's
+        mpe_stage); ends with the team synchronised."""
+        a = lane()
+        while a < U(n):
+            sx[a] = x[e, a]
+            sy[a] = y[e, a]
+            a = U(a + lanes())
+        sync()
+
+    return stage, tree_sum

@@ -8,6 +8,15 @@ as a named tuple of typed values (:func:`typed_constants`: ``c.NUM_AGENTS`` an i
 from them (:func:`make_multi_agent_kernels`), with the runtime's parameter lists
 (``multi_agent_buffers.STEP_ARGUMENTS``, ``RESET_ARGUMENTS``).
 
+A game of several envs to a block (``games_per_block`` > 1, as multi_agent.cuh packs them for CUDA C)
+is packed on Numba too where its module sets ``PACKS_GAMES = True``: each env then has a team of
+``block_threads`` lanes, a slice of a warp, and the game's functions write ``lane()``, ``lanes()``,
+``sync()`` and ``team()`` (:func:`team_functions`) where a game of a block per env may write
+``cuda.threadIdx.x``, ``cuda.blockDim.x``, ``cuda.syncthreads()`` and 0, and keep a shared array per
+team (``cuda.shared.array((c.GME_GAMES_PER_BLOCK, n), float32)[team()]``). Numba's CUDA simulator runs a
+block per env (it has no warp barrier), so the tests on a CPU cover packed games' rules, not their
+packing.
+
 The game's device functions, each called by every thread of the block with the block synchronised
 (they may call ``cuda.syncthreads()`` inside; arrays have their natural shapes, indexed by ``e``, an
 ``np.uint32``; ``state`` is the tuple of the state's arrays in the state dataclass's order):
@@ -24,11 +33,12 @@ The game's device functions, each called by every thread of the block with the b
   totals_env(state, sh, e, totals)               writes totals[e, :] (games with episode metrics)
 """
 
+import functools
 from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, cuda, named_kernel, sources_key
+from gpu_marl_envs.kernels.numba_api import U, cuda, inline_device, named_kernel, sources_key
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
@@ -78,6 +88,62 @@ class GameFunctions(NamedTuple):
     thread low enough for that many blocks to share an SM. None: registers unbounded."""
 
 
+def team_functions(c):
+    """``(team, lane, lanes, sync)``, device functions of the calling thread's env as the backend packs
+    them (``c.GME_GAMES_PER_BLOCK`` envs of ``c.GME_GAME_THREADS`` lanes to a block; one env, the whole
+    block, where ``GME_GAMES_PER_BLOCK`` is 1): its env's place in the block, its lane in the env's
+    team, the team's lanes, and the team's barrier (every lane waits for the others, and what each
+    wrote to shared or global memory is visible to the team after it). multi_agent.cuh's
+    gme_team(), gme_lane(), gme_lanes() and gme_sync()."""
+    return _team_functions(c.GME_GAME_THREADS, c.GME_GAMES_PER_BLOCK)
+
+
+@functools.cache
+def _team_functions(game_threads: int, games_per_block: int):
+    if games_per_block == 1:
+
+        @inline_device
+        def team():
+            return U(0)
+
+        @inline_device
+        def lane():
+            return U(cuda.threadIdx.x)
+
+        @inline_device
+        def lanes():
+            return U(cuda.blockDim.x)
+
+        @inline_device
+        def sync():
+            cuda.syncthreads()
+
+        return team, lane, lanes, sync
+    if game_threads & (game_threads - 1) or not 1 <= game_threads <= 32:
+        raise ValueError(f"packed teams are power-of-two slices of one warp, not {game_threads} lanes")
+    LANES = U(game_threads)
+    # The team's lanes of its warp: a run of game_threads bits, shifted to the team's first lane.
+    RUN = U(0xFFFFFFFF if game_threads == 32 else (1 << game_threads) - 1)
+
+    @inline_device
+    def team():
+        return U(U(cuda.threadIdx.x) // LANES)
+
+    @inline_device
+    def lane():
+        return U(U(cuda.threadIdx.x) % LANES)
+
+    @inline_device
+    def lanes():
+        return LANES
+
+    @inline_device
+    def sync():
+        cuda.syncwarp(U(RUN << U(U(U(cuda.threadIdx.x) % U(32)) // LANES * LANES)))
+
+    return team, lane, lanes, sync
+
+
 def typed_constants(constants: dict[str, Any]):
     """``kernel_constants(params)`` as a named tuple of the types the kernels compute with: bools,
     ints, ``np.float32`` (each float rounded once, as CUDA C gets it), and tuples as ``np.float32``
@@ -101,9 +167,12 @@ def typed_constants(constants: dict[str, Any]):
     return namedtuple("Constants", values)(**values)
 
 
-def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: str):
-    """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents."""
+def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: str, game_threads=0, games_per_block=1):
+    """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents, packed
+    ``games_per_block`` envs of ``game_threads`` lanes to a block (:func:`team_functions`)."""
     N = U(num_agents)
+    GAMES = U(games_per_block)
+    team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
     shared, reset_env, step_env, in_game, observe_env, totals_env = (
         functions.shared,
         functions.reset_env,
@@ -122,12 +191,12 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         # episodes is read as an unsigned counter (the RNG masks it to 32 bits).
         episode = episodes[e]
         reset_env(state, sh, e, seeds[e], episode)
-        a = U(cuda.threadIdx.x)
+        a = lane()
         while a < N:
             running_returns[e, a] = ZERO
-            a = U(a + U(cuda.blockDim.x))
-        cuda.syncthreads()  # every thread has read episodes[e]; the fresh state is visible to the block
-        if cuda.threadIdx.x == 0:
+            a = U(a + lanes())
+        sync()  # every thread has read episodes[e]; the fresh state is visible to the team
+        if lane() == 0:
             episodes[e] = episode + np.int32(1)
 
     def step(
@@ -153,11 +222,11 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
     ):
         sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
         sh = shared()
-        e = U(cuda.blockIdx.x)
+        e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs:
             return
-        tid = U(cuda.threadIdx.x)
-        threads = U(cuda.blockDim.x)
+        tid = lane()
+        threads = lanes()
 
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
@@ -177,7 +246,7 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
 
         term, trunc = step_env(state, sh, e, actions, rewards)
         done = term or trunc
-        cuda.syncthreads()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
+        sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
         a = tid
         while a < N:
             # One float32 addition per step, as the reference's running_returns + rewards.
@@ -198,21 +267,21 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
                 final_observation_mask[e] = done
             else:
                 needs_reset[e] = done
-        cuda.syncthreads()  # in_game and totals have read what observe_env may overwrite in shared memory
+        sync()  # in_game and totals have read what observe_env may overwrite in shared memory
         if autoreset_mode == SAME_STEP and done:
             observe_env(state, sh, e, final_observations, None)
-            cuda.syncthreads()  # the final observations have read the state the reset overwrites
+            sync()  # the final observations have read the state the reset overwrites
             reset_episode(state, sh, e, running_returns, episodes, seeds)
         observe_env(state, sh, e, observations, action_masks)
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sources  # noqa: B018
         sh = shared()
-        e = U(cuda.blockIdx.x)
+        e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs or not reset_mask[e]:
             return
         reset_episode(state, sh, e, running_returns, episodes, seeds)
-        if cuda.threadIdx.x == 0:
+        if lane() == 0:
             needs_reset[e] = False
         observe_env(state, sh, e, observations, action_masks)
 

@@ -28,12 +28,24 @@ import functools
 import inspect
 import types
 
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero, team_functions
 from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, divide, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
-__all__ = ["U", "add_rn", "cuda", "divide", "float32", "int32", "mul_rn", "nan_to_zero", "numba_game", "uniform"]
+__all__ = [
+    "U",
+    "add_rn",
+    "cuda",
+    "divide",
+    "float32",
+    "int32",
+    "mul_rn",
+    "nan_to_zero",
+    "numba_game",
+    "team_functions",
+    "uniform",
+]
 
 REQUIRED = ("reset_env", "step_env", "observe_env")
 

@@ -6,14 +6,18 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import U, cuda
 from gpu_marl_envs.kernels.rng_numba import uniform
+
+# Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
+PACKS_GAMES = True
 
 LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 
 
 def game_functions(c) -> GameFunctions:
+    _, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     M, C, MAX_CYCLES, GOAL_DRAW = c.NUM_LANDMARKS, c.COMM_DIM, c.MAX_CYCLES, c.GOAL_DRAW
     SENSITIVITY, COLORS = c.SENSITIVITY, c.LANDMARK_COLORS
     OBS_SIZE = 3 + 2 + 2 * M + C
@@ -39,7 +43,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        if cuda.threadIdx.x != 0:
+        if lane() != 0:
             return
         for a in range(2):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
@@ -58,8 +62,8 @@ def game_functions(c) -> GameFunctions:
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
         now = t[e] + 1
-        cuda.syncthreads()  # every thread has read t
-        if cuda.threadIdx.x == 0:
+        sync()  # every thread has read t
+        if lane() == 0:
             utter(actions, e, comm)
             ux, uy = action_force(actions, e, 1, SENSITIVITY)
             nx, ny, nvx, nvy = mpe.integrate(x[e, 1], y[e, 1], vx[e, 1], vy[e, 1], ux, uy, ZERO)
@@ -77,7 +81,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        k = U(cuda.threadIdx.x)
+        k = lane()
         while k < U(OBS_SIZE):
             if k < 3:
                 value = COLORS[3 * goal[e] + k]  # the speaker's: the goal's colour
@@ -89,6 +93,6 @@ def game_functions(c) -> GameFunctions:
             else:
                 value = comm[e, k - 5 - 2 * M]
             obs[e, k] = value
-            k = U(k + U(cuda.blockDim.x))
+            k = U(k + lanes())
 
     return GameFunctions(reset_env, step_env, observe_env)

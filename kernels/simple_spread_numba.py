@@ -6,15 +6,21 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32
+
+# Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
+PACKS_GAMES = True
 
 LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 
 
 def game_functions(c) -> GameFunctions:
+    team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
+    GAMES = c.GME_GAMES_PER_BLOCK
+    stage, tree_sum = mpe.team_phases(c)
     N, OBS_DIM, SLOTS, MAX_CYCLES = c.NUM_AGENTS, c.OBS_DIM, c.SUM_SLOTS, c.MAX_CYCLES
     SENSITIVITY, DIST_MIN, REACH2 = c.SENSITIVITY, c.DIST_MIN, c.REACH2
     GLOBAL_WEIGHT, LOCAL_RATIO = c.GLOBAL_WEIGHT, c.LOCAL_RATIO
@@ -25,15 +31,15 @@ def game_functions(c) -> GameFunctions:
     def shared():
         # The agents' positions (before the move, then after it); each landmark's nearest distance. One
         # array a line: the simulator tells shared arrays apart by the line that declares them.
-        sx = cuda.shared.array(N, float32)
-        sy = cuda.shared.array(N, float32)
-        sums = cuda.shared.array(SLOTS, float32)
+        sx = cuda.shared.array((GAMES, N), float32)[team()]
+        sy = cuda.shared.array((GAMES, N), float32)[team()]
+        sums = cuda.shared.array((GAMES, SLOTS), float32)[team()]
         return sx, sy, sums
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        a = U(cuda.threadIdx.x)
+        a = lane()
         while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
             y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
@@ -41,16 +47,16 @@ def game_functions(c) -> GameFunctions:
             vy[e, a] = ZERO
             landmark_x[e, a] = uniform(seed, episode, 2 * N + a, LOW, HIGH)
             landmark_y[e, a] = uniform(seed, episode, 3 * N + a, LOW, HIGH)
-            a = U(a + U(cuda.blockDim.x))
-        if cuda.threadIdx.x == 0:
+            a = U(a + lanes())
+        if lane() == 0:
             t[e] = 0
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, t = state
         sx, sy, sums = sh
-        mpe.stage(x, y, sx, sy, e, N)
-        a = U(cuda.threadIdx.x)
+        stage(x, y, sx, sy, e, N)
+        a = lane()
         while a < U(N):
             fx, fy = action_force(actions, e, a, SENSITIVITY)
             for j in range(N):
@@ -61,10 +67,10 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = ny
             vx[e, a] = nvx
             vy[e, a] = nvy
-            a = U(a + U(cuda.blockDim.x))
-        cuda.syncthreads()  # every agent has moved and read the old positions
-        mpe.stage(x, y, sx, sy, e, N)
-        lm = U(cuda.threadIdx.x)
+            a = U(a + lanes())
+        sync()  # every agent has moved and read the old positions
+        stage(x, y, sx, sy, e, N)
+        lm = lane()
         while lm < U(SLOTS):
             nearest = ZERO
             if lm < N:
@@ -74,10 +80,10 @@ def game_functions(c) -> GameFunctions:
                     nearest = min(nearest, mpe.squared_norm(sx[a] - lx, sy[a] - ly))
                 nearest = np.float32(math.sqrt(nearest))
             sums[lm] = nearest
-            lm = U(lm + U(cuda.blockDim.x))
-        mpe.tree_sum(sums, SLOTS)
+            lm = U(lm + lanes())
+        tree_sum(sums, SLOTS)
         total = -sums[0]
-        a = U(cuda.threadIdx.x)
+        a = lane()
         while a < U(N):
             count = 0
             for j in range(N):
@@ -85,17 +91,17 @@ def game_functions(c) -> GameFunctions:
                 if j != a and d2 < REACH2 and np.float32(math.sqrt(d2)) < DIST_MIN:
                     count += 1
             rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
-            a = U(a + U(cuda.blockDim.x))
+            a = U(a + lanes())
         now = t[e] + 1
-        cuda.syncthreads()  # every thread has read t and the tree's sum
-        if cuda.threadIdx.x == 0:
+        sync()  # every thread has read t and the tree's sum
+        if lane() == 0:
             t[e] = now
         return False, now >= MAX_CYCLES
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        k = U(cuda.threadIdx.x)
+        k = lane()
         while k < U(N * OBS_DIM):
             a, f = k // OBS_DIM, k % OBS_DIM
             if f < 4:
@@ -111,6 +117,6 @@ def game_functions(c) -> GameFunctions:
             else:
                 value = ZERO  # the silent agents' communication
             obs[e, k] = value
-            k = U(k + U(cuda.blockDim.x))
+            k = U(k + lanes())
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

@@ -6,15 +6,21 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
+
+# Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
+PACKS_GAMES = True
 
 LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 
 
 def game_functions(c) -> GameFunctions:
+    team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
+    GAMES = c.GME_GAMES_PER_BLOCK
+    stage, tree_sum = mpe.team_phases(c)
     N, A, L, MAX_CYCLES = c.NUM_AGENTS, c.NUM_ADVERSARIES, c.NUM_OBSTACLES, c.MAX_CYCLES
     ADVERSARY_OBS_DIM, GOOD_OBS_DIM = c.ADVERSARY_OBS_DIM, c.GOOD_OBS_DIM
     ADVERSARY_ACCEL, GOOD_ACCEL = c.ADVERSARY_ACCEL, c.GOOD_ACCEL
@@ -34,27 +40,27 @@ def game_functions(c) -> GameFunctions:
     def shared():
         # The agents' positions (before the move, then after it); the catches. One array a line: the
         # simulator tells shared arrays apart by the line that declares them.
-        sx = cuda.shared.array(N, float32)
-        sy = cuda.shared.array(N, float32)
-        caught = cuda.shared.array(1, int32)
+        sx = cuda.shared.array((GAMES, N), float32)[team()]
+        sy = cuda.shared.array((GAMES, N), float32)[team()]
+        caught = cuda.shared.array((GAMES, 1), int32)[team()]
         return sx, sy, caught
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
-        a = U(cuda.threadIdx.x)
+        a = lane()
         while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
             y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
             vx[e, a] = ZERO
             vy[e, a] = ZERO
-            a = U(a + U(cuda.blockDim.x))
-        lm = U(cuda.threadIdx.x)
+            a = U(a + lanes())
+        lm = lane()
         while lm < U(L):
             obstacle_x[e, lm] = uniform(seed, episode, 2 * N + lm, -RANGE, RANGE)
             obstacle_y[e, lm] = uniform(seed, episode, 2 * N + L + lm, -RANGE, RANGE)
-            lm = U(lm + U(cuda.blockDim.x))
-        if cuda.threadIdx.x == 0:
+            lm = U(lm + lanes())
+        if lane() == 0:
             t[e] = 0
 
     @cuda.jit(device=True)
@@ -70,10 +76,10 @@ def game_functions(c) -> GameFunctions:
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
         sx, sy, caught = sh
-        if cuda.threadIdx.x == 0:
+        if lane() == 0:
             caught[0] = 0
-        mpe.stage(x, y, sx, sy, e, N)
-        a = U(cuda.threadIdx.x)
+        stage(x, y, sx, sy, e, N)
+        a = lane()
         while a < U(N):
             adversary = a < A
             fx, fy = action_force(actions, e, a, ADVERSARY_ACCEL if adversary else GOOD_ACCEL)
@@ -100,10 +106,10 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = ny
             vx[e, a] = nvx
             vy[e, a] = nvy
-            a = U(a + U(cuda.blockDim.x))
-        cuda.syncthreads()  # every agent has moved and read the old positions
-        mpe.stage(x, y, sx, sy, e, N)
-        g = U(A + cuda.threadIdx.x)
+            a = U(a + lanes())
+        sync()  # every agent has moved and read the old positions
+        stage(x, y, sx, sy, e, N)
+        g = U(U(A) + lane())
         while g < U(N):
             count = 0
             for a in range(A):
@@ -115,22 +121,22 @@ def game_functions(c) -> GameFunctions:
             reward = np.float32(-CATCH_REWARD * count)
             reward = add_rn(reward, -bound(abs(sx[g])))
             rewards[e, g] = add_rn(reward, -bound(abs(sy[g])))
-            g = U(g + U(cuda.blockDim.x))
-        cuda.syncthreads()  # every catch is counted
-        a = U(cuda.threadIdx.x)
+            g = U(g + lanes())
+        sync()  # every catch is counted
+        a = lane()
         while a < U(A):
             rewards[e, a] = np.float32(CATCH_REWARD * caught[0])
-            a = U(a + U(cuda.blockDim.x))
+            a = U(a + lanes())
         now = t[e] + 1
-        cuda.syncthreads()  # every thread has read t
-        if cuda.threadIdx.x == 0:
+        sync()  # every thread has read t
+        if lane() == 0:
             t[e] = now
         return False, now >= MAX_CYCLES
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
-        k = U(cuda.threadIdx.x)
+        k = lane()
         while k < U(OBS_SIZE):
             if k < ADVERSARY_FLOATS:
                 a, f = k // ADVERSARY_OBS_DIM, k % ADVERSARY_OBS_DIM
@@ -153,6 +159,6 @@ def game_functions(c) -> GameFunctions:
                     j += 1  # the other good agents, in id order
                 value = vx[e, j] if is_x else vy[e, j]
             obs[e, k] = value
-            k = U(k + U(cuda.blockDim.x))
+            k = U(k + lanes())
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

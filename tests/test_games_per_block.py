@@ -1,13 +1,16 @@
-"""Several envs per CUDA C block (``MultiAgentDefinition.games_per_block``): the MPE games pack
-their teams, and a game that cannot run packed is refused in one line before nvcc sees it. (The
-packed kernels' steps are checked against the torch reference on the GPU: tests/test_gpu_mpe.py.)"""
+"""Several envs per block (``MultiAgentDefinition.games_per_block``): the MPE games pack their teams,
+on CUDA C and on Numba, and a game that cannot run packed is refused in one line before nvcc sees
+it. (The packed kernels' steps are checked against the torch reference on the GPU:
+tests/test_gpu_mpe.py; Numba's simulator runs a block per env.)"""
 
 import dataclasses
+import importlib
 import shutil
 from pathlib import Path
 
 import pytest
 
+from gpu_marl_envs.backends import multi_agent_numba
 from gpu_marl_envs.backends.multi_agent_pycuda import check_games_per_block, kernel_source
 from gpu_marl_envs.checker import compile_cuda
 from gpu_marl_envs.envs import mpe_physics
@@ -25,6 +28,19 @@ def test_mpe_games_pack_teams_of_a_warp_slice_into_128_threads(game_id):
     assert lanes * games == mpe_physics.PACKED_BLOCK_THREADS and lanes <= 32 and lanes >= params.num_agents
     source = kernel_source(spec, params)
     assert f"#define GME_GAMES_PER_BLOCK {games}\n" in source and f"#define GME_GAME_THREADS {lanes}\n" in source
+
+
+@pytest.mark.parametrize("game_id", MPE)
+def test_numba_packs_the_games_written_for_it_where_it_has_warp_barriers(game_id, monkeypatch):
+    spec = GAMES[game_id]
+    params = spec.definition.params_type()
+    module = importlib.import_module(spec.kernels.numba)
+    packed = (spec.definition.block_threads(params), spec.definition.games_per_block(params))
+    assert multi_agent_numba._packing(spec, module, params) == (0, 1)  # the simulator: a block per env
+    monkeypatch.setattr(multi_agent_numba, "simulator_enabled", lambda: False)  # as on a GPU
+    assert multi_agent_numba._packing(spec, module, params) == packed
+    monkeypatch.delattr(module, "PACKS_GAMES")  # a Numba module written for a block per env
+    assert multi_agent_numba._packing(spec, module, params) == (0, 1)
 
 
 def test_a_large_mpe_game_keeps_a_block_per_game():

@@ -27,7 +27,7 @@ for k in range(30):
     group_observations, *_ = game.step_groups(actions)
 torch.cuda.synchronize()
 spread = game_spec("gpu_marl_envs/SimpleSpread-v3")
-kernels = [*numba_backend._kernels(env_spec("CartPole-v1")), *multi_agent_numba._kernels(spread, game.params)]
+kernels = [*numba_backend._kernels(env_spec("CartPole-v1")), *multi_agent_numba._kernels(spread, game.params)[:2]]
 print(json.dumps({
     "hits": sum(sum(kernel.stats.cache_hits.values()) for kernel in kernels),
     "misses": sum(sum(kernel.stats.cache_misses.values()) for kernel in kernels),

@@ -79,7 +79,7 @@ for spec in registration.ENVS.values():
     for kernel in numba_backend._kernels(spec):
         show(kernel)
 for spec in registration.GAMES.values():
-    for kernel in multi_agent_numba._kernels(spec, spec.definition.params_type()):
+    for kernel in multi_agent_numba._kernels(spec, spec.definition.params_type())[:2]:
         show(kernel)
 print(len(registration.ENVS) + len(registration.GAMES), "envs and games")
 """

@@ -75,7 +75,7 @@ def numba_step_ptx(spec, params, bounds=None) -> str:
         from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers
 
         buffers = MultiAgentBuffers.allocate(spec.definition, params, 2, torch.device("cpu"))
-        step, _ = _kernels(spec, params)
+        step, *_ = _kernels(spec, params)
         views = {name: tensor.numpy() for name, tensor in buffers.tensors().items()}
         views["state"] = tuple(tensor.numpy() for tensor in buffers.state_arrays())
         views["action_masks"] = np.zeros((1, 1), bool)

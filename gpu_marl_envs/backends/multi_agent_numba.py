@@ -15,7 +15,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends.numba_backend import NumbaLauncher
+from gpu_marl_envs.backends.numba_backend import NumbaLauncher, simulator_enabled
 from gpu_marl_envs.multi_agent_buffers import (
     MAX_SHARED_BYTES,
     RESET_ARGUMENTS,
@@ -26,9 +26,20 @@ from gpu_marl_envs.multi_agent_buffers import (
 from gpu_marl_envs.registration import RegisteredEnv
 
 
+def _packing(spec: RegisteredEnv, module, params) -> tuple[int, int]:
+    """``(game_threads, games_per_block)`` of the Numba kernels: the definition's packing for a game
+    whose Numba module is written for it (``PACKS_GAMES``; multi_agent_numba.py) on a GPU, else
+    ``(0, 1)``, a block per env. The simulator has no warp barrier: a block per env there."""
+    games = spec.definition.games_per_block(params)
+    if games > 1 and getattr(module, "PACKS_GAMES", False) and not simulator_enabled():
+        return spec.definition.block_threads(params), games
+    return 0, 1
+
+
 @functools.cache
 def _kernels(spec: RegisteredEnv, params):
-    """The (step, reset) kernels of a game for these params, built once per process."""
+    """The (step, reset) kernels of a game for these params and their packing (:func:`_packing`),
+    built once per process."""
     from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants
 
     module = importlib.import_module(spec.kernels.numba)
@@ -37,10 +48,17 @@ def _kernels(spec: RegisteredEnv, params):
             f"{module.__name__} (the Numba module of {spec.id}) defines no game_functions(c): "
             "it returns the game's GameFunctions (docs/custom_env.md)"
         )
-    functions = module.game_functions(typed_constants(spec.definition.kernel_constants(params)))
+    game_threads, games_per_block = _packing(spec, module, params)
+    constants = spec.definition.kernel_constants(params)
+    reserved = [name for name in ("GME_GAME_THREADS", "GME_GAMES_PER_BLOCK") if name in constants]
+    if reserved:
+        raise ValueError(f"{spec.id}'s kernel constants name {', '.join(reserved)}, which the framework sets")
+    constants = {**constants, "GME_GAME_THREADS": game_threads, "GME_GAMES_PER_BLOCK": games_per_block}
+    functions = module.game_functions(typed_constants(constants))
     if not isinstance(functions, GameFunctions):
         raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
-    return make_multi_agent_kernels(functions, params.num_agents, spec.kernel_name)
+    kernels = make_multi_agent_kernels(functions, params.num_agents, spec.kernel_name, game_threads, games_per_block)
+    return (*kernels, game_threads, games_per_block)
 
 
 class MultiAgentNumbaBackend:
@@ -51,15 +69,17 @@ class MultiAgentNumbaBackend:
 
     def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
         definition = spec.definition
-        step_kernel, reset_kernel = _kernels(spec, params)
+        step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
         threads = definition.block_threads(params)
-        if definition.games_per_block(params) > 1:
-            # Numba runs a block per env: a team packed for CUDA C (a slice of a warp) gets the whole
-            # warp. On an H200 SimpleSpread's 4-lane blocks (its team) stepped 65,536 games in 327 µs,
-            # its 32-lane blocks in 202 µs: more lanes per block shorten each game's loops, and the
-            # blocks an SM holds at once are the same 32 either way.
+        if games_per_block > 1:
+            threads = game_threads * games_per_block
+        elif definition.games_per_block(params) > 1:
+            # A game packed for CUDA C whose Numba module is not (no PACKS_GAMES) runs a block per
+            # env: its team (a slice of a warp) gets the whole warp. On an H200 SimpleSpread's 4-lane
+            # blocks stepped 65,536 games in 327 µs, its 32-lane blocks in 202 µs: more lanes per
+            # block shorten each game's loops, and the blocks an SM holds at once are the same 32.
             threads = 32
         if device.type != "cuda":
             # The simulator runs a Python thread per CUDA thread. Half as many as the game has agents
@@ -67,7 +87,8 @@ class MultiAgentNumbaBackend:
             # larger than their block, which the tests thus cover on the CPU.
             threads = min(threads, (params.num_agents + 1) // 2)
         shared_bytes = definition.dynamic_shared_bytes(params)
-        launcher = NumbaLauncher(device, blocks=num_envs, threads=threads, shared_bytes=shared_bytes)
+        blocks = (num_envs + games_per_block - 1) // games_per_block
+        launcher = NumbaLauncher(device, blocks=blocks, threads=threads, shared_bytes=shared_bytes)
         # The parallel env gathers every group's actions here: the CUDA graph's input, which a
         # prepared launch reads in place.
         self.actions_buffer = torch.zeros(

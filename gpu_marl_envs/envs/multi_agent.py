@@ -147,8 +147,9 @@ class MultiAgentDefinition:
     """``p -> envs`` whose teams share one block of the CUDA C kernels (``block_threads`` then a
     power of two up to 32, no dynamic shared memory, and the game's .cu written with
     ``gme_lane()``, ``gme_lanes()``, ``gme_sync()``: ``kernels/multi_agent.cuh``). For games of few
-    agents, whose one-env blocks would leave most of an SM's threads idle. Numba runs a block of one
-    warp per env for such games."""
+    agents, whose one-env blocks would leave most of an SM's threads idle. Numba packs them alike
+    where the game's Numba module is written for it (``PACKS_GAMES``: ``kernels/multi_agent_numba.py``),
+    else runs a block of one warp per env."""
     action_masks: Callable[[Any, Any], dict[str, torch.Tensor]] | None = None
     """``(p, state) -> {group: bool (E, n_g, A_g)}``: the actions each agent may take now (``A_g``
     = the group's ``Discrete`` size), or ``None`` for a game without masks."""
