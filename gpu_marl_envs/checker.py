@@ -2,7 +2,8 @@
 
 For a registered env or game it checks, raising ``AssertionError`` with what differs:
 
-- its CUDA C file compiles (``nvcc -ptx``, no warnings), where nvcc is installed;
+- its CUDA C file compiles (``nvcc -ptx``, no warnings), where nvcc is installed, and with NVRTC as the
+  CUDA C backend compiles it, where NVRTC loads;
 - every kernel backend available on the device (on a CPU: Numba under its CUDA simulator,
   ``NUMBA_ENABLE_CUDASIM=1``; on a GPU: Numba and CUDA C) against the torch reference, step for
   step in every autoreset mode: identical resets from one seed (full and masked), then each step from
@@ -85,6 +86,7 @@ def check_env(
     params = spec.definition.make_params(params)
     if compile_cuda(spec, params) is None and spec.kernels.cuda is not None:
         warnings.warn(f"{spec.id}: its CUDA C kernels were not compiled: nvcc is not installed", stacklevel=2)
+    compile_cuda_nvrtc(spec, params)
     device = torch.device(device)
     if backends is None:
         with_kernels = [name for name, (field, _) in SOURCES.items() if getattr(spec.kernels, field) is not None]
@@ -116,16 +118,14 @@ def check_env(
 
 
 def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str | None:
-    """The PTX of ``spec``'s CUDA C file for ``params``, compiled by nvcc as pycuda compiles it; None
-    where nvcc is not installed or the env has no CUDA C file. Errors and warnings raise."""
+    """The PTX of ``spec``'s CUDA C file for ``params``, compiled by nvcc (the CUDA C backend's compiler
+    where NVRTC cannot be loaded); None where nvcc is not installed or the env has no CUDA C file.
+    Errors and warnings raise."""
+    from gpu_marl_envs.backends import pycuda_backend
+
     if spec.kernels.cuda is None or shutil.which("nvcc") is None:
         return None
-    from gpu_marl_envs.backends import multi_agent_pycuda, pycuda_backend
-
-    if spec.is_game:
-        source = multi_agent_pycuda.kernel_source(spec, spec.definition.make_params(params))
-    else:
-        source = pycuda_backend.kernel_source(spec)
+    source = _cuda_source(spec, params)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / spec.kernels.cuda.name
         path.write_text(source)
@@ -147,6 +147,29 @@ def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str
                 "it where it always expands (not inside an #if), or delete it and let the framework write it"
             )
     return ptx
+
+
+def compile_cuda_nvrtc(spec: RegisteredEnv, params=None) -> None:
+    """``spec``'s CUDA C file for ``params`` compiled as the CUDA C backend compiles it (NVRTC, for
+    sm_90, ``backends/nvrtc.py``), where NVRTC loads and the env has a CUDA C file: NVRTC lacks the
+    C++ standard library's headers that nvcc finds. Errors raise."""
+    from gpu_marl_envs.backends import nvrtc, pycuda_backend
+
+    if spec.kernels.cuda is None or nvrtc.unavailable_reason() is not None:
+        return
+    folders = pycuda_backend.include_dirs(spec.kernels.cuda)
+    try:
+        nvrtc.binary(_cuda_source(spec, params), spec.kernels.cuda.name, folders, (9, 0))
+    except RuntimeError as error:
+        raise AssertionError(f"{spec.id}: {error}") from None
+
+
+def _cuda_source(spec: RegisteredEnv, params) -> str:
+    from gpu_marl_envs.backends import multi_agent_pycuda, pycuda_backend
+
+    if spec.is_game:
+        return multi_agent_pycuda.kernel_source(spec, spec.definition.make_params(params))
+    return pycuda_backend.kernel_source(spec)
 
 
 # -- comparisons ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 // env i start at actions + i * shape), obs_dim (GME_OBS_DIM), the autoreset codes (GME_AUTORESET_*), RNG
 // constants, the block size every launch uses (GME_THREADS_PER_BLOCK) and the kernels' name (GME_KERNEL_NAME).
 #pragma once
+#include "nvrtc.cuh"
 #include "rng.cuh"
 
 // What an env inherits: the types and sizes Python defines.

@@ -41,6 +41,7 @@
 // GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
 // MultiAgentDefinition.kernel_constants).
 #pragma once
+#include "nvrtc.cuh"
 #include "rng.cuh"
 
 static_assert(GME_BLOCK_THREADS == GME_GAME_THREADS * GME_GAMES_PER_BLOCK, "a block is its games' teams");

@@ -14,10 +14,11 @@
 // __syncwarp; in a step of two phases each thread writes the lists of the agents it searches for,
 // which the warps read after a block barrier.
 // No fused multiply-adds where the reference rounds twice: __fmul_rn / __fadd_rn.
-#include <cfloat>
-
 #include "float32.cuh"
 #include "multi_agent.cuh"
+
+// The largest finite float (FLT_MAX), written out: <cfloat> is not among NVRTC's headers.
+#define GME_FLT_MAX 0x1.fffffep+127f
 
 #define N TC_NUM_AGENTS
 #define G TC_NUM_TAGGERS
@@ -263,7 +264,7 @@ struct NearestList {
     unsigned long long best[K];
     float last;  // the list's last distance, or the largest float while it has room
 
-    __device__ __forceinline__ NearestList() : last(FLT_MAX) {
+    __device__ __forceinline__ NearestList() : last(GME_FLT_MAX) {
 #pragma unroll
         for (int m = 0; m < K; ++m) best[m] = EMPTY_KEY;
     }
@@ -279,7 +280,7 @@ struct NearestList {
 #pragma unroll
         for (int m = K - 1; m > 0; --m) best[m] = after[m] ? best[m] : (after[m - 1] ? key : best[m - 1]);
         if (!after[0]) best[0] = key;
-        last = fminf(__uint_as_float((unsigned)(best[K - 1] >> 32)), FLT_MAX);
+        last = fminf(__uint_as_float((unsigned)(best[K - 1] >> 32)), GME_FLT_MAX);
     }
     __device__ __forceinline__ float limit() const { return last; }
     __device__ __forceinline__ int place(int m) const { return best[m] == EMPTY_KEY ? -1 : (int)(best[m] & 0xffffu); }

@@ -1,7 +1,7 @@
 """The kernels' parameter lists match the runtime's single sources of truth (``buffers.STEP_ARGUMENTS``,
 ``multi_agent_buffers.STEP_ARGUMENTS`` and the reset lists), and every CUDA C file compiles
-(``nvcc -ptx``; pycuda compiles the same way on the GPU) for params that switch each compile-time
-branch. The framework declares the kernels of every env and game: its shells in both languages."""
+(``nvcc -ptx``, and NVRTC as the CUDA C backend compiles it on the GPU) for params that switch each
+compile-time branch. The framework declares the kernels of every env and game: its shells in both languages."""
 
 import dataclasses
 import inspect
@@ -12,14 +12,21 @@ import pytest
 
 import gpu_marl_envs
 from gpu_marl_envs import buffers, multi_agent_buffers
-from gpu_marl_envs.backends import multi_agent_numba, numba_backend
-from gpu_marl_envs.checker import compile_cuda
+from gpu_marl_envs.backends import multi_agent_numba, numba_backend, nvrtc
+from gpu_marl_envs.checker import compile_cuda, compile_cuda_nvrtc
 from gpu_marl_envs.envs import tag_continuous_kernel_layout
 from gpu_marl_envs.envs.tag_continuous import TagContinuousParams
 from gpu_marl_envs.registration import GAMES, env_spec
 
 KERNELS = gpu_marl_envs.envs.bundled.KERNELS
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+needs_nvrtc = pytest.mark.skipif(nvrtc.unavailable_reason() is not None, reason=str(nvrtc.unavailable_reason()))
+
+
+@pytest.fixture
+def nvrtc_cache(tmp_path, monkeypatch):
+    """NVRTC's binaries cached in the test's folder, not the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
 
 
 def _python_function(kernel):
@@ -74,6 +81,11 @@ def test_kernel_values_follow_declared_types(env_id):
 @needs_nvcc
 def test_classic_cuda_c_compiles(env_id):
     assert compile_cuda(env_spec(env_id)) is not None
+
+
+@needs_nvrtc
+def test_classic_cuda_c_compiles_with_nvrtc(env_id, nvrtc_cache):
+    compile_cuda_nvrtc(env_spec(env_id))  # raises where it does not compile
 
 
 # -- multi-agent games -------------------------------------------------------------------------
@@ -136,6 +148,13 @@ def test_game_numba_kernel_parameters(game_id, kind, expected):
 def test_game_cuda_c_compiles(game_id):
     for params in _game_params(game_id):
         assert compile_cuda(GAMES[game_id], params) is not None
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("game_id", GAME_IDS)
+def test_game_cuda_c_compiles_with_nvrtc(game_id, nvrtc_cache):
+    for params in _game_params(game_id):
+        compile_cuda_nvrtc(GAMES[game_id], params)  # raises where it does not compile
 
 
 def test_state_struct_follows_the_state_dataclass():

@@ -111,7 +111,7 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
 
 @functools.cache
 def _module(spec: RegisteredEnv, params, device_index: int):
-    """One compiled module per game, params and device (pycuda also caches the binary on disk)."""
+    """One compiled module per game, params and device (the binary is also cached on disk: backends/nvrtc.py)."""
     return compile_module(kernel_source(spec, params), spec.kernels.cuda)
 
 

@@ -1,5 +1,5 @@
-"""CUDA C backend: an env's .cu file compiled by pycuda on the primary context (the one torch
-uses) and launched on torch's current stream.
+"""CUDA C backend: an env's .cu file compiled (``compile_module``) and loaded by pycuda on the primary
+context (the one torch uses), launched on torch's current stream.
 
 The launch path is the cheapest pycuda offers: the argument buffer is packed once at construction
 and only the actions pointer is rewritten per step.
@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends import raw_current_stream
+from gpu_marl_envs.backends import nvrtc, raw_current_stream
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -122,11 +122,18 @@ def include_dirs(cuda_file) -> list[str]:
 
 
 def compile_module(source: str, cuda_file):
-    """A pycuda module of ``source`` on the primary context torch uses."""
+    """A pycuda module of ``source`` on the primary context torch uses, compiled by NVRTC and cached on
+    disk (``backends/nvrtc.py``); by nvcc, through pycuda, where NVRTC cannot be loaded (cuda-bindings
+    of another CUDA major version than the NVRTC installed, say)."""
     import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
-    from pycuda.compiler import SourceModule
+    import pycuda.driver as drv
 
-    return SourceModule(source, include_dirs=include_dirs(cuda_file), no_extern_c=True)
+    if nvrtc.unavailable_reason() is not None:
+        from pycuda.compiler import SourceModule
+
+        return SourceModule(source, include_dirs=include_dirs(cuda_file), no_extern_c=True)
+    capability = drv.Context.get_device().compute_capability()
+    return drv.module_from_buffer(nvrtc.binary(source, cuda_file.name, include_dirs(cuda_file), capability))
 
 
 def kernel_source(spec: RegisteredEnv) -> str:
