@@ -676,14 +676,20 @@ def game_functions(c) -> GameFunctions:
         # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
         x, y, direction, speed, acceleration, in_game, t = state
         positions, ids, ends, tags, sh_in_game, runners_left = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
-        tid = cuda.threadIdx.x
-        threads = cuda.blockDim.x
+        # Strided loops over the block's threads as unsigned while loops (docs/custom_env.md, "Numba
+        # as fast as CUDA C"): a range with a run-time step is 64-bit, with a 64-bit division for its
+        # length and Python's negative-index wraparound on every access.
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
         now = t[e] + 1
-        for g in range(tid, G, threads):
+        g = tid
+        while g < U(G):
             tags[g] = 0
+            g = U(g + threads)
         if tid == 0:
             runners_left[0] = 0
-        for a in range(tid, N, threads):
+        a = tid
+        while a < U(N):
             # Every agent's move is computed, in play or not, and kept where it is in play: its
             # state and action are read together, in one round trip to global memory (as in the
             # CUDA C kernel).
@@ -728,6 +734,7 @@ def game_functions(c) -> GameFunctions:
                 set_position(positions, a, px, py)
             sh_in_game[a] = playing
             rewards[e, a] = reward
+            a = U(a + threads)
         cuda.syncthreads()
         if GRID:
             build_grid(e, state, sh)
@@ -737,28 +744,28 @@ def game_functions(c) -> GameFunctions:
         # struck out of the nearest-others search).
         left = 0
         if GRID:
-            begin, end = tid, ends[OUT_BUCKET - 1]  # the places of the agents in the game
+            q, end = tid, U(ends[OUT_BUCKET - 1])  # the places of the agents in the game
         else:
-            begin, end = G + tid, N
-        for q in range(begin, end, threads):
-            a = np.int32(ids[q]) if GRID else q
-            if a < G or not sh_in_game[a]:
-                continue
-            xq, yq = position(positions, q)
-            best, nearest = nearest_tagger(e, x, y, xq, yq, sh)
-            if np.float32(math.sqrt(best)) < TAGGING_RADIUS:
-                cuda.atomic.add(tags, nearest, np.int32(1))
-                rewards[e, a] = rewards[e, a] + TAG_PENALTY_FOR_RUNNER
-                if RUNNER_EXITS:
-                    # Only runners' flags change here, and this phase reads only taggers' flags and places.
-                    sh_in_game[a] = False
-                    in_game[e, a] = False
-                    speed[e, a] = ZERO
-                    acceleration[e, a] = ZERO
-                    if GRID:  # out of the nearest-others search: no distance to it is kept
-                        set_position(positions, q, NAN, yq)
-            if sh_in_game[a]:
-                left += 1
+            q, end = U(G + tid), U(N)
+        while q < end:
+            a = U(ids[q]) if GRID else q
+            if a >= U(G) and sh_in_game[a]:
+                xq, yq = position(positions, q)
+                best, nearest = nearest_tagger(e, x, y, xq, yq, sh)
+                if np.float32(math.sqrt(best)) < TAGGING_RADIUS:
+                    cuda.atomic.add(tags, nearest, np.int32(1))
+                    rewards[e, a] = rewards[e, a] + TAG_PENALTY_FOR_RUNNER
+                    if RUNNER_EXITS:
+                        # Only runners' flags change here, and this phase reads only taggers' flags and places.
+                        sh_in_game[a] = False
+                        in_game[e, a] = False
+                        speed[e, a] = ZERO
+                        acceleration[e, a] = ZERO
+                        if GRID:  # out of the nearest-others search: no distance to it is kept
+                            set_position(positions, q, NAN, yq)
+                if sh_in_game[a]:
+                    left += 1
+            q = U(q + threads)
         if left > 0:
             cuda.atomic.add(runners_left, 0, np.int32(left))
         cuda.syncthreads()
@@ -767,15 +774,17 @@ def game_functions(c) -> GameFunctions:
         term = runners_left[0] == 0
         last = now == EPISODE_LENGTH
         trunc = last and not term
-        for a in range(tid, N, threads):
+        a = tid
+        while a < U(N):
             reward = rewards[e, a]
-            if a < G:
+            if a < U(G):
                 count = tags[a]
                 if count > 0:
                     reward = add_rn(reward, mul_rn(np.float32(count), TAG_REWARD_FOR_TAGGER))
             elif last and sh_in_game[a]:
                 reward = reward + END_OF_GAME_REWARD_FOR_RUNNER
             rewards[e, a] = reward
+            a = U(a + threads)
         if tid == 0:
             t[e] = now
         return term, trunc
