@@ -274,7 +274,8 @@ def game_functions(c) -> GameFunctions:
         # draw 2N + a.
         x, y, direction, speed, acceleration, in_game, t = state
         positions, sh_in_game = sh[0], sh[5]
-        for a in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        a = U(cuda.threadIdx.x)  # an unsigned while loop: see step_env
+        while a < U(N):
             px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
             py = uniform(seed, episode, N + a, ZERO, GRID_LENGTH)
             quarter = np.float32(math.floor(uniform(seed, episode, 2 * N + a, ZERO, FOUR)))
@@ -287,6 +288,7 @@ def game_functions(c) -> GameFunctions:
             acceleration[e, a] = ZERO
             in_game[e, a] = True
             sh_in_game[a] = True
+            a = U(a + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             t[e] = 0
         if GRID:
@@ -593,11 +595,13 @@ def game_functions(c) -> GameFunctions:
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise a chunk's lists (sh[4])
-            for place in range(tid, ends[OUT_BUCKET - 1], threads):  # the agents out of the game come after
+            place, end = U(tid), U(ends[OUT_BUCKET - 1])  # the agents out of the game come after
+            while place < end:  # an unsigned while loop: see step_env
                 a = id_at(ids, place)
                 if sh_in_game[a]:  # (a runner tagged this step is still in its cell)
                     xa, ya = position(positions, place)
                     nearest_others_in_grid(place, xa, ya, sh, sh[9], a * K)
+                place = U(place + U(threads))
             cuda.syncthreads()
         chunk = min(threads, CHUNK)  # sh[4] holds CHUNK agents' lists
         for first in range(0, N, chunk):
