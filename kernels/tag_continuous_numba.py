@@ -223,49 +223,64 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def bucket(a, px, py, sh_in_game):
+        """Agent a's bucket, unsigned: an index into ends (see build_grid)."""
         if not sh_in_game[a]:
-            return OUT_BUCKET
-        return 2 * (cell_of(py) * C + cell_of(px)) + (1 if a >= G else 0)
+            return U(OUT_BUCKET)
+        return U(2 * (cell_of(py) * C + cell_of(px)) + (1 if a >= G else 0))
 
     @cuda.jit(device=True)
     def build_grid(e, state, sh):
         """The counting sort of the .cu's build_grid (the scan by thread segments here: the
         simulator has no warp shuffles; the staging buffer, free until the observations, serves as
-        the segments' scratch)."""
+        the segments' scratch). Unsigned indices and while loops, as in step_env; the counts in
+        int32, as the arrays hold them (Numba's int32 + int32 is 64-bit)."""
         x, y, direction, speed, acceleration, _, _ = state
         positions, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10]
-        tid = cuda.threadIdx.x
-        threads = cuda.blockDim.x
-        for b in range(tid, OUT_BUCKET + 1, threads):
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
+        b = tid
+        while b < U(OUT_BUCKET + 1):
             ends[b] = 0
+            b = U(b + threads)
         cuda.syncthreads()
-        for a in range(tid, N, threads):
+        a = tid
+        while a < U(N):
             cuda.atomic.add(ends, bucket(a, x[e, a], y[e, a], sh_in_game), np.int32(1))
+            a = U(a + threads)
         cuda.syncthreads()
-        per = (OUT_BUCKET + 1 + threads - 1) // threads
-        first = tid * per
-        last = min(first + per, OUT_BUCKET + 1)
-        total = 0
-        for b in range(first, last):
-            total += ends[b]
+        per = U(U(OUT_BUCKET + threads) // threads)  # buckets per thread, rounded up
+        first = U(tid * per)
+        last = min(U(first + per), U(OUT_BUCKET + 1))
+        total = np.int32(0)
+        b = first
+        while b < last:
+            total = np.int32(total + ends[b])
+            b = U(b + U(1))
         scratch[tid] = total
         cuda.syncthreads()
-        start = 0
-        for u in range(tid):
-            start += scratch[u]
-        for b in range(first, last):
+        start = np.int32(0)
+        u = U(0)
+        while u < tid:
+            start = np.int32(start + scratch[u])
+            u = U(u + U(1))
+        b = first
+        while b < last:
             count = ends[b]
             ends[b] = start
-            start += count
+            start = np.int32(start + count)
+            b = U(b + U(1))
         cuda.syncthreads()
-        for a in range(tid, N, threads):
+        a = tid
+        while a < U(N):
             px = x[e, a]
             py = y[e, a]
-            place = cuda.atomic.add(ends, bucket(a, px, py, sh_in_game), np.int32(1))  # afterwards the bucket's end
+            # afterwards the bucket's end
+            place = U(cuda.atomic.add(ends, bucket(a, px, py, sh_in_game), np.int32(1)))
             set_position(positions, place, px, py)
             ids[place] = uint16(a)
             if TWO_PHASE:
                 places[a] = uint16(place)
+            a = U(a + threads)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
