@@ -196,7 +196,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def cell_of(v):
         """The grid column (or row) of coordinate v, clamped to the grid: see the .cu."""
-        return int(min(max(v * INV_CELL_SIZE, ZERO), LAST_CELL))
+        return np.int32(min(max(v * INV_CELL_SIZE, ZERO), LAST_CELL))  # int32: see search_cells
 
     @cuda.jit(device=True)
     def cell_low(i):
@@ -204,7 +204,7 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def cell_high(i):
-        return np.float32(i + 1) * CELL_SIZE + CELL_MARGIN
+        return np.float32(np.int32(i + 1)) * CELL_SIZE + CELL_MARGIN
 
     @cuda.jit(device=True)
     def gap(i, c, v):
@@ -411,8 +411,8 @@ def game_functions(c) -> GameFunctions:
             cx = cell_of(xa)
             cy = cell_of(ya)
             sy = 1 if ya * INV_CELL_SIZE - np.float32(cy) >= HALF else -1  # towards the nearer row
-            i0 = max(cx - 1, 0)
-            i1 = min(cx + 1, C - 1)
+            i0 = np.int32(max(cx - 1, 0))
+            i1 = np.int32(min(cx + 1, C - 1))
             # Sequence position t is place t + shift in its run. (32-bit: Numba's arithmetic is
             # 64-bit, which doubled the loop's index instructions.)
             begin0, end0 = row_run(ends, cy, i0, i1)
@@ -426,7 +426,12 @@ def game_functions(c) -> GameFunctions:
                 q = np.int32(t + (shift0 if t < stop0 else (shift1 if t < stop1 else shift2)))
                 xq, yq = position(positions, q)
                 limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
-            for r in range(2, max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)) + 1):
+            # The rings' cell coordinates in int32 and while loops (a range of a run-time step is
+            # 64-bit, with a 64-bit division for its length); Numba's int32 + int is 64-bit, hence
+            # the np.int32 around each sum.
+            reach = np.int32(max(max(cx, C - 1 - cx), max(cy, C - 1 - cy)))
+            r = np.int32(2)
+            while r <= reach:
                 side = INFINITY
                 if cx + r < C:
                     side = min(side, cell_low(cx + r) - xa)
@@ -439,18 +444,23 @@ def game_functions(c) -> GameFunctions:
                 side = max(side, ZERO)
                 if mul_rn(side, side) > bound(best, limit):
                     break
-                for j in range(max(cy - r, 0), min(cy + r, C - 1) + 1):
+                j = np.int32(max(cy - r, 0))
+                j1 = np.int32(min(cy + r, C - 1))
+                while j <= j1:
                     # Rows cy - r and cy + r of the ring are whole; the rows between hold its two side cells.
-                    whole = j == cy - r or j == cy + r
-                    i0 = max(cx - r, 0) if whole else cx - r
-                    i1 = min(cx + r, C - 1) if whole else cx + r
-                    for i in range(i0, i1 + 1, 1 if whole else 2 * r):
-                        if i < 0 or i >= C or not may_hold(i, j, cx, cy, xa, ya, bound(best, limit)):
-                            continue
-                        c = j * C + i
-                        for q in range(np.int32(bucket_begin(ends, 2 * c)), np.int32(ends[2 * c + 1])):
-                            xq, yq = position(positions, q)
-                            limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
+                    whole = j == np.int32(cy - r) or j == np.int32(cy + r)
+                    i = np.int32(max(cx - r, 0)) if whole else np.int32(cx - r)
+                    i1 = np.int32(min(cx + r, C - 1)) if whole else np.int32(cx + r)
+                    step = np.int32(1) if whole else np.int32(2 * r)
+                    while i <= i1:
+                        if i >= 0 and i < C and may_hold(i, j, cx, cy, xa, ya, bound(best, limit)):
+                            c = np.int32(j * C + i)
+                            for q in range(np.int32(bucket_begin(ends, 2 * c)), np.int32(ends[2 * c + 1])):
+                                xq, yq = position(positions, q)
+                                limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
+                        i = np.int32(i + step)
+                    j = np.int32(j + 1)
+                r = np.int32(r + 1)
             return limit
 
         return search
