@@ -527,9 +527,12 @@ def game_functions(c) -> GameFunctions:
     def first_pair(index, stride, width):
         """(row, column) of the row-major `index` over rows of `width`, and the (rows, columns) that a
         `stride` of indices moves it by: where a thread's strided loop starts, for step_pair."""
-        r = index // width
-        rows_step = stride // width
-        return r, index - r * width, rows_step, stride - rows_step * width
+        # Unsigned 32-bit (U: every value here is non-negative): Numba's signed 64-bit division is
+        # a call into a division routine.
+        index, stride, width = U(index), U(stride), U(width)
+        r = U(index // width)
+        rows_step = U(stride // width)
+        return r, U(index - U(r * width)), rows_step, U(stride - U(rows_step * width))
 
     @inline_device
     def step_pair(r, c, rows_step, columns_step, width):
@@ -537,10 +540,10 @@ def game_functions(c) -> GameFunctions:
         columns_step (columns_step < width). A thread's strided loop over a chunk's (row, column)
         pairs steps this way rather than dividing each index: Numba's integers are 64-bit, and a
         64-bit division is dozens of instructions per element."""
-        c += columns_step
+        c = U(c + columns_step)
         if c >= width:
-            return r + rows_step + 1, c - width
-        return r + rows_step, c
+            return U(r + U(rows_step + U(1))), U(c - width)
+        return U(r + rows_step), c
 
     # An observation's difference over one of its scales (the .cu's SCALED), by numba_api.divide.
     @inline_device
@@ -584,7 +587,7 @@ def game_functions(c) -> GameFunctions:
                 q = observed[U(lists + r * K + m)]
             base = U(r * ROW_STRIDE + n * FEATURES)
             if playing and q >= 0:
-                j = id_at(ids, q)
+                j = id_at(ids, U(q))
                 uj, ua = U(j), U(a)
                 xq, yq = position(positions, q)
                 x_own, y_own = position(positions, own)
