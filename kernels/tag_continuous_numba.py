@@ -339,7 +339,7 @@ def game_functions(c) -> GameFunctions:
                 best_d2[0] = d2
                 best_id[0] = j
         for m in range(K):
-            observed[base + m] = best_id[m]
+            observed[U(base + m)] = best_id[m]
 
     @inline_device
     def consider(best, limit, q, place, d2, ids):
@@ -491,7 +491,7 @@ def game_functions(c) -> GameFunctions:
                 distinct = False
         if right_agents and distinct:
             for m in range(K):
-                out[base + m] = -1 if packed[m] == EMPTY_PACKED else np.int32(packed[m] & PLACE_MASK)
+                out[U(base + m)] = -1 if packed[m] == EMPTY_PACKED else np.int32(packed[m] & PLACE_MASK)
             return
         best = cuda.local.array(K, int64)  # the exact list's sorted keys
         for m in range(K):
@@ -506,7 +506,7 @@ def game_functions(c) -> GameFunctions:
         else:
             search_exact(place, xa, ya, sh, best, limit)
         for m in range(K):
-            out[base + m] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
+            out[U(base + m)] = (best[m] & 0xFFFF) if best[m] != EMPTY else -1
 
     @cuda.jit(device=True)
     def id_at(ids, place):
@@ -620,57 +620,62 @@ def game_functions(c) -> GameFunctions:
         positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
         observations = out[e]  # env e's row of the buffer, a 1D view
         time = np.float32(state[6][e]) / TIME_SCALE
-        tid = cuda.threadIdx.x
-        threads = cuda.blockDim.x
+        # Unsigned indices (U) and while loops, as in step_env and stage_features.
+        tid = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
         if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise a chunk's lists (sh[4])
-            place, end = U(tid), U(ends[OUT_BUCKET - 1])  # the agents out of the game come after
-            while place < end:  # an unsigned while loop: see step_env
+            place, end = tid, U(ends[OUT_BUCKET - 1])  # the agents out of the game come after
+            while place < end:
                 a = id_at(ids, place)
                 if sh_in_game[a]:  # (a runner tagged this step is still in its cell)
                     xa, ya = position(positions, place)
-                    nearest_others_in_grid(place, xa, ya, sh, sh[9], a * K)
-                place = U(place + U(threads))
+                    nearest_others_in_grid(place, xa, ya, sh, sh[9], U(a * K))
+                place = U(place + threads)
             cuda.syncthreads()
-        chunk = min(threads, CHUNK)  # sh[4] holds CHUNK agents' lists
-        for first in range(0, N, chunk):
-            rows = min(chunk, N - first)
+        chunk = min(threads, U(CHUNK))  # sh[4] holds CHUNK agents' lists
+        first = U(0)
+        while first < U(N):
+            rows = min(chunk, U(N - first))
             if not FULL_OBSERVATION and not TWO_PHASE:
                 if tid < rows:
-                    a = id_at(ids, first + tid)
+                    a = id_at(ids, U(first + tid))
                     if sh_in_game[a]:
                         if GRID:
-                            place = first + tid
+                            place = U(first + tid)
                             xa, ya = position(positions, place)
-                            nearest_others_in_grid(place, xa, ya, sh, sh[4], tid * K)
+                            nearest_others_in_grid(place, xa, ya, sh, sh[4], U(tid * K))
                         else:
-                            nearest_others(a, positions, sh_in_game, sh[4], tid * K)
+                            nearest_others(a, positions, sh_in_game, sh[4], U(tid * K))
                 cuda.syncthreads()
-            for r0 in range(0, rows, STAGED_ROWS):
-                staged_rows = min(STAGED_ROWS, rows - r0)
+            r0 = U(0)
+            while r0 < rows:
+                staged_rows = min(U(STAGED_ROWS), U(rows - r0))
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     if TWO_PHASE:
-                        stage_features(e, first + r0, staged_rows, sh[9], (first + r0) * K, m0, slots, time, state, sh)
+                        rows_first = U(first + r0)
+                        stage_features(e, rows_first, staged_rows, sh[9], U(rows_first * K), m0, slots, time, state, sh)
                     else:
-                        stage_features(e, first + r0, staged_rows, sh[4], r0 * K, m0, slots, time, state, sh)
+                        stage_features(e, U(first + r0), staged_rows, sh[4], U(r0 * K), m0, slots, time, state, sh)
                     cuda.syncthreads()
-                    # Unsigned indices (U) and while loops, as in stage_features.
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
-                        run = U((first + r0) * OBS_DIM)
-                        i, floats = U(tid), U(staged_rows * OBS_DIM)
+                        run = U(U(first + r0) * U(OBS_DIM))
+                        i, floats = tid, U(staged_rows * U(OBS_DIM))
                         while i < floats:
-                            observations[run + i] = staged[i]
-                            i += U(threads)
+                            observations[U(run + i)] = staged[i]
+                            i = U(i + threads)
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
                         r, w, rows_step, floats_step = first_pair(tid, threads, length)
-                        i, floats = U(tid), U(staged_rows * length)
+                        i, floats = tid, U(staged_rows * length)
                         while i < floats:
-                            row = row_agent(ids, first + r0 + r) * OBS_DIM + m0 * FEATURES
+                            row = row_agent(ids, U(first + r0 + r)) * OBS_DIM + m0 * FEATURES
                             observations[U(row + w)] = staged[U(r * ROW_STRIDE + w)]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
-                            i += U(threads)
+                            i = U(i + threads)
                     cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
+                r0 = U(r0 + U(STAGED_ROWS))
+            first = U(first + chunk)
 
     @cuda.jit(device=True)
     def nearest_tagger(e, x, y, xa, ya, sh):
