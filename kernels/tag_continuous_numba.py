@@ -219,7 +219,8 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def bucket_begin(ends, b):
-        return 0 if b == 0 else ends[b - 1]
+        b = U(b)  # an unsigned index: see stage_features
+        return np.int32(0) if b == U(0) else ends[U(b - U(1))]
 
     @cuda.jit(device=True)
     def bucket(a, px, py, sh_in_game):
@@ -395,8 +396,8 @@ def game_functions(c) -> GameFunctions:
     def row_run(ends, j, i0, i1):
         """The places of cells i0..i1 of grid row j: one run in the grid's row-major order (empty off the grid)."""
         if j < 0 or j >= C:
-            return 0, 0
-        return bucket_begin(ends, 2 * (j * C + i0)), ends[2 * (j * C + i1) + 1]
+            return np.int32(0), np.int32(0)
+        return bucket_begin(ends, U(2 * (j * C + i0))), ends[U(2 * (j * C + i1) + 1)]
 
     def search_cells(consider, bound):
         """The .cu's search_cells for one kind of list (its `consider` and its `bound`, the largest
@@ -683,17 +684,25 @@ def game_functions(c) -> GameFunctions:
         (inf if none), as far as a tag is concerned: see the .cu."""
         positions, ids, ends, sh_in_game = sh[0], sh[1], sh[2], sh[5]
         best = INFINITY
-        nearest = 0
+        nearest = U(0)
         if GRID_TAGS:
-            for j in range(cell_of(ya - TAG_REACH), cell_of(ya + TAG_REACH) + 1):
-                for i in range(cell_of(xa - TAG_REACH), cell_of(xa + TAG_REACH) + 1):
-                    b = 2 * (j * C + i)
-                    for q in range(bucket_begin(ends, b), ends[b]):
+            # Unsigned cells, places and ids (while loops): see stage_features.
+            j, j1 = U(cell_of(ya - TAG_REACH)), U(cell_of(ya + TAG_REACH))
+            i0, i1 = U(cell_of(xa - TAG_REACH)), U(cell_of(xa + TAG_REACH))
+            while j <= j1:
+                i = i0
+                while i <= i1:
+                    b = U(U(j * U(C) + i) * U(2))
+                    q, q1 = U(bucket_begin(ends, b)), U(ends[b])
+                    while q < q1:
                         xq, yq = position(positions, q)
                         d2 = squared_distance(xa - xq, ya - yq)
-                        if before(d2, np.int32(ids[q]), best, nearest):
+                        if before(d2, U(ids[q]), best, nearest):
                             best = d2
-                            nearest = np.int32(ids[q])
+                            nearest = U(ids[q])
+                        q = U(q + U(1))
+                    i = U(i + U(1))
+                j = U(j + U(1))
         else:
             for j in range(G):
                 if not sh_in_game[j]:
@@ -705,7 +714,7 @@ def game_functions(c) -> GameFunctions:
                     d2 = squared_distance(xa - xj, ya - yj)
                 if d2 < best:
                     best = d2
-                    nearest = j
+                    nearest = U(j)
         return best, nearest
 
     @cuda.jit(device=True)
