@@ -211,9 +211,11 @@ def game_functions(c) -> GameFunctions:
         now = U(before + U(1))
         planner_action = actions[e, PLANNER]
         kept_level = subsidy_level[e]
-        # 2. The subsidy level (read by every state; written back by the planner's phase).
-        if (now - 1) % SUBSIDY_INTERVAL == 0:
-            level_paid = min(max(planner_action, 0), Q)
+        # 2. The subsidy level (read by every state; written back by the planner's phase). now - 1 is
+        # before (an unsigned remainder; now - 1 would be an int64's), the level an int32 as kept_level
+        # (an int64 would cost a 64-bit conversion to float).
+        if before % U(SUBSIDY_INTERVAL) == U(0):
+            level_paid = np.int32(min(max(planner_action, 0), Q))
         else:
             level_paid = kept_level
         # 3. Vaccines.
@@ -237,10 +239,10 @@ def game_functions(c) -> GameFunctions:
             dropped = np.float32(stringency_changes[e, slot, i])  # FILTER_LENGTH days back, about to be overwritten
 
             # 1. Stringency and cooldown.
-            action = min(max(raw_action, 0), L)
-            level = np.int32(action) if action != 0 else previous
+            action = np.int32(min(max(raw_action, 0), L))  # int32, as the level and its change
+            level = action if action != 0 else previous
             stringency[e, now % BETA_DELAY, i] = level
-            if now == due + 1:
+            if before == U(due):  # now == due + 1, in 32 bits (due + 1 would be an int64)
                 cooldown[e, i] = due + (ACTION_COOLDOWN if action != 0 else 1)
 
             subsidy = mul_rn(np.float32(level_paid), SUBSIDY_PER_LEVEL[i])
@@ -261,7 +263,7 @@ def game_functions(c) -> GameFunctions:
             new_deaths_total = mul_rn(MORTALITY, add_rn(new_recovered, -new_vaccinated))
 
             # 5. Unemployment: the filters over the last FILTER_LENGTH changes, by their exact recursion.
-            change = level - previous
+            change = np.int32(level - previous)  # (int32 - int32 is an int64 in Numba)
             stringency_changes[e, slot, i] = change
             signal = ZERO
             for k in range(K):
@@ -359,7 +361,8 @@ def game_functions(c) -> GameFunctions:
         planner = sh[2]
         now = U(t[e])
         time = np.float32(now) / DAYS
-        subsidy_timer = np.float32(SUBSIDY_INTERVAL - now % SUBSIDY_INTERVAL) / INTERVAL
+        # (unsigned, so that its conversion to float is a 32-bit one: SUBSIDY_INTERVAL - u would be an int64)
+        subsidy_timer = np.float32(U(U(SUBSIDY_INTERVAL) - U(now % U(SUBSIDY_INTERVAL)))) / INTERVAL
         level = np.float32(subsidy_level[e]) / SUBSIDY_LEVELS
         following = U(now + U(1))
         vaccines_next = ONE if following >= VACCINE_START_DAY and following % VACCINE_DELIVERY_INTERVAL == 0 else ZERO
@@ -456,7 +459,7 @@ def game_functions(c) -> GameFunctions:
         total_deaths, total_unemployed, total_subsidy, total_productivity, t = state[12:]
         if cuda.threadIdx.x == 0:
             totals[e, 0] = total_deaths[e]
-            totals[e, 1] = total_unemployed[e] / np.float32(max(t[e], 1))
+            totals[e, 1] = total_unemployed[e] / np.float32(max(t[e], np.int32(1)))  # (an int32, as t)
             totals[e, 2] = total_subsidy[e]
             totals[e, 3] = total_productivity[e]
 
