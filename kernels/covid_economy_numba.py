@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import GlobalTables, U, add_rn, cuda, mul_rn
 from numba import float32
 
 NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
@@ -53,9 +53,13 @@ def game_functions(c) -> GameFunctions:
     GOVERNOR_MASK = TAIL - (L + 1)  # the tail's first mask column (action 0)
     PLANNER_MASK = PLANNER_DIM - (Q + 1)  # the planner row's first mask column
 
+    # The tables in global memory, as the .cu's: each thread reads its own state's entry, which
+    # constant memory (where Numba keeps an array a function closes over) would serialise.
+    tables = GlobalTables()
+
     def table(name, dtype=np.float32, shape=None):
         values = np.asarray(getattr(c, name), dtype=dtype)
-        return values if shape is None else values.reshape(shape)
+        return tables.add(values if shape is None else values.reshape(shape))
 
     POPULATION = table("POPULATION")
     BETA_INTERCEPT = table("BETA_INTERCEPT")
@@ -140,20 +144,20 @@ def game_functions(c) -> GameFunctions:
         ) = state
         i = U(cuda.threadIdx.x)
         while i < U(S):
-            susceptible[e, i] = INITIAL_SUSCEPTIBLE[i]
-            infected[e, i] = INITIAL_INFECTED[i]
-            recovered[e, i] = INITIAL_RECOVERED[i]
-            vaccinated[e, i] = INITIAL_VACCINATED[i]
-            deaths[e, i] = INITIAL_DEATHS[i]
-            unemployed[e, i] = INITIAL_UNEMPLOYED[i]
-            productivity[e, i] = INITIAL_PRODUCTIVITY[i]
-            cooldown[e, i] = INITIAL_COOLDOWN[i]
+            susceptible[e, i] = INITIAL_SUSCEPTIBLE()[i]
+            infected[e, i] = INITIAL_INFECTED()[i]
+            recovered[e, i] = INITIAL_RECOVERED()[i]
+            vaccinated[e, i] = INITIAL_VACCINATED()[i]
+            deaths[e, i] = INITIAL_DEATHS()[i]
+            unemployed[e, i] = INITIAL_UNEMPLOYED()[i]
+            productivity[e, i] = INITIAL_PRODUCTIVITY()[i]
+            cooldown[e, i] = INITIAL_COOLDOWN()[i]
             for k in range(K):
-                filter_sums[e, k, i] = INITIAL_FILTER_SUMS[k, i]
+                filter_sums[e, k, i] = INITIAL_FILTER_SUMS()[k, i]
             for j in range(BETA_DELAY):
-                stringency[e, j, i] = INITIAL_STRINGENCY[j, i]
+                stringency[e, j, i] = INITIAL_STRINGENCY()[j, i]
             for j in range(FILTER_LENGTH):  # consecutive threads store consecutive bytes of each slot
-                stringency_changes[e, j, i] = INITIAL_STRINGENCY_CHANGES[j, i]
+                stringency_changes[e, j, i] = INITIAL_STRINGENCY_CHANGES()[j, i]
             i = U(i + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             subsidy_level[e] = 0
@@ -176,9 +180,9 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reward(a, new_deaths, production):
         # Agent a's reward from its new deaths and its economic index (the planner's: sums over states).
-        health = add_rn(mul_rn(-new_deaths, HEALTH_SCALE[a]), -MIN_HEALTH[a]) / HEALTH_RANGE[a]
-        economic = add_rn(crra(production / ECONOMIC_NORM[a]), -MIN_ECONOMIC[a]) / ECONOMIC_RANGE[a]
-        return add_rn(mul_rn(HEALTH_WEIGHT[a], health), mul_rn(ECONOMIC_WEIGHT[a], economic))
+        health = add_rn(mul_rn(-new_deaths, HEALTH_SCALE()[a]), -MIN_HEALTH()[a]) / HEALTH_RANGE()[a]
+        economic = add_rn(crra(production / ECONOMIC_NORM()[a]), -MIN_ECONOMIC()[a]) / ECONOMIC_RANGE()[a]
+        return add_rn(mul_rn(HEALTH_WEIGHT()[a], health), mul_rn(ECONOMIC_WEIGHT()[a], economic))
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
@@ -245,14 +249,14 @@ def game_functions(c) -> GameFunctions:
             if before == U(due):  # now == due + 1, in 32 bits (due + 1 would be an int64)
                 cooldown[e, i] = due + (ACTION_COOLDOWN if action != 0 else 1)
 
-            subsidy = mul_rn(np.float32(level_paid), SUBSIDY_PER_LEVEL[i])
-            available = VACCINES_PER_DELIVERY[i] if delivers else ZERO
+            subsidy = mul_rn(np.float32(level_paid), SUBSIDY_PER_LEVEL()[i])
+            available = VACCINES_PER_DELIVERY()[i] if delivers else ZERO
 
             # 4. Epidemic.
-            beta = add_rn(mul_rn(BETA_SLOPE[i], np.float32(lagged)), BETA_INTERCEPT[i])
+            beta = add_rn(mul_rn(BETA_SLOPE()[i], np.float32(lagged)), BETA_INTERCEPT()[i])
             fraction = min(available / add_rn(su, EPSILON), ONE)
             vaccinated_now = min(available, su)
-            infections = mul_rn(mul_rn(mul_rn(su / POPULATION[i], inf), beta), add_rn(ONE, -fraction))
+            infections = mul_rn(mul_rn(mul_rn(su / POPULATION()[i], inf), beta), add_rn(ONE, -fraction))
             d_s = add_rn(-infections, -vaccinated_now)
             d_r = add_rn(mul_rn(RECOVERY_RATE, inf), vaccinated_now)
             d_i = add_rn(-d_s, -d_r)
@@ -268,23 +272,24 @@ def game_functions(c) -> GameFunctions:
             signal = ZERO
             for k in range(K):
                 filtered = add_rn(
-                    add_rn(mul_rn(FILTER_DECAY[k], old_sums[k]), np.float32(change)), -mul_rn(FILTER_DROP[k], dropped)
+                    add_rn(mul_rn(FILTER_DECAY()[k], old_sums[k]), np.float32(change)),
+                    -mul_rn(FILTER_DROP()[k], dropped),
                 )
                 filter_sums[e, k, i] = filtered
-                weighted = mul_rn(FILTER_WEIGHTS[k, i], filtered)
+                weighted = mul_rn(FILTER_WEIGHTS()[k, i], filtered)
                 signal = weighted if k == 0 else add_rn(signal, weighted)
             if signal > SOFTPLUS_THRESHOLD:
                 excess = signal
             else:
                 excess = np.float32(math.log1p(np.float32(math.exp(signal))))
-            new_unemployed = mul_rn(add_rn(excess, UNEMPLOYMENT_BIAS[i]), UNEMPLOYED_PER_PERCENT[i])
+            new_unemployed = mul_rn(add_rn(excess, UNEMPLOYMENT_BIAS()[i]), UNEMPLOYED_PER_PERCENT()[i])
 
             # 6. Economy.
             cant_work = add_rn(
                 mul_rn(add_rn(mul_rn(TOO_SICK_TO_WORK_RATE, new_infected), new_deaths_total), WORKING_AGE_SHARE),
                 new_unemployed,
             )
-            production = add_rn(mul_rn(max(add_rn(WORKERS[i], -cant_work), ZERO), PRODUCTION_PER_WORKER), subsidy)
+            production = add_rn(mul_rn(max(add_rn(WORKERS()[i], -cant_work), ZERO), PRODUCTION_PER_WORKER), subsidy)
 
             # 7. The governor's reward; its values for the planner's sums.
             new_deaths = add_rn(new_deaths_total, -old_deaths)
@@ -370,7 +375,7 @@ def game_functions(c) -> GameFunctions:
         # and its column of the planner's feature-major block.
         i = U(cuda.threadIdx.x)
         while i < U(S):
-            population = POPULATION[i]
+            population = POPULATION()[i]
             lag_next = np.float32(stringency[e, following % BETA_DELAY, i]) / LEVELS  # the level that sets beta next
             current = np.float32(stringency[e, now % BETA_DELAY, i]) / LEVELS
             features = (
@@ -380,7 +385,7 @@ def game_functions(c) -> GameFunctions:
                 deaths[e, i] / population,
                 vaccinated[e, i] / population,
                 unemployed[e, i] / population,
-                productivity[e, i] / MAX_PRODUCTIVITY[i],
+                productivity[e, i] / MAX_PRODUCTIVITY()[i],
                 lag_next,
                 current,
             )

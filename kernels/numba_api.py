@@ -21,6 +21,7 @@ from gpu_marl_envs import float32
 
 __all__ = [
     "U",
+    "GlobalTables",
     "cuda",
     "NumbaPerformanceWarning",
     "PreparedLaunch",
@@ -115,6 +116,96 @@ def inline_device(function):
     if config.ENABLE_CUDASIM:
         return cuda.jit(device=True)(function)
     return cuda.jit(device=True, forceinline=True)(function)
+
+
+class GlobalTables:
+    """Read-only arrays (rules' constants) in global memory, as CUDA C's ``__device__ const`` tables:
+    ``POPULATION = tables.add(values)`` gives a device function that returns the array, called
+    where it is read (``POPULATION()[i]``). An array a device function closes over is Numba's
+    constant: it lies in constant memory, which serves one address per instruction of a warp, so a
+    table read at each thread's own index (``POPULATION[i]`` in thread i) is served 32 times over;
+    global memory serves the warp at once, and NVVM reads a constant global through the read-only
+    cache. The tables of one ``GlobalTables`` lie in one global variable, so that a thread's reads
+    of several at one index share an address (a register pair) and differ by constant offsets. The
+    simulator has no memory spaces: there ``add`` returns a function returning the array."""
+
+    ALIGNMENT = 16  # bytes, each table's start
+
+    def __init__(self):
+        self.arrays = []  # (what Numba's cache key pickles: the same in every process)
+
+    def add(self, values):
+        values = np.ascontiguousarray(values)
+        if values.dtype.byteorder == ">" or values.dtype.kind not in "biuf":
+            raise TypeError(f"a table of native numbers, not {values.dtype}")
+        index = len(self.arrays)
+        self.arrays.append(values)
+        if config.ENABLE_CUDASIM:
+
+            @cuda.jit(device=True)
+            def table():
+                return values
+
+            return table
+        return _global_table(self, index)
+
+    def layout(self) -> tuple[str, bytes, list[int]]:
+        """The variable's name (a digest of its bytes), its bytes and each table's offset in them."""
+        data, offsets = bytearray(), []
+        for values in self.arrays:
+            data += bytes(-len(data) % self.ALIGNMENT)
+            offsets.append(len(data))
+            data += values.tobytes()
+        return f"_gme_tables_{hashlib.sha256(data).hexdigest()[:16]}", bytes(data), offsets
+
+
+def _global_table(tables: GlobalTables, index: int):
+    """The intrinsic that returns table ``index`` of ``tables`` (see :class:`GlobalTables`)."""
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.cudadrv import nvvm
+    from numba.cuda.extending import intrinsic
+    from numba.cuda.np.numpy_support import from_dtype
+
+    values = tables.arrays[index]
+    array_type = types.Array(from_dtype(values.dtype), values.ndim, "C", readonly=True)
+
+    def codegen(context, builder, signature, args):
+        # The tables as they are now: every add comes before the first compile.
+        name, data, offsets = tables.layout()
+        variable = builder.module.globals.get(name)  # one copy a module however often it is called
+        if variable is None:
+            initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(data)), bytearray(data))
+            variable = cgutils.add_global_variable(builder.module, initializer.type, name, nvvm.ADDRSPACE_GLOBAL)
+            variable.linkage = "linkonce_odr"  # one copy in the linked kernel, not one per function
+            variable.global_constant = True
+            variable.initializer = initializer
+            variable.align = tables.ALIGNMENT
+        byte = ir.IntType(8)
+        start = builder.gep(variable, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), offsets[index])])
+        pointer = builder.addrspacecast(start, ir.PointerType(byte), "generic")
+        array = context.make_array(array_type)(context, builder)
+        context.populate_array(
+            array,
+            data=builder.bitcast(pointer, array.data.type),
+            shape=[context.get_constant(types.intp, n) for n in values.shape],
+            strides=[context.get_constant(types.intp, n) for n in values.strides],
+            itemsize=context.get_constant(types.intp, values.itemsize),
+            parent=array.parent,
+            meminfo=None,
+        )
+        return array._getvalue()
+
+    def table(typingctx):
+        return array_type(), codegen
+
+    digest = hashlib.sha256(f"{values.dtype.str}{values.shape}".encode() + values.tobytes()).hexdigest()[:16]
+    table.__name__ = table.__qualname__ = f"gme_table_{index}_{digest}"
+    table = intrinsic(table)
+    # Numba's on-disk cache keys a kernel on its closure, pickled: an intrinsic pickles with an id
+    # drawn at random unless it has one already (its contents' digest, the same in every process).
+    table._set_uuid(table.__name__)
+    return table
 
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
