@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import GlobalTables, U, add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import GlobalTables, U, add_rn, assume, cuda, inline_device, mul_rn
 from numba import float32
 
 NUM_FEATURES = 9  # per state, in the planner's row: S, I, R, D, V, U over N; P / maxprod; two levels / L
@@ -120,6 +120,27 @@ def game_functions(c) -> GameFunctions:
         planner = cuda.shared.array(PLANNER_DIM, float32)  # the planner's row
         return sums, governor_tails, planner
 
+    @inline_device
+    def known_shapes(state):
+        # The state's shapes, for the compiler (they are the .cu's constants: row = e * S): Numba
+        # indexes an array through its shape, read at run time, a 64-bit product per array and row.
+        susceptible, infected, recovered, vaccinated, deaths, unemployed, productivity = state[:7]
+        stringency, stringency_changes, filter_sums, cooldown = state[7:11]
+        assume(susceptible.shape[1] == S)
+        assume(infected.shape[1] == S)
+        assume(recovered.shape[1] == S)
+        assume(vaccinated.shape[1] == S)
+        assume(deaths.shape[1] == S)
+        assume(unemployed.shape[1] == S)
+        assume(productivity.shape[1] == S)
+        assume(cooldown.shape[1] == S)
+        assume(stringency.shape[1] == BETA_DELAY)
+        assume(stringency.shape[2] == S)
+        assume(stringency_changes.shape[1] == FILTER_LENGTH)
+        assume(stringency_changes.shape[2] == S)
+        assume(filter_sums.shape[1] == K)
+        assume(filter_sums.shape[2] == S)
+
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         # The starting state: deterministic, so the seed and episode are not used.
@@ -142,6 +163,7 @@ def game_functions(c) -> GameFunctions:
             total_productivity,
             t,
         ) = state
+        known_shapes(state)
         i = U(cuda.threadIdx.x)
         while i < U(S):
             susceptible[e, i] = INITIAL_SUSCEPTIBLE()[i]
@@ -207,6 +229,9 @@ def game_functions(c) -> GameFunctions:
             t,
         ) = state
         sums = sh[0]
+        known_shapes(state)
+        assume(actions.shape[1] == PLANNER + 1)
+        assume(rewards.shape[1] == PLANNER + 1)
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
         # Loads come before the first store (see the .cu: a load the compiler cannot hoist above a
@@ -364,6 +389,10 @@ def game_functions(c) -> GameFunctions:
         ) = state
         governor_tails = sh[1]
         planner = sh[2]
+        known_shapes(state)
+        assume(obs.shape[1] == S * GOVERNOR_DIM + PLANNER_DIM)
+        if masks is not None:
+            assume(masks.shape[1] == S * (L + 1) + Q + 1)
         now = U(t[e])
         time = np.float32(now) / DAYS
         # (unsigned, so that its conversion to float is a 32-bit one: SUBSIDY_INTERVAL - u would be an int64)

@@ -27,6 +27,7 @@ __all__ = [
     "PreparedLaunch",
     "add_rn",
     "allow_dynamic_shared_memory",
+    "assume",
     "divide",
     "fma_rn",
     "inline_device",
@@ -206,6 +207,38 @@ def _global_table(tables: GlobalTables, index: int):
     # drawn at random unless it has one already (its contents' digest, the same in every process).
     table._set_uuid(table.__name__)
     return table
+
+
+# assume(condition): no instruction, but the code after it is compiled as if ``condition`` held (LLVM's
+# llvm.assume), e.g. an array's shape a constant where Numba would read it at run time. A condition
+# that does not hold makes the kernel's behaviour undefined; the simulator asserts it.
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def assume(condition):
+        assert condition
+
+else:
+    from llvmlite import ir as _ir
+    from numba.cuda import types as _types
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def _assume(typingctx, condition):
+        def codegen(context, builder, signature, args):
+            void = _ir.FunctionType(_ir.VoidType(), [_ir.IntType(1)])
+            builder.call(builder.module.declare_intrinsic("llvm.assume", fnty=void), [args[0]])
+            return context.get_dummy_value()
+
+        return _types.none(_types.boolean), codegen
+
+    # (Numba's on-disk cache keys a kernel on its closure, pickled: an intrinsic pickles with an id
+    # drawn at random unless it has one already.)
+    _assume._set_uuid(f"{__name__}._assume")
+
+    @inline_device
+    def assume(condition):
+        _assume(condition)
 
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
