@@ -81,17 +81,19 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
+        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()
         while k < U(OBS_SIZE):
-            if k < 3:
-                value = COLORS[3 * goal[e] + k]  # the speaker's: the goal's colour
-            elif k < 5:
-                value = vx[e, 1] if k == 3 else vy[e, 1]
-            elif k < 5 + 2 * M:
-                lm = (k - 5) // 2
-                value = landmark_x[e, lm] - x[e, 1] if (k - 5) % 2 == 0 else landmark_y[e, lm] - y[e, 1]
+            if k < U(3):
+                value = COLORS[U(U(U(3) * U(goal[e])) + k)]  # the speaker's: the goal's colour
+            elif k < U(5):
+                value = vx[e, 1] if k == U(3) else vy[e, 1]
+            elif k < U(5 + 2 * M):
+                lm = U(U(k - U(5)) // U(2))
+                value = landmark_x[e, lm] - x[e, 1] if U(k % U(2)) == U(1) else landmark_y[e, lm] - y[e, 1]
             else:
-                value = comm[e, k - 5 - 2 * M]
+                value = comm[e, U(k - U(5 + 2 * M))]
             obs[e, k] = value
             k = U(k + lanes())
 

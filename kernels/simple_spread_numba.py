@@ -101,19 +101,22 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
+        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
+        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()
         while k < U(N * OBS_DIM):
-            a, f = k // OBS_DIM, k % OBS_DIM
-            if f < 4:
-                value = vx[e, a] if f == 0 else vy[e, a] if f == 1 else x[e, a] if f == 2 else y[e, a]
-            elif f < 4 + 2 * N:
-                lm = (f - 4) // 2
-                value = landmark_x[e, lm] - x[e, a] if f % 2 == 0 else landmark_y[e, lm] - y[e, a]
-            elif f < 4 + 4 * N - 2:
-                j = (f - 4 - 2 * N) // 2
+            a, f = U(k // U(OBS_DIM)), U(k % U(OBS_DIM))
+            is_x = U(f % U(2)) == U(0)
+            if f < U(4):
+                value = vx[e, a] if f == U(0) else vy[e, a] if f == U(1) else x[e, a] if f == U(2) else y[e, a]
+            elif f < U(4 + 2 * N):
+                lm = U(U(f - U(4)) // U(2))
+                value = landmark_x[e, lm] - x[e, a] if is_x else landmark_y[e, lm] - y[e, a]
+            elif f < U(4 + 4 * N - 2):
+                j = U(U(f - U(4 + 2 * N)) // U(2))
                 if j >= a:
-                    j += 1  # the other agents, in id order
-                value = x[e, j] - x[e, a] if f % 2 == 0 else y[e, j] - y[e, a]
+                    j = U(j + U(1))  # the other agents, in id order
+                value = x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
             else:
                 value = ZERO  # the silent agents' communication
             obs[e, k] = value

@@ -136,27 +136,30 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
+        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()
         while k < U(OBS_SIZE):
-            if k < ADVERSARY_FLOATS:
-                a, f = k // ADVERSARY_OBS_DIM, k % ADVERSARY_OBS_DIM
+            if k < U(ADVERSARY_FLOATS):
+                a, f = U(k // U(ADVERSARY_OBS_DIM)), U(k % U(ADVERSARY_OBS_DIM))
             else:
-                a, f = A + (k - ADVERSARY_FLOATS) // GOOD_OBS_DIM, (k - ADVERSARY_FLOATS) % GOOD_OBS_DIM
-            is_x = f % 2 == 0
-            if f < 4:
-                value = vx[e, a] if f == 0 else vy[e, a] if f == 1 else x[e, a] if f == 2 else y[e, a]
-            elif f < 4 + 2 * L:
-                lm = (f - 4) // 2
+                g = U(k - U(ADVERSARY_FLOATS))
+                a, f = U(U(A) + U(g // U(GOOD_OBS_DIM))), U(g % U(GOOD_OBS_DIM))
+            is_x = U(f % U(2)) == U(0)
+            if f < U(4):
+                value = vx[e, a] if f == U(0) else vy[e, a] if f == U(1) else x[e, a] if f == U(2) else y[e, a]
+            elif f < U(4 + 2 * L):
+                lm = U(U(f - U(4)) // U(2))
                 value = obstacle_x[e, lm] - x[e, a] if is_x else obstacle_y[e, lm] - y[e, a]
-            elif f < 4 + 2 * L + 2 * (N - 1):
-                j = (f - 4 - 2 * L) // 2
+            elif f < U(4 + 2 * L + 2 * (N - 1)):
+                j = U(U(f - U(4 + 2 * L)) // U(2))
                 if j >= a:
-                    j += 1  # the other agents, in id order
+                    j = U(j + U(1))  # the other agents, in id order
                 value = x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
             else:
-                j = A + (f - 4 - 2 * L - 2 * (N - 1)) // 2
-                if a >= A and j >= a:
-                    j += 1  # the other good agents, in id order
+                j = U(U(A) + U(U(f - U(4 + 2 * L + 2 * (N - 1))) // U(2)))
+                if a >= U(A) and j >= a:
+                    j = U(j + U(1))  # the other good agents, in id order
                 value = vx[e, j] if is_x else vy[e, j]
             obs[e, k] = value
             k = U(k + lanes())
