@@ -59,9 +59,13 @@ def game_functions(c) -> GameFunctions:
         a = lane()
         while a < U(N):
             fx, fy = action_force(actions, e, a, SENSITIVITY)
-            for j in range(N):
+            # Unsigned while loops over a game's agents here and below: Numba kept range's int64
+            # counter (not unrolled) and a negative index's wraparound on the shared arrays.
+            j = U(0)
+            while j < U(N):
                 if j != a:
                     fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], DIST_MIN, REACH2, fx, fy)
+                j = U(j + U(1))
             nx, ny, nvx, nvy = mpe.integrate(x[e, a], y[e, a], vx[e, a], vy[e, a], fx, fy, ZERO)
             x[e, a] = nx
             y[e, a] = ny
@@ -76,8 +80,10 @@ def game_functions(c) -> GameFunctions:
             if lm < N:
                 lx, ly = landmark_x[e, lm], landmark_y[e, lm]
                 nearest = mpe.squared_norm(sx[0] - lx, sy[0] - ly)
-                for a in range(1, N):
+                a = U(1)
+                while a < U(N):
                     nearest = min(nearest, mpe.squared_norm(sx[a] - lx, sy[a] - ly))
+                    a = U(a + U(1))
                 nearest = np.float32(math.sqrt(nearest))
             sums[lm] = nearest
             lm = U(lm + lanes())
@@ -85,14 +91,16 @@ def game_functions(c) -> GameFunctions:
         total = -sums[0]
         a = lane()
         while a < U(N):
-            count = 0
-            for j in range(N):
+            count = np.int32(0)  # int32, as the .cu's (Numba's int is 64-bit)
+            j = U(0)
+            while j < U(N):
                 d2 = mpe.squared_norm(sx[j] - sx[a], sy[j] - sy[a])
                 if j != a and d2 < REACH2 and np.float32(math.sqrt(d2)) < DIST_MIN:
-                    count += 1
+                    count = np.int32(count + np.int32(1))
+                j = U(j + U(1))
             rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
             a = U(a + lanes())
-        now = t[e] + 1
+        now = np.int32(t[e] + np.int32(1))
         sync()  # every thread has read t and the tree's sum
         if lane() == 0:
             t[e] = now

@@ -81,17 +81,21 @@ def game_functions(c) -> GameFunctions:
         stage(x, y, sx, sy, e, N)
         a = lane()
         while a < U(N):
-            adversary = a < A
+            adversary = a < U(A)
             fx, fy = action_force(actions, e, a, ADVERSARY_ACCEL if adversary else GOOD_ACCEL)
-            for j in range(N):
-                if j == a:
-                    continue
-                both = adversary and j < A
-                neither = not adversary and j >= A
-                dist_min = DIST_MIN_AA if both else DIST_MIN_GG if neither else DIST_MIN_AG
-                reach2 = REACH2_AA if both else REACH2_GG if neither else REACH2_AG
-                fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], dist_min, reach2, fx, fy)
-            for lm in range(L):
+            # Unsigned while loops over the other agents and the obstacles: Numba kept range's int64
+            # counter (not unrolled) and a negative index's wraparound on the shared arrays.
+            j = U(0)
+            while j < U(N):
+                if j != a:
+                    both = adversary and j < U(A)
+                    neither = not adversary and j >= U(A)
+                    dist_min = DIST_MIN_AA if both else DIST_MIN_GG if neither else DIST_MIN_AG
+                    reach2 = REACH2_AA if both else REACH2_GG if neither else REACH2_AG
+                    fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], dist_min, reach2, fx, fy)
+                j = U(j + U(1))
+            lm = U(0)
+            while lm < U(L):
                 fx, fy = mpe.contact(
                     sx[a] - obstacle_x[e, lm],
                     sy[a] - obstacle_y[e, lm],
@@ -100,6 +104,7 @@ def game_functions(c) -> GameFunctions:
                     fx,
                     fy,
                 )
+                lm = U(lm + U(1))
             max_speed = ADVERSARY_MAX_SPEED if adversary else GOOD_MAX_SPEED
             nx, ny, nvx, nvy = mpe.integrate(x[e, a], y[e, a], vx[e, a], vy[e, a], fx, fy, max_speed)
             x[e, a] = nx
@@ -111,23 +116,25 @@ def game_functions(c) -> GameFunctions:
         stage(x, y, sx, sy, e, N)
         g = U(U(A) + lane())
         while g < U(N):
-            count = 0
-            for a in range(A):
+            count = np.int32(0)  # int32, as the .cu's (Numba's int is 64-bit)
+            a = U(0)
+            while a < U(A):
                 d2 = mpe.squared_norm(sx[a] - sx[g], sy[a] - sy[g])
                 if d2 < REACH2_AG and np.float32(math.sqrt(d2)) < DIST_MIN_AG:
-                    count += 1
+                    count = np.int32(count + np.int32(1))
+                a = U(a + U(1))
             if count:
                 cuda.atomic.add(caught, 0, count)
-            reward = np.float32(-CATCH_REWARD * count)
+            reward = np.float32(np.int32(-CATCH_REWARD * count))
             reward = add_rn(reward, -bound(abs(sx[g])))
             rewards[e, g] = add_rn(reward, -bound(abs(sy[g])))
             g = U(g + lanes())
         sync()  # every catch is counted
         a = lane()
         while a < U(A):
-            rewards[e, a] = np.float32(CATCH_REWARD * caught[0])
+            rewards[e, a] = np.float32(np.int32(CATCH_REWARD * caught[0]))
             a = U(a + lanes())
-        now = t[e] + 1
+        now = np.int32(t[e] + np.int32(1))
         sync()  # every thread has read t
         if lane() == 0:
             t[e] = now
