@@ -130,14 +130,14 @@ def team_phases(c):
         """The team's tree sum of ``sums[:slots]`` into ``sums[0]`` (mpe.cuh's mpe_tree_sum); starts
         and ends with the team synchronised."""
         sync()
-        h = slots // 2
-        while h > 0:
+        h = U(U(slots) // U(2))  # unsigned: k + h an int64 index would pay a wraparound's select
+        while h > U(0):
             k = lane()
-            while k < U(h):
-                sums[k] = add_rn(sums[k], sums[k + h])
+            while k < h:
+                sums[k] = add_rn(sums[k], sums[U(k + h)])
                 k = U(k + lanes())
             sync()
-            h //= 2
+            h = U(h // U(2))
 
     @cuda.jit(device=True)
     def stage(x, y, sx, sy, e, n):

@@ -61,7 +61,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        now = t[e] + 1
+        now = np.int32(t[e] + np.int32(1))
         sync()  # every thread has read t
         if lane() == 0:
             utter(actions, e, comm)
@@ -71,7 +71,7 @@ def game_functions(c) -> GameFunctions:
             y[e, 1] = ny
             vx[e, 1] = nvx
             vy[e, 1] = nvy
-            g = goal[e]
+            g = U(goal[e])  # an unsigned index (0 .. M - 1): no negative index's wraparound
             reward = -mpe.squared_norm(nx - landmark_x[e, g], ny - landmark_y[e, g])
             rewards[e, 0] = reward
             rewards[e, 1] = reward
