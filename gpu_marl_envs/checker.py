@@ -84,9 +84,12 @@ def check_env(
     """
     spec = game_spec(env_id) if is_game(env_id) else env_spec(env_id)
     params = spec.definition.make_params(params)
-    if compile_cuda(spec, params) is None and spec.kernels.cuda is not None:
-        warnings.warn(f"{spec.id}: its CUDA C kernels were not compiled: nvcc is not installed", stacklevel=2)
-    compile_cuda_nvrtc(spec, params)
+    by_nvcc = compile_cuda(spec, params) is not None
+    by_nvrtc = compile_cuda_nvrtc(spec, params)
+    if spec.kernels.cuda is not None and not (by_nvcc or by_nvrtc):
+        warnings.warn(
+            f"{spec.id}: its CUDA C kernels were not compiled: neither nvcc nor NVRTC is installed", stacklevel=2
+        )
     device = torch.device(device)
     if backends is None:
         with_kernels = [name for name, (field, _) in SOURCES.items() if getattr(spec.kernels, field) is not None]
@@ -149,19 +152,21 @@ def compile_cuda(spec: RegisteredEnv, params=None, arch: str = NVCC_ARCH) -> str
     return ptx
 
 
-def compile_cuda_nvrtc(spec: RegisteredEnv, params=None) -> None:
+def compile_cuda_nvrtc(spec: RegisteredEnv, params=None) -> bool:
     """``spec``'s CUDA C file for ``params`` compiled as the CUDA C backend compiles it (NVRTC, for
     sm_90, ``backends/nvrtc.py``), where NVRTC loads and the env has a CUDA C file: NVRTC lacks the
-    C++ standard library's headers that nvcc finds. Errors raise."""
+    C++ standard library's headers that nvcc finds. Whether it compiled (False: no NVRTC or no
+    file); errors raise."""
     from gpu_marl_envs.backends import nvrtc, pycuda_backend
 
     if spec.kernels.cuda is None or nvrtc.unavailable_reason() is not None:
-        return
+        return False
     folders = pycuda_backend.include_dirs(spec.kernels.cuda)
     try:
         nvrtc.binary(_cuda_source(spec, params), spec.kernels.cuda.name, folders, (9, 0))
     except RuntimeError as error:
         raise AssertionError(f"{spec.id}: {error}") from None
+    return True
 
 
 def _cuda_source(spec: RegisteredEnv, params) -> str:

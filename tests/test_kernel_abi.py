@@ -85,7 +85,7 @@ def test_classic_cuda_c_compiles(env_id):
 
 @needs_nvrtc
 def test_classic_cuda_c_compiles_with_nvrtc(env_id, nvrtc_cache):
-    compile_cuda_nvrtc(env_spec(env_id))  # raises where it does not compile
+    assert compile_cuda_nvrtc(env_spec(env_id))  # raises where it does not compile
 
 
 # -- multi-agent games -------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_game_cuda_c_compiles(game_id):
 @pytest.mark.parametrize("game_id", GAME_IDS)
 def test_game_cuda_c_compiles_with_nvrtc(game_id, nvrtc_cache):
     for params in _game_params(game_id):
-        compile_cuda_nvrtc(GAMES[game_id], params)  # raises where it does not compile
+        assert compile_cuda_nvrtc(GAMES[game_id], params)  # raises where it does not compile
 
 
 def test_state_struct_follows_the_state_dataclass():
