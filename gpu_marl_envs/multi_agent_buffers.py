@@ -83,6 +83,9 @@ RESET_ARGUMENTS = (
     "episodes",
     "seeds",
 )
+GROUP_ARGUMENTS = ("group_actions", "from_groups")
+"""The Numba step kernel's parameters after :data:`STEP_ARGUMENTS`: each group's own actions, read in
+place of ``actions`` where ``from_groups`` is non-zero (``kernels/multi_agent_numba.py``)."""
 
 
 @dataclass

@@ -336,19 +336,20 @@ class GpuParallelEnv:
         group_actions = [actions[name] for name in names]
         for name, value in zip(names, group_actions):
             self._check_tensor(name, value, self._group_action_shapes[name])
-        # At small batches the step is bound by host time: the CUDA C step kernel reads each group's
-        # actions where they lie (one launch, no gather). The other backends, and validate_actions,
-        # read one buffer of every agent's actions.
+        # At small batches the step is bound by host time: the CUDA C and Numba step kernels read
+        # each group's actions where they lie (one launch, no gather; without the backend's CUDA
+        # graph, whose input is the one buffer). The torch backend, and validate_actions, read one
+        # buffer of every agent's actions.
         if (
-            hasattr(self._launcher, "step_groups")
+            hasattr(self._backend, "step_groups")
             and not self.validate_actions
             and all(
-                value.is_contiguous() or value.stride()[1:] == self._group_row_strides[name]
+                self._backend.reads_in_place(value, self._group_row_strides[name])
                 for name, value in zip(names, group_actions)
             )
         ):
             self._advance()
-            self._launcher.step_groups(group_actions)
+            self._backend.step_groups(group_actions)
         else:
             self._gather(group_actions)
             self._step()

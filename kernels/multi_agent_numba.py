@@ -167,9 +167,74 @@ def typed_constants(constants: dict[str, Any]):
     return namedtuple("Constants", values)(**values)
 
 
-def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: str, game_threads=0, games_per_block=1):
-    """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents, packed
-    ``games_per_block`` envs of ``game_threads`` lanes to a block (:func:`team_functions`)."""
+class ActionLayout(NamedTuple):
+    """How a game's agents' actions lie: the step's one ``actions`` buffer has rows of
+    ``(num_agents, *shape)``; each agent group's own array (``step_groups``) rows of its agents'
+    values side by side, ``width`` each (a narrower ``Box`` group's own width)."""
+
+    shape: tuple[int, ...]
+    """An agent's actions in the step's buffer: ``()`` (one index) or ``(size,)``."""
+    groups: tuple[tuple[int, int, int], ...]
+    """Per group, in order: ``(first agent, agents, width)``."""
+
+
+def _group_copier(layout: ActionLayout, lane, lanes):
+    """A device function ``copy(group_actions, actions, e)``: env ``e``'s actions from each group's
+    own array (``group_actions[g]``, ``(num_envs, agents * width)``) into their agents' places in the
+    step's ``actions`` buffer, by the env's team (unsynchronised). The groups are unrolled at build
+    time: each one's place and width are constants."""
+
+    @inline_device
+    def copy(group_actions, actions, e):
+        pass
+
+    for g, (first, agents, width) in enumerate(layout.groups):
+        copy = _copy_one_group(copy, g, U(first), U(agents * width), U(width), not layout.shape, lane, lanes)
+    return copy
+
+
+def _copy_one_group(before, g, first, count, width, scalar, lane, lanes):
+    """``before``, then group ``g``'s values (``count`` of them, ``width`` per agent) copied."""
+    if scalar:
+
+        @inline_device
+        def copy(group_actions, actions, e):
+            before(group_actions, actions, e)
+            values = group_actions[g]
+            j = lane()
+            while j < count:
+                actions[e, U(first + j)] = values[e, j]
+                j = U(j + lanes())
+
+        return copy
+
+    @inline_device
+    def copy(group_actions, actions, e):
+        before(group_actions, actions, e)
+        values = group_actions[g]
+        j = lane()
+        while j < count:
+            agent = U(j // width)
+            actions[e, U(first + agent), U(j - agent * width)] = values[e, j]
+            j = U(j + lanes())
+
+    return copy
+
+
+def make_multi_agent_kernels(
+    functions: GameFunctions, num_agents: int, name: str, layout: ActionLayout, game_threads=0, games_per_block=1
+):
+    """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents whose actions
+    lie as ``layout`` says, packed ``games_per_block`` envs of ``game_threads`` lanes to a block
+    (:func:`team_functions`).
+
+    The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
+    (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
+    actions (``(num_envs, agents * width)``, C order), and ``from_groups``: where it is non-zero,
+    each env's team first copies its actions from them into ``actions`` (``step_groups`` reads the
+    groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in one launch: at small batches
+    a step is bound by host time, and a gather before the launch cost more than the launch); where
+    it is 0, ``actions`` holds them already."""
     N = U(num_agents)
     GAMES = U(games_per_block)
     team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
@@ -183,7 +248,8 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
     )
     bounds = functions.launch_bounds
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
-    sources = sources_key((*game, make_multi_agent_kernels), bounds)
+    sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
+    copy_group_actions = _group_copier(layout, lane, lanes)
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -219,6 +285,8 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
         episodes,
         seeds,
         autoreset_mode,
+        group_actions,
+        from_groups,
     ):
         sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
         sh = shared()
@@ -244,6 +312,9 @@ def make_multi_agent_kernels(functions: GameFunctions, num_agents: int, name: st
             observe_env(state, sh, e, observations, action_masks)
             return
 
+        if from_groups:
+            copy_group_actions(group_actions, actions, e)
+            sync()  # the env's actions are visible to its team
         term, trunc = step_env(state, sh, e, actions, rewards)
         done = term or trunc
         sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])

@@ -66,16 +66,17 @@ def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = No
         return cuda.jit(function, **options)
 
 
-def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
+def sources_key(functions, settings=None) -> int:
     """A digest of what a kernel built around ``functions`` (device functions) is compiled from
     beyond its own code: the source files of their modules and of the modules these import, and
-    ``launch_bounds``. Imports are followed through the functions' own packages and this package's
-    kernels; a module of the rest of this package is taken as it is (its constants, not its
-    imports). A kernel shell reads the digest (a closure variable), so that Numba's on-disk cache,
-    which keys a kernel on its code and its closure's contents, keys it on these too: a closure
-    pickles a module-level device function by reference, and Numba stamps only the kernel's own
-    file, so an edit to a rules module, to a helper's or to a constant imported by name would
-    otherwise reload a stale kernel (``benchmarks/experiments/numba_cache_key.py``)."""
+    ``settings`` (by ``repr``: the launch bounds, the constants the shell is built for). Imports are
+    followed through the functions' own packages and this package's kernels; a module of the rest of
+    this package is taken as it is (its constants, not its imports). A kernel shell reads the digest
+    (a closure variable), so that Numba's on-disk cache, which keys a kernel on its code and its
+    closure's contents, keys it on these too: a closure pickles a module-level device function by
+    reference, and Numba stamps only the kernel's own file, so an edit to a rules module, to a
+    helper's or to a constant imported by name would otherwise reload a stale kernel
+    (``benchmarks/experiments/numba_cache_key.py``)."""
     this = __package__.partition(".")[0]
     roots = [getattr(function, "py_func", function).__module__ for function in functions]
     followed = {name.partition(".")[0] for name in roots} - {this}
@@ -104,7 +105,7 @@ def sources_key(functions, launch_bounds: tuple[int, ...] | None = None) -> int:
                 base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
                 submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in sys.modules]
                 pending += submodules if len(submodules) == len(node.names) else [base, *submodules]
-    digest = hashlib.sha256(repr(launch_bounds).encode())
+    digest = hashlib.sha256(repr(settings).encode())
     for name in sorted(sources):
         digest.update(f"{name}\0{len(sources[name])}\0".encode())
         digest.update(sources[name])
@@ -343,10 +344,10 @@ class PreparedLaunch:
     its data model's fields, one parameter each; ``_prepare_args``, private: numba-cuda 0.30 has no
     public prepared launch, and the GPU tests run every Numba kernel through this one).
 
-    ``patched``: the position among ``args`` of an array whose data pointer each call may replace
-    (the step's actions), with one of the same dtype and shape."""
+    ``patched``: the positions among ``args`` of arrays (or tuples of arrays) whose data pointers
+    each call may replace (the step's actions), with arrays of the same dtypes and shapes."""
 
-    def __init__(self, kernel, args, blocks: int, threads: int, shared_bytes: int = 0, patched: int | None = None):
+    def __init__(self, kernel, args, blocks: int, threads: int, shared_bytes: int = 0, patched: tuple[int, ...] = ()):
         from numba.cuda.cudadrv.driver import binding
 
         compiled = _compiled(kernel, args)
@@ -355,17 +356,19 @@ class PreparedLaunch:
         self._function = binding.CUfunction(int(compiled._codelibrary.get_cufunc().handle))
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
         self._args = args  # what the packed pointers point into (a params record Numba allocated)
-        values, self._patched_slot = [], None
+        values, self._patched_slots = [], []
         for position, (kind, value) in enumerate(zip(compiled.argument_types, args)):
             first = len(values)
             compiled._prepare_args(kind, value, 0, [], values)
-            if position == patched:
+            if position not in patched:
+                continue
+            for array in value if isinstance(value, tuple) else (value,):
                 # The one parameter of the array's that holds its data pointer.
-                pointer = value.__cuda_array_interface__["data"][0]
+                pointer = array.__cuda_array_interface__["data"][0]
                 slots = [first + i for i, v in enumerate(values[first:]) if isinstance(v, int) and v == pointer]
                 if len(slots) != 1:
                     raise RuntimeError(f"cannot find argument {position}'s data pointer among its Numba parameters")
-                self._patched_slot = slots[0]
+                self._patched_slots.append(slots[0])
         # Python ints are pointer-sized parameters (as Numba's own launch passes them).
         self._values = [
             value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values
@@ -373,10 +376,11 @@ class PreparedLaunch:
         self._pointers = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
         self._address = ctypes.addressof(self._pointers)
 
-    def __call__(self, stream: int, data_pointer: int | None = None) -> None:
-        """Launch on ``stream`` (a raw handle), reading the patched array at ``data_pointer`` if given."""
-        if data_pointer is not None:
-            self._values[self._patched_slot].value = data_pointer
+    def __call__(self, stream: int, pointers=()) -> None:
+        """Launch on ``stream`` (a raw handle), reading the patched arrays (in the order of their
+        positions, a tuple's in its order) at ``pointers`` where given."""
+        for slot, pointer in zip(self._patched_slots, pointers):
+            self._values[slot].value = pointer
         binding = self._binding
         (error,) = binding.cuLaunchKernel(
             self._function,

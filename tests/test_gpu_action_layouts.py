@@ -1,7 +1,7 @@
 """How the kernels read actions (``pytest -m gpu``): the CUDA C step kernel reads each group's actions
-where they lie (contiguous, or rows with any env stride); the other layouts, ``validate_actions`` and
-the per-agent ``step`` go through one buffer of every agent's actions. Every path steps twin envs of
-every game alike."""
+where they lie (contiguous, or rows with any env stride), the Numba one contiguous ones; the other
+layouts, ``validate_actions`` and the per-agent ``step`` go through one buffer of every agent's
+actions. Every path steps twin envs of every game alike, in both action modes where a game has two."""
 
 import pytest
 import torch
@@ -26,12 +26,17 @@ LAYOUTS = {
 }
 
 
+BOX_GAMES = ["SimpleSpread-v3", "SimpleTag-v3", "SimpleSpeakerListener-v4"]
+"""Games with ``continuous_actions``; speaker-listener's groups have Box actions of two widths."""
+CASES = [(game_id, {}) for game_id in GAMES] + [(game_id, {"continuous_actions": True}) for game_id in BOX_GAMES]
+
+
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-@pytest.mark.parametrize("game_id", list(GAMES))
-def test_every_action_layout_steps_alike(game_id, backend, cuda_device):
+@pytest.mark.parametrize("game_id, settings", CASES, ids=[f"{g}{'-box' if s else ''}" for g, s in CASES])
+def test_every_action_layout_steps_alike(game_id, settings, backend, cuda_device):
     envs = {
         name: GpuParallelEnv(
-            game_id, NUM_ENVS, device=cuda_device, backend=backend, validate_actions=name == "validated"
+            game_id, NUM_ENVS, device=cuda_device, backend=backend, validate_actions=name == "validated", **settings
         )
         for name in [*LAYOUTS, "per agent", "validated"]
     }

@@ -135,7 +135,11 @@ def test_game_cuda_c_kernel_parameters(kind, expected):
 
 @pytest.mark.parametrize("game_id", GAME_IDS)
 @pytest.mark.parametrize(
-    "kind, expected", [("step", multi_agent_buffers.STEP_ARGUMENTS), ("reset", multi_agent_buffers.RESET_ARGUMENTS)]
+    "kind, expected",
+    [
+        ("step", multi_agent_buffers.STEP_ARGUMENTS + multi_agent_buffers.GROUP_ARGUMENTS),
+        ("reset", multi_agent_buffers.RESET_ARGUMENTS),
+    ],
 )
 def test_game_numba_kernel_parameters(game_id, kind, expected):
     spec = GAMES[game_id]

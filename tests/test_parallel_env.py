@@ -469,3 +469,42 @@ def test_set_state_rewrites_masks(toy):
     obs = env.set_state(state)
     assert env._buffers.action_masks[:, :3].tolist() == [[True] * 3, [True, True, False]]
     assert obs["judge_0"][:, 1].tolist() == [2.0, 1.0]
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS_HERE)
+@pytest.mark.parametrize(
+    "env_id, settings",
+    [
+        ("TagContinuous-v0", {"params": SMALL}),  # MultiDiscrete: (E, N, 2) int64
+        ("SimpleSpread-v3", {"N": 2}),  # Discrete: (E, N) int64
+        ("SimpleSpeakerListener-v4", {"continuous_actions": True}),  # Box(3) beside Box(5)
+    ],
+    ids=["MultiDiscrete", "Discrete", "Box of two widths"],
+)
+def test_kernels_read_contiguous_group_actions_in_place(backend, env_id, settings):
+    # step_groups with contiguous tensors takes the kernel's own copy of each group's actions (no
+    # gather first); it steps as the torch reference's per-agent step does.
+    kwargs = dict(device="cpu", validate_actions=False, **settings)
+    envs = [GpuParallelEnv(env_id, 2, backend=b, **kwargs) for b in (backend, "torch")]
+    for env in envs:
+        env.reset(seed=5)
+    in_place = []
+    launch = envs[0]._backend.step_groups
+    envs[0]._backend.step_groups = lambda actions: (in_place.append(True), launch(actions))
+    generator = torch.Generator().manual_seed(2)
+    for step in range(2):
+        by_group = {}
+        for group, agents in envs[0].groups.items():
+            space = envs[0].action_space(agents[0])
+            if isinstance(space, spaces.Box):  # beyond the bounds: the kernels clip as the rules say
+                by_group[group] = torch.rand((2, len(agents), *space.shape), generator=generator) * 1.5 - 0.25
+            else:
+                high = torch.as_tensor(space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n)
+                by_group[group] = (torch.rand((2, len(agents), *space.shape), generator=generator) * high).long()
+        by_agent = {a: by_group[g][:, k] for g, agents in envs[0].groups.items() for k, a in enumerate(agents)}
+        ours, reference = envs[0].step_groups(by_group), envs[1].step(by_agent)
+        for k, what in enumerate(("observations", "rewards")):
+            for group, agents in envs[0].groups.items():
+                expected = torch.stack([reference[k][a] for a in agents], dim=1)
+                assert torch.equal(ours[k][group], expected), f"step {step}: {what}[{group}]"
+    assert len(in_place) == 2

@@ -105,7 +105,8 @@ def anatomy(case: str, steps: int) -> None:
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]
     print("  host (cProfile, µs a step, tottime / cumtime):")
     for (file, line, function), (_, calls, tottime, cumtime, _) in rows:
-        print(f"    {1e6 * tottime / 2000:7.2f} {1e6 * cumtime / 2000:7.2f}  {calls / 2000:5.2f}x  {function} ({file.rsplit('/', 1)[-1]}:{line})")
+        where = f"{function} ({file.rsplit('/', 1)[-1]}:{line})"
+        print(f"    {1e6 * tottime / 2000:7.2f} {1e6 * cumtime / 2000:7.2f}  {calls / 2000:5.2f}x  {where}")
 
 
 def main() -> None:

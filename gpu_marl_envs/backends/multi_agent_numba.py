@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher, simulator_enabled
 from gpu_marl_envs.multi_agent_buffers import (
+    GROUP_ARGUMENTS,
     MAX_SHARED_BYTES,
     RESET_ARGUMENTS,
     STEP_ARGUMENTS,
@@ -34,6 +36,18 @@ def _packing(spec: RegisteredEnv, module, params) -> tuple[int, int]:
     if games > 1 and getattr(module, "PACKS_GAMES", False) and not simulator_enabled():
         return spec.definition.block_threads(params), games
     return 0, 1
+
+
+def _action_layout(definition, params):
+    """The game's :class:`~gpu_marl_envs.kernels.multi_agent_numba.ActionLayout`."""
+    from gpu_marl_envs.kernels.multi_agent_numba import ActionLayout
+
+    shape = tuple(definition.action_shape(params))
+    if len(shape) > 1:
+        raise ValueError(f"an agent's actions are one index or a vector; this game's have shape {shape}")
+    spaces = definition.action_spaces(params)
+    groups = definition.agent_groups(params).items()
+    return ActionLayout(shape, tuple((ids.start, len(ids), math.prod(spaces[name].shape)) for name, ids in groups))
 
 
 @functools.cache
@@ -57,7 +71,10 @@ def _kernels(spec: RegisteredEnv, params):
     functions = module.game_functions(typed_constants(constants))
     if not isinstance(functions, GameFunctions):
         raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
-    kernels = make_multi_agent_kernels(functions, params.num_agents, spec.kernel_name, game_threads, games_per_block)
+    layout = _action_layout(spec.definition, params)
+    kernels = make_multi_agent_kernels(
+        functions, params.num_agents, spec.kernel_name, layout, game_threads, games_per_block
+    )
     return (*kernels, game_threads, games_per_block)
 
 
@@ -107,9 +124,19 @@ class MultiAgentNumbaBackend:
         }
         views.update({name: launcher.view(tensor) for name, tensor in self._absent.items()})
         views["actions"] = launcher.view(self.actions_buffer)
+        # What step_groups' launch reads in place of each group's actions: on a GPU their data
+        # pointers are replaced by the group tensors' at each launch; in the simulator these buffers
+        # receive copies. Their (num_envs, agents * width) shapes are the kernel's.
+        self._group_buffers = [
+            torch.zeros((num_envs, agents * width), dtype=self.actions_buffer.dtype, device=device)
+            for _, agents, width in _action_layout(definition, params).groups
+        ]
+        views["group_actions"] = tuple(launcher.view(buffer) for buffer in self._group_buffers)
         views["num_envs"] = np.int32(num_envs)
         views["autoreset_mode"] = np.int32(AUTORESET_CODES[autoreset_mode])
-        step_args = tuple(views[name] for name in STEP_ARGUMENTS)
+        views["from_groups"] = np.int32(0)
+        step_args = tuple(views[name] for name in STEP_ARGUMENTS + GROUP_ARGUMENTS)
+        groups_args = (*step_args[:-1], np.int32(1))
         reset_args = tuple(views[name] for name in RESET_ARGUMENTS)
         if device.type == "cuda":
             from gpu_marl_envs.kernels.numba_api import allow_dynamic_shared_memory, static_shared_bytes
@@ -121,11 +148,24 @@ class MultiAgentNumbaBackend:
                 # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
                 for kernel, args in kernels:
                     allow_dynamic_shared_memory(kernel, args, shared_bytes)
-        self._step = launcher.prepare(step_kernel, step_args, STEP_ARGUMENTS.index("actions"))
+        self._step = launcher.prepare(step_kernel, step_args, (STEP_ARGUMENTS.index("actions"),))
+        # The same kernel, copying each env's actions from the groups' own tensors first.
+        self._step_groups = launcher.prepare(step_kernel, groups_args, (len(STEP_ARGUMENTS),))  # group_actions
         self._reset = launcher.prepare(reset_kernel, reset_args)
 
     def step(self, actions: torch.Tensor) -> None:
         self._step(actions)
+
+    @staticmethod
+    def reads_in_place(actions: torch.Tensor, row_strides: tuple[int, ...]) -> bool:
+        """Whether :meth:`step_groups` takes a group's ``actions`` as they lie: contiguous ones (a
+        launch's arrays keep the shapes and strides they were prepared with)."""
+        return actions.is_contiguous()
+
+    def step_groups(self, group_actions: list[torch.Tensor]) -> None:
+        """One step from each group's own contiguous ``(num_envs, agents, ...)`` actions, read where
+        they lie, in one launch (the kernel copies each env's into the actions buffer first)."""
+        self._step_groups(*group_actions)
 
     def reset(self) -> None:
         self._reset()

@@ -173,10 +173,15 @@ class MultiAgentPycudaBackend:
         )
         self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
 
+    @staticmethod
+    def reads_in_place(actions: torch.Tensor, row_strides: tuple[int, ...]) -> bool:
+        """Whether :meth:`step_groups` takes a group's ``actions`` as they lie: any env stride, each
+        env's row contiguous (``row_strides``: a contiguous row's strides)."""
+        return actions.is_contiguous() or actions.stride()[1:] == row_strides
+
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
-        """One step from each group's ``(num_envs, size, ...)`` actions, read where they lie:
-        any env stride, each env's row contiguous (``step_groups`` of the env checks it), a
-        narrower group's agents at its own width."""
+        """One step from each group's ``(num_envs, size, ...)`` actions, read where they lie
+        (:meth:`reads_in_place`), a narrower group's agents at its own width."""
         self._actions_layout.pack_into(
             self._step_buffer,
             self._actions_offset,

@@ -63,26 +63,29 @@ class NumbaLauncher:
             return self._cuda.as_cuda_array(tensor, sync=False)
         return tensor.numpy()  # the simulator works on host arrays in place
 
-    def prepare(self, kernel, args: tuple, actions_at: int | None = None):
-        """A launch of ``kernel`` on ``args`` (views), called as ``launch()``, or as
-        ``launch(actions)`` where ``actions_at`` is the actions' position among ``args``: the kernel
-        then reads ``actions`` (contiguous, of that view's dtype and shape) in their place."""
+    def prepare(self, kernel, args: tuple, patched: tuple[int, ...] = ()):
+        """A launch of ``kernel`` on ``args`` (views), called as ``launch(*tensors)``: ``patched``
+        are the positions among ``args`` of views (or tuples of views) that ``tensors`` (contiguous,
+        each of its view's dtype and size) stand in for, in order; the kernel reads them in their
+        place (in the simulator: copied in)."""
         if self._on_gpu:
             from gpu_marl_envs.kernels.numba_api import PreparedLaunch
 
-            prepared = PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, actions_at)
+            prepared = PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, patched)
             index = self._device.index
 
-            def launch(actions: torch.Tensor | None = None) -> None:
-                prepared(raw_current_stream(index), None if actions is None else actions.data_ptr())
+            def launch(*tensors: torch.Tensor) -> None:
+                prepared(raw_current_stream(index), [tensor.data_ptr() for tensor in tensors])
 
             return launch
 
         from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
 
-        def simulate(actions: torch.Tensor | None = None) -> None:
-            if actions is not None:
-                args[actions_at][...] = actions.numpy()
+        views = [view for i in patched for view in (args[i] if isinstance(args[i], tuple) else (args[i],))]
+
+        def simulate(*tensors: torch.Tensor) -> None:
+            for view, tensor in zip(views, tensors):
+                view[...] = tensor.numpy().reshape(view.shape)
             with warnings.catch_warnings():
                 # Small batches make small grids by design, not by a tuning mistake.
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
@@ -157,7 +160,7 @@ class NumbaBackend:
         self._actions = zero_actions(action_space, num_envs, buffers.state.device)
         views["actions"] = launcher.view(self._actions)
         self._step = launcher.prepare(
-            step_kernel, tuple(views[name] for name in STEP_ARGUMENTS), STEP_ARGUMENTS.index("actions")
+            step_kernel, tuple(views[name] for name in STEP_ARGUMENTS), (STEP_ARGUMENTS.index("actions"),)
         )
         self._reset = launcher.prepare(reset_kernel, tuple(views[name] for name in RESET_ARGUMENTS))
 
