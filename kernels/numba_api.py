@@ -6,6 +6,7 @@ switch is this import.
 
 import ast
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -333,6 +334,19 @@ def allow_dynamic_shared_memory(kernel, args, nbytes: int) -> None:
     driver.cuKernelSetAttribute(attribute, nbytes, function.handle, function.device.id)
 
 
+@functools.cache
+def _driver_launch():
+    """The driver's ``cuLaunchKernel`` as a ctypes function. cuda-bindings' wrapper of it builds a
+    stream object, a parameter helper and a result enum at each call: on an H200 that cost more host
+    time a launch than pycuda's, and a small batch's step is bound by host time (issue 46)."""
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"  # the name the driver installs
+    launch = ctypes.CDLL(name).cuLaunchKernel
+    # CUfunction, grid x/y/z, block x/y/z, shared bytes, CUstream, kernelParams, extra.
+    launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    launch.restype = ctypes.c_int
+    return launch
+
+
 class PreparedLaunch:
     """``kernel``, compiled for ``args``, launched with a fixed grid by one driver call
     (``cuLaunchKernel``) on the arguments packed once. Numba's own launch types and packs every
@@ -353,7 +367,8 @@ class PreparedLaunch:
         compiled = _compiled(kernel, args)
         compiled.bind()  # the module loaded in the current context
         self._binding = binding
-        self._function = binding.CUfunction(int(compiled._codelibrary.get_cufunc().handle))
+        self._launch = _driver_launch()
+        self._function = int(compiled._codelibrary.get_cufunc().handle)
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
         self._args = args  # what the packed pointers point into (a params record Numba allocated)
         values, self._patched_slots = [], []
@@ -381,19 +396,8 @@ class PreparedLaunch:
         positions, a tuple's in its order) at ``pointers`` where given."""
         for slot, pointer in zip(self._patched_slots, pointers):
             self._values[slot].value = pointer
-        binding = self._binding
-        (error,) = binding.cuLaunchKernel(
-            self._function,
-            self._blocks,
-            1,
-            1,
-            self._threads,
-            1,
-            1,
-            self._shared_bytes,
-            stream,
-            self._address,
-            0,  # no "extra" options (an int: the binding takes no None there)
+        error = self._launch(
+            self._function, self._blocks, 1, 1, self._threads, 1, 1, self._shared_bytes, stream, self._address, None
         )
-        if error != binding.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuLaunchKernel failed: {error.name}")
+        if error:
+            raise RuntimeError(f"cuLaunchKernel failed: {self._binding.CUresult(error).name}")
