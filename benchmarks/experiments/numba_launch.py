@@ -1,0 +1,135 @@
+"""The host time of one Numba kernel launch, by how it is made (issue 46's small batches).
+
+CartPole's Numba step kernel at 4,096 envs (its GPU time is about 2.5 µs, below every launch's host
+time), launched the ways ``kernels/numba_api.PreparedLaunch`` could: the driver's ``cuLaunchKernel``
+through cuda-bindings or through ctypes (``CDLL``, which releases the GIL around the call, or
+``PyDLL``, which keeps it), with a pointer per parameter (``kernelParams``) or every parameter
+packed in one buffer (``extra``, as pycuda's launch); beside it, pycuda's launch of CUDA C's
+CartPole step and both backends' ``step``. Variants are timed in turns (``--rounds`` of
+``--launches`` each, bracketed by synchronize), median µs a launch. Each variant first steps its
+own copy of the envs from one state; their observations must agree bitwise.
+
+    python benchmarks/experiments/numba_launch.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import time
+
+import torch
+from gpu_marl_envs.kernels import numba_api
+
+from gpu_marl_envs import GpuVectorEnv
+from gpu_marl_envs.backends import raw_current_stream
+
+ARGTYPES = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def driver(kind):
+    launch = kind("libcuda.so.1").cuLaunchKernel
+    launch.argtypes, launch.restype = ARGTYPES, ctypes.c_int
+    return launch
+
+
+def launches(kernel, args, blocks, threads):
+    """name -> launch(stream) of the compiled ``kernel`` on ``args`` (no pointer patched)."""
+    from numba.cuda.cudadrv.driver import binding
+
+    compiled = numba_api._compiled(kernel, args)
+    values = []
+    for kind, value in zip(compiled.argument_types, args):
+        compiled._prepare_args(kind, value, 0, [], values)
+    values = [v if isinstance(v, ctypes._SimpleCData) else ctypes.c_ssize_t(v) for v in values]
+    pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+    packed = numba_api.PreparedLaunch(kernel, args, blocks, threads)
+    handle = packed._function
+    function = binding.CUfunction(handle)
+    cdll, pydll = driver(ctypes.CDLL), driver(ctypes.PyDLL)
+    address = ctypes.addressof(pointers)
+
+    def bindings_pointers(stream):
+        binding.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, address, 0)
+
+    def cdll_pointers(stream):
+        cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, address, None)
+
+    def cdll_packed(stream):
+        cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, packed._extra)
+
+    def pydll_packed(stream):
+        pydll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, packed._extra)
+
+    return {
+        "cuda-bindings, a pointer per parameter": bindings_pointers,
+        "ctypes CDLL, a pointer per parameter": cdll_pointers,
+        "ctypes CDLL, packed (PreparedLaunch)": cdll_packed,
+        "ctypes PyDLL, packed": pydll_packed,
+    }, len(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--launches", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    n = args.num_envs
+    captured = []
+    original = numba_api.PreparedLaunch
+
+    class Capture(original):
+        def __init__(self, kernel, launch_args, blocks, threads, shared_bytes=0, patched=()):
+            super().__init__(kernel, launch_args, blocks, threads, shared_bytes, patched)
+            captured.append((kernel, launch_args, blocks, threads))
+
+    numba_api.PreparedLaunch = Capture
+    try:
+        envs = {
+            name: GpuVectorEnv("CartPole-v1", n, device="cuda", backend="numba", validate_actions=False)
+            for name in range(5)
+        }
+    finally:
+        numba_api.PreparedLaunch = original
+    pycuda_env = GpuVectorEnv("CartPole-v1", n, device="cuda", backend="pycuda", validate_actions=False)
+    actions = torch.zeros(n, dtype=torch.int64, device="cuda")
+    stream = raw_current_stream(torch.cuda.current_device())
+    # Each numba env's own step launch (the first of its two prepared launches), its actions
+    # pointing at the backend's buffer, which holds zeros.
+    variants, parameters = {}, 0
+    for index, env in envs.items():
+        kernel, launch_args, blocks, threads = captured[2 * index]
+        made, parameters = launches(kernel, launch_args, blocks, threads)
+        name = list(made)[index] if index < len(made) else None
+        if name is not None:
+            variants[name] = (env, made[name])
+    variants["numba backend.step (PreparedLaunch)"] = (envs[4], lambda s: envs[4]._backend.step(actions))
+    variants["pycuda backend.step"] = (pycuda_env, lambda s: pycuda_env._backend.step(actions))
+    for env, _ in variants.values():
+        env.reset(seed=0)
+    for _, launch in variants.values():
+        for _ in range(50):
+            launch(stream)
+    torch.cuda.synchronize()
+    observations = [env._buffers.observations.clone() for env, _ in variants.values()]
+    same = all(torch.equal(observations[0], o) for o in observations)
+    times = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, (_, launch) in variants.items():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(args.launches):
+                launch(stream)
+            torch.cuda.synchronize()
+            times[name].append(1e6 * (time.perf_counter() - start) / args.launches)
+    print(torch.cuda.get_device_name(), torch.__version__, f"CartPole-v1 x {n}, {parameters} Numba kernel parameters")
+    print(f"observations after 50 launches of each, bitwise equal: {same}")
+    print("| launch | µs (median) | min | max |\n|---|---:|---:|---:|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
