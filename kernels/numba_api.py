@@ -6,7 +6,6 @@ switch is this import.
 
 import ast
 import ctypes
-import functools
 import hashlib
 import importlib.util
 import sys
@@ -334,19 +333,6 @@ def allow_dynamic_shared_memory(kernel, args, nbytes: int) -> None:
     driver.cuKernelSetAttribute(attribute, nbytes, function.handle, function.device.id)
 
 
-@functools.cache
-def _driver_launch():
-    """The driver's ``cuLaunchKernel`` as a ctypes function. cuda-bindings' wrapper of it builds a
-    stream object, a parameter helper and a result enum at each call: on an H200 that cost more host
-    time a launch than pycuda's, and a small batch's step is bound by host time (issue 46)."""
-    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"  # the name the driver installs
-    launch = ctypes.CDLL(name).cuLaunchKernel
-    # CUfunction, grid x/y/z, block x/y/z, shared bytes, CUstream, kernelParams, extra.
-    launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    launch.restype = ctypes.c_int
-    return launch
-
-
 class PreparedLaunch:
     """``kernel``, compiled for ``args``, launched with a fixed grid by one driver call
     (``cuLaunchKernel``) on the arguments packed once. Numba's own launch types and packs every
@@ -367,11 +353,10 @@ class PreparedLaunch:
         compiled = _compiled(kernel, args)
         compiled.bind()  # the module loaded in the current context
         self._binding = binding
-        self._launch = _driver_launch()
-        self._function = int(compiled._codelibrary.get_cufunc().handle)
+        self._function = binding.CUfunction(int(compiled._codelibrary.get_cufunc().handle))
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
         self._args = args  # what the packed pointers point into (a params record Numba allocated)
-        values, patched_slots = [], []
+        values, self._patched_slots = [], []
         for position, (kind, value) in enumerate(zip(compiled.argument_types, args)):
             first = len(values)
             compiled._prepare_args(kind, value, 0, [], values)
@@ -383,33 +368,32 @@ class PreparedLaunch:
                 slots = [first + i for i, v in enumerate(values[first:]) if isinstance(v, int) and v == pointer]
                 if len(slots) != 1:
                     raise RuntimeError(f"cannot find argument {position}'s data pointer among its Numba parameters")
-                patched_slots.append(slots[0])
+                self._patched_slots.append(slots[0])
         # Python ints are pointer-sized parameters (as Numba's own launch passes them).
-        values = [value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values]
-        # The parameters packed in one buffer, each at an offset of a multiple of its size (the
-        # alignment of the kernel's parameter space), handed to the driver whole (``extra``) as
-        # pycuda's launch does: a Numba array is 7 parameters or more, and through a pointer per
-        # parameter a classic env's step (about 100) cost 3 µs more host time than CUDA C's.
-        offsets, size = [], 0
-        for value in values:
-            size += -size % ctypes.sizeof(value)
-            offsets.append(size)
-            size += ctypes.sizeof(value)
-        self._buffer = (ctypes.c_uint64 * max(1, -(-size // 8)))()
-        for value, offset in zip(values, offsets):
-            ctypes.memmove(ctypes.addressof(self._buffer) + offset, ctypes.addressof(value), ctypes.sizeof(value))
-        self._patched = [ctypes.c_uint64.from_buffer(self._buffer, offsets[slot]) for slot in patched_slots]
-        self._size = ctypes.c_size_t(size)
-        # CU_LAUNCH_PARAM_BUFFER_POINTER (1), the buffer, CU_LAUNCH_PARAM_BUFFER_SIZE (2), its size, END (0).
-        extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(self._buffer), 2, ctypes.addressof(self._size), 0)
-        self._extra_array, self._extra = extra, ctypes.addressof(extra)
+        self._values = [
+            value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values
+        ]
+        self._pointers = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+        self._address = ctypes.addressof(self._pointers)
 
     def __call__(self, stream: int, pointers=()) -> None:
         """Launch on ``stream`` (a raw handle), reading the patched arrays (in the order of their
         positions, a tuple's in its order) at ``pointers`` where given."""
-        for parameter, pointer in zip(self._patched, pointers):
-            parameter.value = pointer
-        blocks, threads = self._blocks, self._threads
-        error = self._launch(self._function, blocks, 1, 1, threads, 1, 1, self._shared_bytes, stream, None, self._extra)
-        if error:
-            raise RuntimeError(f"cuLaunchKernel failed: {self._binding.CUresult(error).name}")
+        for slot, pointer in zip(self._patched_slots, pointers):
+            self._values[slot].value = pointer
+        binding = self._binding
+        (error,) = binding.cuLaunchKernel(
+            self._function,
+            self._blocks,
+            1,
+            1,
+            self._threads,
+            1,
+            1,
+            self._shared_bytes,
+            stream,
+            self._address,
+            0,  # no "extra" options (an int: the binding takes no None there)
+        )
+        if error != binding.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {error.name}")
