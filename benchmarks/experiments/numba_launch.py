@@ -5,7 +5,8 @@ time), launched the ways ``kernels/numba_api.PreparedLaunch`` could: the driver'
 through cuda-bindings or through ctypes (``CDLL``, which releases the GIL around the call, or
 ``PyDLL``, which keeps it), with a pointer per parameter (``kernelParams``) or every parameter
 packed in one buffer (``extra``, as pycuda's launch); beside it, pycuda's launch of CUDA C's
-CartPole step and both backends' ``step``. Variants are timed in turns (``--rounds`` of
+CartPole step and both backends' ``step``. ``PreparedLaunch`` launches the first way, the fastest
+measured (issue 46's notes in docs/benchmarks/history.md). Variants are timed in turns (``--rounds`` of
 ``--launches`` each, bracketed by synchronize), median µs a launch. Each variant first steps its
 own copy of the envs from one state; their observations must agree bitwise.
 
@@ -34,21 +35,40 @@ def driver(kind):
     return launch
 
 
+def packed_parameters(values):
+    """``extra`` for cuLaunchKernel: the parameters in one buffer, each at an offset of a multiple of
+    its size (CU_LAUNCH_PARAM_BUFFER_POINTER, the buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, its size,
+    CU_LAUNCH_PARAM_END), and the objects that must outlive the launches."""
+    offsets, size = [], 0
+    for value in values:
+        size += -size % ctypes.sizeof(value)
+        offsets.append(size)
+        size += ctypes.sizeof(value)
+    buffer = (ctypes.c_uint64 * max(1, -(-size // 8)))()
+    for value, offset in zip(values, offsets):
+        ctypes.memmove(ctypes.addressof(buffer) + offset, ctypes.addressof(value), ctypes.sizeof(value))
+    length = ctypes.c_size_t(size)
+    extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buffer), 2, ctypes.addressof(length), 0)
+    return ctypes.addressof(extra), (buffer, length, extra)
+
+
 def launches(kernel, args, blocks, threads):
-    """name -> launch(stream) of the compiled ``kernel`` on ``args`` (no pointer patched)."""
+    """name -> launch(stream) of the compiled ``kernel`` on ``args`` (no pointer patched), the number
+    of its parameters, and the objects the launches read (to be kept alive while they run)."""
     from numba.cuda.cudadrv.driver import binding
 
     compiled = numba_api._compiled(kernel, args)
+    compiled.bind()
     values = []
     for kind, value in zip(compiled.argument_types, args):
         compiled._prepare_args(kind, value, 0, [], values)
     values = [v if isinstance(v, ctypes._SimpleCData) else ctypes.c_ssize_t(v) for v in values]
     pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
-    packed = numba_api.PreparedLaunch(kernel, args, blocks, threads)
-    handle = packed._function
+    address = ctypes.addressof(pointers)
+    extra, keep = packed_parameters(values)
+    handle = int(compiled._codelibrary.get_cufunc().handle)
     function = binding.CUfunction(handle)
     cdll, pydll = driver(ctypes.CDLL), driver(ctypes.PyDLL)
-    address = ctypes.addressof(pointers)
 
     def bindings_pointers(stream):
         binding.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, address, 0)
@@ -57,17 +77,18 @@ def launches(kernel, args, blocks, threads):
         cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, address, None)
 
     def cdll_packed(stream):
-        cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, packed._extra)
+        cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, extra)
 
     def pydll_packed(stream):
-        pydll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, packed._extra)
+        pydll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, extra)
 
-    return {
-        "cuda-bindings, a pointer per parameter": bindings_pointers,
+    made = {
+        "cuda-bindings, a pointer per parameter (PreparedLaunch's)": bindings_pointers,
         "ctypes CDLL, a pointer per parameter": cdll_pointers,
-        "ctypes CDLL, packed (PreparedLaunch)": cdll_packed,
+        "ctypes CDLL, packed": cdll_packed,
         "ctypes PyDLL, packed": pydll_packed,
-    }, len(values)
+    }
+    return made, len(values), (values, pointers, keep)  # the last: what the launches read
 
 
 def main() -> None:
@@ -85,26 +106,25 @@ def main() -> None:
             super().__init__(kernel, launch_args, blocks, threads, shared_bytes, patched)
             captured.append((kernel, launch_args, blocks, threads))
 
+    # One env per variant, each stepped by its own launches; an env's first prepared launch is its step.
     numba_api.PreparedLaunch = Capture
+    envs, steps = [], []
     try:
-        envs = {
-            name: GpuVectorEnv("CartPole-v1", n, device="cuda", backend="numba", validate_actions=False)
-            for name in range(5)
-        }
+        for _ in range(5):
+            captured.clear()
+            envs.append(GpuVectorEnv("CartPole-v1", n, device="cuda", backend="numba", validate_actions=False))
+            steps.append(captured[0])
     finally:
         numba_api.PreparedLaunch = original
     pycuda_env = GpuVectorEnv("CartPole-v1", n, device="cuda", backend="pycuda", validate_actions=False)
-    actions = torch.zeros(n, dtype=torch.int64, device="cuda")
+    actions = torch.zeros(n, dtype=torch.int64, device="cuda")  # the backends' own buffers hold zeros too
     stream = raw_current_stream(torch.cuda.current_device())
-    # Each numba env's own step launch (the first of its two prepared launches), its actions
-    # pointing at the backend's buffer, which holds zeros.
-    variants, parameters = {}, 0
-    for index, env in envs.items():
-        kernel, launch_args, blocks, threads = captured[2 * index]
-        made, parameters = launches(kernel, launch_args, blocks, threads)
-        name = list(made)[index] if index < len(made) else None
-        if name is not None:
-            variants[name] = (env, made[name])
+    variants, parameters, alive = {}, 0, []
+    for index in range(4):
+        made, parameters, read = launches(*steps[index])
+        alive.append(read)
+        name = list(made)[index]
+        variants[name] = (envs[index], made[name])
     variants["numba backend.step (PreparedLaunch)"] = (envs[4], lambda s: envs[4]._backend.step(actions))
     variants["pycuda backend.step"] = (pycuda_env, lambda s: pycuda_env._backend.step(actions))
     for env, _ in variants.values():
@@ -113,8 +133,8 @@ def main() -> None:
         for _ in range(50):
             launch(stream)
     torch.cuda.synchronize()
-    observations = [env._buffers.observations.clone() for env, _ in variants.values()]
-    same = all(torch.equal(observations[0], o) for o in observations)
+    first = next(iter(variants.values()))[0]._buffers.observations
+    differ = [name for name, (env, _) in variants.items() if not torch.equal(env._buffers.observations, first)]
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, (_, launch) in variants.items():
@@ -125,7 +145,10 @@ def main() -> None:
             torch.cuda.synchronize()
             times[name].append(1e6 * (time.perf_counter() - start) / args.launches)
     print(torch.cuda.get_device_name(), torch.__version__, f"CartPole-v1 x {n}, {parameters} Numba kernel parameters")
-    print(f"observations after 50 launches of each, bitwise equal: {same}")
+    print(
+        f"observations after 50 launches of each, bitwise equal: {not differ}"
+        + (f" (differ: {differ})" if differ else "")
+    )
     print("| launch | µs (median) | min | max |\n|---|---:|---:|---:|")
     for name, values in times.items():
         print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
