@@ -70,9 +70,9 @@ def numba_step_ptx(spec, params, bounds=None) -> str:
     """The PTX of the env's Numba step kernel for the argument types its backend launches it with,
     compiled for ``bounds`` (threads per block, blocks per SM) or else the kernel's own."""
     if registration.is_game(spec.id):
-        from gpu_marl_envs.backends.multi_agent_numba import _kernels
+        from gpu_marl_envs.backends.multi_agent_numba import _action_layout, _kernels
+        from gpu_marl_envs.multi_agent_buffers import GROUP_ARGUMENTS, MultiAgentBuffers
         from gpu_marl_envs.multi_agent_buffers import STEP_ARGUMENTS as GAME_STEP_ARGUMENTS
-        from gpu_marl_envs.multi_agent_buffers import MultiAgentBuffers
 
         buffers = MultiAgentBuffers.allocate(spec.definition, params, 2, torch.device("cpu"))
         step, *_ = _kernels(spec, params)
@@ -83,7 +83,12 @@ def numba_step_ptx(spec, params, bounds=None) -> str:
         definition = spec.definition
         shape = (2, params.num_agents, *definition.action_shape(params))
         views["actions"] = torch.zeros(shape, dtype=definition.action_dtype(params)).numpy()
-        names = GAME_STEP_ARGUMENTS
+        views["group_actions"] = tuple(
+            np.zeros((2, agents * width), views["actions"].dtype)
+            for _, agents, width in _action_layout(definition, params).groups
+        )
+        views["from_groups"] = np.int32(0)
+        names = GAME_STEP_ARGUMENTS + GROUP_ARGUMENTS
     else:
         from gpu_marl_envs.backends.numba_backend import _kernels
 
