@@ -42,9 +42,7 @@ def _action_layout(definition, params):
     """The game's :class:`~gpu_marl_envs.kernels.multi_agent_numba.ActionLayout`."""
     from gpu_marl_envs.kernels.multi_agent_numba import ActionLayout
 
-    shape = tuple(definition.action_shape(params))
-    if len(shape) > 1:
-        raise ValueError(f"an agent's actions are one index or a vector; this game's have shape {shape}")
+    shape = tuple(definition.action_shape(params))  # () or (d,): register_game refuses the rest
     spaces = definition.action_spaces(params)
     groups = definition.agent_groups(params).items()
     return ActionLayout(shape, tuple((ids.start, len(ids), math.prod(spaces[name].shape)) for name, ids in groups))
