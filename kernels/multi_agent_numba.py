@@ -198,15 +198,15 @@ def _copy_one_group(before, g, first, count, width, scalar, lane, lanes):
     if scalar:
 
         @inline_device
-        def copy(group_actions, actions, e):
-            before(group_actions, actions, e)
-            values = group_actions[g]
-            j = lane()
-            while j < count:
-                actions[e, U(first + j)] = values[e, j]
-                j = U(j + lanes())
+        def put(actions, e, j, value):  # an index per agent: actions is (E, N)
+            actions[e, U(first + j)] = value
 
-        return copy
+    else:
+
+        @inline_device
+        def put(actions, e, j, value):  # a vector per agent: actions is (E, N, size)
+            agent = U(j // width)
+            actions[e, U(first + agent), U(j - agent * width)] = value
 
     @inline_device
     def copy(group_actions, actions, e):
@@ -214,8 +214,7 @@ def _copy_one_group(before, g, first, count, width, scalar, lane, lanes):
         values = group_actions[g]
         j = lane()
         while j < count:
-            agent = U(j // width)
-            actions[e, U(first + agent), U(j - agent * width)] = values[e, j]
+            put(actions, e, j, values[e, j])
             j = U(j + lanes())
 
     return copy
