@@ -12,6 +12,7 @@ import torch
 from conftest import KERNEL_BACKENDS_HERE
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
+from harness import random_group_actions
 
 from gpu_marl_envs import registration
 from gpu_marl_envs.envs import tag_continuous, tag_gridworld
@@ -493,14 +494,8 @@ def test_kernels_read_contiguous_group_actions_in_place(backend, env_id, setting
     envs[0]._backend.step_groups = lambda actions: (in_place.append(True), launch(actions))
     generator = torch.Generator().manual_seed(2)
     for step in range(2):
-        by_group = {}
-        for group, agents in envs[0].groups.items():
-            space = envs[0].action_space(agents[0])
-            if isinstance(space, spaces.Box):  # beyond the bounds: the kernels clip as the rules say
-                by_group[group] = torch.rand((2, len(agents), *space.shape), generator=generator) * 1.5 - 0.25
-            else:
-                high = torch.as_tensor(space.nvec if isinstance(space, spaces.MultiDiscrete) else space.n)
-                by_group[group] = (torch.rand((2, len(agents), *space.shape), generator=generator) * high).long()
+        # Box values past the bounds too: the kernels clip them as the rules say.
+        by_group = random_group_actions(envs[0], generator, past_bounds=0.25)
         by_agent = {a: by_group[g][:, k] for g, agents in envs[0].groups.items() for k, a in enumerate(agents)}
         ours, reference = envs[0].step_groups(by_group), envs[1].step(by_agent)
         for k, what in enumerate(("observations", "rewards")):
