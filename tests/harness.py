@@ -3,6 +3,10 @@ names the first element that differs."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
@@ -94,3 +98,32 @@ def game_twins(env_id, num_envs, params, backend, mode, cuda_graph, reference_pa
         cuda_graph=False,
     )
     return kernel_env, reference, k
+
+
+def child_steps(backend: str) -> str:
+    """Python source for a child process (the on-disk kernel cache tests): CartPole-v1 (64 envs) and
+    SimpleSpread-v3 (16 games) on ``backend``, reset from seed 1 and stepped 30 times, leaving
+    ``env``, ``observations``, ``game`` and ``group_observations``; ``torch`` and ``gpu_marl_envs``
+    imported before it."""
+    return f"""env = gpu_marl_envs.GpuVectorEnv("CartPole-v1", 64, device="cuda", backend="{backend}")
+observations, _ = env.reset(seed=1)
+for _ in range(30):
+    observations, *_ = env.step(torch.ones(64, dtype=torch.long, device="cuda"))
+game = gpu_marl_envs.make_parallel("gpu_marl_envs/SimpleSpread-v3", 16, device="cuda", backend="{backend}")
+group_observations, _ = game.reset_groups(seed=1)
+for k in range(30):
+    actions = {{g: torch.full((16, len(agents)), k % 5, device="cuda") for g, agents in game.groups.items()}}
+    group_observations, *_ = game.step_groups(actions)
+torch.cuda.synchronize()
+"""
+
+
+def run_twice(script: str, env: dict[str, str]) -> tuple[dict, dict]:
+    """The JSON each of two fresh processes running ``script`` (Python source) prints last, with the
+    environment ``env``: a first process that fills a cache and a second that should load from it."""
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    return runs[0], runs[1]

@@ -3,30 +3,21 @@ first process compiles a single-agent env's and a game's kernels and saves them,
 them (Numba's cache hits, no compilation) and steps to the same observations. What the cache keys
 them on is checked on the CPU (``test_numba_cache_key.py``)."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from harness import child_steps, run_twice
 
 pytestmark = pytest.mark.gpu
 
-CHILD = """import json, torch
+CHILD = (
+    """import json, torch
 import gpu_marl_envs
 from gpu_marl_envs.backends import multi_agent_numba, numba_backend
 from gpu_marl_envs.registration import env_spec, game_spec
-env = gpu_marl_envs.GpuVectorEnv("CartPole-v1", 64, device="cuda", backend="numba")
-observations, _ = env.reset(seed=1)
-for _ in range(30):
-    observations, *_ = env.step(torch.ones(64, dtype=torch.long, device="cuda"))
-game = gpu_marl_envs.make_parallel("gpu_marl_envs/SimpleSpread-v3", 16, device="cuda", backend="numba")
-group_observations, _ = game.reset_groups(seed=1)
-for k in range(30):
-    actions = {g: torch.full((16, len(agents)), k % 5, device="cuda") for g, agents in game.groups.items()}
-    group_observations, *_ = game.step_groups(actions)
-torch.cuda.synchronize()
-spread = game_spec("gpu_marl_envs/SimpleSpread-v3")
+"""
+    + child_steps("numba")
+    + """spread = game_spec("gpu_marl_envs/SimpleSpread-v3")
 kernels = [*numba_backend._kernels(env_spec("CartPole-v1")), *multi_agent_numba._kernels(spread, game.params)[:2]]
 print(json.dumps({
     "hits": sum(sum(kernel.stats.cache_hits.values()) for kernel in kernels),
@@ -35,16 +26,12 @@ print(json.dumps({
     "group_observations": {g: o.tolist() for g, o in group_observations.items()},
 }))
 """
+)
 
 
 def test_a_second_process_loads_the_kernels_from_disk(tmp_path, cuda_device):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
-    first, second = runs
+    first, second = run_twice(CHILD, env)
     assert (first["hits"], first["misses"]) == (0, 4)  # two kernels each, compiled and saved
     assert (second["hits"], second["misses"]) == (4, 0)  # loaded
     assert second["observations"] == first["observations"]

@@ -4,53 +4,40 @@ them, a second loads them (no compile) and steps to the same observations; and w
 loaded the backend compiles with nvcc, through pycuda, to the same observations. The cache's rules
 without a GPU: ``test_nvrtc.py``."""
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
+from harness import child_steps, run_twice
 
 import gpu_marl_envs
 from gpu_marl_envs.backends import multi_agent_pycuda, nvrtc, pycuda_backend
 
 pytestmark = pytest.mark.gpu
 
-CHILD = """import json, torch
+CHILD = (
+    """import json, torch
 import gpu_marl_envs
 from gpu_marl_envs.backends import nvrtc
 compiled = []
 compile_ = nvrtc._compile
 nvrtc._compile = lambda *args, **kwargs: compiled.append(args[2]) or compile_(*args, **kwargs)
-env = gpu_marl_envs.GpuVectorEnv("CartPole-v1", 64, device="cuda", backend="pycuda")
-observations, _ = env.reset(seed=1)
-for _ in range(30):
-    observations, *_ = env.step(torch.ones(64, dtype=torch.long, device="cuda"))
-game = gpu_marl_envs.make_parallel("gpu_marl_envs/SimpleSpread-v3", 16, device="cuda", backend="pycuda")
-group_observations, _ = game.reset_groups(seed=1)
-for k in range(30):
-    actions = {g: torch.full((16, len(agents)), k % 5, device="cuda") for g, agents in game.groups.items()}
-    group_observations, *_ = game.step_groups(actions)
-torch.cuda.synchronize()
-print(json.dumps({
+"""
+    + child_steps("pycuda")
+    + """print(json.dumps({
     "compiled": compiled,
     "observations": observations.tolist(),
     "group_observations": {g: o.tolist() for g, o in group_observations.items()},
 }))
 """
+)
 
 
 def test_a_second_process_loads_the_kernels_from_disk(tmp_path, cuda_device):
     assert nvrtc.unavailable_reason() is None
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
-    first, second = runs
+    first, second = run_twice(CHILD, env)
     assert first["compiled"] == ["cartpole.cu", "simple_spread.cu"]
     assert second["compiled"] == []  # both loaded from the cache
     assert len(list((tmp_path / "gpu_marl_envs" / "cubin").iterdir())) == 2
