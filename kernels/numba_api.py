@@ -356,7 +356,7 @@ class PreparedLaunch:
         self._function = binding.CUfunction(int(compiled._codelibrary.get_cufunc().handle))
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
         self._args = args  # what the packed pointers point into (a params record Numba allocated)
-        values, self._patched_slots = [], []
+        values, patched_slots = [], []
         for position, (kind, value) in enumerate(zip(compiled.argument_types, args)):
             first = len(values)
             compiled._prepare_args(kind, value, 0, [], values)
@@ -368,19 +368,31 @@ class PreparedLaunch:
                 slots = [first + i for i, v in enumerate(values[first:]) if isinstance(v, int) and v == pointer]
                 if len(slots) != 1:
                     raise RuntimeError(f"cannot find argument {position}'s data pointer among its Numba parameters")
-                self._patched_slots.append(slots[0])
+                patched_slots.append(slots[0])
         # Python ints are pointer-sized parameters (as Numba's own launch passes them).
-        self._values = [
-            value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values
-        ]
-        self._pointers = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+        values = [value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ssize_t(value) for value in values]
+        # Every value in one buffer, each at an offset of a multiple of its size, and the driver's
+        # pointers into it: a Numba array is 7 parameters or more (CartPole's step has 97), and as
+        # ctypes objects of their own they lay scattered over the heap, where a step's other host
+        # work evicts them from the caches between launches.
+        offsets, size = [], 0
+        for value in values:
+            size += -size % ctypes.sizeof(value)
+            offsets.append(size)
+            size += ctypes.sizeof(value)
+        self._storage = (ctypes.c_uint64 * max(1, -(-size // 8)))()
+        base = ctypes.addressof(self._storage)
+        for value, offset in zip(values, offsets):
+            ctypes.memmove(base + offset, ctypes.addressof(value), ctypes.sizeof(value))
+        self._patched = [ctypes.c_uint64.from_buffer(self._storage, offsets[slot]) for slot in patched_slots]
+        self._pointers = (ctypes.c_void_p * len(values))(*(base + offset for offset in offsets))
         self._address = ctypes.addressof(self._pointers)
 
     def __call__(self, stream: int, pointers=()) -> None:
         """Launch on ``stream`` (a raw handle), reading the patched arrays (in the order of their
         positions, a tuple's in its order) at ``pointers`` where given."""
-        for slot, pointer in zip(self._patched_slots, pointers):
-            self._values[slot].value = pointer
+        for parameter, pointer in zip(self._patched, pointers):
+            parameter.value = pointer
         binding = self._binding
         (error,) = binding.cuLaunchKernel(
             self._function,
