@@ -131,3 +131,6 @@ struct SimpleTag : GmeGame {
         }
     }
 };
+
+// Registers capped so that an SM holds GAME_MIN_BLOCKS blocks (mpe_physics.min_blocks_per_sm says why).
+GME_MULTI_AGENT_KERNELS_BOUNDED(SimpleTag, GAME_MIN_BLOCKS)

@@ -171,4 +171,6 @@ def game_functions(c) -> GameFunctions:
             obs[e, k] = value
             k = U(k + lanes())
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
+    # The .cu's bound (mpe_physics.min_blocks_per_sm); a game of a block per env is not bounded.
+    bounds = (c.GME_GAME_THREADS * c.GME_GAMES_PER_BLOCK, c.MIN_BLOCKS) if c.GME_GAMES_PER_BLOCK > 1 else None
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, launch_bounds=bounds)

@@ -246,3 +246,18 @@ def games_per_block(params) -> int:
     """The MPE games' ``games_per_block``: 128-thread blocks of teams up to 32 lanes, else one."""
     threads = team_threads(params)
     return PACKED_BLOCK_THREADS // threads if threads <= 32 else 1
+
+
+SM_THREADS = 2048
+"""The threads an SM of sm_80 and sm_90 holds at once."""
+
+
+def min_blocks_per_sm(params) -> int:
+    """A step kernel's launch bounds' blocks per SM (``MIN_BLOCKS``) for a game whose unbounded step
+    takes too many registers for a full SM: for packed games, as many 128-thread blocks as an SM
+    holds (16), which caps the registers at 32 a thread; a block per game, 1 (no cap). SimpleTag
+    takes it: unbounded, its CUDA C step took 55 registers (ptxas -v, sm_90), 32 without a spill
+    when capped, and at 65,536 games on an H200 its step went from 29.8 to 28.4 µs (CUDA C) and 32.0
+    to 31.0 (Numba). SimpleSpread does not: its 36 registers capped at 32 gained nothing there
+    (docs/benchmarks/mpe.md, "Launch bounds")."""
+    return SM_THREADS // PACKED_BLOCK_THREADS if games_per_block(params) > 1 else 1

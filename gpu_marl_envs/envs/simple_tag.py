@@ -269,6 +269,7 @@ def kernel_constants(p: SimpleTagParams) -> dict:
         "BOUND_MAX": mpe.f32(BOUND_MAX),
         "BOUND_EXP_LIMIT": mpe.f32(BOUND_EXP_LIMIT),
         **mpe.physics_constants(),
+        "MIN_BLOCKS": mpe.min_blocks_per_sm(p),
     }
 
 
