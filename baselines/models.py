@@ -2,7 +2,8 @@
 
 ``ActorCritic(observation_size, action_space)`` works for ``Discrete`` (categorical),
 ``MultiDiscrete`` (one categorical per component) and ``Box`` (diagonal Gaussian, state-independent
-standard deviation: free, ``exp`` of a parameter, or bounded by ``max_std``) action spaces. A
+standard deviation: free, ``exp`` of a parameter, or bounded by ``max_std``; or, for a box of finite
+bounds, one Beta distribution per component, ``distribution="beta"``) action spaces. A
 custom policy is any ``torch.nn.Module`` with the same three methods:
 ``sample(obs) -> action``, ``value(obs) -> (B,)`` and
 ``action_and_value(obs, action=None) -> (action, log_prob, entropy, value)``; to be captured in a
@@ -21,6 +22,8 @@ needs at least one allowed action. Without a mask (``None``) the arithmetic is u
 from __future__ import annotations
 
 import math
+import typing
+from typing import Literal
 
 import numpy as np
 import torch
@@ -31,6 +34,12 @@ from torch import nn
 from torch.nn import functional as F
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+Distribution = Literal["gaussian", "beta"]
+DISTRIBUTIONS = typing.get_args(Distribution)
+"""The ``Box`` heads: a diagonal Gaussian (whose draws the env clips into the box) or a Beta per
+component, scaled to the box's bounds (its draws always inside)."""
+# The largest float32 below 1: a Beta draw kept below it keeps log(1 - x) finite.
+BELOW_ONE = 1.0 - 2.0**-24
 
 
 def layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
@@ -66,6 +75,7 @@ class ActorCritic(nn.Module):
         *,
         critic: nn.Module | None = None,
         max_std: float = math.inf,
+        distribution: Distribution = "gaussian",
     ):
         """``normalize_observations``: the networks see observations scaled by their running mean
         and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
@@ -73,7 +83,9 @@ class ActorCritic(nn.Module):
         actor (by default an MLP on the observations; :class:`CentralisedActorCritic` passes its
         own). ``max_std`` (``Box`` only): ``inf``, the Gaussian's std is ``exp(log_std)``, free
         (CleanRL's, starting at 1); a number, it is ``max_std * sigmoid(std_logit)``, starting at
-        ``max_std * sigmoid(1)`` (MAPPO's Gaussian head; see ``PolicyConfig.max_std``)."""
+        ``max_std * sigmoid(1)`` (MAPPO's Gaussian head; see ``PolicyConfig.max_std``).
+        ``distribution`` (``Box`` only): ``"gaussian"`` or ``"beta"`` (``PolicyConfig.distribution``
+        says when to choose which; the box's bounds must then be finite)."""
         super().__init__()
         self.obs_norm = ObservationNormalizer(observation_size) if normalize_observations else None
         if isinstance(action_space, spaces.Discrete):
@@ -85,17 +97,50 @@ class ActorCritic(nn.Module):
         else:
             raise TypeError(f"ActorCritic supports Discrete, MultiDiscrete and Box action spaces, got {action_space}")
         self.space = action_space
+        self.beta = self._beta_head(action_space, distribution, max_std)
         # Components of one size (Tag's two moves) are handled as one (..., components, n) tensor.
         self.uniform = self.nvec is not None and len(set(self.nvec)) == 1
         self.critic = mlp(observation_size, hidden, 1, last_gain=1.0) if critic is None else critic
         outputs = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
-        self.actor = mlp(observation_size, hidden, outputs, last_gain=0.01)
-        if math.isfinite(max_std) and self.nvec is None:
+        # A Beta head reads two outputs per component: its two concentrations.
+        self.actor = mlp(observation_size, hidden, 2 * outputs if self.beta else outputs, last_gain=0.01)
+        if self.beta:
+            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32).flatten())
+            self.register_buffer("scale", torch.as_tensor(action_space.high - action_space.low, dtype=torch.float32).flatten())
+        elif math.isfinite(max_std) and self.nvec is None:
             self.log_max_std = math.log(max_std)
             self.std_logit = nn.Parameter(torch.ones(outputs))
         elif self.nvec is None:
             self.log_std = nn.Parameter(torch.zeros(outputs))
         self.fused = False
+
+    @staticmethod
+    def _beta_head(space: spaces.Space, distribution: Distribution, max_std: float) -> bool:
+        """Whether the policy's head is a Beta per component (``ValueError`` where it cannot be)."""
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
+        if distribution == "gaussian":
+            return False
+        if not isinstance(space, spaces.Box) or not space.is_bounded("both"):
+            raise ValueError(f'distribution = "beta" needs a Box action space of finite bounds, got {space}')
+        if math.isfinite(max_std):
+            raise ValueError('max_std bounds the Gaussian head\'s std; a "beta" head has none (leave max_std at inf)')
+        return True
+
+    def beta_distribution(self, out: torch.Tensor) -> torch.distributions.Beta:
+        """The Beta head's distributions over ``[0, 1]`` for the actor's outputs ``out``: the
+        concentrations ``1 + softplus`` of the two halves, so at least 1 (every density unimodal and
+        finite at the bounds; Chou, Maturana and Scherer 2017, "Improving Stochastic Policy Gradients
+        in Continuous Control with Deep Reinforcement Learning using the Beta Distribution"). Not
+        validated: validation synchronises with the host, and the rollout is captured."""
+        alpha, beta = (1.0 + F.softplus(half) for half in out.float().chunk(2, dim=-1))
+        return torch.distributions.Beta(alpha, beta, validate_args=False)
+
+    def _unit(self, action: torch.Tensor) -> torch.Tensor:
+        """A Beta head's ``action`` mapped back into ``[0, 1]``, kept off the bounds where rounding
+        put it there (the densities' logs are finite inside)."""
+        unit = (action - self.low) / self.scale
+        return unit.clamp(torch.finfo(unit.dtype).tiny, BELOW_ONE)
 
     def gaussian_log_std(self) -> torch.Tensor:
         """``Box`` only: the log of the Gaussian's std per action component."""
@@ -155,6 +200,9 @@ class ActorCritic(nn.Module):
         if self.uniform and sampling.kernel_applies(out):
             actions = sampling.gumbel_max_kernel(out, len(self.nvec), action_mask)
             return actions.squeeze(-1) if isinstance(self.space, spaces.Discrete) else actions
+        if self.beta:
+            unit = self.beta_distribution(out).sample().clamp_(max=BELOW_ONE)
+            return self.low + self.scale * unit
         out = out.float()  # the noise in float32, also where the network ran in bfloat16
         if self.nvec is None:
             self._no_mask(action_mask)
@@ -179,12 +227,18 @@ class ActorCritic(nn.Module):
         return (action, *self._log_prob_and_entropy(out, action, action_mask), value)
 
     def outputs_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The actor's outputs (logits, or a Gaussian's means) and the critic's value on ``obs``."""
+        """The actor's outputs (logits, a Gaussian's means, or a Beta head's two halves) and the critic's value on ``obs``."""
         x = self._inputs(obs)
         return self._run(self.actor, x), self._run(self.critic, x).squeeze(-1)
 
     def _log_prob_and_entropy(self, out: torch.Tensor, action: torch.Tensor, action_mask: torch.Tensor | None):
         """The log-probability of ``action`` and the entropy under the actor's outputs ``out``."""
+        if self.beta:
+            self._no_mask(action_mask)
+            # Densities over the box: the unit interval's, less the log of the box's width.
+            distribution, log_scale = self.beta_distribution(out), self.scale.log()
+            log_prob = (distribution.log_prob(self._unit(action)) - log_scale).sum(-1)
+            return log_prob, (distribution.entropy() + log_scale).sum(-1)
         if self.nvec is None:
             self._no_mask(action_mask)
             log_std = self.gaussian_log_std().expand_as(out)
@@ -206,6 +260,8 @@ class ActorCritic(nn.Module):
     def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
         out = self._run(self.actor, self._inputs(obs))
+        if self.beta:
+            return self.low + self.scale * self.beta_distribution(out).mean
         if self.nvec is None:
             self._no_mask(action_mask)
             return out
@@ -296,6 +352,7 @@ class CentralisedActorCritic(ActorCritic):
         hidden: tuple[int, ...] = (64, 64),
         normalize_observations: bool = False,
         max_std: float = math.inf,
+        distribution: Distribution = "gaussian",
     ):
         super().__init__(
             observation_size,
@@ -304,6 +361,7 @@ class CentralisedActorCritic(ActorCritic):
             normalize_observations,
             critic=CentralisedCritic(state_size, agents, hidden, normalize_observations),
             max_std=max_std,
+            distribution=distribution,
         )
 
     def use_fused_mlp(self, setting: bool | str = True) -> bool:

@@ -77,7 +77,7 @@ from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPha
 from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic
+from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic, Distribution
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
@@ -164,6 +164,13 @@ class PolicyConfig:
     ``DiagGaussian``, whose ``std_y_coef`` is this, 0.5 there): the entropy bonus cannot widen the
     std past it. With actions clipped into a box, a free std can grow without bound at no cost to
     the clipped actions (docs/benchmarks/mpe.md)."""
+    distribution: Distribution = "gaussian"
+    """``Box`` actions only: the policy's distribution. ``"gaussian"``: a diagonal Gaussian (see
+    ``max_std``) whose draws the env clips into the box. ``"beta"``: a Beta distribution per
+    component, scaled to the box (finite bounds only): its draws are always inside, so no
+    probability piles up on the bounds, where a clipped Gaussian's log-probabilities no longer say
+    what the env did (Chou et al. 2017; :meth:`ActorCritic.beta_distribution`); the greedy action
+    is its mean. ``max_std`` stays ``inf`` with it."""
 
     def __post_init__(self):
         if isinstance(self.ent_coef, tuple) and not is_schedule(self.ent_coef):
@@ -404,6 +411,7 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 settings.hidden,
                 settings.normalize_observations,
                 settings.max_std,
+                settings.distribution,
             )
         else:
             module = ActorCritic(
@@ -412,6 +420,7 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 settings.hidden,
                 settings.normalize_observations,
                 max_std=settings.max_std,
+                distribution=settings.distribution,
             )
         if settings.normalize_values:
             module.value_norm = ObservationNormalizer(1, clip=math.inf)

@@ -189,6 +189,42 @@ def test_gaussian_head_is_torch_normal(max_std):
         assert torch.all(agent.gaussian_log_std().exp() <= max_std)
 
 
+def test_beta_head_is_the_scaled_beta_density():
+    # The Beta head over Box(-2, 3): each component a Beta(1 + softplus(a), 1 + softplus(b)) on
+    # [0, 1], scaled to the box, its density and entropy written out here from the Beta's formulas.
+    agent = ActorCritic(3, spaces.Box(-2.0, 3.0, (4,), dtype=np.float32), distribution="beta")
+    assert agent.actor[-1].out_features == 8, "two concentrations per component"
+    with torch.no_grad():
+        agent.actor[-1].bias.copy_(torch.tensor([-3.0, 0.0, 2.0, 8.0, 1.0, 0.0, -1.0, 5.0]))
+    obs = torch.randn(500, 3)
+    action, log_prob, entropy, _ = agent.action_and_value(obs)
+    assert ((action > -2.0) & (action < 3.0)).all(), "draws inside the box, nothing to clip"
+    a, b = (1.0 + torch.nn.functional.softplus(half) for half in agent.actor(obs).chunk(2, dim=-1))
+    x = (action + 2.0) / 5.0
+    log_beta = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+    density = (a - 1) * x.log() + (b - 1) * (1 - x).log() - log_beta - math.log(5.0)
+    torch.testing.assert_close(log_prob, density.sum(-1))
+    digamma = torch.digamma
+    unit_entropy = log_beta - (a - 1) * digamma(a) - (b - 1) * digamma(b) + (a + b - 2) * digamma(a + b)
+    torch.testing.assert_close(entropy, (unit_entropy + math.log(5.0)).sum(-1))
+    torch.testing.assert_close(agent.greedy(obs), -2.0 + 5.0 * a / (a + b), msg="greedy: the mean")
+    # The draws follow the means: component 3's (a = 1 + softplus(8), b = 1 + softplus(5)) near 0.73.
+    assert abs(x[:, 3].mean().item() - (a / (a + b))[:, 3].mean().item()) < 0.02
+
+
+@pytest.mark.parametrize(
+    "space, max_std, message",
+    [
+        (spaces.Box(-np.inf, 1.0, (2,), dtype=np.float32), math.inf, "finite bounds"),
+        (spaces.Discrete(3), math.inf, "finite bounds"),
+        (spaces.Box(0.0, 1.0, (2,), dtype=np.float32), 0.5, "max_std"),
+    ],
+)
+def test_a_beta_head_is_refused_where_it_cannot_be(space, max_std, message):
+    with pytest.raises(ValueError, match=message):
+        ActorCritic(3, space, distribution="beta", max_std=max_std)
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_training_smoke(env_id):
     config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=256, num_minibatches=2, update_epochs=2)
