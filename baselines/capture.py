@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -236,6 +237,14 @@ class GraphedPhase:
         What ``torch.cuda.graph`` does, with room for cuts: the pieces share one memory pool (a
         tensor made in one piece may be used in the next) and one capture stream."""
         torch.cuda.synchronize(self.device)
+        # No garbage collection during the capture: a collection there can free an earlier run's
+        # CUDA graphs (a trainer's phases sit in reference cycles), and destroying a graph while a
+        # stream captures is a CUDA error that invalidates the capture (seen on an H200: the third
+        # of three MAPPO runs in one process failed its first update's capture, "operation not
+        # permitted when stream is capturing", from CUDAGraph.reset). Collected here instead.
+        collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
         torch.cuda.empty_cache()
         self._pool = torch.cuda.graph_pool_handle()
         self._stream = torch.cuda.Stream(self.device)
@@ -260,6 +269,8 @@ class GraphedPhase:
             raise
         finally:
             _capturing.reset(token)
+            if collecting:
+                gc.enable()
         torch.cuda.current_stream(self.device).wait_stream(self._stream)
 
     def _begin_piece(self) -> None:

@@ -105,8 +105,11 @@ class ActorCritic(nn.Module):
         # A Beta head reads two outputs per component: its two concentrations.
         self.actor = mlp(observation_size, hidden, 2 * outputs if self.beta else outputs, last_gain=0.01)
         if self.beta:
-            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32).flatten())
-            self.register_buffer("scale", torch.as_tensor(action_space.high - action_space.low, dtype=torch.float32).flatten())
+            low, high = (
+                torch.as_tensor(bound, dtype=torch.float32).flatten() for bound in (action_space.low, action_space.high)
+            )
+            self.register_buffer("low", low)
+            self.register_buffer("scale", high - low)
         elif math.isfinite(max_std) and self.nvec is None:
             self.log_max_std = math.log(max_std)
             self.std_logit = nn.Parameter(torch.ones(outputs))
@@ -227,7 +230,8 @@ class ActorCritic(nn.Module):
         return (action, *self._log_prob_and_entropy(out, action, action_mask), value)
 
     def outputs_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The actor's outputs (logits, a Gaussian's means, or a Beta head's two halves) and the critic's value on ``obs``."""
+        """The actor's outputs (logits, a Gaussian's means, or a Beta head's two halves) and the
+        critic's value on ``obs``."""
         x = self._inputs(obs)
         return self._run(self.actor, x), self._run(self.critic, x).squeeze(-1)
 

@@ -1,5 +1,6 @@
-"""GraphedPhase (baselines/capture.py) when the captured phase fails (GPU only: on the CPU a phase
-runs eagerly). The cut captures are tested in test_distributed.py."""
+"""GraphedPhase (baselines/capture.py) when the captured phase fails, and garbage collection around
+its capture (GPU only: on the CPU a phase runs eagerly). The cut captures are tested in
+test_distributed.py."""
 
 import subprocess
 import sys
@@ -78,3 +79,52 @@ def test_an_error_in_a_branch_leaves_the_process_able_to_draw_random_numbers(cud
         graphed()
     assert graphed._graphs == []
     assert torch.randn(3, device=cuda_device).isfinite().all()
+
+
+# An earlier run's captured graph left in a reference cycle (as a trainer's phases are), then a
+# collection in the middle of the next capture, where the interpreter's automatic one may fall.
+EARLIER_GRAPHS_COLLECTED = """
+import gc, sys, torch
+from gpu_marl_envs.baselines.capture import GraphedPhase
+device = torch.device(sys.argv[1])
+x = torch.zeros(4, device=device)
+
+class Run:
+    def __init__(self):
+        self.me = self  # a cycle: only the collector frees it
+        self.phase = GraphedPhase(lambda: {"x": x.add_(1)}, device)
+
+earlier = Run()
+for _ in range(3):  # warm-up, capture, replay
+    earlier.phase()
+del earlier
+enabled = []
+
+def phase():
+    enabled.append(gc.isenabled())
+    gc.collect()
+    return {"x": x.add_(1)}
+
+later = GraphedPhase(phase, device)
+for _ in range(3):
+    later()
+torch.cuda.synchronize(device)
+print("x:", x.tolist(), "collector enabled:", enabled, gc.isenabled())
+"""
+
+
+@pytest.mark.gpu
+def test_an_earlier_runs_graphs_are_collected_before_a_capture_not_during_it(cuda_device):
+    """A capture collects garbage first and none while it captures: destroying an earlier run's
+    graph during a capture invalidates it (the third of three MAPPO runs in one process failed so)."""
+    done = subprocess.run(
+        [sys.executable, "-c", EARLIER_GRAPHS_COLLECTED, str(cuda_device)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tempfile.gettempdir(),
+    )
+    assert done.returncode == 0, done.stderr
+    # 3 + 3 additions (the capture records its call's, which the replay right after performs); the
+    # phase runs at the warm-up (collector on) and the capture (off), and replays run no Python.
+    assert "x: [6.0, 6.0, 6.0, 6.0] collector enabled: [True, False] True" in done.stdout, done.stdout

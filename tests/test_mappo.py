@@ -199,7 +199,8 @@ def test_mappo_learns_a_box_game_and_acts_greedily_with_the_mean():
 @pytest.mark.usefixtures("one_thread")
 def test_a_beta_policy_learns_a_box_game_and_acts_inside_the_box():
     run = glide_config(num_envs=16, num_steps=10, total_timesteps=16 * 10 * 12)
-    run = dataclasses.replace(run, policies={"shared": dataclasses.replace(run.policies["shared"], distribution="beta")})
+    beta = dataclasses.replace(run.policies["shared"], distribution="beta")
+    run = dataclasses.replace(run, policies={"shared": beta})
     policies, history = multi_agent.train(GLIDE, run, backend="torch", log_every=1, log=None)
     returns = [entry["mean_return"] for entry in history]
     # Measured with seeds 0-2: -11.3 to -12.1 over the first 3 iterations, -7.4 to -7.9 over the
@@ -383,7 +384,9 @@ def test_mappo_through_lightning_is_multi_agent_train():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
-@pytest.mark.parametrize("env_id, distribution", [("SimpleSpread-v3", "gaussian"), (GLIDE, "gaussian"), (GLIDE, "beta")])
+@pytest.mark.parametrize(
+    "env_id, distribution", [("SimpleSpread-v3", "gaussian"), (GLIDE, "gaussian"), (GLIDE, "beta")]
+)
 def test_captured_mappo_matches_eager(env_id, distribution, algorithm, cuda_device):
     """A centralised critic's rollout (the states read in the graph) and update replayed as CUDA
     graphs do the same arithmetic as eager runs, for discrete and Box actions (Gaussian and Beta:
