@@ -418,7 +418,9 @@ def game_functions(c) -> GameFunctions:
             i0 = np.int32(max(cx - 1, 0))
             i1 = np.int32(min(cx + 1, C - 1))
             # Sequence position t is place t + shift in its run. (32-bit: Numba's arithmetic is
-            # 64-bit, which doubled the loop's index instructions.)
+            # 64-bit, which doubled the loop's index instructions.) A while loop, not a range: Numba's
+            # range keeps a count of the trips left beside t, several instructions a candidate; and
+            # the places unsigned, as `place` is, so that q == place is one 32-bit compare.
             begin0, end0 = row_run(ends, cy, i0, i1)
             begin1, end1 = row_run(ends, cy + sy, i0, i1)
             begin2, end2 = row_run(ends, cy - sy, i0, i1)
@@ -426,10 +428,12 @@ def game_functions(c) -> GameFunctions:
             stop1 = np.int32(stop0 + end1 - begin1)
             total = np.int32(stop1 + end2 - begin2)
             shift0, shift1, shift2 = np.int32(begin0), np.int32(begin1 - stop0), np.int32(begin2 - stop1)
-            for t in range(total):
-                q = np.int32(t + (shift0 if t < stop0 else (shift1 if t < stop1 else shift2)))
+            t = np.int32(0)
+            while t < total:
+                q = U(t + (shift0 if t < stop0 else (shift1 if t < stop1 else shift2)))
                 xq, yq = position(positions, q)
                 limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
+                t = np.int32(t + 1)
             # The rings' cell coordinates in int32 and while loops (a range of a run-time step is
             # 64-bit, with a 64-bit division for its length); Numba's int32 + int is 64-bit, hence
             # the np.int32 around each sum.
@@ -458,10 +462,12 @@ def game_functions(c) -> GameFunctions:
                     step = np.int32(1) if whole else np.int32(2 * r)
                     while i <= i1:
                         if i >= 0 and i < C and may_hold(i, j, cx, cy, xa, ya, bound(best, limit)):
-                            c = np.int32(j * C + i)
-                            for q in range(np.int32(bucket_begin(ends, 2 * c)), np.int32(ends[2 * c + 1])):
+                            b = U(U(j * C + i) * U(2))  # the cell's taggers; its runners follow
+                            q, q1 = U(bucket_begin(ends, b)), U(ends[U(b + U(1))])
+                            while q < q1:
                                 xq, yq = position(positions, q)
                                 limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
+                                q = U(q + U(1))
                         i = np.int32(i + step)
                     j = np.int32(j + 1)
                 r = np.int32(r + 1)
@@ -504,7 +510,7 @@ def game_functions(c) -> GameFunctions:
         if right_agents:
             for m in range(K):
                 if packed[m] != EMPTY_PACKED:
-                    q = np.int32(packed[m] & PLACE_MASK)
+                    q = U(packed[m] & PLACE_MASK)
                     xq, yq = position(positions, q)
                     limit = consider(best, limit, q, place, squared_distance(xq - xa, yq - ya), ids)
         else:
