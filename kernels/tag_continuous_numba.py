@@ -327,21 +327,23 @@ def game_functions(c) -> GameFunctions:
             best_d2[m] = INFINITY
             best_id[m] = -1
         xa, ya = position(positions, a)
-        for j in range(N):
-            if j == a or not sh_in_game[j]:
-                continue
-            xj, yj = position(positions, j)
-            d2 = squared_distance(xj - xa, yj - ya)
-            if not (d2 < best_d2[K - 1]):
-                continue
-            for m in range(K - 1, 0, -1):
-                shift = d2 < best_d2[m - 1]
-                place = not shift and d2 < best_d2[m]
-                best_d2[m] = best_d2[m - 1] if shift else (d2 if place else best_d2[m])
-                best_id[m] = best_id[m - 1] if shift else (j if place else best_id[m])
-            if d2 < best_d2[0]:
-                best_d2[0] = d2
-                best_id[0] = j
+        # An unsigned while loop, as a is unsigned (docs/custom_env.md, "Numba as fast as CUDA C"):
+        # range(N)'s 64-bit j cost a 64-bit counter, compare and in-game index every candidate.
+        j = U(0)
+        while j < U(N):
+            if j != a and sh_in_game[j]:
+                xj, yj = position(positions, j)
+                d2 = squared_distance(xj - xa, yj - ya)
+                if d2 < best_d2[K - 1]:
+                    for m in range(K - 1, 0, -1):
+                        shift = d2 < best_d2[m - 1]
+                        place = not shift and d2 < best_d2[m]
+                        best_d2[m] = best_d2[m - 1] if shift else (d2 if place else best_d2[m])
+                        best_id[m] = best_id[m - 1] if shift else (np.int32(j) if place else best_id[m])
+                    if d2 < best_d2[0]:
+                        best_d2[0] = d2
+                        best_id[0] = np.int32(j)
+            j = U(j + U(1))
         for m in range(K):
             observed[U(base + m)] = best_id[m]
 
