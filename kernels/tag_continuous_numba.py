@@ -585,7 +585,7 @@ def game_functions(c) -> GameFunctions:
         # at a signed index Numba wraps negative ones, several instructions an access.
         speeds, accelerations, directions = speed[e], acceleration[e], direction[e]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
-        threads = cuda.blockDim.x
+        threads = U(cuda.blockDim.x)
         r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
         pair, pairs = U(cuda.threadIdx.x), U(rows * slots)
         while pair < pairs:  # (a range with a step kept 64-bit signed counting in every pass)
@@ -616,7 +616,7 @@ def game_functions(c) -> GameFunctions:
             if last and n == 0:
                 staged[U(r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
             r, n = step_pair(r, n, rows_step, slots_step, slots)
-            pair += U(threads)
+            pair = U(pair + threads)  # (pair += threads is 64-bit: Numba widens uint32 + uint32)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
