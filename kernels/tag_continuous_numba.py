@@ -35,6 +35,7 @@ import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
 from gpu_marl_envs.kernels.numba_api import (
     add_rn,
+    assume,
     cuda,
     divide,
     float_as_int,
@@ -144,6 +145,19 @@ def game_functions(c) -> GameFunctions:
     STAGED_SLOTS = min(OBSERVED_SLOTS, (STAGE - 1) // FEATURES)
     ROW_STRIDE = STAGED_SLOTS * FEATURES + 1
     STAGED_ROWS = STAGE // ROW_STRIDE
+
+    @inline_device
+    def known_shapes(state):
+        # The state's rows are N long (the .cu's row = e * N, a constant): Numba indexes x[e, a]
+        # through x's shape, read at run time, a 64-bit product per array and access (docs/custom_env.md,
+        # "Numba as fast as CUDA C", rule 5). The framework allocates exactly these shapes.
+        x, y, direction, speed, acceleration, in_game, _ = state
+        assume(x.shape[1] == N)
+        assume(y.shape[1] == N)
+        assume(direction.shape[1] == N)
+        assume(speed.shape[1] == N)
+        assume(acceleration.shape[1] == N)
+        assume(in_game.shape[1] == N)
 
     @cuda.jit(device=True)
     def squared_distance(dx, dy):
@@ -293,6 +307,7 @@ def game_functions(c) -> GameFunctions:
         # draw 2N + a.
         x, y, direction, speed, acceleration, in_game, t = state
         positions, sh_in_game = sh[0], sh[5]
+        known_shapes(state)
         a = U(cuda.threadIdx.x)  # an unsigned while loop: see step_env
         while a < U(N):
             px = uniform(seed, episode, a, ZERO, GRID_LENGTH)
@@ -630,6 +645,8 @@ def game_functions(c) -> GameFunctions:
         the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
         this game."""
         positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
+        known_shapes(state)
+        assume(out.shape[1] == N * OBS_DIM)
         observations = out[e]  # env e's row of the buffer, a 1D view
         time = np.float32(state[6][e]) / TIME_SCALE
         # Unsigned indices (U) and while loops, as in step_env and stage_features.
@@ -733,6 +750,10 @@ def game_functions(c) -> GameFunctions:
         # Spec step 1-3: move the agents in the game, their step rewards and edge penalties.
         x, y, direction, speed, acceleration, in_game, t = state
         positions, ids, ends, tags, sh_in_game, runners_left = sh[0], sh[1], sh[2], sh[3], sh[5], sh[6]
+        known_shapes(state)
+        assume(actions.shape[1] == N)
+        assume(actions.shape[2] == 2)
+        assume(rewards.shape[1] == N)
         # Strided loops over the block's threads as unsigned while loops (docs/custom_env.md, "Numba
         # as fast as CUDA C"): a range with a run-time step is 64-bit, with a 64-bit division for its
         # length and Python's negative-index wraparound on every access.
