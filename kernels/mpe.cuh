@@ -99,6 +99,23 @@ __device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
     }
 }
 
+// Feature f (below 4 + 2 * places + 2 * (agents - 1)) of agent a's observation in MPE2's layout for a
+// moving body: its velocity and position, each place's (landmark's, obstacle's) offset from it, then
+// each other agent's offset, in id order. The arrays start at the game's row.
+__device__ __forceinline__ float mpe_body_feature(const float* x, const float* y, const float* vx, const float* vy,
+                                                  const float* place_x, const float* place_y, int places, int a,
+                                                  int f) {
+    bool is_x = f % 2 == 0;
+    if (f < 4) return f == 0 ? vx[a] : f == 1 ? vy[a] : f == 2 ? x[a] : y[a];
+    if (f < 4 + 2 * places) {
+        int l = (f - 4) / 2;
+        return is_x ? place_x[l] - x[a] : place_y[l] - y[a];
+    }
+    int j = (f - 4 - 2 * places) / 2;
+    j += j >= a;  // the other agents, in id order
+    return is_x ? x[j] - x[a] : y[j] - y[a];
+}
+
 // The n agents' positions of one game (from its state's row) into the team's shared arrays sx, sy;
 // ends with the team synchronised, so that every thread reads the staged positions.
 __device__ __forceinline__ void mpe_stage(const float* x, const float* y, float* sx, float* sy, int n) {

@@ -79,20 +79,10 @@ struct SimpleSpread : GmeGame {
         long long row = (long long)e * N;
         for (long long k = gme_lane(); k < (long long)N * OBS_DIM; k += gme_lanes()) {
             int a = (int)(k / OBS_DIM), f = (int)(k % OBS_DIM);
-            float value;
-            if (f < 4) {
-                value = f == 0 ? s.vx[row + a] : f == 1 ? s.vy[row + a] : f == 2 ? s.x[row + a] : s.y[row + a];
-            } else if (f < 4 + 2 * N) {
-                int l = (f - 4) / 2;
-                value = (f % 2 == 0) ? s.landmark_x[row + l] - s.x[row + a] : s.landmark_y[row + l] - s.y[row + a];
-            } else if (f < 4 + 4 * N - 2) {
-                int j = (f - 4 - 2 * N) / 2;
-                j += j >= a;  // the other agents, in id order
-                value = (f % 2 == 0) ? s.x[row + j] - s.x[row + a] : s.y[row + j] - s.y[row + a];
-            } else {
-                value = 0.0f;  // the silent agents' communication
-            }
-            obs[k] = value;
+            // Past the bodies' features, the silent agents' communication.
+            obs[k] = f < 4 + 4 * N - 2 ? mpe_body_feature(s.x + row, s.y + row, s.vx + row, s.vy + row,
+                                                          s.landmark_x + row, s.landmark_y + row, N, a, f)
+                                       : 0.0f;
         }
     }
 };

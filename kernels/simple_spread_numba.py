@@ -106,6 +106,8 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
+    body_feature = mpe.body_feature(N)  # the N landmarks are the places
+
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
@@ -114,17 +116,8 @@ def game_functions(c) -> GameFunctions:
         k = lane()
         while k < U(N * OBS_DIM):
             a, f = U(k // U(OBS_DIM)), U(k % U(OBS_DIM))
-            is_x = U(f % U(2)) == U(0)
-            if f < U(4):
-                value = vx[e, a] if f == U(0) else vy[e, a] if f == U(1) else x[e, a] if f == U(2) else y[e, a]
-            elif f < U(4 + 2 * N):
-                lm = U(U(f - U(4)) // U(2))
-                value = landmark_x[e, lm] - x[e, a] if is_x else landmark_y[e, lm] - y[e, a]
-            elif f < U(4 + 4 * N - 2):
-                j = U(U(f - U(4 + 2 * N)) // U(2))
-                if j >= a:
-                    j = U(j + U(1))  # the other agents, in id order
-                value = x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
+            if f < U(4 + 4 * N - 2):
+                value = body_feature(x, y, vx, vy, landmark_x, landmark_y, e, a, f)
             else:
                 value = ZERO  # the silent agents' communication
             obs[e, k] = value

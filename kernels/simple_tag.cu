@@ -111,21 +111,13 @@ struct SimpleTag : GmeGame {
                 a = A + (int)((k - adversary_floats) / GOOD_OBS_DIM);
                 f = (int)((k - adversary_floats) % GOOD_OBS_DIM);
             }
-            bool is_x = f % 2 == 0;
             float value;
-            if (f < 4) {
-                value = f == 0 ? s.vx[row + a] : f == 1 ? s.vy[row + a] : f == 2 ? s.x[row + a] : s.y[row + a];
-            } else if (f < 4 + 2 * L) {
-                int l = (f - 4) / 2;
-                value = is_x ? obstacle_x[l] - s.x[row + a] : obstacle_y[l] - s.y[row + a];
-            } else if (f < 4 + 2 * L + 2 * (N - 1)) {
-                int j = (f - 4 - 2 * L) / 2;
-                j += j >= a;  // the other agents, in id order
-                value = is_x ? s.x[row + j] - s.x[row + a] : s.y[row + j] - s.y[row + a];
+            if (f < 4 + 2 * L + 2 * (N - 1)) {
+                value = mpe_body_feature(s.x + row, s.y + row, s.vx + row, s.vy + row, obstacle_x, obstacle_y, L, a, f);
             } else {
                 int j = A + (f - 4 - 2 * L - 2 * (N - 1)) / 2;
                 j += a >= A && j >= a;  // the other good agents, in id order
-                value = is_x ? s.vx[row + j] : s.vy[row + j];
+                value = f % 2 == 0 ? s.vx[row + j] : s.vy[row + j];
             }
             obs[k] = value;
         }

@@ -140,6 +140,8 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
+    body_feature = mpe.body_feature(L)  # the L obstacles are the places
+
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
@@ -152,22 +154,13 @@ def game_functions(c) -> GameFunctions:
             else:
                 g = U(k - U(ADVERSARY_FLOATS))
                 a, f = U(U(A) + U(g // U(GOOD_OBS_DIM))), U(g % U(GOOD_OBS_DIM))
-            is_x = U(f % U(2)) == U(0)
-            if f < U(4):
-                value = vx[e, a] if f == U(0) else vy[e, a] if f == U(1) else x[e, a] if f == U(2) else y[e, a]
-            elif f < U(4 + 2 * L):
-                lm = U(U(f - U(4)) // U(2))
-                value = obstacle_x[e, lm] - x[e, a] if is_x else obstacle_y[e, lm] - y[e, a]
-            elif f < U(4 + 2 * L + 2 * (N - 1)):
-                j = U(U(f - U(4 + 2 * L)) // U(2))
-                if j >= a:
-                    j = U(j + U(1))  # the other agents, in id order
-                value = x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
+            if f < U(4 + 2 * L + 2 * (N - 1)):
+                value = body_feature(x, y, vx, vy, obstacle_x, obstacle_y, e, a, f)
             else:
                 j = U(U(A) + U(U(f - U(4 + 2 * L + 2 * (N - 1))) // U(2)))
                 if a >= U(A) and j >= a:
                     j = U(j + U(1))  # the other good agents, in id order
-                value = vx[e, j] if is_x else vy[e, j]
+                value = vx[e, j] if U(f % U(2)) == U(0) else vy[e, j]
             obs[e, k] = value
             k = U(k + lanes())
 
