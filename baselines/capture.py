@@ -237,13 +237,14 @@ class GraphedPhase:
         What ``torch.cuda.graph`` does, with room for cuts: the pieces share one memory pool (a
         tensor made in one piece may be used in the next) and one capture stream."""
         torch.cuda.synchronize(self.device)
-        # No garbage collection during the capture: a collection there can free an earlier run's
+        # No automatic garbage collection during the capture: one there can free an earlier run's
         # CUDA graphs (a trainer's phases sit in reference cycles), and destroying a graph while a
         # stream captures is a CUDA error that invalidates the capture (seen on an H200: the third
         # of three MAPPO runs in one process failed its first update's capture, "operation not
-        # permitted when stream is capturing", from CUDAGraph.reset). Collected here instead.
+        # permitted when stream is capturing", from CUDAGraph.reset). The collector runs again
+        # after it. (Not a gc.collect() before it: some 90 ms a capture in a trainer's process,
+        # against a fresh start's target of 2 s.)
         collecting = gc.isenabled()
-        gc.collect()
         gc.disable()
         torch.cuda.empty_cache()
         self._pool = torch.cuda.graph_pool_handle()

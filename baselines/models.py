@@ -124,8 +124,11 @@ class ActorCritic(nn.Module):
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
         if distribution == "gaussian":
             return False
-        if not isinstance(space, spaces.Box) or not space.is_bounded("both"):
-            raise ValueError(f'distribution = "beta" needs a Box action space of finite bounds, got {space}')
+        if not isinstance(space, spaces.Box) or not space.is_bounded("both") or not np.all(space.high > space.low):
+            raise ValueError(
+                f'distribution = "beta" needs a Box action space of finite bounds, each high one above its low one, '
+                f"got {space}"
+            )
         if math.isfinite(max_std):
             raise ValueError('max_std bounds the Gaussian head\'s std; a "beta" head has none (leave max_std at inf)')
         return True

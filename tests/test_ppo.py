@@ -217,6 +217,7 @@ def test_beta_head_is_the_scaled_beta_density():
     [
         (spaces.Box(-np.inf, 1.0, (2,), dtype=np.float32), math.inf, "finite bounds"),
         (spaces.Discrete(3), math.inf, "finite bounds"),
+        (spaces.Box(np.float32([0.0, 1.0]), np.float32([1.0, 1.0])), math.inf, "finite bounds"),
         (spaces.Box(0.0, 1.0, (2,), dtype=np.float32), 0.5, "max_std"),
     ],
 )
