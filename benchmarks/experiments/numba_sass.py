@@ -207,7 +207,9 @@ def main() -> None:
                 opcodes = step_sass(cubin, args.cuobjdump)
                 if args.dump:
                     args.dump.mkdir(parents=True, exist_ok=True)
-                    (args.dump / f"{env_id}-{compiler}.sass").write_text("\n".join(opcodes) + "\n")
+                    # A package's id (cover/Cover-v0) names no sub-folder.
+                    name = env_id.replace("/", "_")
+                    (args.dump / f"{name}-{compiler}.sass").write_text("\n".join(opcodes) + "\n")
                 row = summary(opcodes, report)
                 print(f"| {env_id} | {compiler} | " + " | ".join(str(row[c]) for c in columns) + " |", flush=True)
 
