@@ -55,7 +55,9 @@ struct Cover : GmeGame {
         constexpr int dim = 2 + 4 * N;
         long long row = (long long)e * N;
         for (int k = threadIdx.x; k < N * dim; k += blockDim.x) {
-            int a = k / dim, f = k % dim, j = (f - 2) / 2 % N;  // j: the landmark or agent of feature f >= 2
+            // j: the landmark or agent of feature f >= 2, written so that it is an index for f < 2 too
+            // (where its load is made and its value unused: (f - 2) / 2 % N is -1 at f = 0)
+            int a = k / dim, f = k % dim, j = (f + 2 * N - 2) / 2 % N;
             bool is_x = f % 2 == 0;
             int own = is_x ? s.x[row + a] : s.y[row + a];
             int other = f < 2 + 2 * N ? (is_x ? s.landmark_x[row + j] : s.landmark_y[row + j])
