@@ -125,9 +125,8 @@ def body_feature(places: int):
     (below ``4 + 2 places + 2 (agents - 1)``) of agent ``a``'s observation in MPE2's layout for a
     moving body: its velocity and position, each of the ``places`` places' (landmarks',
     obstacles') offset from it, then each other agent's offset, in id order (mpe.cuh's
-    mpe_body_feature). ``places`` is built in as a constant, as the callers' sizes are (passed as
-    an argument, Numba's SimpleSpread step took 35 more instructions for sm_90). Unsigned indices
-    (``a``, ``f``: U), as the callers'."""
+    mpe_body_feature). ``places`` is built in as a constant, as the callers' sizes are. Unsigned
+    indices (``a``, ``f``: U), as the callers'."""
     first_other = 4 + 2 * places  # the first feature of the other agents
 
     @inline_device

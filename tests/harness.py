@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -118,12 +119,24 @@ torch.cuda.synchronize()
 """
 
 
+def run_child(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``script`` (Python source) run by a fresh process with ``args`` as its arguments and the
+    environment ``env`` (this one's by default), from outside the checkout, whose gpu_marl_envs/
+    folder would shadow the installed package; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tempfile.gettempdir(),
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def run_twice(script: str, env: dict[str, str]) -> tuple[dict, dict]:
     """The JSON each of two fresh processes running ``script`` (Python source) prints last, with the
     environment ``env``: a first process that fills a cache and a second that should load from it."""
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
-    return runs[0], runs[1]
+    first, second = (json.loads(run_child(script, env=env).stdout.splitlines()[-1]) for _ in range(2))
+    return first, second

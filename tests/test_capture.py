@@ -2,28 +2,10 @@
 its capture (GPU only: on the CPU a phase runs eagerly). The cut captures are tested in
 test_distributed.py."""
 
-import subprocess
-import sys
-import tempfile
-
 import pytest
 import torch
 from gpu_marl_envs.baselines.capture import Branches, GraphedPhase
-
-
-def run_in_child(script: str, cuda_device) -> subprocess.CompletedProcess:
-    """``script`` run by a Python process of its own with the device as its argument, from outside
-    the checkout (whose gpu_marl_envs/ folder would shadow the installed package); it must succeed."""
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(cuda_device)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tempfile.gettempdir(),
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
+from harness import run_child
 
 # In a process of its own: a capture that cannot be ended leaves PyTorch's CUDA random generator
 # in capture mode, and every later random draw of the process fails.
@@ -59,7 +41,7 @@ except torch.OutOfMemoryError as error:
 def test_an_error_inside_a_capture_is_the_error_raised(cuda_device):
     """A phase's error during its capture is the error raised, also where ending the capture then
     fails as well (a stream of the phase's own left unjoined: "capturing stream has unjoined work")."""
-    done = run_in_child(UNJOINED_STREAM, cuda_device)
+    done = run_child(UNJOINED_STREAM, str(cuda_device))
     assert "raised: out of memory in a stream left unjoined" in done.stdout
 
 
@@ -127,7 +109,7 @@ print("x:", x.tolist(), "collector enabled:", enabled, gc.isenabled())
 def test_no_garbage_is_collected_during_a_capture(cuda_device):
     """No automatic collection while a phase is captured: destroying an earlier run's graph during
     a capture invalidates it (the third of three MAPPO runs in one process failed so)."""
-    done = run_in_child(EARLIER_GRAPHS_COLLECTED, cuda_device)
+    done = run_child(EARLIER_GRAPHS_COLLECTED, str(cuda_device))
     # 3 + 3 additions (the capture records its call's, which the replay right after performs); the
     # phase runs at the warm-up (collector on) and the capture (off), and replays run no Python.
     assert "x: [6.0, 6.0, 6.0, 6.0] collector enabled: [True, False] True" in done.stdout, done.stdout
