@@ -111,7 +111,9 @@ class ActorCritic(nn.Module):
             self.register_buffer("low", low)
             self.register_buffer("scale", high - low)
         elif math.isfinite(max_std) and self.nvec is None:
-            self.log_max_std = math.log(max_std)
+            # A buffer, not a number: a trainer moves the bound on a schedule (set_max_std) between
+            # the replays of graphs that read it. Not saved: the schedule is the config's.
+            self.register_buffer("log_max_std", torch.tensor(math.log(max_std)), persistent=False)
             self.std_logit = nn.Parameter(torch.ones(outputs))
         elif self.nvec is None:
             self.log_std = nn.Parameter(torch.zeros(outputs))
@@ -153,6 +155,15 @@ class ActorCritic(nn.Module):
         if hasattr(self, "std_logit"):
             return self.log_max_std + F.logsigmoid(self.std_logit)
         return self.log_std
+
+    def set_max_std(self, max_std: float) -> None:
+        """Move the bounded Gaussian head's bound of the std to ``max_std`` (in place, with no
+        host sync: captured graphs read the new bound)."""
+        if not hasattr(self, "std_logit"):
+            raise ValueError("set_max_std needs a Gaussian head with a bounded std (ActorCritic(max_std=...) finite)")
+        if not (math.isfinite(max_std) and max_std > 0):
+            raise ValueError(f"max_std must be a finite number > 0, got {max_std!r}")
+        self.log_max_std.fill_(math.log(max_std))
 
     def use_fused_mlp(self, setting: bool | str = True) -> bool:
         """Run the actor and the critic as :mod:`fused_mlp`'s Triton kernels where they can (float32

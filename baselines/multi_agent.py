@@ -157,13 +157,17 @@ class PolicyConfig:
     """PPO only: passes over each rollout."""
     num_minibatches: int = 4
     """PPO only: minibatches per pass (rows of the policy's agents, split as evenly as possible)."""
-    max_std: float = math.inf
+    max_std: float | tuple[tuple[int, float], ...] = math.inf
     """``Box`` actions only: the bound of the Gaussian's std. ``inf``: free, ``exp`` of a
     parameter starting at 0 (CleanRL's, ``ActorCritic``'s). A number: ``max_std * sigmoid(p)``,
     ``p`` starting at 1, the Gaussian head of MAPPO's code (marlbenchmark/on-policy and HARL's
     ``DiagGaussian``, whose ``std_y_coef`` is this, 0.5 there): the entropy bonus cannot widen the
     std past it. With actions clipped into a box, a free std can grow without bound at no cost to
-    the clipped actions (docs/benchmarks/mpe.md)."""
+    the clipped actions (docs/benchmarks/mpe.md). A schedule of ``[env_steps, value]`` points, as
+    ``ent_coef``'s (values > 0): the bound moves with the run. The bonus drives ``p`` far into the
+    sigmoid's flat end within a few million steps, where the gradient no longer moves it back: from
+    then on the std is the bound, and a falling bound is a schedule of the exploration noise (the
+    PPO paper's Roboschool runs annealed the log std linearly, Schulman et al. 2017)."""
     distribution: Distribution = "gaussian"
     """``Box`` actions only: the policy's distribution. ``"gaussian"``: a diagonal Gaussian (see
     ``max_std``) whose draws the env clips into the box. ``"beta"``: a Beta distribution per
@@ -179,18 +183,36 @@ class PolicyConfig:
                 f"points with steps increasing from 0 and values >= 0, e.g. [[0, 0.5], "
                 f"[50_000_000, 0.05]]; got {self.ent_coef!r}"
             )
+        if isinstance(self.max_std, tuple) and not (
+            is_schedule(self.max_std) and all(value > 0 for _, value in self.max_std)
+        ):
+            raise ValueError(
+                f"{type(self).__name__}.max_std must be a number > 0 (inf: a free std) or a list of "
+                f"[env_steps, value] points with steps increasing from 0 and values > 0, e.g. [[0, 0.5], "
+                f"[20_000_000, 0.2]]; got {self.max_std!r}"
+            )
         settings.check(self)
 
     def entropy_coefficient(self, env_steps: int) -> float:
         """``ent_coef`` after ``env_steps`` env steps of the run."""
-        if not isinstance(self.ent_coef, tuple):
-            return float(self.ent_coef)
-        steps, values = zip(*self.ent_coef)
-        return float(np.interp(env_steps, steps, values))
+        return scheduled(self.ent_coef, env_steps)
+
+    def std_bound(self, env_steps: int = 0) -> float:
+        """``max_std`` after ``env_steps`` env steps of the run."""
+        return scheduled(self.max_std, env_steps)
+
+
+def scheduled(setting: float | tuple, env_steps: int) -> float:
+    """A setting that is a number or a schedule of ``(env_steps, value)`` points, at ``env_steps``:
+    linear between the points, the first value before them and the last after."""
+    if not isinstance(setting, tuple):
+        return float(setting)
+    steps, values = zip(*setting)
+    return float(np.interp(env_steps, steps, values))
 
 
 def is_schedule(points: tuple) -> bool:
-    """Whether ``points`` is an entropy schedule: ``(env_steps, value)`` pairs, steps ints increasing
+    """Whether ``points`` is a schedule (``ent_coef``'s, ``max_std``'s): ``(env_steps, value)`` pairs, steps ints increasing
     from 0, values finite numbers >= 0."""
     pairs = [p for p in points if isinstance(p, tuple) and len(p) == 2]
     if not pairs or len(pairs) != len(points):
@@ -410,7 +432,7 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 sum(s.stop - s.start for s in slots[name].values()),
                 settings.hidden,
                 settings.normalize_observations,
-                settings.max_std,
+                settings.std_bound(),
                 settings.distribution,
             )
         else:
@@ -419,7 +441,7 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 action_space,
                 settings.hidden,
                 settings.normalize_observations,
-                max_std=settings.max_std,
+                max_std=settings.std_bound(),
                 distribution=settings.distribution,
             )
         if settings.normalize_values:
@@ -1158,14 +1180,16 @@ class Phases(IterationPhases):
 
     def schedule(self, iteration: int) -> None:
         """Each trained policy's learning rate (annealed linearly to 0 over the run if its
-        ``anneal_lr``) and entropy weight (its schedule's value at the iteration's env steps)."""
+        ``anneal_lr``), entropy weight and, where ``max_std`` is a schedule, the bound of its std (the
+        schedules' values at the iteration's env steps)."""
         run = self.run
+        env_steps = iteration * run.config.batch_size * run.context.world_size
         for name, policy in run.trained.items():
             if policy.anneal_lr:
                 set_learning_rate(run.optimizers[name], policy.learning_rate * (1.0 - iteration / run.iterations))
-            run.ent_coefs[name].fill_(
-                policy.entropy_coefficient(iteration * run.config.batch_size * run.context.world_size)
-            )
+            run.ent_coefs[name].fill_(policy.entropy_coefficient(env_steps))
+            if isinstance(policy.max_std, tuple):
+                run.policies[name].set_max_std(policy.std_bound(env_steps))
 
 
 def train(

@@ -67,7 +67,7 @@ RANGES = {
     # A schedule (a tuple of points, PolicyConfig's) is checked by PolicyConfig.
     "ent_coef": ("a finite number >= 0", lambda v: isinstance(v, tuple) or _finite_at_least(0)(v)),
     "max_grad_norm": ("a number > 0 (inf: no clipping)", lambda v: v > 0),
-    "max_std": ("a number > 0 (inf: a free std)", lambda v: v > 0),
+    "max_std": ("a number > 0 (inf: a free std)", lambda v: isinstance(v, tuple) or v > 0),
     "hidden": (
         "a non-empty tuple of layer widths >= 1 (TOML: a list, e.g. [64, 64])",
         lambda v: len(v) > 0 and min(v) >= 1,

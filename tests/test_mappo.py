@@ -222,6 +222,37 @@ def test_a_beta_policy_learns_a_box_game_and_acts_inside_the_box():
     assert torch.equal(rollout.env_actions(0), rollout.actions[0]), "nothing clipped"
 
 
+def test_std_bound_schedules():
+    settings = multi_agent.PolicyConfig(max_std=((0, 0.5), (100, 0.1)))
+    assert [settings.std_bound(steps) for steps in (0, 50, 100, 1000)] == pytest.approx([0.5, 0.3, 0.1, 0.1])
+    assert multi_agent.PolicyConfig(max_std=0.5).std_bound(10**9) == 0.5
+    for bad in (((10, 0.5),), ((0, 0.5), (0, 0.1)), ((0, 0.5), (10, 0.0)), ((0, 0.5), (10,)), ()):
+        with pytest.raises(ValueError, match="max_std must be a number > 0 .* or a list of"):
+            multi_agent.PolicyConfig(max_std=bad)
+    tables = {"agents": {"max_std": [[0, 0.5], [10, 0.2]]}}
+    run = config({}, {"gliders": "agents", "leaders": "agents"}, tables)
+    assert run.policies["agents"].max_std == ((0, 0.5), (10, 0.2))
+    free = ActorCritic(3, spaces.Box(0.0, 1.0, (2,), np.float32))
+    with pytest.raises(ValueError, match="set_max_std needs a Gaussian head with a bounded std"):
+        free.set_max_std(0.2)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_scheduled_std_bound_moves_with_the_run():
+    run = glide_config(num_envs=16, num_steps=10, total_timesteps=16 * 10 * 4)
+    schedule = ((0, 0.5), (16 * 10 * 4, 0.1))
+    run = dataclasses.replace(run, policies={"shared": dataclasses.replace(run.policies["shared"], max_std=schedule)})
+    policies, history = multi_agent.train(GLIDE, run, backend="torch", log_every=1, log=None)
+    # The last iteration starts at 3 * 160 env steps: a bound of 0.5 - 0.4 * 3 / 4 = 0.2.
+    policy = policies["shared"]
+    assert policy.log_max_std.exp().item() == pytest.approx(0.2)
+    assert (policy.gaussian_log_std().exp() < 0.2).all()
+    # The entropy each iteration logs (two components, the std near its bound: sigmoid(p) near
+    # sigmoid(1) after a few steps of Adam) falls with the bound's log: by 2 * log(0.5 / 0.2) in all.
+    entropies = [entry["shared/entropy"] for entry in history]
+    assert entropies[0] - entropies[-1] == pytest.approx(2 * np.log(0.5 / 0.2), abs=0.1), entropies
+
+
 def test_normalised_values_merge_the_rollouts_returns_and_scale_the_critics_targets():
     # One PPO epoch of one minibatch, so that the logged value loss is the first gradient step's,
     # before any change to the critic; 6-step rollouts of 10-step episodes: no truncation to bootstrap.
@@ -385,14 +416,22 @@ def test_mappo_through_lightning_is_multi_agent_train():
 @pytest.mark.gpu
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
 @pytest.mark.parametrize(
-    "env_id, distribution", [("SimpleSpread-v3", "gaussian"), (GLIDE, "gaussian"), (GLIDE, "beta")]
+    "env_id, head",
+    [
+        ("SimpleSpread-v3", {}),
+        (GLIDE, {}),
+        (GLIDE, {"distribution": "beta"}),
+        (GLIDE, {"max_std": [[0, 0.5], [16 * 8 * 5, 0.1]]}),
+    ],
+    ids=["discrete", "gaussian", "beta", "std-schedule"],
 )
-def test_captured_mappo_matches_eager(env_id, distribution, algorithm, cuda_device):
+def test_captured_mappo_matches_eager(env_id, head, algorithm, cuda_device):
     """A centralised critic's rollout (the states read in the graph) and update replayed as CUDA
     graphs do the same arithmetic as eager runs, for discrete and Box actions (Gaussian and Beta:
-    the Beta's draws from the generator's graph-safe state)."""
+    the Beta's draws from the generator's graph-safe state; a Gaussian whose std's bound moves on
+    a schedule between replays)."""
     policy = {"algorithm": algorithm, "critic": "centralised", "hidden": [16], "normalize_observations": True}
-    policy["distribution"] = distribution
+    policy.update(head)
     if env_id == GLIDE:
         run = config({"episode_length": 6}, {"gliders": "shared", "leaders": "shared"}, {"shared": policy})
     else:
