@@ -212,8 +212,8 @@ def scheduled(setting: float | tuple, env_steps: int) -> float:
 
 
 def is_schedule(points: tuple) -> bool:
-    """Whether ``points`` is a schedule (``ent_coef``'s, ``max_std``'s): ``(env_steps, value)`` pairs, steps ints increasing
-    from 0, values finite numbers >= 0."""
+    """Whether ``points`` is a schedule (``ent_coef``'s, ``max_std``'s): ``(env_steps, value)``
+    pairs, steps ints increasing from 0, values finite numbers >= 0."""
     pairs = [p for p in points if isinstance(p, tuple) and len(p) == 2]
     if not pairs or len(pairs) != len(points):
         return False
