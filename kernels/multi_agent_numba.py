@@ -38,7 +38,7 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, cuda, inline_device, named_kernel, sources_key
+from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device, named_kernel, sources_key
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
@@ -178,6 +178,33 @@ class ActionLayout(NamedTuple):
     """Per group, in order: ``(first agent, agents, width)``."""
 
 
+def _group_actions(layout: ActionLayout, lane, lanes, sync):
+    """``(in_place, gather)``: whether env ``e``'s step reads a game of one group of indices from that
+    group's own array where ``from_groups`` is non-zero (its rows are ``actions``' rows: read in
+    place, no copy and no barrier), and a device function ``gather(group_actions, actions, e,
+    from_groups)`` that, for any other game, has the env's team copy each group's actions into their
+    agents' places in ``actions`` where ``from_groups`` is non-zero, then synchronise. Every shape is
+    assumed (docs/custom_env.md, "Numba as fast as CUDA C", rule 5): the kernel's arrays are the ones
+    the backend allocates, of exactly these shapes."""
+    N = U(sum(agents for _, agents, _ in layout.groups))
+    SIZE = layout.shape[0] if layout.shape else 0
+    in_place = not layout.shape and len(layout.groups) == 1
+    copy = _group_copier(layout, lane, lanes)
+
+    @inline_device
+    def gather(group_actions, actions, e, from_groups):
+        assume(actions.shape[1] == N)
+        if SIZE:
+            assume(actions.shape[2] == SIZE)
+        if in_place:
+            assume(group_actions[0].shape[1] == N)
+        elif from_groups:
+            copy(group_actions, actions, e)
+            sync()  # the env's actions are visible to its team
+
+    return in_place, gather
+
+
 def _group_copier(layout: ActionLayout, lane, lanes):
     """A device function ``copy(group_actions, actions, e)``: env ``e``'s actions from each group's
     own array (``group_actions[g]``, ``(num_envs, agents * width)``) into their agents' places in the
@@ -189,33 +216,43 @@ def _group_copier(layout: ActionLayout, lane, lanes):
         pass
 
     for g, (first, agents, width) in enumerate(layout.groups):
-        copy = _copy_one_group(copy, g, U(first), U(agents * width), U(width), not layout.shape, lane, lanes)
+        copy = _copy_one_group(copy, g, U(first), U(agents), width, not layout.shape, lane, lanes)
     return copy
 
 
-def _copy_one_group(before, g, first, count, width, scalar, lane, lanes):
-    """``before``, then group ``g``'s values (``count`` of them, ``width`` per agent) copied."""
+def _copy_one_group(before, g, first, agents, width, scalar, lane, lanes):
+    """``before``, then group ``g``'s values (``agents`` agents' ``width`` each) copied, a lane an
+    agent."""
+    VALUES = U(agents * width)
+    WIDTH = U(width)
     if scalar:
 
         @inline_device
-        def put(actions, e, j, value):  # an index per agent: actions is (E, N)
-            actions[e, U(first + j)] = value
+        def put(group, actions, e, agent):  # an index per agent: actions is (E, N)
+            actions[e, U(first + agent)] = group[e, agent]
 
     else:
 
         @inline_device
-        def put(actions, e, j, value):  # a vector per agent: actions is (E, N, size)
-            agent = U(j // width)
-            actions[e, U(first + agent), U(j - agent * width)] = value
+        def put(group, actions, e, agent):  # a vector per agent: actions is (E, N, size)
+            # Every value loaded before any is stored: the compiler may not move a load past a store
+            # to another array (they might overlap), so a store after each load would wait on each
+            # load in turn (six round trips to global memory a lane for SimpleTag's Box actions).
+            values = cuda.local.array(width, group.dtype)
+            for i in range(width):
+                values[i] = group[e, U(U(agent * WIDTH) + U(i))]
+            for i in range(width):
+                actions[e, U(first + agent), i] = values[i]
 
     @inline_device
     def copy(group_actions, actions, e):
         before(group_actions, actions, e)
-        values = group_actions[g]
-        j = lane()
-        while j < count:
-            put(actions, e, j, values[e, j])
-            j = U(j + lanes())
+        group = group_actions[g]
+        assume(group.shape[1] == VALUES)
+        agent = lane()
+        while agent < agents:
+            put(group, actions, e, agent)
+            agent = U(agent + lanes())
 
     return copy
 
@@ -248,7 +285,7 @@ def make_multi_agent_kernels(
     bounds = functions.launch_bounds
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
-    copy_group_actions = _group_copier(layout, lane, lanes)
+    in_place, gather = _group_actions(layout, lane, lanes, sync)
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -288,6 +325,15 @@ def make_multi_agent_kernels(
         from_groups,
     ):
         sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
+        # Each (E, N) array's rows are N long, a constant: Numba indexes x[e, a] through x's shape,
+        # read at run time (a 64-bit product per array), where multi_agent.cuh's row = e * N is a
+        # constant (docs/custom_env.md, "Numba as fast as CUDA C", rule 5). The backend allocates
+        # exactly these shapes.
+        assume(rewards.shape[1] == N)
+        assume(agent_terminated.shape[1] == N)
+        assume(agent_truncated.shape[1] == N)
+        assume(running_returns.shape[1] == N)
+        assume(episode_returns.shape[1] == N)
         sh = shared()
         e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs:
@@ -311,10 +357,11 @@ def make_multi_agent_kernels(
             observe_env(state, sh, e, observations, action_masks)
             return
 
-        if from_groups:
-            copy_group_actions(group_actions, actions, e)
-            sync()  # the env's actions are visible to its team
-        term, trunc = step_env(state, sh, e, actions, rewards)
+        gather(group_actions, actions, e, from_groups)
+        if in_place:  # a build-time constant: Numba types only the branch taken
+            term, trunc = step_env(state, sh, e, group_actions[0] if from_groups else actions, rewards)
+        else:
+            term, trunc = step_env(state, sh, e, actions, rewards)
         done = term or trunc
         sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
         a = tid
@@ -346,6 +393,7 @@ def make_multi_agent_kernels(
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sources  # noqa: B018
+        assume(running_returns.shape[1] == N)  # as in step
         sh = shared()
         e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs or not reset_mask[e]:
