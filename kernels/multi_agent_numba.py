@@ -362,10 +362,11 @@ def make_multi_agent_kernels(
     The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
     (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
     actions (``(num_envs, agents * width)``, C order), and ``from_groups``: where it is non-zero,
-    each env's team first copies its actions from them into ``actions`` (``step_groups`` reads the
-    groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in one launch: at small batches
-    a step is bound by host time, and a gather before the launch cost more than the launch); where
-    it is 0, ``actions`` holds them already."""
+    the step of a game of one group reads that group's array, and in a game of several each env's
+    team first copies its actions from them into ``actions`` (:func:`_group_actions`;
+    ``step_groups`` reads the groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in
+    one launch: at small batches a step is bound by host time, and a gather before the launch cost
+    more than the launch); where it is 0, ``actions`` holds them already."""
     N = U(num_agents)
     GAMES = U(games_per_block)
     team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
