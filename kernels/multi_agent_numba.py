@@ -38,10 +38,17 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, cuda, inline_device, named_kernel, sources_key
+from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device, named_kernel, sources_key
 from gymnasium.vector import AutoresetMode
+from numba.cuda.core import config
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+
+if not config.ENABLE_CUDASIM:
+    from llvmlite import ir
+    from numba.cuda.core.imputils import impl_ret_borrowed
+    from numba.cuda.extending import intrinsic
+    from numba.cuda.np.arrayobj import make_array, populate_array
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
@@ -178,46 +185,171 @@ class ActionLayout(NamedTuple):
     """Per group, in order: ``(first agent, agents, width)``."""
 
 
+def _group_actions(layout: ActionLayout, lane, lanes, sync):
+    """``(in_place, gather, as_actions)``. ``in_place``: whether the step reads a game of one group
+    from that group's own array where ``from_groups`` is non-zero, through ``as_actions(group)``, a
+    view of its ``(E, N * width)`` array in ``actions``' shape (the same values in the same places:
+    read in place, no copy and no barrier). ``gather(group_actions, actions, e, from_groups)``: for a
+    game of several groups, env ``e``'s team copies each group's actions into their agents' places in
+    ``actions`` where ``from_groups`` is non-zero, then synchronises. Every shape is assumed
+    (docs/custom_env.md, "Numba as fast as CUDA C", rule 5): the kernel's arrays are the ones the
+    backend allocates, of exactly these shapes."""
+    N = U(sum(agents for _, agents, _ in layout.groups))
+    SIZE = layout.shape[0] if layout.shape else 0
+    VALUES = U(N * max(SIZE, 1))  # a group's values in an env when it is the only group
+    in_place = len(layout.groups) == 1
+    copy = _group_copier(layout, lane, lanes)
+
+    @inline_device
+    def gather(group_actions, actions, e, from_groups):
+        assume(actions.shape[1] == N)
+        if SIZE:
+            assume(actions.shape[2] == SIZE)
+        if in_place:
+            assume(group_actions[0].shape[1] == VALUES)
+        elif from_groups:
+            copy(group_actions, actions, e)
+            sync()  # the env's actions are visible to its team
+
+    if SIZE:
+        return in_place, gather, _agent_rows(int(N), SIZE)
+
+    @inline_device
+    def as_actions(group):  # an index per agent: the group's (E, N) array is actions' shape
+        return group
+
+    return in_place, gather, as_actions
+
+
+if config.ENABLE_CUDASIM:
+
+    def _agent_rows(agents: int, size: int):
+        """A device function ``rows(values)``: an ``(E, agents * size)`` array as ``(E, agents,
+        size)``, its own values (a view)."""
+
+        @cuda.jit(device=True)
+        def rows(values):
+            return values.reshape((values.shape[0], agents, size))
+
+        return rows
+
+else:
+
+    @functools.cache
+    def _agent_rows(agents: int, size: int):
+        """A device function ``rows(values)``: an ``(E, agents * size)`` C-contiguous array as ``(E,
+        agents, size)``, its own values (a view). Not ``reshape``, which Numba compiles as a call to
+        a helper it never inlines, the shape and strides on the stack (docs/custom_env.md, "Numba as
+        fast as CUDA C", rule 2): the view's array is built here, its shape constants."""
+
+        @intrinsic
+        def rows(typingctx, values):
+            view = values.copy(ndim=3)
+
+            def codegen(context, builder, signature, args):
+                source = make_array(signature.args[0])(context, builder, args[0])
+                target = make_array(view)(context, builder)
+                i64 = ir.IntType(64)
+                itemsize = source.itemsize
+                populate_array(
+                    target,
+                    data=source.data,
+                    shape=[builder.extract_value(source.shape, 0), ir.Constant(i64, agents), ir.Constant(i64, size)],
+                    strides=[
+                        builder.extract_value(source.strides, 0),
+                        builder.mul(itemsize, ir.Constant(i64, size)),
+                        itemsize,
+                    ],
+                    itemsize=itemsize,
+                    meminfo=source.meminfo,
+                    parent=source.parent,
+                )
+                return impl_ret_borrowed(context, builder, view, target._getvalue())
+
+            return view(values), codegen
+
+        # (Numba's on-disk cache keys a kernel on its closure, pickled: an intrinsic pickles with an
+        # id drawn at random unless it has one already.)
+        rows._set_uuid(f"{__name__}._agent_rows.{agents}.{size}")
+        return rows
+
+
 def _group_copier(layout: ActionLayout, lane, lanes):
     """A device function ``copy(group_actions, actions, e)``: env ``e``'s actions from each group's
     own array (``group_actions[g]``, ``(num_envs, agents * width)``) into their agents' places in the
-    step's ``actions`` buffer, by the env's team (unsynchronised). The groups are unrolled at build
-    time: each one's place and width are constants."""
+    step's ``actions`` buffer, by the env's team, a lane an agent (unsynchronised). The agent's group
+    is found by comparisons unrolled at build time: each group's place and width are constants."""
+    N = U(sum(agents for _, agents, _ in layout.groups))
+    SIZE = max(width for _, _, width in layout.groups)
+    load = store = None
+    for g, (first, agents, width) in enumerate(layout.groups):
+        load, store = _one_group(load, store, g, U(first), U(agents), width, not layout.shape)
 
     @inline_device
     def copy(group_actions, actions, e):
-        pass
+        # An agent's values are all loaded before any is stored, whatever its group: the compiler
+        # may not move a load past a store to another array (they might overlap), so a store after
+        # each load would wait on each load in turn. SimpleTag's lane 0 (an adversary's lane and the
+        # good agent's, copied group after group) waited on two round trips to global memory.
+        a = lane()
+        while a < N:
+            values = cuda.local.array(SIZE, group_actions[0].dtype)
+            load(group_actions, e, a, values)
+            store(actions, e, a, values)
+            a = U(a + lanes())
 
-    for g, (first, agents, width) in enumerate(layout.groups):
-        copy = _copy_one_group(copy, g, U(first), U(agents * width), U(width), not layout.shape, lane, lanes)
     return copy
 
 
-def _copy_one_group(before, g, first, count, width, scalar, lane, lanes):
-    """``before``, then group ``g``'s values (``count`` of them, ``width`` per agent) copied."""
+def _one_group(load_before, store_before, g, first, agents, width, scalar):
+    """``(load, store)``, device functions ``load(group_actions, e, a, values)`` (agent ``a``'s values
+    from its group's array into ``values``) and ``store(actions, e, a, values)`` (``values`` into
+    agent ``a``'s place in ``actions``) for group ``g`` (agents ``first`` on) and, through
+    ``load_before`` and ``store_before``, the earlier groups."""
+    VALUES = U(agents * width)
+    WIDTH = U(width)
+
+    @inline_device
+    def load_here(group_actions, e, a, values):
+        group = group_actions[g]
+        assume(group.shape[1] == VALUES)
+        row = U(U(a - first) * WIDTH)  # the agent's first value
+        for i in range(width):
+            # row + i an int64 (not wrapped into U): the compiler then adds i to one address, as
+            # the store adds it to actions[e, a]'s (a wrapped sum would cost an address per value).
+            values[i] = group[e, row + i]
+
     if scalar:
 
         @inline_device
-        def put(actions, e, j, value):  # an index per agent: actions is (E, N)
-            actions[e, U(first + j)] = value
+        def store_here(actions, e, a, values):  # an index per agent: actions is (E, N)
+            actions[e, a] = values[0]
 
     else:
 
         @inline_device
-        def put(actions, e, j, value):  # a vector per agent: actions is (E, N, size)
-            agent = U(j // width)
-            actions[e, U(first + agent), U(j - agent * width)] = value
+        def store_here(actions, e, a, values):  # a vector per agent: actions is (E, N, size)
+            for i in range(width):
+                actions[e, a, i] = values[i]
+
+    if load_before is None:
+        return load_here, store_here
 
     @inline_device
-    def copy(group_actions, actions, e):
-        before(group_actions, actions, e)
-        values = group_actions[g]
-        j = lane()
-        while j < count:
-            put(actions, e, j, values[e, j])
-            j = U(j + lanes())
+    def load(group_actions, e, a, values):
+        if a >= first:
+            load_here(group_actions, e, a, values)
+        else:
+            load_before(group_actions, e, a, values)
 
-    return copy
+    @inline_device
+    def store(actions, e, a, values):
+        if a >= first:
+            store_here(actions, e, a, values)
+        else:
+            store_before(actions, e, a, values)
+
+    return load, store
 
 
 def make_multi_agent_kernels(
@@ -230,10 +362,11 @@ def make_multi_agent_kernels(
     The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
     (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
     actions (``(num_envs, agents * width)``, C order), and ``from_groups``: where it is non-zero,
-    each env's team first copies its actions from them into ``actions`` (``step_groups`` reads the
-    groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in one launch: at small batches
-    a step is bound by host time, and a gather before the launch cost more than the launch); where
-    it is 0, ``actions`` holds them already."""
+    the step of a game of one group reads that group's array, and in a game of several each env's
+    team first copies its actions from them into ``actions`` (:func:`_group_actions`;
+    ``step_groups`` reads the groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in
+    one launch: at small batches a step is bound by host time, and a gather before the launch cost
+    more than the launch); where it is 0, ``actions`` holds them already."""
     N = U(num_agents)
     GAMES = U(games_per_block)
     team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
@@ -248,7 +381,7 @@ def make_multi_agent_kernels(
     bounds = functions.launch_bounds
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
-    copy_group_actions = _group_copier(layout, lane, lanes)
+    in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync)
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -288,6 +421,15 @@ def make_multi_agent_kernels(
         from_groups,
     ):
         sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
+        # Each (E, N) array's rows are N long, a constant: Numba indexes x[e, a] through x's shape,
+        # read at run time (a 64-bit product per array), where multi_agent.cuh's row = e * N is a
+        # constant (docs/custom_env.md, "Numba as fast as CUDA C", rule 5). The backend allocates
+        # exactly these shapes.
+        assume(rewards.shape[1] == N)
+        assume(agent_terminated.shape[1] == N)
+        assume(agent_truncated.shape[1] == N)
+        assume(running_returns.shape[1] == N)
+        assume(episode_returns.shape[1] == N)
         sh = shared()
         e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs:
@@ -311,10 +453,11 @@ def make_multi_agent_kernels(
             observe_env(state, sh, e, observations, action_masks)
             return
 
-        if from_groups:
-            copy_group_actions(group_actions, actions, e)
-            sync()  # the env's actions are visible to its team
-        term, trunc = step_env(state, sh, e, actions, rewards)
+        gather(group_actions, actions, e, from_groups)
+        if in_place:  # a build-time constant: Numba types only the branch taken
+            term, trunc = step_env(state, sh, e, as_actions(group_actions[0]) if from_groups else actions, rewards)
+        else:
+            term, trunc = step_env(state, sh, e, actions, rewards)
         done = term or trunc
         sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
         a = tid
@@ -346,6 +489,7 @@ def make_multi_agent_kernels(
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sources  # noqa: B018
+        assume(running_returns.shape[1] == N)  # as in step
         sh = shared()
         e = U(U(U(cuda.blockIdx.x) * GAMES) + team())
         if e >= num_envs or not reset_mask[e]:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
-from gpu_marl_envs.kernels.numba_api import U, cuda
+from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device
 from gpu_marl_envs.kernels.rng_numba import uniform
 
 # Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
@@ -40,9 +40,24 @@ def game_functions(c) -> GameFunctions:
             for k in range(C):
                 comm[e, k] = ONE if k == word else ZERO
 
+    @inline_device
+    def known_shapes(state):
+        # The state's rows are constants long (the .cu's e * 2): Numba indexes x[e, a] through x's
+        # shape, read at run time, a 64-bit product per array and access (docs/custom_env.md, "Numba
+        # as fast as CUDA C", rule 5). The framework allocates exactly these shapes.
+        x, y, vx, vy, landmark_x, landmark_y, _, comm, _ = state
+        assume(x.shape[1] == 2)
+        assume(y.shape[1] == 2)
+        assume(vx.shape[1] == 2)
+        assume(vy.shape[1] == 2)
+        assume(landmark_x.shape[1] == M)
+        assume(landmark_y.shape[1] == M)
+        assume(comm.shape[1] == C)
+
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        known_shapes(state)
         if lane() != 0:
             return
         for a in range(2):
@@ -61,6 +76,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        known_shapes(state)
         now = np.int32(t[e] + np.int32(1))
         sync()  # every thread has read t
         if lane() == 0:
@@ -81,6 +97,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        known_shapes(state)
+        assume(obs.shape[1] == OBS_SIZE)
         # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
         # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32
 
@@ -36,9 +36,23 @@ def game_functions(c) -> GameFunctions:
         sums = cuda.shared.array((GAMES, SLOTS), float32)[team()]
         return sx, sy, sums
 
+    @inline_device
+    def known_shapes(state):
+        # The state's rows are N long (the .cu's e * N, a constant): Numba indexes x[e, a] through
+        # x's shape, read at run time, a 64-bit product per array and access (docs/custom_env.md,
+        # "Numba as fast as CUDA C", rule 5). The framework allocates exactly these shapes.
+        x, y, vx, vy, landmark_x, landmark_y, _ = state
+        assume(x.shape[1] == N)
+        assume(y.shape[1] == N)
+        assume(vx.shape[1] == N)
+        assume(vy.shape[1] == N)
+        assume(landmark_x.shape[1] == N)
+        assume(landmark_y.shape[1] == N)
+
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, t = state
+        known_shapes(state)
         a = lane()
         while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
@@ -55,6 +69,7 @@ def game_functions(c) -> GameFunctions:
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, t = state
         sx, sy, sums = sh
+        known_shapes(state)
         stage(x, y, sx, sy, e, N)
         a = lane()
         while a < U(N):
@@ -111,6 +126,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
+        known_shapes(state)
+        assume(obs.shape[1] == N * OBS_DIM)
         # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
         # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()

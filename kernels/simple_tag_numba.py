@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
@@ -45,9 +45,24 @@ def game_functions(c) -> GameFunctions:
         caught = cuda.shared.array((GAMES, 1), int32)[team()]
         return sx, sy, caught
 
+    @inline_device
+    def known_shapes(state):
+        # The state's rows are N and L long (the .cu's e * N, a constant): Numba indexes x[e, a]
+        # through x's shape, read at run time, a 64-bit product per array and access
+        # (docs/custom_env.md, "Numba as fast as CUDA C", rule 5). The framework allocates exactly
+        # these shapes.
+        x, y, vx, vy, obstacle_x, obstacle_y, _ = state
+        assume(x.shape[1] == N)
+        assume(y.shape[1] == N)
+        assume(vx.shape[1] == N)
+        assume(vy.shape[1] == N)
+        assume(obstacle_x.shape[1] == L)
+        assume(obstacle_y.shape[1] == L)
+
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        known_shapes(state)
         a = lane()
         while a < U(N):
             x[e, a] = uniform(seed, episode, a, LOW, HIGH)
@@ -76,6 +91,7 @@ def game_functions(c) -> GameFunctions:
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
         sx, sy, caught = sh
+        known_shapes(state)
         if lane() == 0:
             caught[0] = 0
         stage(x, y, sx, sy, e, N)
@@ -145,6 +161,8 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        known_shapes(state)
+        assume(obs.shape[1] == OBS_SIZE)
         # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
         # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()

@@ -479,8 +479,9 @@ def test_set_state_rewrites_masks(toy):
         ("TagContinuous-v0", {"params": SMALL}),  # MultiDiscrete: (E, N, 2) int64
         ("SimpleSpread-v3", {"N": 2}),  # Discrete: (E, N) int64
         ("SimpleSpeakerListener-v4", {"continuous_actions": True}),  # Box(3) beside Box(5)
+        ("SimpleSpread-v3", {"N": 2, "continuous_actions": True}),  # one group of Box(5): read as (E, N, 5)
     ],
-    ids=["MultiDiscrete", "Discrete", "Box of two widths"],
+    ids=["MultiDiscrete", "Discrete", "Box of two widths", "Box of one group"],
 )
 def test_kernels_read_contiguous_group_actions_in_place(backend, env_id, settings):
     # step_groups with contiguous tensors takes the kernel's own copy of each group's actions (no

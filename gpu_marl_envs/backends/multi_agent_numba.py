@@ -162,7 +162,8 @@ class MultiAgentNumbaBackend:
 
     def step_groups(self, group_actions: list[torch.Tensor]) -> None:
         """One step from each group's own contiguous ``(num_envs, agents, ...)`` actions, read where
-        they lie, in one launch (the kernel copies each env's into the actions buffer first)."""
+        they lie, in one launch (the kernel reads a game of one group from its tensor, and copies
+        each env's actions of several groups into the actions buffer first)."""
         self._step_groups(*group_actions)
 
     def reset(self) -> None:
