@@ -12,8 +12,9 @@ def game_functions(c):
     N, L, T = c.NUM_AGENTS, c.GRID_LENGTH, c.EPISODE_LENGTH
     DIM = 2 + 4 * N
     AGENTS, FEATURES = U(N), U(N * DIM)  # unsigned loop bounds (docs/custom_env.md, "Numba as fast as CUDA C")
-    # Cells are int32: beside a Python int (64-bit to Numba) a cell is widened, its min and max 64-bit.
-    ZERO, LAST, COUNT = np.int32(0), np.int32(L), np.int32(N)
+    # Cells in int32: np.int32 around a sum of cells (Numba adds int32s in 64 bits) and these bounds
+    # (beside a Python int, 64-bit to Numba, a cell is widened): else the moves' min and max are 64-bit.
+    ZERO, LAST = np.int32(0), np.int32(L)
 
     def shared():
         return (cuda.shared.array(1, int32),)  # the count of landmarks covered
@@ -28,7 +29,8 @@ def game_functions(c):
         assume(landmark_y.shape[1] == N)
 
     def cell(seed, episode, draw):
-        return min(math.floor(uniform(seed, episode, draw, np.float32(0.0), np.float32(L + 1))), L)
+        # (Numba's floor is int64: beside L it compiled to a min in float64, then a conversion.)
+        return min(np.int32(math.floor(uniform(seed, episode, draw, np.float32(0.0), np.float32(L + 1)))), LAST)
 
     def reset_env(state, sh, e, seed, episode):
         x, y, landmark_x, landmark_y, t = state
@@ -36,9 +38,9 @@ def game_functions(c):
         a = U(cuda.threadIdx.x)
         while a < AGENTS:
             x[e, a] = cell(seed, episode, a)
-            y[e, a] = cell(seed, episode, N + a)
-            landmark_x[e, a] = cell(seed, episode, 2 * N + a)
-            landmark_y[e, a] = cell(seed, episode, 3 * N + a)
+            y[e, a] = cell(seed, episode, U(a + U(N)))  # (unsigned: N + a is 64-bit, its carry too)
+            landmark_x[e, a] = cell(seed, episode, U(a + U(2 * N)))
+            landmark_y[e, a] = cell(seed, episode, U(a + U(3 * N)))
             a = U(a + U(cuda.blockDim.x))
         if cuda.threadIdx.x == 0:
             t[e] = 0
@@ -75,7 +77,8 @@ def game_functions(c):
         trunc = now >= T and not term
         a = U(cuda.threadIdx.x)
         while a < AGENTS:
-            rewards[e, a] = np.float32(covered[0] - COUNT) / np.float32(N)
+            # (np.int32: the difference is int64 to Numba, and so would its conversion be.)
+            rewards[e, a] = np.float32(np.int32(covered[0] - N)) / np.float32(N)
             a = U(a + U(cuda.blockDim.x))
         cuda.syncthreads()  # every thread has read t
         if cuda.threadIdx.x == 0:
