@@ -48,6 +48,7 @@ def game_functions(c) -> GameFunctions:
         raise ValueError(f"TagGridworld kernels support at most {1 << ID_BITS} agents, got {n}")
     obs_size = n * obs_dim
     start_cell = grid_length // 2
+    first, last = np.int32(0), np.int32(grid_length)  # the grid's cells, as int32 bounds
     cells_float = np.float32(grid_length)
     draw_high = np.float32(grid_length + 1)
     steps_float = np.float32(episode_length)
@@ -73,6 +74,12 @@ def game_functions(c) -> GameFunctions:
         assume(y.shape[1] == N)
 
     @cuda.jit(device=True)
+    def drawn_cell(seed, episode, draw):
+        # The min catches a draw rounded up to L + 1. (np.int32: Numba's floor is int64, which beside
+        # L compiled to a min in float64 and a conversion.)
+        return min(np.int32(math.floor(rng_numba.uniform(seed, episode, draw, zero, draw_high))), last)
+
+    @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, t = state
         sx, sy = sh[0], sh[1]
@@ -80,9 +87,9 @@ def game_functions(c) -> GameFunctions:
         a = U(cuda.threadIdx.x)
         while a < N:
             if random_start:
-                # Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
-                cx = min(math.floor(rng_numba.uniform(seed, episode, 2 * a, zero, draw_high)), grid_length)
-                cy = min(math.floor(rng_numba.uniform(seed, episode, 2 * a + 1, zero, draw_high)), grid_length)
+                # Agent a: x from draw 2 a, y from draw 2 a + 1 (unsigned: 2 * a + 1 would be 64-bit).
+                cx = drawn_cell(seed, episode, U(a * U(2)))
+                cy = drawn_cell(seed, episode, U(U(a * U(2)) + U(1)))
             else:
                 cx = 0 if a == RUNNER else start_cell
                 cy = cx
@@ -147,8 +154,8 @@ def game_functions(c) -> GameFunctions:
             best = np.int64(NO_KEY)
             g = U(cuda.threadIdx.x)
             while g < G:
-                dx = np.int64(sx[g]) - np.int64(sx[RUNNER])
-                dy = np.int64(sy[g]) - np.int64(sy[RUNNER])
+                dx = np.int64(np.int32(sx[g] - sx[RUNNER]))  # (the .cu's int difference, then widened)
+                dy = np.int64(np.int32(sy[g] - sy[RUNNER]))
                 key = ((dx * dx + dy * dy) << ID_BITS) | np.int64(g)
                 best = min(best, key)
                 g = U(g + U(cuda.blockDim.x))
@@ -189,10 +196,12 @@ def game_functions(c) -> GameFunctions:
             # The clamped action compared without clamping it (a 64-bit min and max): it is PLUS_X,
             # MINUS_X or PLUS_Y exactly where the action is, MINUS_Y (the last) where it is at least that.
             action = actions[e, a]
-            moved_x = x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X)
-            moved_y = y[e, a] + np.int32(action == PLUS_Y) - np.int32(action >= MINUS_Y)
-            cx = min(max(moved_x, 0), grid_length)
-            cy = min(max(moved_y, 0), grid_length)
+            # Cells in int32, as the .cu's: Numba adds int32s in 64 bits, and a Python int bound
+            # would widen the min and max (and the wall test) to 64 bits too.
+            moved_x = np.int32(x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X))
+            moved_y = np.int32(y[e, a] + np.int32(action == PLUS_Y) - np.int32(action >= MINUS_Y))
+            cx = min(max(moved_x, first), last)
+            cy = min(max(moved_y, first), last)
             x[e, a] = cx
             y[e, a] = cy
             sx[a] = cx
