@@ -12,12 +12,13 @@ def game_functions(c):
     N, L, T = c.NUM_AGENTS, c.GRID_LENGTH, c.EPISODE_LENGTH
     DIM = 2 + 4 * N
     AGENTS, FEATURES = U(N), U(N * DIM)  # unsigned loop bounds (docs/custom_env.md, "Numba as fast as CUDA C")
-    # Cells in int32: np.int32 around a sum of cells (Numba adds int32s in 64 bits) and these bounds
-    # (beside a Python int, 64-bit to Numba, a cell is widened): else the moves' min and max are 64-bit.
-    ZERO, LAST = np.int32(0), np.int32(L)
 
     def shared():
         return (cuda.shared.array(1, int32),)  # the count of landmarks covered
+
+    # Cells in int32: np.int32 around a sum of cells (Numba adds int32s in 64 bits) and these bounds
+    # (beside a Python int, 64-bit to Numba, a cell is widened): else the moves' min and max are 64-bit.
+    ZERO, LAST = np.int32(0), np.int32(L)
 
     def known_shapes(state):
         # The rows' lengths, for the compiler (docs/custom_env.md, "Numba as fast as CUDA C", rule 5):
