@@ -18,12 +18,11 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import rng_numba
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions
-from gpu_marl_envs.kernels.numba_api import U, cuda
+from gpu_marl_envs.kernels.numba_api import U, assume, cuda
 from numba import int32, int64
 
 # Actions (the reference's STAY, PLUS_X, MINUS_X, PLUS_Y, MINUS_Y).
-PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = 1, 2, 3, 4
-NUM_ACTIONS = 5
+PLUS_X, MINUS_X, PLUS_Y, MINUS_Y = 1, 2, 3, 4  # MINUS_Y the last: clamping maps the actions above it to it
 
 # The runner's nearest tagger is the least key (squared distance << ID_BITS) | id, as in the .cu file.
 ID_BITS = 14
@@ -49,6 +48,7 @@ def game_functions(c) -> GameFunctions:
         raise ValueError(f"TagGridworld kernels support at most {1 << ID_BITS} agents, got {n}")
     obs_size = n * obs_dim
     start_cell = grid_length // 2
+    first, last = np.int32(0), np.int32(grid_length)  # the grid's cells, as int32 bounds
     cells_float = np.float32(grid_length)
     draw_high = np.float32(grid_length + 1)
     steps_float = np.float32(episode_length)
@@ -69,15 +69,27 @@ def game_functions(c) -> GameFunctions:
         return sx, sy, nearest
 
     @cuda.jit(device=True)
+    def known_shapes(x, y):
+        assume(x.shape[1] == N)
+        assume(y.shape[1] == N)
+
+    @cuda.jit(device=True)
+    def drawn_cell(seed, episode, draw):
+        # The min catches a draw rounded up to L + 1. (np.int32: Numba's floor is int64, which beside
+        # L compiled to a min in float64 and a conversion.)
+        return min(np.int32(math.floor(rng_numba.uniform(seed, episode, draw, zero, draw_high))), last)
+
+    @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, t = state
         sx, sy = sh[0], sh[1]
+        known_shapes(x, y)
         a = U(cuda.threadIdx.x)
         while a < N:
             if random_start:
-                # Agent a: x from draw 2 a, y from draw 2 a + 1; the min catches a draw rounded up to L + 1.
-                cx = min(math.floor(rng_numba.uniform(seed, episode, 2 * a, zero, draw_high)), grid_length)
-                cy = min(math.floor(rng_numba.uniform(seed, episode, 2 * a + 1, zero, draw_high)), grid_length)
+                # Agent a: x from draw 2 a, y from draw 2 a + 1 (unsigned: 2 * a + 1 would be 64-bit).
+                cx = drawn_cell(seed, episode, U(a * U(2)))
+                cy = drawn_cell(seed, episode, U(U(a * U(2)) + U(1)))
             else:
                 cx = 0 if a == RUNNER else start_cell
                 cy = cx
@@ -90,22 +102,41 @@ def game_functions(c) -> GameFunctions:
             t[e] = 0
 
     @cuda.jit(device=True)
+    def first_word():
+        """This thread's first observation word k, its row i and feature f (k = i * obs_dim + f),
+        and the rows and features that a pass's stride of blockDim.x words moves them by."""
+        k = U(cuda.threadIdx.x)
+        threads = U(cuda.blockDim.x)
+        i = U(k // OBS_DIM)
+        rows_step = U(threads // OBS_DIM)
+        return k, i, U(k - U(i * OBS_DIM)), rows_step, U(threads - U(rows_step * OBS_DIM))
+
+    @cuda.jit(device=True)
+    def next_word(i, f, rows_step, features_step):
+        """(row, feature) of the word a stride further on. The loops over the words carry these
+        rather than dividing each word's index: a division and a remainder by obs_dim per pass,
+        some 20 instructions of the full observation's pass."""
+        f = U(f + features_step)
+        if f >= OBS_DIM:
+            return U(i + U(rows_step + U(1))), U(f - OBS_DIM)
+        return U(i + rows_step), f
+
+    @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         # Observations of env e (the staged cells current and visible to the whole block), written
         # in consecutive words. No action masks in this game.
         t = state[2]
         sx, sy, nearest = sh
+        assume(obs.shape[1] == OBS_SIZE)  # the rows' length a constant (custom_env.md's rule 5)
         time = np.float32(t[e]) / steps_float
         if full_observation:
             # Row i: [x_j / L (N), y_j / L (N), type_j (N), one-hot(i) (N), t / T].
-            k = U(cuda.threadIdx.x)
+            k, i, f, rows_step, features_step = first_word()
             while k < OBS_SIZE:
-                i = U(k // OBS_DIM)
-                f = U(k % OBS_DIM)
-                if f < N:
-                    value = scaled(sx[f])
-                elif f < U(2 * N):
-                    value = scaled(sy[U(f - N)])
+                if f < U(2 * N):
+                    # One division for both coordinates' features: a call to scaled in each branch
+                    # compiled the division (its slow path too) twice.
+                    value = scaled(sx[f] if f < N else sy[U(f - N)])
                 elif f < U(3 * N):
                     value = one if U(f - U(2 * N)) == RUNNER else zero
                 elif f < U(4 * N):
@@ -114,6 +145,7 @@ def game_functions(c) -> GameFunctions:
                     value = time
                 obs[e, k] = value
                 k = U(k + U(cuda.blockDim.x))
+                i, f = next_word(i, f, rows_step, features_step)
         else:
             # The runner's target: its nearest tagger by exact integer squared distance (ties: lowest id).
             if cuda.threadIdx.x == 0:
@@ -122,8 +154,8 @@ def game_functions(c) -> GameFunctions:
             best = np.int64(NO_KEY)
             g = U(cuda.threadIdx.x)
             while g < G:
-                dx = np.int64(sx[g]) - np.int64(sx[RUNNER])
-                dy = np.int64(sy[g]) - np.int64(sy[RUNNER])
+                dx = np.int64(np.int32(sx[g] - sx[RUNNER]))  # (the .cu's int difference, then widened)
+                dy = np.int64(np.int32(sy[g] - sy[RUNNER]))
                 key = ((dx * dx + dy * dy) << ID_BITS) | np.int64(g)
                 best = min(best, key)
                 g = U(g + U(cuda.blockDim.x))
@@ -132,25 +164,20 @@ def game_functions(c) -> GameFunctions:
             cuda.syncthreads()
             nearest_id = U(nearest[0] & ID_MASK)
             # Row i: [own x / L, own y / L, target's x / L, target's y / L, own type, t / T].
-            k = U(cuda.threadIdx.x)
+            k, i, f, rows_step, features_step = first_word()
             while k < OBS_SIZE:
-                i = U(k // OBS_DIM)
-                f = U(k % OBS_DIM)
                 target = RUNNER if i < G else nearest_id
-                if f == 0:
-                    value = scaled(sx[i])
-                elif f == 1:
-                    value = scaled(sy[i])
-                elif f == 2:
-                    value = scaled(sx[target])
-                elif f == 3:
-                    value = scaled(sy[target])
-                elif f == 4:
+                if f < U(4):
+                    # One division for the four cells' features (as above).
+                    j = i if f < U(2) else target
+                    value = scaled(sx[j] if f % U(2) == U(0) else sy[j])
+                elif f == U(4):
                     value = one if i == RUNNER else zero
                 else:
                     value = time
                 obs[e, k] = value
                 k = U(k + U(cuda.blockDim.x))
+                i, f = next_word(i, f, rows_step, features_step)
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
@@ -158,16 +185,23 @@ def game_functions(c) -> GameFunctions:
         # reward slot holds the wall-hit penalty to subtract until the tag is known.
         x, y, t = state
         sx, sy = sh[0], sh[1]
+        known_shapes(x, y)
+        assume(actions.shape[1] == N)
+        assume(rewards.shape[1] == N)
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
         now = t[e] + 1
         a = tid
         while a < N:
-            action = min(max(actions[e, a], 0), NUM_ACTIONS - 1)
-            moved_x = x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X)
-            moved_y = y[e, a] + np.int32(action == PLUS_Y) - np.int32(action == MINUS_Y)
-            cx = min(max(moved_x, 0), grid_length)
-            cy = min(max(moved_y, 0), grid_length)
+            # The clamped action compared without clamping it (a 64-bit min and max): it is PLUS_X,
+            # MINUS_X or PLUS_Y exactly where the action is, MINUS_Y (the last) where it is at least that.
+            action = actions[e, a]
+            # Cells in int32, as the .cu's: Numba adds int32s in 64 bits, and a Python int bound
+            # would widen the min and max (and the wall test) to 64 bits too.
+            moved_x = np.int32(x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X))
+            moved_y = np.int32(y[e, a] + np.int32(action == PLUS_Y) - np.int32(action >= MINUS_Y))
+            cx = min(max(moved_x, first), last)
+            cy = min(max(moved_y, first), last)
             x[e, a] = cx
             y[e, a] = cy
             sx[a] = cx
