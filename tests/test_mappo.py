@@ -348,6 +348,9 @@ def test_the_box_config_is_the_paper_config_with_its_measured_changes():
         ("env_params", "continuous_actions"): (False, True),
         ("policies", "anneal_lr"): (False, True),
         ("policies", "num_minibatches"): (1, 2),
+        ("policies", "max_std"): (0.5, 0.75),
+        ("policies", "normalize_observations"): (False, True),
+        ("policies", "normalize_values"): (False, True),
     }
 
 
