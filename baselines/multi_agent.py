@@ -211,6 +211,15 @@ def scheduled(setting: float | tuple, env_steps: int) -> float:
     return float(np.interp(env_steps, steps, values))
 
 
+def set_std_bounds(policies: dict, config: MultiAgentConfig, env_steps: int) -> None:
+    """Move the std's bound of each policy whose ``max_std`` is a schedule to its value after
+    ``env_steps`` env steps (:meth:`ActorCritic.set_max_std`). Only a bounded Gaussian head has
+    one: for another head the schedule, as a number, means nothing."""
+    for name, policy in config.policies.items():
+        if isinstance(policy.max_std, tuple) and hasattr(policies[name], "std_logit"):
+            policies[name].set_max_std(policy.std_bound(env_steps))
+
+
 def is_schedule(points: tuple) -> bool:
     """Whether ``points`` is a schedule (``ent_coef``'s, ``max_std``'s): ``(env_steps, value)``
     pairs, steps ints increasing from 0, values finite numbers >= 0."""
@@ -1155,6 +1164,16 @@ class Phases(IterationPhases):
         self.rollout = GraphedPhase(rollout, device, config.cuda_graph)
         self.update = GraphedPhase(update, device, config.cuda_graph)
         self.times = PhaseTimes(device)
+        self._next_rollout = run.first  # the iteration whose rollout collect() runs next
+
+    def collect(self) -> None:
+        """An iteration's rollout, the bounds of scheduled stds first set to the iteration's values
+        (:func:`set_std_bounds`): its rollout and its update then draw and score the actions under
+        one distribution, and a resumed run's first rollout under its own iteration's bound."""
+        run = self.run
+        set_std_bounds(run.policies, run.config, self._next_rollout * run.config.batch_size * run.context.world_size)
+        self._next_rollout += 1
+        super().collect()
 
     def update_policy(self, name: str) -> dict[str, torch.Tensor]:
         run, config, settings = self.run, self.run.config, self.run.trained[name]
@@ -1180,16 +1199,15 @@ class Phases(IterationPhases):
 
     def schedule(self, iteration: int) -> None:
         """Each trained policy's learning rate (annealed linearly to 0 over the run if its
-        ``anneal_lr``), entropy weight and, where ``max_std`` is a schedule, the bound of its std (the
-        schedules' values at the iteration's env steps)."""
+        ``anneal_lr``) and entropy weight (its schedule's value at the iteration's env steps). A
+        scheduled std's bound is set before the rollout (:meth:`collect`)."""
         run = self.run
-        env_steps = iteration * run.config.batch_size * run.context.world_size
         for name, policy in run.trained.items():
             if policy.anneal_lr:
                 set_learning_rate(run.optimizers[name], policy.learning_rate * (1.0 - iteration / run.iterations))
-            run.ent_coefs[name].fill_(policy.entropy_coefficient(env_steps))
-            if isinstance(policy.max_std, tuple):
-                run.policies[name].set_max_std(policy.std_bound(env_steps))
+            run.ent_coefs[name].fill_(
+                policy.entropy_coefficient(iteration * run.config.batch_size * run.context.world_size)
+            )
 
 
 def train(
@@ -1217,11 +1235,11 @@ def train(
 
     Under ``torchrun`` every rank runs this with its own ``num_envs`` games on its own GPU, as
     ``ppo.train`` does (:mod:`distributed`): ``total_timesteps``, the history's env steps and the
-    entropy schedules' steps count all ranks; each trained policy's gradients are averaged over
-    the ranks before every optimizer step; only rank 0 calls ``log`` and ``save``. A CUDA graph
-    cannot be cut while the policies' update branches are forked, so with ``graph_allreduce=False``
-    on several ranks the policies' updates run one after another (the all-reduce between graph
-    replays), instead of as parallel branches.
+    schedules' steps (the entropy weight's, the std bound's) count all ranks; each trained policy's
+    gradients are averaged over the ranks before every optimizer step; only rank 0 calls ``log``
+    and ``save``. A CUDA graph cannot be cut while the policies' update branches are forked, so
+    with ``graph_allreduce=False`` on several ranks the policies' updates run one after another
+    (the all-reduce between graph replays), instead of as parallel branches.
     """
     run = start(env_id, config, device=device, backend=backend, models=models, resume=resume)
     context = run.context

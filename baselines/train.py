@@ -573,6 +573,9 @@ def load_policies(checkpoint: dict, device) -> tuple[dict, str, multi_agent.Mult
     for name, policy in policies.items():
         with fitting(f"the checkpoint's policy {name!r}"):
             policy.load_state_dict(checkpoint[f"policy/{name}"])
+    if "iteration" in checkpoint:  # a scheduled std's bound where the run stood (not saved: the config's)
+        env_steps = checkpoint["iteration"] * config.batch_size * checkpoint["world_size"]
+        multi_agent.set_std_bounds(policies, config, env_steps)
     return policies, checkpoint["env"], config
 
 

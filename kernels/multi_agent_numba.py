@@ -34,6 +34,7 @@ The game's device functions, each called by every thread of the block with the b
 """
 
 import functools
+import itertools
 from collections import namedtuple
 from typing import Any, NamedTuple
 
@@ -281,6 +282,10 @@ def _group_copier(layout: ActionLayout, lane, lanes):
     is found by comparisons unrolled at build time: each group's place and width are constants."""
     N = U(sum(agents for _, agents, _ in layout.groups))
     SIZE = max(width for _, _, width in layout.groups)
+    firsts = [first for first, _, _ in layout.groups]
+    if firsts != list(itertools.accumulate((agents for _, agents, _ in layout.groups[:-1]), initial=0)):
+        # The comparisons below find an agent's group by its index: the groups must follow one another.
+        raise ValueError(f"a game's groups must hold agents 0, 1, ... in order, one after another; got {layout}")
     load = store = None
     for g, (first, agents, width) in enumerate(layout.groups):
         load, store = _one_group(load, store, g, U(first), U(agents), width, not layout.shape)

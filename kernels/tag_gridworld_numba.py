@@ -48,7 +48,7 @@ def game_functions(c) -> GameFunctions:
         raise ValueError(f"TagGridworld kernels support at most {1 << ID_BITS} agents, got {n}")
     obs_size = n * obs_dim
     start_cell = grid_length // 2
-    first, last = np.int32(0), np.int32(grid_length)  # the grid's cells, as int32 bounds
+    LOW_CELL, HIGH_CELL = np.int32(0), np.int32(grid_length)  # the grid's cells, as int32 bounds
     cells_float = np.float32(grid_length)
     draw_high = np.float32(grid_length + 1)
     steps_float = np.float32(episode_length)
@@ -79,7 +79,7 @@ def game_functions(c) -> GameFunctions:
     def drawn_cell(seed, episode, draw):
         # The min catches a draw rounded up to L + 1. (np.int32: Numba's floor is int64, which beside
         # L compiled to a min in float64 and a conversion.)
-        return min(np.int32(math.floor(rng_numba.uniform(seed, episode, draw, zero, draw_high))), last)
+        return min(np.int32(math.floor(rng_numba.uniform(seed, episode, draw, zero, draw_high))), HIGH_CELL)
 
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
@@ -202,8 +202,8 @@ def game_functions(c) -> GameFunctions:
             # would widen the min and max (and the wall test) to 64 bits too.
             moved_x = np.int32(x[e, a] + np.int32(action == PLUS_X) - np.int32(action == MINUS_X))
             moved_y = np.int32(y[e, a] + np.int32(action == PLUS_Y) - np.int32(action >= MINUS_Y))
-            cx = min(max(moved_x, first), last)
-            cy = min(max(moved_y, first), last)
+            cx = min(max(moved_x, LOW_CELL), HIGH_CELL)
+            cy = min(max(moved_y, LOW_CELL), HIGH_CELL)
             x[e, a] = cx
             y[e, a] = cy
             sx[a] = cx

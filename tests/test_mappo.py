@@ -253,6 +253,29 @@ def test_a_scheduled_std_bound_moves_with_the_run():
     assert entropies[0] - entropies[-1] == pytest.approx(2 * np.log(0.5 / 0.2), abs=0.1), entropies
 
 
+def test_a_scheduled_std_bound_is_set_before_each_rollout_a_resumed_runs_first_too():
+    run = glide_config(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 10)  # 20 env steps an iteration
+    run = dataclasses.replace(
+        run, policies={"shared": dataclasses.replace(run.policies["shared"], max_std=((0, 0.5), (200, 0.1)))}
+    )
+    started = multi_agent.start(GLIDE, run, device="cpu")
+    started.first = 5  # as a run resumed after 5 iterations
+    phases, policy = multi_agent.Phases(started), started.policies["shared"]
+    phases.collect()  # iteration 5's rollout, at 100 env steps: 0.5 - 0.4 / 2
+    assert policy.log_max_std.exp().item() == pytest.approx(0.3)
+    phases.learn(5)  # its update under the same bound
+    assert policy.log_max_std.exp().item() == pytest.approx(0.3)
+    phases.collect()
+    assert policy.log_max_std.exp().item() == pytest.approx(0.26)
+    # A head without a bound (Discrete actions) ignores the schedule, as it ignores a number.
+    discrete = config(
+        {"max_cycles": 6, "continuous_actions": False},
+        {"agents": "shared"},
+        {"shared": {"critic": "centralised", "hidden": [8], "max_std": [[0, 0.5], [10, 0.1]]}},
+    )
+    multi_agent.Phases(multi_agent.start("SimpleSpread-v3", discrete, device="cpu")).collect()
+
+
 def test_normalised_values_merge_the_rollouts_returns_and_scale_the_critics_targets():
     # One PPO epoch of one minibatch, so that the logged value loss is the first gradient step's,
     # before any change to the critic; 6-step rollouts of 10-step episodes: no truncation to bootstrap.
@@ -359,6 +382,7 @@ def test_mappo_checkpoints_resume_and_evaluate_through_the_command(tmp_path, cap
     out = tmp_path / "run"
     sets = ["num_envs=4", "num_steps=5", "total_timesteps=40", "policies.agents.hidden=[8]", "env_params.max_cycles=5"]
     sets += ["env_params.continuous_actions=true", "policies.agents.normalize_observations=true"]
+    sets += ["policies.agents.max_std=[[0, 0.5], [80, 0.1]]"]
     argv = [
         "--config",
         str(run_config.CONFIGS / "simple_spread_v3_mappo.toml"),
@@ -372,6 +396,8 @@ def test_mappo_checkpoints_resume_and_evaluate_through_the_command(tmp_path, cap
 
     policies, env, settings = train.load_policies(saved, "cpu")
     assert env == "SimpleSpread-v3" and isinstance(policies["agents"], CentralisedActorCritic)
+    # The std's bound where the run stood (40 env steps of the schedule's 80: 0.3), not its first.
+    assert policies["agents"].log_max_std.exp().item() == pytest.approx(0.3)
     for key, value in policies["agents"].state_dict().items():
         assert torch.equal(value, saved["policy/agents"][key]), key
 

@@ -484,8 +484,9 @@ def test_set_state_rewrites_masks(toy):
     ids=["MultiDiscrete", "Discrete", "Box of two widths", "Box of one group"],
 )
 def test_kernels_read_contiguous_group_actions_in_place(backend, env_id, settings):
-    # step_groups with contiguous tensors takes the kernel's own copy of each group's actions (no
-    # gather first); it steps as the torch reference's per-agent step does.
+    # step_groups with contiguous tensors hands the kernel each group's own tensor (no gather first:
+    # a game of one group reads it in place, one of several copies it in the kernel); it steps as
+    # the torch reference's per-agent step does.
     kwargs = dict(device="cpu", validate_actions=False, **settings)
     envs = [GpuParallelEnv(env_id, 2, backend=b, **kwargs) for b in (backend, "torch")]
     for env in envs:
