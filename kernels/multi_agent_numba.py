@@ -39,17 +39,10 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device, named_kernel, sources_key
+from gpu_marl_envs.kernels.numba_api import U, agent_rows, assume, cuda, inline_device, named_kernel, sources_key
 from gymnasium.vector import AutoresetMode
-from numba.cuda.core import config
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-
-if not config.ENABLE_CUDASIM:
-    from llvmlite import ir
-    from numba.cuda.core.imputils import impl_ret_borrowed
-    from numba.cuda.extending import intrinsic
-    from numba.cuda.np.arrayobj import make_array, populate_array
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
@@ -213,66 +206,13 @@ def _group_actions(layout: ActionLayout, lane, lanes, sync):
             sync()  # the env's actions are visible to its team
 
     if SIZE:
-        return in_place, gather, _agent_rows(int(N), SIZE)
+        return in_place, gather, agent_rows(int(N), SIZE)
 
     @inline_device
     def as_actions(group):  # an index per agent: the group's (E, N) array is actions' shape
         return group
 
     return in_place, gather, as_actions
-
-
-if config.ENABLE_CUDASIM:
-
-    def _agent_rows(agents: int, size: int):
-        """A device function ``rows(values)``: an ``(E, agents * size)`` array as ``(E, agents,
-        size)``, its own values (a view)."""
-
-        @cuda.jit(device=True)
-        def rows(values):
-            return values.reshape((values.shape[0], agents, size))
-
-        return rows
-
-else:
-
-    @functools.cache
-    def _agent_rows(agents: int, size: int):
-        """A device function ``rows(values)``: an ``(E, agents * size)`` C-contiguous array as ``(E,
-        agents, size)``, its own values (a view). Not ``reshape``, which Numba compiles as a call to
-        a helper it never inlines, the shape and strides on the stack (docs/custom_env.md, "Numba as
-        fast as CUDA C", rule 2): the view's array is built here, its shape constants."""
-
-        @intrinsic
-        def rows(typingctx, values):
-            view = values.copy(ndim=3)
-
-            def codegen(context, builder, signature, args):
-                source = make_array(signature.args[0])(context, builder, args[0])
-                target = make_array(view)(context, builder)
-                i64 = ir.IntType(64)
-                itemsize = source.itemsize
-                populate_array(
-                    target,
-                    data=source.data,
-                    shape=[builder.extract_value(source.shape, 0), ir.Constant(i64, agents), ir.Constant(i64, size)],
-                    strides=[
-                        builder.extract_value(source.strides, 0),
-                        builder.mul(itemsize, ir.Constant(i64, size)),
-                        itemsize,
-                    ],
-                    itemsize=itemsize,
-                    meminfo=source.meminfo,
-                    parent=source.parent,
-                )
-                return impl_ret_borrowed(context, builder, view, target._getvalue())
-
-            return view(values), codegen
-
-        # (Numba's on-disk cache keys a kernel on its closure, pickled: an intrinsic pickles with an
-        # id drawn at random unless it has one already.)
-        rows._set_uuid(f"{__name__}._agent_rows.{agents}.{size}")
-        return rows
 
 
 def _group_copier(layout: ActionLayout, lane, lanes):

@@ -6,6 +6,7 @@ switch is this import.
 
 import ast
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -26,6 +27,7 @@ __all__ = [
     "NumbaPerformanceWarning",
     "PreparedLaunch",
     "add_rn",
+    "agent_rows",
     "allow_dynamic_shared_memory",
     "assume",
     "divide",
@@ -240,6 +242,56 @@ else:
     @inline_device
     def assume(condition):
         _assume(condition)
+
+
+# agent_rows(agents, size): a device function ``rows(values)`` that views an ``(E, agents * size)``
+# C-contiguous array as ``(E, agents, size)``, its own values. Not ``reshape``, which Numba compiles
+# as a call to a helper it never inlines, the shape and strides on the stack (docs/custom_env.md,
+# "Numba as fast as CUDA C", rule 2): the view's array is built in place, its shape constants.
+if config.ENABLE_CUDASIM:
+
+    def agent_rows(agents: int, size: int):
+        @cuda.jit(device=True)
+        def rows(values):
+            return values.reshape((values.shape[0], agents, size))
+
+        return rows
+
+else:
+
+    @functools.cache
+    def agent_rows(agents: int, size: int):
+        from numba.cuda.core.imputils import impl_ret_borrowed
+        from numba.cuda.np.arrayobj import make_array, populate_array
+
+        @_intrinsic
+        def rows(typingctx, values):
+            view = values.copy(ndim=3)
+
+            def codegen(context, builder, signature, args):
+                source = make_array(signature.args[0])(context, builder, args[0])
+                target = make_array(view)(context, builder)
+                i64 = _ir.IntType(64)
+                itemsize = source.itemsize
+                populate_array(
+                    target,
+                    data=source.data,
+                    shape=[builder.extract_value(source.shape, 0), _ir.Constant(i64, agents), _ir.Constant(i64, size)],
+                    strides=[
+                        builder.extract_value(source.strides, 0),
+                        builder.mul(itemsize, _ir.Constant(i64, size)),
+                        itemsize,
+                    ],
+                    itemsize=itemsize,
+                    meminfo=source.meminfo,
+                    parent=source.parent,
+                )
+                return impl_ret_borrowed(context, builder, view, target._getvalue())
+
+            return view(values), codegen
+
+        rows._set_uuid(f"{__name__}.agent_rows.{agents}.{size}")  # (as _assume's)
+        return rows
 
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM
