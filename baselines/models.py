@@ -35,6 +35,9 @@ from torch.nn import functional as F
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 Distribution = Literal["gaussian", "beta"]
+Activation = Literal["tanh", "relu"]
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""The hidden layers' activations: CleanRL's tanh (the default), or WarpDrive's ReLU."""
 DISTRIBUTIONS = typing.get_args(Distribution)
 """The ``Box`` heads: a diagonal Gaussian (whose draws the env clips into the box) or a Beta per
 component, scaled to the box's bounds (its draws always inside)."""
@@ -57,12 +60,19 @@ def mask_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch
     return torch.where(action_mask, logits, torch.finfo(logits.dtype).min)
 
 
-def mlp(inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float) -> nn.Sequential:
+def hidden_layers(inputs: int, hidden: tuple[int, ...], activation: Activation = "tanh") -> list[nn.Module]:
+    """``Linear, activation`` for each hidden size in turn, from ``inputs`` features."""
     sizes = (inputs, *hidden)
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [layer(a, b), nn.Tanh()]
-    return nn.Sequential(*layers, layer(sizes[-1], outputs, last_gain))
+        layers += [layer(a, b), ACTIVATIONS[activation]()]
+    return layers
+
+
+def mlp(
+    inputs: int, hidden: tuple[int, ...], outputs: int, last_gain: float, activation: Activation = "tanh"
+) -> nn.Sequential:
+    return nn.Sequential(*hidden_layers(inputs, hidden, activation), layer((inputs, *hidden)[-1], outputs, last_gain))
 
 
 class ActorCritic(nn.Module):
@@ -76,14 +86,20 @@ class ActorCritic(nn.Module):
         critic: nn.Module | None = None,
         max_std: float = math.inf,
         distribution: Distribution = "gaussian",
+        activation: Activation = "tanh",
+        shared: bool = False,
     ):
         """``normalize_observations``: the networks see observations scaled by their running mean
         and variance (:class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`, ``obs_norm``;
         the trainer updates it from each rollout). ``critic``: the value network, made before the
         actor (by default an MLP on the observations; :class:`CentralisedActorCritic` passes its
-        own). ``max_std`` (``Box`` only): ``inf``, the Gaussian's std is ``exp(log_std)``, free
-        (CleanRL's, starting at 1); a number, it is ``max_std * sigmoid(std_logit)``, starting at
-        ``max_std * sigmoid(1)`` (MAPPO's Gaussian head; see ``PolicyConfig.max_std``).
+        own). ``activation``: the hidden layers', ``"tanh"`` or ``"relu"``. ``shared``: the actor
+        and the critic share their hidden layers (``trunk``, WarpDrive's ``FullyConnected``) and are
+        each one output layer on them, so the value loss trains the shared layers too; otherwise
+        each is an MLP of its own (CleanRL's layout). ``max_std`` (``Box`` only): ``inf``, the
+        Gaussian's std is ``exp(log_std)``, free (CleanRL's, starting at 1); a number, it is
+        ``max_std * sigmoid(std_logit)``, starting at ``max_std * sigmoid(1)`` (MAPPO's Gaussian
+        head; see ``PolicyConfig.max_std``).
         ``distribution`` (``Box`` only): ``"gaussian"`` or ``"beta"`` (``PolicyConfig.distribution``
         says when to choose which; the box's bounds must then be finite)."""
         super().__init__()
@@ -100,10 +116,16 @@ class ActorCritic(nn.Module):
         self.beta = self._beta_head(action_space, distribution, max_std)
         # Components of one size (Tag's two moves) are handled as one (..., components, n) tensor.
         self.uniform = self.nvec is not None and len(set(self.nvec)) == 1
-        self.critic = mlp(observation_size, hidden, 1, last_gain=1.0) if critic is None else critic
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        if shared and critic is not None:
+            raise ValueError("shared hidden layers read the observations: a critic of its own cannot share them")
+        self.trunk = nn.Sequential(*hidden_layers(observation_size, hidden, activation)) if shared else None
+        inputs, hidden = ((observation_size, *hidden)[-1], ()) if shared else (observation_size, hidden)
+        self.critic = mlp(inputs, hidden, 1, 1.0, activation) if critic is None else critic
         outputs = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
         # A Beta head reads two outputs per component: its two concentrations.
-        self.actor = mlp(observation_size, hidden, 2 * outputs if self.beta else outputs, last_gain=0.01)
+        self.actor = mlp(inputs, hidden, 2 * outputs if self.beta else outputs, 0.01, activation)
         if self.beta:
             low, high = (
                 torch.as_tensor(bound, dtype=torch.float32).flatten() for bound in (action_space.low, action_space.high)
@@ -190,7 +212,13 @@ class ActorCritic(nn.Module):
             obs = self.obs_norm(obs)
         if not wide_mlp.applies(obs) or self._fused_for(obs):
             return obs
-        return wide_mlp.aligned_input(obs, self.actor[0].in_features)
+        return wide_mlp.aligned_input(obs, obs.shape[-1])
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the actor's and the critic's own layers read: :meth:`_inputs`, through the shared
+        hidden layers where there are some."""
+        x = self._inputs(obs)
+        return x if self.trunk is None else wide_mlp.run_mlp(self.trunk, x)
 
     def _fused_for(self, x: torch.Tensor) -> bool:
         return (
@@ -207,13 +235,13 @@ class ActorCritic(nn.Module):
         return fused_mlp.mlp_forward(network, x) if self._fused_for(x) else wide_mlp.run_mlp(network, x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._run(self.critic, self._inputs(obs)).squeeze(-1)
+        return self._run(self.critic, self._features(obs)).squeeze(-1)
 
     # The distributions are written out rather than taken from torch.distributions: its argument
     # validation synchronises with the host, and sampling must stay capturable in a CUDA graph.
     def sample(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """An action drawn from the policy (the rollout's only use of the networks), never a masked one."""
-        out = self._run(self.actor, self._inputs(obs))
+        out = self._run(self.actor, self._features(obs))
         if self.uniform and sampling.kernel_applies(out):
             actions = sampling.gumbel_max_kernel(out, len(self.nvec), action_mask)
             return actions.squeeze(-1) if isinstance(self.space, spaces.Discrete) else actions
@@ -246,7 +274,14 @@ class ActorCritic(nn.Module):
     def outputs_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The actor's outputs (logits, a Gaussian's means, or a Beta head's two halves) and the
         critic's value on ``obs``."""
-        x = self._inputs(obs)
+        x = self._features(obs)
+        if self.trunk is not None:
+            # Both output layers as one product: the shared layers' output is read once, and its
+            # gradient written once rather than summed from two.
+            actor, critic = self.actor[-1], self.critic[-1]
+            weight, bias = torch.cat([actor.weight, critic.weight]), torch.cat([actor.bias, critic.bias])
+            both = wide_mlp.affine(weight, bias, x) if wide_mlp.applies(x) else F.linear(x, weight, bias)
+            return both[..., :-1], both[..., -1]
         return self._run(self.actor, x), self._run(self.critic, x).squeeze(-1)
 
     def _log_prob_and_entropy(self, out: torch.Tensor, action: torch.Tensor, action_mask: torch.Tensor | None):
@@ -277,7 +312,7 @@ class ActorCritic(nn.Module):
 
     def greedy(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The most likely (allowed) action (the mean for Box spaces), for evaluation."""
-        out = self._run(self.actor, self._inputs(obs))
+        out = self._run(self.actor, self._features(obs))
         if self.beta:
             return self.low + self.scale * self.beta_distribution(out).mean
         if self.nvec is None:
@@ -313,13 +348,20 @@ class CentralisedCritic(nn.Module):
     ``normalize_state``: the state is scaled by its running mean and variance (``state_norm``,
     an :class:`~gpu_marl_envs.baselines.obs_norm.ObservationNormalizer`; the trainer updates it)."""
 
-    def __init__(self, state_size: int, agents: int, hidden: tuple[int, ...] = (64, 64), normalize_state: bool = False):
+    def __init__(
+        self,
+        state_size: int,
+        agents: int,
+        hidden: tuple[int, ...] = (64, 64),
+        normalize_state: bool = False,
+        activation: Activation = "tanh",
+    ):
         super().__init__()
         self.state_size, self.agents = state_size, agents
         self.ids = agents if agents > 1 else 0  # one agent: no id
         self.state_norm = ObservationNormalizer(state_size) if normalize_state else None
         self.input = layer(state_size + self.ids, hidden[0])
-        self.rest = nn.Sequential(nn.Tanh(), *mlp(hidden[0], hidden[1:], 1, last_gain=1.0))
+        self.rest = nn.Sequential(ACTIVATIONS[activation](), *mlp(hidden[0], hidden[1:], 1, 1.0, activation))
 
     def project(self, state: torch.Tensor) -> torch.Tensor:
         """The state's part of the first layer, ``(..., S) -> (..., hidden[0])`` (bias included)."""
@@ -371,15 +413,17 @@ class CentralisedActorCritic(ActorCritic):
         normalize_observations: bool = False,
         max_std: float = math.inf,
         distribution: Distribution = "gaussian",
+        activation: Activation = "tanh",
     ):
         super().__init__(
             observation_size,
             action_space,
             hidden,
             normalize_observations,
-            critic=CentralisedCritic(state_size, agents, hidden, normalize_observations),
+            critic=CentralisedCritic(state_size, agents, hidden, normalize_observations, activation),
             max_std=max_std,
             distribution=distribution,
+            activation=activation,
         )
 
     def use_fused_mlp(self, setting: bool | str = True) -> bool:
@@ -407,6 +451,6 @@ class CentralisedActorCritic(ActorCritic):
     ):
         if action is None:
             action = self.sample(obs, action_mask)
-        out = self._run(self.actor, self._inputs(obs))
+        out = self._run(self.actor, self._features(obs))
         value = self.critic(state, rows).reshape(out.shape[:-1])
         return (action, *self._log_prob_and_entropy(out, action, action_mask), value)

@@ -77,7 +77,7 @@ from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPha
 from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
 from gpu_marl_envs.baselines.gae import compute_gae
-from gpu_marl_envs.baselines.models import ActorCritic, CentralisedActorCritic, Distribution
+from gpu_marl_envs.baselines.models import Activation, ActorCritic, CentralisedActorCritic, Distribution
 from gpu_marl_envs.baselines.obs_norm import ObservationNormalizer
 from gpu_marl_envs.baselines.optimizers import Adam
 from gpu_marl_envs.baselines.rollout import (
@@ -141,6 +141,14 @@ class PolicyConfig:
     """Normalise advantages (per minibatch, over the rows that count)."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the actor's and the critic's MLPs."""
+    activation: Activation = "tanh"
+    """The hidden layers' activation: ``"tanh"`` (CleanRL's, MAPPO's) or ``"relu"`` (WarpDrive's
+    ``FullyConnected``)."""
+    shared_hidden: bool = False
+    """The actor and the critic share their hidden layers, each adding its own output layer on
+    them (WarpDrive's ``FullyConnected``: one MLP, policy heads and a value head); the value loss
+    (weighted by ``vf_coef``) trains the shared layers too. False: two MLPs (CleanRL's layout).
+    A local critic only."""
     normalize_observations: bool = False
     """Scale the observations by their running mean and variance before the networks
     (:mod:`obs_norm`), updated from each rollout's rows that count, before the update."""
@@ -190,6 +198,11 @@ class PolicyConfig:
                 f"{type(self).__name__}.max_std must be a number > 0 (inf: a free std) or a list of "
                 f"[env_steps, value] points with steps increasing from 0 and values > 0, e.g. [[0, 0.5], "
                 f"[20_000_000, 0.2]]; got {self.max_std!r}"
+            )
+        if self.shared_hidden and self.critic == "centralised":
+            raise ValueError(
+                f'{type(self).__name__}.shared_hidden needs critic = "local": a centralised critic reads the '
+                "game's state, the actor the agent's observation, so they cannot share layers"
             )
         settings.check(self)
 
@@ -443,6 +456,7 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 settings.normalize_observations,
                 settings.std_bound(),
                 settings.distribution,
+                settings.activation,
             )
         else:
             module = ActorCritic(
@@ -452,6 +466,8 @@ def make_policies(env_id: str, config: MultiAgentConfig, device=None, models: di
                 settings.normalize_observations,
                 max_std=settings.std_bound(),
                 distribution=settings.distribution,
+                activation=settings.activation,
+                shared=settings.shared_hidden,
             )
         if settings.normalize_values:
             module.value_norm = ObservationNormalizer(1, clip=math.inf)

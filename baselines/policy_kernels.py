@@ -1,4 +1,4 @@
-"""The Triton kernels of :mod:`wide_mlp` (the backwards of tanh layers) and :mod:`sampling` (Gumbel-max
+"""The Triton kernels of :mod:`wide_mlp` (the backwards of tanh and ReLU layers) and :mod:`sampling` (Gumbel-max
 draws). A module of their own, imported at the first use, for the reason :mod:`mlp_kernels` gives
 (``TRITON_INTERPRET=1`` must be set before ``triton.jit`` runs); the row counts are not specialised
 on, so a new batch size costs no compile."""
@@ -10,9 +10,12 @@ ROWS = ["n_rows"]
 
 
 @triton.jit(do_not_specialize=ROWS)
-def tanh_backward_and_bias(dy_ptr, y_ptr, dz_ptr, partial_ptr, n_rows, N: tl.constexpr, BLOCK: tl.constexpr):
-    """``dz = dy * (1 - y^2)`` for a block of rows of width ``N`` (stored in dz's dtype, computed in
-    float32), and the block's column sums of ``dz`` (the bias gradient's share) into its row of
+def activation_backward_and_bias(
+    dy_ptr, y_ptr, dz_ptr, partial_ptr, n_rows, N: tl.constexpr, BLOCK: tl.constexpr, RELU: tl.constexpr
+):
+    """``dz = dy * (1 - y^2)`` (``y = tanh(z)``), or ``dy`` where ``y > 0`` and 0 elsewhere
+    (``RELU``: ``y = relu(z)``), for a block of rows of width ``N`` (stored in dz's dtype, computed
+    in float32), and the block's column sums of ``dz`` (the bias gradient's share) into its row of
     ``partial``, so that ``dz`` is read once instead of again by a separate reduction."""
     block = tl.program_id(0)
     rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
@@ -21,7 +24,10 @@ def tanh_backward_and_bias(dy_ptr, y_ptr, dz_ptr, partial_ptr, n_rows, N: tl.con
     offsets = rows[:, None] * N + columns[None, :]
     dy = tl.load(dy_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-    dz = dy * (1.0 - y * y)
+    if RELU:
+        dz = tl.where(y > 0.0, dy, 0.0)
+    else:
+        dz = dy * (1.0 - y * y)
     tl.store(dz_ptr + offsets, dz.to(dz_ptr.dtype.element_ty), mask=ok)
     tl.store(partial_ptr + block * N + columns, tl.sum(dz, axis=0))
 

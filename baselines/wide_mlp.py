@@ -1,5 +1,5 @@
 """How :class:`models.ActorCritic` runs its PyTorch layers on CUDA (the MLPs that :mod:`fused_mlp`
-does not take, such as Tag's [256, 256] policies): ``network(x)``, with three changes that leave
+does not take, such as Tag's [256, 256] policies): ``network(x)``, with four changes that leave
 the numbers the same up to rounding.
 
 - **Aligned sizes** (:func:`linear`): input features, and outputs where there are more than one, are
@@ -11,13 +11,16 @@ the numbers the same up to rounding.
   took 6% longer).
 - **Tanh layers' backward in one kernel** (:class:`_LinearTanh`): ``dz = dy * (1 - y^2)`` and the
   bias gradient (the column sums of ``dz``) from one read of ``dy`` and ``y``
-  (:func:`policy_kernels.tanh_backward_and_bias`), where PyTorch reads ``dz`` again for the sums.
+  (:func:`policy_kernels.activation_backward_and_bias`), where PyTorch reads ``dz`` again for the sums.
   These passes are bound by memory traffic in wide layers over many rows; on an H200 at 5.5 M
   rows of width 256 in bfloat16 the kernel took 2.1 ms against PyTorch's 3.1 ms.
 - **A critic's last tanh layer and its single output** (:class:`_TanhValueHead`): one kernel
   goes from the value's gradient to the layer's, skipping the head's input gradient.
+- **ReLU layers as one product** (:func:`relu_linear`, :class:`_LinearReLU`): cuBLASLt adds the bias
+  and applies the ReLU in the product's epilogue, so the activation is written once and never read
+  back by a ReLU kernel (cuBLASLt's epilogues have no tanh); the backward as the tanh layers'.
 
-Both fused backwards are used where a gradient is taken over at least :data:`KERNEL_MIN_ROWS`
+The fused backwards are used where a gradient is taken over at least :data:`KERNEL_MIN_ROWS`
 rows, with Triton installed, outside ``torch.compile`` (which fuses on its own).
 
 The CPU, and passes over fewer than :data:`KERNEL_MIN_ROWS` rows, run ``network(x)`` unchanged.
@@ -33,13 +36,16 @@ from torch.nn import functional as F
 ALIGN = 8
 """Feature counts a CUDA matrix product gets as multiples of this (16 bytes of bfloat16, 32 of
 float32): cuBLAS picks its fast tensor-core kernels only for rows of a multiple of 16 bytes."""
+ACTIVATIONS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
+"""The activations a layer runs with (:func:`linear`), by module type."""
+ACTIVATION_FUNCTIONS = {"tanh": torch.tanh, "relu": torch.relu}
 KERNEL_MIN_ROWS = 4096
 """Passes over fewer rows run as PyTorch's layers, unpadded (here and in :mod:`sampling`): they are
 bound by launches rather than by memory traffic, so padding only adds launches, and a small run
 would pay for Triton's import and compiles in a fresh process (PureJaxRL's CartPole config, 4
 envs and 128-row minibatches, has a 3 s target from a fresh process to a return of 475)."""
 TANH_BLOCK_BYTES = 65_536
-"""Bytes of each tensor that one program (8 warps) of the tanh backwards takes: on an H200 at 5.5 M
+"""Bytes of each tensor that one program (8 warps) of the activations' backwards takes: on an H200 at 5.5 M
 rows of width 256, 128 rows in bfloat16 (2.05 ms, against PyTorch's 3.11) and 64 in float32 (3.96
 ms, against 5.67) were the fastest of the sizes tried; a block twice as large spills its
 registers (27 ms in float32)."""
@@ -61,9 +67,14 @@ def applies(x: torch.Tensor) -> bool:
     return x.is_cuda and row_count(x) >= KERNEL_MIN_ROWS
 
 
+def activation_of(module: nn.Module | None) -> str | None:
+    """``"tanh"`` or ``"relu"`` for the activation modules this module fuses with a layer, else None."""
+    return ACTIVATIONS.get(type(module))
+
+
 def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
-    """``network(x)``; where :func:`applies`, each ``Linear`` (with the ``Tanh`` after it, if any)
-    runs as :func:`linear`."""
+    """``network(x)``; where :func:`applies`, each ``Linear`` (with the ``Tanh`` or ``ReLU`` after
+    it, if any) runs as :func:`linear`."""
     if not applies(x):
         return network(x)
     modules = list(network)
@@ -71,11 +82,11 @@ def run_mlp(network: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     while i < len(modules):
         module = modules[i]
         if isinstance(module, nn.Linear):
-            tanh = i + 1 < len(modules) and isinstance(modules[i + 1], nn.Tanh)
-            if tanh and i + 3 == len(modules) and value_head_applies(module, modules[i + 2], x):
+            activation = activation_of(modules[i + 1]) if i + 1 < len(modules) else None
+            if activation == "tanh" and i + 3 == len(modules) and value_head_applies(module, modules[i + 2], x):
                 return tanh_value_head(module, modules[i + 2], x)
-            x = linear(module, x, tanh)
-            i += 2 if tanh else 1
+            x = linear(module, x, activation)
+            i += 2 if activation else 1
         else:
             x = module(x)
             i += 1
@@ -96,23 +107,46 @@ def aligned_input(x: torch.Tensor, features: int) -> torch.Tensor:
     return padded
 
 
-def linear(layer: nn.Linear, x: torch.Tensor, tanh: bool = False) -> torch.Tensor:
-    """``layer(x)``, then ``tanh`` if asked, with aligned sizes (module docstring); ``x`` may come
-    padded already (:func:`aligned_input`)."""
-    pad_in = -layer.in_features % ALIGN
-    pad_out = -layer.out_features % ALIGN if layer.out_features > 1 else 0
+def linear(layer: nn.Linear, x: torch.Tensor, activation: str | None = None) -> torch.Tensor:
+    """``layer(x)``, then the ``activation`` (``"tanh"``, ``"relu"`` or None) if asked, with aligned
+    sizes (module docstring); ``x`` may come padded already (:func:`aligned_input`)."""
+    return affine(layer.weight, layer.bias, x, activation)
+
+
+def affine(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, activation: str | None = None):
+    """:func:`linear` of the layer of ``weight`` (``(outputs, inputs)``) and ``bias``."""
+    outputs, inputs = weight.shape
+    pad_in = -inputs % ALIGN
+    pad_out = -outputs % ALIGN if outputs > 1 else 0
     dtype = compute_dtype(x)
-    if x.shape[-1] == layer.in_features:
-        x = aligned_input(x, layer.in_features)
-    weight = F.pad(layer.weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else layer.weight
-    bias = F.pad(layer.bias, (0, pad_out)) if pad_out else layer.bias
-    width = layer.out_features + pad_out
-    if tanh and fused_backward_applies(width, weight, bias, row_count(x)):
-        y = _LinearTanh.apply(x.to(dtype), weight.to(dtype), bias.to(dtype))
+    if x.shape[-1] == inputs:
+        x = aligned_input(x, inputs)
+    weight = F.pad(weight, (0, pad_in, 0, pad_out)) if pad_in or pad_out else weight
+    bias = F.pad(bias, (0, pad_out)) if pad_out and bias is not None else bias
+    width = outputs + pad_out
+    if activation and fused_backward_applies(width, weight, bias, row_count(x)):
+        function = _LinearTanh if activation == "tanh" else _LinearReLU
+        y = function.apply(x.to(dtype), weight.to(dtype), bias.to(dtype))
+    elif activation == "relu" and bias is not None and not needs_grad(x, weight, bias):
+        y = relu_linear(x.to(dtype), weight.to(dtype), bias.to(dtype))
     else:
         y = F.linear(x, weight, bias)
-        y = torch.tanh(y) if tanh else y
-    return y[..., : layer.out_features] if pad_out else y
+        y = ACTIVATION_FUNCTIONS[activation](y) if activation else y
+    return y[..., :outputs] if pad_out else y
+
+
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records a pass over ``tensors``."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``relu(x @ weight.T + bias)`` (all in one dtype) as one cuBLASLt product whose epilogue adds
+    the bias and applies the ReLU (``torch._addmm_activation``), where a ``Linear`` and a ``ReLU``
+    write the product and read it back: the same values, since rounding keeps signs and zero. Not
+    differentiable (:class:`_LinearReLU` is)."""
+    rows = x.reshape(-1, x.shape[-1])
+    return torch._addmm_activation(bias, rows, weight.t()).view(*x.shape[:-1], weight.shape[0])
 
 
 def kernels_apply(rows: int) -> bool:
@@ -122,13 +156,13 @@ def kernels_apply(rows: int) -> bool:
 
 
 def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> bool:
-    """Whether a tanh layer of ``width`` outputs over ``rows`` rows takes :class:`_LinearTanh`: a
+    """Whether a tanh (ReLU) layer of ``width`` outputs over ``rows`` rows takes :class:`_LinearTanh`
+    (:class:`_LinearReLU`): a
     gradient will be taken, the width is a power of two the kernel holds in a block (16 to 1,024),
     and :func:`kernels_apply`."""
     return (
-        torch.is_grad_enabled()
-        and bias is not None
-        and (weight.requires_grad or bias.requires_grad)
+        bias is not None
+        and needs_grad(weight, bias)
         and 16 <= width <= 1024
         and width & (width - 1) == 0
         and kernels_apply(rows)
@@ -157,13 +191,16 @@ def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch
 
 
 def rows_per_block(y: torch.Tensor) -> int:
-    """Rows of ``y`` (its last dimension a row) per program of the tanh backwards."""
+    """Rows of ``y`` (its last dimension a row) per program of the activations' backwards."""
     return max(1, min(256, TANH_BLOCK_BYTES // (y.shape[-1] * y.element_size())))
 
 
-def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dy * (1 - y^2), its sum over every dimension but the last in float32)`` for ``y`` (and
-    ``dy``) of a power-of-two width, in one kernel."""
+def activation_backward_and_bias(
+    dy: torch.Tensor, y: torch.Tensor, activation: str = "tanh"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dz, its sum over every dimension but the last in float32)`` for ``y`` (and ``dy``) of a
+    power-of-two width, in one kernel: ``dz = dy * (1 - y^2)`` for ``y = tanh(z)``, ``dy`` where
+    ``y > 0`` and 0 elsewhere for ``y = relu(z)``."""
     from gpu_marl_envs.baselines import policy_kernels
 
     width = y.shape[-1]
@@ -174,7 +211,9 @@ def tanh_backward_and_bias(dy: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     dz = torch.empty_like(dy)
     partial = torch.empty(blocks, width, dtype=torch.float32, device=y.device)
     if blocks:
-        policy_kernels.tanh_backward_and_bias[(blocks,)](dy, y, dz, partial, n_rows, N=width, BLOCK=block, num_warps=8)
+        policy_kernels.activation_backward_and_bias[(blocks,)](
+            dy, y, dz, partial, n_rows, N=width, BLOCK=block, RELU=activation == "relu", num_warps=8
+        )
     return dz, partial.sum(0)
 
 
@@ -187,8 +226,8 @@ def layer_gradients(ctx, dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
 
 
 class _LinearTanh(torch.autograd.Function):
-    """``tanh(x @ weight.T + bias)`` (all in one dtype) with :func:`tanh_backward_and_bias` in its
-    backward and cuBLAS for the products."""
+    """``tanh(x @ weight.T + bias)`` (all in one dtype) with :func:`activation_backward_and_bias` in
+    its backward and cuBLAS for the products."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
@@ -199,7 +238,25 @@ class _LinearTanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, y = ctx.saved_tensors
-        dz, dbias = tanh_backward_and_bias(dy, y)
+        dz, dbias = activation_backward_and_bias(dy, y, "tanh")
+        return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype))
+
+
+class _LinearReLU(torch.autograd.Function):
+    """``relu(x @ weight.T + bias)`` (all in one dtype): the forward one product with the bias and
+    the ReLU in its epilogue (:func:`relu_linear`), the backward :func:`activation_backward_and_bias`
+    and cuBLAS for the products."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = relu_linear(x, weight, bias)
+        ctx.save_for_backward(x, weight, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, y = ctx.saved_tensors
+        dz, dbias = activation_backward_and_bias(dy, y, "relu")
         return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype))
 
 

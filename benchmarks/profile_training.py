@@ -84,7 +84,7 @@ CATEGORIES = (
     # passes of baselines/mlp_kernels.py (forward, backward) and policy_kernels.py's backward pieces.
     (
         "GEMM (cuBLAS, fused MLP)",
-        r"gemm|gemv|splitK|nvjet|xmma|cutlass|cublas|^(forward|backward|tanh_backward_and_bias|"
+        r"gemm|gemv|splitK|nvjet|xmma|cutlass|cublas|^(forward|backward|activation_backward_and_bias|"
         r"tanh_value_head_backward)$|^aten::(mm|addmm|bmm|baddbmm)$",
     ),
     # Random draws (torch's distribution kernels, Philox), categorical sampling (policy_kernels'

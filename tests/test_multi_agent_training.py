@@ -288,9 +288,10 @@ def test_shipped_tag_config_trains_saves_and_evaluates(name, tmp_path, capsys):
 # -- learning ----------------------------------------------------------------------------------------
 
 
-def taggers_learning_run(device="cpu", backend="torch", **run_settings) -> list[float]:
+def taggers_learning_run(device="cpu", backend="torch", policy_settings=None, **run_settings) -> list[float]:
     """The taggers' return per log entry: 2 taggers chase 10 slow runners (acting at random,
-    untrained) in a 10 x 10 arena for 64,000 env steps."""
+    untrained) in a 10 x 10 arena for 64,000 env steps (``policy_settings``: more PolicyConfig
+    settings for both policies)."""
     game = {
         "num_taggers": 2,
         "num_runners": 10,
@@ -300,7 +301,7 @@ def taggers_learning_run(device="cpu", backend="torch", **run_settings) -> list[
         "tagging_distance": 0.05,
         "skill_level_runner": 0.05,
     }
-    settings = {"learning_rate": 3e-3, "anneal_lr": False}
+    settings = {"learning_rate": 3e-3, "anneal_lr": False, **(policy_settings or {})}
     run = config(
         policies={"taggers": settings, "runners": {**settings, "train": False}},
         env_params=game,
@@ -323,6 +324,13 @@ def taggers_learning_run(device="cpu", backend="torch", **run_settings) -> list[
 def test_tag_taggers_return_rises_over_a_short_run():
     returns = taggers_learning_run()
     # Seeds 0-4 went from 9.8-12.5 to a last-three mean of 17.7-19.9 (about 10 s each on 2 cores).
+    assert sum(returns[-3:]) / 3 > returns[0] + 4, returns
+
+
+def test_tag_taggers_learn_with_warpdrives_network():
+    """The same check with WarpDrive's network: hidden layers shared by the actor and the critic,
+    ReLU activations (the Tag A2C config's)."""
+    returns = taggers_learning_run(policy_settings={"shared_hidden": True, "activation": "relu"})
     assert sum(returns[-3:]) / 3 > returns[0] + 4, returns
 
 

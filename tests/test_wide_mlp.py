@@ -25,22 +25,28 @@ def perturbed(module: nn.Module) -> nn.Module:
     return module
 
 
+ACTIVATION = {None: lambda y: y, "tanh": torch.tanh, "relu": torch.relu}
+
+
 @pytest.mark.parametrize(
-    "inputs, outputs, tanh, rows",
+    "inputs, outputs, activation, rows",
     [
-        (71, 42, False, 50),  # Tag's observations and logits: both padded
-        (71, 1, False, 50),  # a value head: only the input padded
-        (71, 64, True, 300),  # padded input, fused tanh backward over several blocks
-        (64, 16, True, 7),
-        (5, 100, True, 20),  # a width the tanh kernel does not take
-        (8, 32, True, 0),  # no rows
+        (71, 42, None, 50),  # Tag's observations and logits: both padded
+        (71, 1, None, 50),  # a value head: only the input padded
+        (71, 64, "tanh", 300),  # padded input, fused tanh backward over several blocks
+        (71, 64, "relu", 300),  # the same with a ReLU: the product's epilogue, the fused backward
+        (64, 16, "tanh", 7),
+        (5, 100, "tanh", 20),  # a width the activation kernels do not take
+        (5, 100, "relu", 20),
+        (8, 32, "tanh", 0),  # no rows
+        (8, 32, "relu", 0),
     ],
 )
-def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
+def test_linear_matches_the_layer(inputs, outputs, activation, rows, full_float32):
     layer = perturbed(nn.Linear(inputs, outputs).to(DEVICE))
     x = torch.randn(3, rows, inputs, device=DEVICE, requires_grad=True)
-    ours = wide_mlp.linear(layer, x, tanh)
-    theirs = torch.tanh(layer(x)) if tanh else layer(x)
+    ours = wide_mlp.linear(layer, x, activation)
+    theirs = ACTIVATION[activation](layer(x))
     assert ours.shape == theirs.shape
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     upstream = torch.randn_like(theirs)
@@ -50,8 +56,18 @@ def test_linear_matches_the_layer(inputs, outputs, tanh, rows, full_float32):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     # Given the input aligned already (as ActorCritic hands both networks one copy).
     torch.testing.assert_close(
-        wide_mlp.linear(layer, wide_mlp.aligned_input(x, inputs), tanh), theirs, rtol=1e-5, atol=1e-5
+        wide_mlp.linear(layer, wide_mlp.aligned_input(x, inputs), activation), theirs, rtol=1e-5, atol=1e-5
     )
+
+
+def test_relu_linear_is_the_layer_and_its_relu():
+    """The product with the ReLU in its epilogue, without gradients (a rollout's pass)."""
+    layer = perturbed(nn.Linear(72, 256).to(DEVICE))
+    x = torch.randn(2, 40, 72, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            wide_mlp.relu_linear(x, layer.weight, layer.bias), torch.relu(layer(x)), rtol=1e-5, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("rows", [300, 1, 0])
@@ -86,11 +102,14 @@ def test_the_fused_backward_is_taken_only_where_it_applies():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows, width", [(1000, 64), (130, 256), (0, 16)])
-def test_tanh_backward_and_bias(dtype, rows, width):
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_activation_backward_and_bias(dtype, rows, width, activation):
     dy = torch.randn(rows, width, device=DEVICE, dtype=dtype)
     y = (torch.rand(rows, width, device=DEVICE) * 2 - 1).to(dtype)
-    dz, dbias = wide_mlp.tanh_backward_and_bias(dy, y)
-    exact = dy.float() * (1 - y.float() ** 2)
+    if activation == "relu":
+        y = y.clamp(min=0)  # a ReLU's outputs: zero on the rows' negative side
+    dz, dbias = wide_mlp.activation_backward_and_bias(dy, y, activation)
+    exact = dy.float() * (1 - y.float() ** 2) if activation == "tanh" else dy.float() * (y.float() > 0)
     assert dz.dtype == dtype and dbias.dtype == torch.float32
     torch.testing.assert_close(dz, exact.to(dtype))  # computed in float32, rounded once
     torch.testing.assert_close(dbias, exact.sum(0), rtol=1e-4, atol=1e-3)

@@ -97,7 +97,7 @@ def _launch(x, dtype, n_in, params, save: bool):
 
 class _WideMLP(torch.autograd.Function):
     """The fused forward pass; the backward as :mod:`wide_mlp`'s layers take it (cuBLAS for the
-    products, :func:`wide_mlp.tanh_backward_and_bias` for each tanh, the value head's kernel for a
+    products, :func:`wide_mlp.activation_backward_and_bias` for each tanh, the value head's kernel for a
     single output), from the stored activations."""
 
     @staticmethod
@@ -123,9 +123,9 @@ class _WideMLP(torch.autograd.Function):
             pad = -n_out % wide_mlp.ALIGN
             dout_p, w3_p = F.pad(dout, (0, pad)), F.pad(w3.to(dtype), (0, 0, 0, pad))
             dw3, db3 = (dout_p.T @ a2)[:n_out], dout.float().sum(0)
-            dz2, db2 = wide_mlp.tanh_backward_and_bias(dout_p @ w3_p, a2)
+            dz2, db2 = wide_mlp.activation_backward_and_bias(dout_p @ w3_p, a2)
         dw2 = dz2.T @ a1
-        dz1, db1 = wide_mlp.tanh_backward_and_bias(dz2 @ w2.to(dtype), a1)
+        dz1, db1 = wide_mlp.activation_backward_and_bias(dz2 @ w2.to(dtype), a1)
         dw1 = (dz1.T @ _aligned(x, n_in, dtype))[:, :n_in]
         # The layers' path rounds each weight gradient to the dtype (cuBLAS writes it so) before
         # autograd casts it to the parameter's: the same here.
