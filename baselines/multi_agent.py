@@ -72,7 +72,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gpu_marl_envs.baselines import settings
+from gpu_marl_envs.baselines import fused_a2c_loss, settings, wide_mlp
 from gpu_marl_envs.baselines.capture import Branches, CaptureOptions, GraphedPhase, make_optimizer, set_learning_rate
 from gpu_marl_envs.baselines.checkpoint import resumed_iteration
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, GradientAverager, setup
@@ -694,43 +694,49 @@ def collect(
     end. ``states`` (runs with a centralised critic): filled with the games' global states and
     final states, read from the env's buffers on the device (no host copy)."""
     branches = branches or Branches((), torch.device("cpu"))
-    for t in range(next(iter(rollouts.values())).obs.shape[0]):
-        if states is not None:
-            states.states[t].copy_(env.state())
-        actions = {}
-        with branches.fork():
-            for name, rollout in rollouts.items():
-                with branches.branch(name):
-                    policy_inputs = inputs[name]
-                    rollout.obs[t].copy_(policy_inputs.obs)
-                    rollout.weights[t].copy_(policy_inputs.active)
-                    if rollout.action_masks is not None:
-                        rollout.action_masks[t].copy_(policy_inputs.action_mask)
-                    with torch.no_grad(), autocast():
-                        rollout.actions[t].copy_(
-                            sample[name](policy_inputs.obs, **mask_argument(policy_inputs.action_mask))
-                        )
-                    env_actions = rollout.env_actions(t)
-                actions.update({group: env_actions[:, s] for group, s in slots[name].items()})
-        obs, rewards, terminated, truncated, infos = env.step_groups(actions)
-        game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
-        if states is not None:
-            states.final_states[t].copy_(env.final_state())
-        # The env's next step overwrites what these copies read: it waits for the join.
-        with branches.fork():
-            for name, rollout in rollouts.items():
-                with branches.branch(name):
-                    for group, s in slots[name].items():
-                        rollout.rewards[t, :, s].copy_(rewards[group])
-                        rollout.terminated[t, :, s].copy_(terminated[group])
-                        rollout.truncated[t, :, s].copy_(truncated[group])
-                        rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
-                    rollout.game_over[t].copy_(game_over)
-                    inputs[name].refresh(obs, infos)
+    with wide_mlp.frozen_weights():  # the policies change at the update, not during the rollout
+        for t in range(next(iter(rollouts.values())).obs.shape[0]):
+            _collect_step(t, env, sample, slots, rollouts, inputs, autocast, branches, states)
     for name, rollout in rollouts.items():
         for group, s in slots[name].items():
             # The mean over the group's agents of their episode sums: the mean return per agent.
             stats[group].add(rollout.rewards[:, :, s].mean(-1), rollout.game_over)
+
+
+def _collect_step(t: int, env, sample, slots, rollouts, inputs, autocast, branches, states) -> None:
+    """Step ``t`` of :func:`collect`."""
+    if states is not None:
+        states.states[t].copy_(env.state())
+    actions = {}
+    with branches.fork():
+        for name, rollout in rollouts.items():
+            with branches.branch(name):
+                policy_inputs = inputs[name]
+                rollout.obs[t].copy_(policy_inputs.obs)
+                rollout.weights[t].copy_(policy_inputs.active)
+                if rollout.action_masks is not None:
+                    rollout.action_masks[t].copy_(policy_inputs.action_mask)
+                with torch.no_grad(), autocast():
+                    rollout.actions[t].copy_(
+                        sample[name](policy_inputs.obs, **mask_argument(policy_inputs.action_mask))
+                    )
+                env_actions = rollout.env_actions(t)
+            actions.update({group: env_actions[:, s] for group, s in slots[name].items()})
+    obs, rewards, terminated, truncated, infos = env.step_groups(actions)
+    game_over = next(iter(infos.values()))["_final_obs"]  # per game: the same in every group's infos
+    if states is not None:
+        states.final_states[t].copy_(env.final_state())
+    # The env's next step overwrites what these copies read: it waits for the join.
+    with branches.fork():
+        for name, rollout in rollouts.items():
+            with branches.branch(name):
+                for group, s in slots[name].items():
+                    rollout.rewards[t, :, s].copy_(rewards[group])
+                    rollout.terminated[t, :, s].copy_(terminated[group])
+                    rollout.truncated[t, :, s].copy_(truncated[group])
+                    rollout.final_obs[t, :, s].copy_(infos[group]["final_obs"])
+                rollout.game_over[t].copy_(game_over)
+                inputs[name].refresh(obs, infos)
 
 
 # -- losses ----------------------------------------------------------------------------------------
@@ -814,6 +820,7 @@ def update(
     sum_over_ranks=None,
     states: StateRollout | None = None,
     next_state: torch.Tensor | None = None,
+    fuse_loss: bool = True,
 ) -> dict:
     """One policy's update from its rollout (``next_obs``: the observations after it) with its
     ``action_and_value`` and ``value`` (``act``, ``value``), the advantage estimator and its
@@ -831,7 +838,11 @@ def update(
     the games' state after it) gets its values from the states: ``value`` is its critic's
     ``(..., S) -> (..., agents)``, and ``act`` and the loss take ``state=`` (the rollout's states,
     ``(num_steps * num_envs, S)``) and, for a minibatch, ``rows=`` (its rows' indices), so that the
-    state's part of the critic runs once per game (:class:`CentralisedCritic`)."""
+    state's part of the critic runs once per game (:class:`CentralisedCritic`).
+
+    ``fuse_loss``: A2C's loss of a categorical policy without action masks (and with a critic on
+    the observations) as one kernel where it applies (:mod:`fused_a2c_loss`); False under
+    ``torch.compile``, which fuses the PyTorch form on its own."""
     b_obs, b_actions, b_weights = (rollout.flat(n) for n in ("obs", "actions", "weights"))
     value_norm = getattr(policy, "value_norm", None)
     if value_norm is not None:
@@ -873,11 +884,21 @@ def update(
 
     if config.algorithm == "a2c":
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
+        fused = fuse_loss and states is None and rollout.action_masks is None and fused_a2c_loss.applies(policy, b_obs)
         with autocast():
-            _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument(), **critic_input)
+            if fused:
+                logits, values = policy.outputs_and_value(b_obs)
+            else:
+                _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument(), **critic_input)
         restored = values.detach().float() if value_norm is None else value_norm.restore(values.detach().float())
         b_adv, b_returns = advantages_and_returns(restored.view(rewards.shape))
-        return step(*loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef))
+        if fused:
+            loss = fused_a2c_loss.categorical_a2c_loss(
+                logits, values, b_actions, b_adv, b_returns, b_weights, config, ent_coef
+            )
+        else:
+            loss = loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef)
+        return step(*loss)
     # The old policy's log-probabilities and values, before any gradient step; then epochs of
     # shuffled minibatches.
     with autocast():
@@ -1210,6 +1231,7 @@ class Phases(IterationPhases):
             sum_over_ranks=run.context.sum_over_ranks(in_graph=config.graph_allreduce_setting(multi_agent=True)),
             states=run.states if centralised else None,
             next_state=run.env.state() if centralised else None,
+            fuse_loss=not config.compile,
         )
         return {f"{name}/{term}": tensor for term, tensor in terms.items()}
 

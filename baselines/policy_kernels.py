@@ -1,7 +1,8 @@
-"""The Triton kernels of :mod:`wide_mlp` (the backwards of tanh and ReLU layers) and :mod:`sampling` (Gumbel-max
-draws). A module of their own, imported at the first use, for the reason :mod:`mlp_kernels` gives
-(``TRITON_INTERPRET=1`` must be set before ``triton.jit`` runs); the row counts are not specialised
-on, so a new batch size costs no compile."""
+"""The Triton kernels of :mod:`wide_mlp` (the backwards of tanh and ReLU layers), :mod:`sampling`
+(Gumbel-max draws) and the fused losses (:mod:`fused_ppo_loss`, :mod:`fused_a2c_loss`). A module of
+their own, imported at the first use, for the reason :mod:`mlp_kernels` gives (``TRITON_INTERPRET=1``
+must be set before ``triton.jit`` runs); the row counts are not specialised on, so a new batch size
+costs no compile."""
 
 import triton
 import triton.language as tl
@@ -30,6 +31,31 @@ def activation_backward_and_bias(
         dz = dy * (1.0 - y * y)
     tl.store(dz_ptr + offsets, dz.to(dz_ptr.dtype.element_ty), mask=ok)
     tl.store(partial_ptr + block * N + columns, tl.sum(dz, axis=0))
+
+
+@triton.jit(do_not_specialize=["n_rows", "inner", "outer_stride", "inner_stride"])
+def aligned_rows(
+    x_ptr,
+    out_ptr,
+    n_rows,
+    inner,
+    outer_stride,
+    inner_stride,
+    N_IN: tl.constexpr,
+    N_OUT: tl.constexpr,
+    COLUMNS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """A block of rows of ``x`` (``N_IN`` features; row ``r`` at ``(r // inner) * outer_stride + (r %
+    inner) * inner_stride``: a group's agents in each game of an env's buffer) into ``out``
+    (contiguous rows of ``N_OUT >= N_IN``), cast to ``out``'s dtype, the extra features 0."""
+    rows = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    columns = tl.arange(0, COLUMNS)
+    ok = rows[:, None] < n_rows
+    start = (rows // inner) * outer_stride + (rows % inner) * inner_stride
+    x = tl.load(x_ptr + start[:, None] + columns[None, :], mask=ok & (columns[None, :] < N_IN), other=0.0)
+    out = out_ptr + rows[:, None] * N_OUT + columns[None, :]
+    tl.store(out, x.to(out_ptr.dtype.element_ty), mask=ok & (columns[None, :] < N_OUT))
 
 
 @triton.jit
@@ -233,6 +259,80 @@ def ppo_categorical_loss(
     tl.store(base + 2, tl.sum(tl.where(row_ok, entropy, 0.0), axis=0))
     tl.store(base + 3, tl.sum(tl.where(row_ok, approx_kl, 0.0), axis=0))
     tl.store(base + 4, tl.sum(tl.where(row_ok, clipped, 0.0), axis=0))
+
+
+@triton.jit(do_not_specialize=["n_rows", "logits_stride", "values_stride"])
+def a2c_categorical_loss(
+    logits_ptr,
+    logits_stride,
+    values_ptr,
+    values_stride,
+    actions_ptr,
+    advantages_ptr,
+    returns_ptr,
+    weights_ptr,
+    weight_total_ptr,
+    ent_coef_ptr,
+    d_logits_ptr,
+    d_values_ptr,
+    partial_ptr,
+    n_rows,
+    vf_coef,
+    COMPONENTS: tl.constexpr,
+    N: tl.constexpr,
+    N_POW2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """A2C's loss (``multi_agent.masked_a2c_loss``) on a block of rows of a categorical policy of
+    ``COMPONENTS`` components of ``N`` actions each (a row's logits side by side, rows
+    ``logits_stride`` apart): each row's gradient of the loss with respect to its logits and its
+    value, written (``d_logits`` contiguous), and the block's weighted sums of ``advantage * log
+    prob``, of the squared value errors and of the entropies into its row of ``partial``. Means are
+    over the rows' ``weights`` (``weight_total``: their sum, at least 1); ``ent_coef``: read from
+    the device (a captured update's schedule moves it)."""
+    block = tl.program_id(0)
+    rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    row_ok = rows < n_rows
+    columns = tl.arange(0, N_POW2)
+    column_ok = columns[None, :] < N
+    ok = row_ok[:, None] & column_ok
+    scale = tl.load(weights_ptr + rows, mask=row_ok, other=0.0).to(tl.float32) / tl.load(weight_total_ptr)
+    advantage = tl.load(advantages_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    ent_coef = tl.load(ent_coef_ptr).to(tl.float32)
+    log_prob = tl.zeros((BLOCK,), dtype=tl.float32)
+    entropy = tl.zeros((BLOCK,), dtype=tl.float32)
+    for c in tl.static_range(COMPONENTS):
+        # Rows past the end read 0 (finite, so their softmax is too: their sums add 0, not NaN);
+        # columns past N, -inf.
+        logits = tl.load(logits_ptr + rows[:, None] * logits_stride + c * N + columns[None, :], mask=ok, other=0.0)
+        logits = tl.where(column_ok, logits.to(tl.float32), float("-inf"))
+        shifted = logits - tl.max(logits, axis=1)[:, None]
+        exp = tl.where(column_ok, tl.exp(shifted), 0.0)
+        total = tl.sum(exp, axis=1)
+        log_softmax = shifted - tl.log(total)[:, None]
+        probs = exp / total[:, None]
+        action = tl.load(actions_ptr + rows * COMPONENTS + c, mask=row_ok, other=0)
+        chosen = columns[None, :] == action[:, None]
+        component_entropy = -tl.sum(tl.where(ok, probs * log_softmax, 0.0), axis=1)
+        log_prob += tl.sum(tl.where(chosen, log_softmax, 0.0), axis=1)
+        entropy += component_entropy
+        # d/dz of -scale * advantage * log p(a) and of -ent_coef * scale * entropy.
+        d_logits = -(scale * advantage)[:, None] * (chosen.to(tl.float32) - probs) + (ent_coef * scale)[
+            :, None
+        ] * probs * (log_softmax + component_entropy[:, None])
+        tl.store(
+            d_logits_ptr + rows[:, None] * (COMPONENTS * N) + c * N + columns[None, :],
+            d_logits.to(d_logits_ptr.dtype.element_ty),
+            mask=ok,
+        )
+    value = tl.load(values_ptr + rows * values_stride, mask=row_ok, other=0.0).to(tl.float32)
+    error = value - tl.load(returns_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(d_values_ptr + rows, (vf_coef * scale * error).to(d_values_ptr.dtype.element_ty), mask=row_ok)
+    weight = tl.load(weights_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    base = partial_ptr + block * 3
+    tl.store(base, tl.sum(weight * advantage * log_prob, axis=0))
+    tl.store(base + 1, tl.sum(weight * error * error, axis=0))
+    tl.store(base + 2, tl.sum(weight * entropy, axis=0))
 
 
 @triton.jit(do_not_specialize=ROWS)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from gpu_marl_envs.baselines import wide_mlp
 from gpu_marl_envs.baselines.checkpoint import restore, training_state
 from gpu_marl_envs.baselines.distributed import SINGLE, Context, LauncherGone
 from gymnasium import spaces
@@ -209,20 +210,22 @@ def collect(
         high = torch.as_tensor(space.high, device=envs.device)
     steps = rollout.obs.shape[0]
     rollout.obs[0].copy_(obs)
-    for t in range(steps):
-        with torch.no_grad(), autocast():
-            action = sample(rollout.obs[t])
-        # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env gets it clipped.
-        env_action = action.clamp(low, high) if low is not None else action
-        next_obs, rewards, terminated, truncated, infos = envs.step(env_action)
-        rollout.actions[t].copy_(action)
-        rollout.rewards[t].copy_(rewards)
-        torch.logical_or(terminated, truncated, out=rollout.dones[t])
-        rollout.truncated[t].copy_(truncated)
-        rollout.final_obs[t].copy_(infos["final_obs"])
-        # The env overwrites its buffers at the next step: its observations are copied once, to the
-        # row the next step reads (the last step's to ``obs``, where the next rollout starts).
-        (rollout.obs[t + 1] if t + 1 < steps else obs).copy_(next_obs)
+    with wide_mlp.frozen_weights():  # the policy changes at the update, not during the rollout
+        for t in range(steps):
+            with torch.no_grad(), autocast():
+                action = sample(rollout.obs[t])
+            # The Gaussian's sample is stored unclipped (its log-probability is the sample's); the env
+            # gets it clipped.
+            env_action = action.clamp(low, high) if low is not None else action
+            next_obs, rewards, terminated, truncated, infos = envs.step(env_action)
+            rollout.actions[t].copy_(action)
+            rollout.rewards[t].copy_(rewards)
+            torch.logical_or(terminated, truncated, out=rollout.dones[t])
+            rollout.truncated[t].copy_(truncated)
+            rollout.final_obs[t].copy_(infos["final_obs"])
+            # The env overwrites its buffers at the next step: its observations are copied once, to
+            # the row the next step reads (the last step's to ``obs``, where the next rollout starts).
+            (rollout.obs[t + 1] if t + 1 < steps else obs).copy_(next_obs)
     stats.add(rollout.rewards, rollout.dones)
 
 

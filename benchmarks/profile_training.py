@@ -216,8 +216,9 @@ def categorise(spans: list[Span], patterns: list[tuple[str, re.Pattern]]) -> lis
     return named
 
 
-def breakdown(spans: list[Span], iterations: int, env_id: str) -> dict:
-    """Per-iteration numbers of the traced spans (see the module's docstring)."""
+def breakdown(spans: list[Span], iterations: int, env_id: str, top_kernels: int = TOP_KERNELS) -> dict:
+    """Per-iteration numbers of the traced spans (see the module's docstring), with the
+    ``top_kernels`` kernels that take most."""
     patterns = [(c, re.compile(p)) for c, p in (env_category(env_id), *CATEGORIES)]
     by_category, by_kernel = defaultdict(int), defaultdict(lambda: [0, 0])
     for category, span in categorise(spans, patterns):
@@ -227,7 +228,7 @@ def breakdown(spans: list[Span], iterations: int, env_id: str) -> dict:
         kernel[1] += 1
     ms = 1e-6 / iterations
     order = [GAE, "env step", *(c for c, _ in CATEGORIES), "memcpy/memset", OTHER]
-    top = sorted(by_kernel.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]
+    top = sorted(by_kernel.items(), key=lambda item: -item[1][0])[:top_kernels]
     return {
         "gpu_busy_ms": busy_ns(spans) * ms,
         "kernels": len(spans) / iterations,
@@ -329,7 +330,7 @@ def profile_case(name: str, args, device: torch.device) -> dict:
         "traced_iterations": traced,
         "wall_ms": 1000 * (second["seconds"] - first["seconds"]) / untraced,
         "traced_wall_ms": 1000 * (last["seconds"] - third["seconds"]) / traced,
-        **breakdown(spans, traced, env_id),
+        **breakdown(spans, traced, env_id, args.top),
     }
     result["host_gap_ms"] = result["traced_wall_ms"] - result["gpu_busy_ms"]
     for phase in ("rollout", "update"):
@@ -392,6 +393,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for every case"
+    )
+    parser.add_argument(
+        "--top", type=int, default=TOP_KERNELS, help=f"kernels listed per case, most time first (default {TOP_KERNELS})"
     )
     parser.add_argument("--trace", metavar="DIR", help="also write each case's Chrome trace to DIR/<case>.json")
     args = parser.parse_args()

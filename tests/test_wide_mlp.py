@@ -70,6 +70,50 @@ def test_relu_linear_is_the_layer_and_its_relu():
         )
 
 
+@pytest.mark.parametrize(
+    "layout",
+    ["contiguous", "rows of a wider buffer", "a group's agents", "games by agents, transposed", "four dimensions"],
+)
+def test_aligned_input_pads_without_changing_a_value(layout):
+    """Observations with no gradient (the trainers') take the one-pass kernel where they are rows
+    of two or three dimensions, the element-wise copy elsewhere; both give the padded copy."""
+    wide = torch.randn(3, 150, 80, device=DEVICE)
+    x = {
+        "contiguous": wide[..., :71].contiguous(),
+        "rows of a wider buffer": wide[..., :71],
+        "a group's agents": wide[:, 10:, :71],  # rows not at one stride: games apart
+        "games by agents, transposed": wide[..., :71].transpose(0, 1),
+        "four dimensions": wide[..., :71].unflatten(1, (10, 15)),
+    }[layout]
+    padded = wide_mlp.aligned_input(x, 71)
+    assert padded.shape == (*x.shape[:-1], 72) and padded.is_contiguous()
+    assert torch.equal(padded[..., :71], x) and not padded[..., 71:].any()
+
+
+def test_frozen_weights_pad_and_cast_each_parameter_once():
+    """Inside ``frozen_weights`` (a rollout), passes without gradients reuse each layer's padded
+    copy: the same outputs as without it; passes with gradients never read the copies."""
+    layers = [perturbed(nn.Linear(71, 64).to(DEVICE)), perturbed(nn.Linear(64, 42).to(DEVICE))]
+
+    def network(x):
+        return wide_mlp.linear(layers[1], wide_mlp.linear(layers[0], x, "relu"))
+
+    x = torch.randn(40, 71, device=DEVICE)
+    with torch.no_grad():
+        plain = network(x)
+        with wide_mlp.frozen_weights():
+            first, again = network(x), network(x)
+            assert len(wide_mlp._frozen) == 2  # one copy per layer, made at the first pass
+        assert wide_mlp._frozen is None  # the copies go with the context
+    assert torch.equal(first, plain) and torch.equal(again, plain)
+    with wide_mlp.frozen_weights():
+        with torch.no_grad():
+            network(x)
+            layers[1].bias.add_(1.0)  # an update: only ever after the rollout's context
+        out = network(x)  # with gradients: the parameters themselves
+    torch.testing.assert_close(out, plain + 1.0, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("rows", [300, 1, 0])
 def test_tanh_value_head_matches_the_layers(rows, full_float32):
     layer, head = perturbed(nn.Linear(16, 64).to(DEVICE)), perturbed(nn.Linear(64, 1).to(DEVICE))
@@ -208,3 +252,13 @@ def test_run_mlp_matches_the_layers_on_the_gpu(bf16, outputs, cuda_device):
     want = torch.autograd.grad(theirs, list(network.parameters()), upstream)
     for g, w in zip(got, want):
         assert (g - w).norm() <= tolerance * w.norm()
+
+
+@pytest.mark.gpu
+def test_aligned_input_casts_as_pytorch_on_the_gpu(cuda_device):
+    """The one-pass kernel rounds to bfloat16 as PyTorch's cast does (to nearest, ties to even)."""
+    x = torch.randn(5000, 71, device=cuda_device)
+    with torch.autocast("cuda", torch.bfloat16):
+        padded = wide_mlp.aligned_input(x, 71)
+    assert padded.dtype == torch.bfloat16
+    assert torch.equal(padded[:, :71], x.bfloat16()) and not padded[:, 71:].any()
