@@ -45,23 +45,34 @@ def applies(policy, obs: torch.Tensor) -> bool:
 
 
 class _CategoricalA2CLoss(torch.autograd.Function):
+    """``outputs``: the logits (``(B, width)``), or, where ``values`` is None, a row of the logits,
+    the value and zero columns (:meth:`ActorCritic.joint_outputs`), whose gradient is then one
+    tensor of its shape written by the kernel."""
+
     @staticmethod
-    def forward(ctx, logits, values, actions, advantages, returns, weights, ent_coef, vf_coef, components):
+    def forward(ctx, outputs, values, actions, advantages, returns, weights, ent_coef, vf_coef, components, width):
         from gpu_marl_envs.baselines import policy_kernels
 
-        n_rows, width = logits.shape
+        joint = values is None
+        n_rows = outputs.shape[0]
         n = width // components
         n_pow2 = 1 << max(n - 1, 0).bit_length()
         block = block_rows(n_pow2)
         blocks = (n_rows + block - 1) // block
         weight_total = weights.float().sum().clamp(min=1.0)
-        d_logits = torch.empty(n_rows, width, dtype=logits.dtype, device=logits.device)
-        d_values = torch.empty(n_rows, dtype=values.dtype, device=values.device)
-        partial = torch.empty(blocks, 3, device=logits.device, dtype=torch.float32)
+        if joint:
+            values = outputs[:, width]
+            d_outputs = torch.empty_like(outputs, memory_format=torch.contiguous_format)
+            d_values = d_outputs[:, width]
+        else:
+            d_outputs = torch.empty(n_rows, width, dtype=outputs.dtype, device=outputs.device)
+            d_values = torch.empty(n_rows, dtype=values.dtype, device=values.device)
+        zeros = d_outputs.shape[1] - width - 1 if joint else 0
+        partial = torch.empty(blocks, 3, device=outputs.device, dtype=torch.float32)
         if n_rows:
             policy_kernels.a2c_categorical_loss[(blocks,)](
-                logits,
-                logits.stride(0),
+                outputs,
+                outputs.stride(0),
                 values,
                 values.stride(0),
                 actions,
@@ -70,52 +81,55 @@ class _CategoricalA2CLoss(torch.autograd.Function):
                 weights,
                 weight_total,
                 ent_coef,
-                d_logits,
+                d_outputs,
+                d_outputs.stride(0),
                 d_values,
+                d_values.stride(0),
                 partial,
                 n_rows,
                 vf_coef,
                 COMPONENTS=components,
                 N=n,
                 N_POW2=n_pow2,
+                ZEROS=zeros,
+                ZEROS_POW2=1 << max(zeros - 1, 0).bit_length(),
                 BLOCK=block,
                 num_warps=WARPS,
             )
         sums = partial.sum(0) / weight_total
         policy_loss, value_loss, entropy = -sums[0], 0.5 * sums[1], sums[2]
         loss = policy_loss - ent_coef * entropy + vf_coef * value_loss
-        ctx.save_for_backward(d_logits, d_values)
+        ctx.joint = joint
+        ctx.save_for_backward(d_outputs, d_values)
         stats = torch.stack([policy_loss, value_loss, entropy])
         ctx.mark_non_differentiable(stats)
         return loss, stats
 
     @staticmethod
     def backward(ctx, d_loss, _):
-        d_logits, d_values = ctx.saved_tensors
+        d_outputs, d_values = ctx.saved_tensors
         # (in the inputs' dtype: bfloat16 logits under autocast get bfloat16 gradients)
-        return d_logits * d_loss.to(d_logits.dtype), d_values * d_loss.to(d_values.dtype), *(None,) * 7
+        d_outputs = d_outputs * d_loss.to(d_outputs.dtype)
+        d_values = None if ctx.joint else d_values * d_loss.to(d_values.dtype)
+        return d_outputs, d_values, *(None,) * 8
 
 
-def categorical_a2c_loss(logits, values, actions, advantages, returns, weights, config, ent_coef):
+def categorical_a2c_loss(logits, values, actions, advantages, returns, weights, config, ent_coef, joint=None):
     """:func:`multi_agent.masked_a2c_loss`'s ``(loss, stats)`` from the policy's ``logits``
     (``(B, components * n)``, rows of unit stride) and ``values`` (``(B,)``) on the update's rows
     (``actions`` int64 ``(B, components)`` or ``(B,)``, the rest ``(B,)``); ``config`` a
-    ``PolicyConfig`` (``norm_adv``, ``vf_coef``); ``ent_coef`` a number or a device tensor."""
+    ``PolicyConfig`` (``norm_adv``, ``vf_coef``); ``ent_coef`` a number or a device tensor.
+    ``joint``: where ``logits`` and ``values`` are views of it (:meth:`ActorCritic.joint_outputs`),
+    its gradient is written whole, without a view's zeros and copies in between."""
     from gpu_marl_envs.baselines.multi_agent import normalise
 
     if config.norm_adv:
         advantages = normalise(advantages, weights)
     components = actions.shape[-1] if actions.dim() == 2 else 1
     ent_coef = torch.as_tensor(ent_coef, dtype=torch.float32, device=logits.device)
+    rows = (actions.contiguous(), advantages.contiguous(), returns.contiguous(), weights.contiguous())
+    outputs, values = (joint, None) if joint is not None else (logits, values)
     loss, stats = _CategoricalA2CLoss.apply(
-        logits,
-        values,
-        actions.contiguous(),
-        advantages.contiguous(),
-        returns.contiguous(),
-        weights.contiguous(),
-        ent_coef,
-        float(config.vf_coef),
-        components,
+        outputs, values, *rows, ent_coef, float(config.vf_coef), components, logits.shape[-1]
     )
     return loss, dict(zip(STATS, stats))

@@ -274,15 +274,24 @@ class ActorCritic(nn.Module):
     def outputs_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The actor's outputs (logits, a Gaussian's means, or a Beta head's two halves) and the
         critic's value on ``obs``."""
-        x = self._features(obs)
         if self.trunk is not None:
-            # Both output layers as one product: the shared layers' output is read once, and its
-            # gradient written once rather than summed from two.
-            actor, critic = self.actor[-1], self.critic[-1]
-            weight, bias = torch.cat([actor.weight, critic.weight]), torch.cat([actor.bias, critic.bias])
-            both = wide_mlp.affine(weight, bias, x) if wide_mlp.applies(x) else F.linear(x, weight, bias)
-            return both[..., :-1], both[..., -1]
+            joint = self.joint_outputs(obs)
+            width = self.actor[-1].out_features
+            return joint[..., :width], joint[..., width]
+        x = self._features(obs)
         return self._run(self.actor, x), self._run(self.critic, x).squeeze(-1)
+
+    def joint_outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """With shared hidden layers: the actor's outputs and the value side by side, from one
+        product of both output layers (the shared layers' output read once, and its gradient
+        written once rather than summed from two): ``(..., outputs + 1)``, or, on :mod:`wide_mlp`'s
+        path, more columns, zero (the product's aligned width)."""
+        if self.trunk is None:
+            raise ValueError("joint_outputs needs shared hidden layers (ActorCritic(shared=True))")
+        x = self._features(obs)
+        actor, critic = self.actor[-1], self.critic[-1]
+        weight, bias = torch.cat([actor.weight, critic.weight]), torch.cat([actor.bias, critic.bias])
+        return wide_mlp.affine(weight, bias, x, padded=True) if wide_mlp.applies(x) else F.linear(x, weight, bias)
 
     def _log_prob_and_entropy(self, out: torch.Tensor, action: torch.Tensor, action_mask: torch.Tensor | None):
         """The log-probability of ``action`` and the entropy under the actor's outputs ``out``."""

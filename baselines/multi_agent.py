@@ -89,6 +89,7 @@ from gpu_marl_envs.baselines.rollout import (
     bootstrap_values,
     old_policy_outputs,
     pool_entry,
+    set_steps,
     train_iterations,
 )
 from gymnasium import spaces
@@ -621,7 +622,7 @@ class StateRollout:
             if rollout.max_truncations >= len(bootstrapped):
                 final_values = value(self.final_states).float() * bootstrapped
             else:
-                steps = bootstrapped.any(-1).float().topk(rollout.max_truncations, dim=0).indices  # (k, E)
+                steps = set_steps(bootstrapped.any(-1), rollout.max_truncations)  # (k, E)
                 picked = self.final_states.gather(0, steps[..., None].expand(-1, -1, self.final_states.shape[-1]))
                 values = value(picked).float()  # (k, E, A)
                 final_values = torch.zeros(bootstrapped.shape, device=values.device).scatter_(
@@ -885,8 +886,14 @@ def update(
     if config.algorithm == "a2c":
         # One pass with gradients: its values (detached) give the advantages, its outputs the loss.
         fused = fuse_loss and states is None and rollout.action_masks is None and fused_a2c_loss.applies(policy, b_obs)
+        joint = None
         with autocast():
-            if fused:
+            if fused and policy.trunk is not None:
+                # The loss writes the gradient of the joint product whole (fused_a2c_loss).
+                joint = policy.joint_outputs(b_obs)
+                width = policy.actor[-1].out_features
+                logits, values = joint[:, :width], joint[:, width]
+            elif fused:
                 logits, values = policy.outputs_and_value(b_obs)
             else:
                 _, log_probs, entropy, values = act(b_obs, b_actions, **rollout.mask_argument(), **critic_input)
@@ -894,7 +901,7 @@ def update(
         b_adv, b_returns = advantages_and_returns(restored.view(rewards.shape))
         if fused:
             loss = fused_a2c_loss.categorical_a2c_loss(
-                logits, values, b_actions, b_adv, b_returns, b_weights, config, ent_coef
+                logits, values, b_actions, b_adv, b_returns, b_weights, config, ent_coef, joint
             )
         else:
             loss = loss_fn(log_probs, entropy, values, b_adv, b_returns, b_weights, config, ent_coef)

@@ -261,7 +261,7 @@ def ppo_categorical_loss(
     tl.store(base + 4, tl.sum(tl.where(row_ok, clipped, 0.0), axis=0))
 
 
-@triton.jit(do_not_specialize=["n_rows", "logits_stride", "values_stride"])
+@triton.jit(do_not_specialize=["n_rows", "logits_stride", "values_stride", "d_logits_stride", "d_values_stride"])
 def a2c_categorical_loss(
     logits_ptr,
     logits_stride,
@@ -274,22 +274,27 @@ def a2c_categorical_loss(
     weight_total_ptr,
     ent_coef_ptr,
     d_logits_ptr,
+    d_logits_stride,
     d_values_ptr,
+    d_values_stride,
     partial_ptr,
     n_rows,
     vf_coef,
     COMPONENTS: tl.constexpr,
     N: tl.constexpr,
     N_POW2: tl.constexpr,
+    ZEROS: tl.constexpr,
+    ZEROS_POW2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """A2C's loss (``multi_agent.masked_a2c_loss``) on a block of rows of a categorical policy of
     ``COMPONENTS`` components of ``N`` actions each (a row's logits side by side, rows
     ``logits_stride`` apart): each row's gradient of the loss with respect to its logits and its
-    value, written (``d_logits`` contiguous), and the block's weighted sums of ``advantage * log
-    prob``, of the squared value errors and of the entropies into its row of ``partial``. Means are
-    over the rows' ``weights`` (``weight_total``: their sum, at least 1); ``ent_coef``: read from
-    the device (a captured update's schedule moves it)."""
+    value, written (rows ``d_logits_stride`` and ``d_values_stride`` apart; the ``ZEROS`` columns
+    after a row's value's, when logits and value lie in one row, set to 0), and the block's weighted
+    sums of ``advantage * log prob``, of the squared value errors and of the entropies into its row
+    of ``partial``. Means are over the rows' ``weights`` (``weight_total``: their sum, at least 1);
+    ``ent_coef``: read from the device (a captured update's schedule moves it)."""
     block = tl.program_id(0)
     rows = (block * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     row_ok = rows < n_rows
@@ -321,13 +326,19 @@ def a2c_categorical_loss(
             :, None
         ] * probs * (log_softmax + component_entropy[:, None])
         tl.store(
-            d_logits_ptr + rows[:, None] * (COMPONENTS * N) + c * N + columns[None, :],
+            d_logits_ptr + rows[:, None] * d_logits_stride + c * N + columns[None, :],
             d_logits.to(d_logits_ptr.dtype.element_ty),
             mask=ok,
         )
     value = tl.load(values_ptr + rows * values_stride, mask=row_ok, other=0.0).to(tl.float32)
     error = value - tl.load(returns_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(d_values_ptr + rows, (vf_coef * scale * error).to(d_values_ptr.dtype.element_ty), mask=row_ok)
+    d_value = (vf_coef * scale * error).to(d_values_ptr.dtype.element_ty)
+    tl.store(d_values_ptr + rows * d_values_stride, d_value, mask=row_ok)
+    if ZEROS > 0:
+        after = tl.arange(0, ZEROS_POW2)
+        zeros = tl.zeros((BLOCK, ZEROS_POW2), dtype=d_values_ptr.dtype.element_ty)
+        start = d_values_ptr + rows * d_values_stride + 1
+        tl.store(start[:, None] + after[None, :], zeros, mask=row_ok[:, None] & (after[None, :] < ZEROS))
     weight = tl.load(weights_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     base = partial_ptr + block * 3
     tl.store(base, tl.sum(weight * advantage * log_prob, axis=0))

@@ -145,8 +145,16 @@ def linear(layer: nn.Linear, x: torch.Tensor, activation: str | None = None) -> 
     return affine(layer.weight, layer.bias, x, activation)
 
 
-def affine(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, activation: str | None = None):
-    """:func:`linear` of the layer of ``weight`` (``(outputs, inputs)``) and ``bias``."""
+def affine(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    x: torch.Tensor,
+    activation: str | None = None,
+    padded: bool = False,
+):
+    """:func:`linear` of the layer of ``weight`` (``(outputs, inputs)``) and ``bias``; ``padded``:
+    the outputs with the zero columns that align them (what the product wrote), not a view
+    without them."""
     outputs, inputs = weight.shape
     pad_out = -outputs % ALIGN if outputs > 1 else 0
     dtype = compute_dtype(x)
@@ -166,7 +174,7 @@ def affine(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, act
     else:
         y = F.linear(x, weight, bias)
         y = ACTIVATION_FUNCTIONS[activation](y) if activation else y
-    return y[..., :outputs] if pad_out else y
+    return y[..., :outputs] if pad_out and not padded else y
 
 
 def aligned_parameters(weight: torch.Tensor, bias: torch.Tensor | None, pad_out: int):

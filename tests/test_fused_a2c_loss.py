@@ -9,6 +9,8 @@ over a block's rows, then over blocks), not bitwise: the loss and its terms (mea
 within 2e-6 relative, a row's gradient within 4 float32 ulps of the largest (its terms cancel), a
 parameter's gradient within 1e-5 of its largest element."""
 
+import functools
+
 import pytest
 import torch
 from gpu_marl_envs.baselines import fused_a2c_loss, multi_agent, wide_mlp
@@ -24,9 +26,10 @@ def kernels_at_any_size(monkeypatch):
     monkeypatch.setattr(wide_mlp, "KERNEL_MIN_ROWS", 0)
 
 
-def rows_of(rows: int, components: int, n: int):
-    """Logits (a slice of a wider buffer, as the aligned layers return them), values (every 48th
-    number of a buffer, as the shared layers' value is), actions and a rollout's fields."""
+def rows_of(rows: int, components: int, n: int, joint: bool = False):
+    """Logits (a slice of a wider buffer, as the aligned layers return them) and values (every
+    48th number of a buffer), or both from one row of logits, the value and zero columns (``joint``,
+    as the shared layers' joint product gives them); actions and a rollout's fields."""
     generator = torch.Generator().manual_seed(rows + 7 * components + n)
 
     def draw(*shape):
@@ -36,11 +39,16 @@ def rows_of(rows: int, components: int, n: int):
     logits = wide[:, : components * n]
     values_buffer = draw(rows, 48).requires_grad_()
     values = values_buffer[:, -1]
+    if joint:
+        values_buffer = None
+        wide[:, components * n + 1 :].detach().zero_()
+        values = wide[:, components * n]
     actions = torch.randint(0, n, (rows, components), generator=generator).to(DEVICE)
     if components == 1:
         actions = actions[:, 0]
     weights = (torch.rand(rows, generator=generator) > 0.2).float().to(DEVICE)  # inactive rows: 0
-    return (wide, values_buffer), logits, values, actions, draw(rows), draw(rows), weights
+    leaves = (wide,) if joint else (wide, values_buffer)
+    return leaves, logits, values, actions, draw(rows), draw(rows), weights
 
 
 def pytorch_loss(policy, logits, values, actions, advantages, returns, weights, config, ent_coef):
@@ -50,14 +58,16 @@ def pytorch_loss(policy, logits, values, actions, advantages, returns, weights, 
 
 @pytest.mark.parametrize("components, n, rows", [(2, 21, 300), (1, 5, 129), (3, 2, 1)])
 @pytest.mark.parametrize("norm_adv", [False, True])
-def test_the_kernel_is_the_pytorch_loss(components, n, rows, norm_adv):
+@pytest.mark.parametrize("joint", [False, True])
+def test_the_kernel_is_the_pytorch_loss(components, n, rows, norm_adv, joint):
     space = spaces.Discrete(n) if components == 1 else spaces.MultiDiscrete([n] * components)
     policy = ActorCritic(4, space, (8,)).to(DEVICE)
     config = multi_agent.PolicyConfig(algorithm="a2c", norm_adv=norm_adv, vf_coef=2.0)
     ent_coef = torch.tensor(0.05, device=DEVICE)  # a captured update's scheduled weight
-    leaves, logits, values, actions, advantages, returns, weights = rows_of(rows, components, n)
+    leaves, logits, values, actions, advantages, returns, weights = rows_of(rows, components, n, joint)
+    fused = functools.partial(fused_a2c_loss.categorical_a2c_loss, joint=leaves[0] if joint else None)
     results = []
-    for loss_fn in (fused_a2c_loss.categorical_a2c_loss, lambda *a: pytorch_loss(policy, *a)):
+    for loss_fn in (fused, lambda *a: pytorch_loss(policy, *a)):
         loss, stats = loss_fn(logits, values, actions, advantages, returns, weights, config, ent_coef)
         grads = torch.autograd.grad(loss, leaves)
         results.append((loss, stats, grads))
@@ -80,9 +90,14 @@ def test_an_update_takes_it_and_learns_the_same():
     *_, actions, advantages, returns, weights = rows_of(200, 2, 21)
     grads = []
     for fused in (True, False):
-        logits, values = policy.outputs_and_value(obs)
-        loss_fn = fused_a2c_loss.categorical_a2c_loss if fused else lambda *a: pytorch_loss(policy, *a)
-        loss, _ = loss_fn(logits, values, actions, advantages, returns, weights, config, 0.05)
+        joint = policy.joint_outputs(obs)
+        logits, values = joint[:, :42], joint[:, 42]
+        if fused:  # the joint product's gradient written whole
+            loss, _ = fused_a2c_loss.categorical_a2c_loss(
+                logits, values, actions, advantages, returns, weights, config, 0.05, joint
+            )
+        else:
+            loss, _ = pytorch_loss(policy, logits, values, actions, advantages, returns, weights, config, 0.05)
         grads.append(torch.autograd.grad(loss, list(policy.parameters())))
     for got, want in zip(*grads):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * want.abs().max().item() + 1e-12)
@@ -115,10 +130,15 @@ def test_tag_a2c_pass_on_the_gpu(cuda_device, monkeypatch):
     weights = (torch.rand(50_000, device=cuda_device) > 0.1).float()
     assert fused_a2c_loss.applies(policy, obs)
     results = []
-    for loss_fn in (fused_a2c_loss.categorical_a2c_loss, lambda *a: pytorch_loss(policy, *a)):
+    for fused in (True, False):
         with torch.autocast("cuda", torch.bfloat16):
-            logits, values = policy.outputs_and_value(obs)
-            loss, stats = loss_fn(logits, values, actions, advantages, returns, weights, config, 0.05)
+            joint = policy.joint_outputs(obs)  # 48 columns: 42 logits, the value, 5 zero
+            logits, values = joint[:, :42], joint[:, 42]
+            fields = (actions, advantages, returns, weights, config, 0.05)
+            if fused:
+                loss, stats = fused_a2c_loss.categorical_a2c_loss(logits, values, *fields, joint=joint)
+            else:
+                loss, stats = pytorch_loss(policy, logits, values, *fields)
         results.append((loss, stats, torch.autograd.grad(loss, list(policy.parameters()))))
     (loss, stats, grads), (want_loss, want_stats, want_grads) = results
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
