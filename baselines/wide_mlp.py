@@ -9,14 +9,14 @@ the numbers the same up to rounding.
   4.7 ms; over a whole Tag A2C iteration (1,000 games x 50 steps) 85.4 ms became 76.9 ms. A value
   head's single output is left alone (cuBLAS runs it as a matrix-vector product; padded to 8 it
   took 6% longer).
-- **Tanh layers' backward in one kernel** (:class:`_LinearTanh`): ``dz = dy * (1 - y^2)`` and the
+- **Tanh layers' backward in one kernel** (:class:`_LinearActivation`): ``dz = dy * (1 - y^2)`` and the
   bias gradient (the column sums of ``dz``) from one read of ``dy`` and ``y``
   (:func:`policy_kernels.activation_backward_and_bias`), where PyTorch reads ``dz`` again for the sums.
   These passes are bound by memory traffic in wide layers over many rows; on an H200 at 5.5 M
   rows of width 256 in bfloat16 the kernel took 2.1 ms against PyTorch's 3.1 ms.
 - **A critic's last tanh layer and its single output** (:class:`_TanhValueHead`): one kernel
   goes from the value's gradient to the layer's, skipping the head's input gradient.
-- **ReLU layers as one product** (:func:`relu_linear`, :class:`_LinearReLU`): cuBLASLt adds the bias
+- **ReLU layers as one product** (:func:`relu_linear`, :class:`_LinearActivation`): cuBLASLt adds the bias
   and applies the ReLU in the product's epilogue, so the activation is written once and never read
   back by a ReLU kernel (cuBLASLt's epilogues have no tanh); the backward as the tanh layers'.
 
@@ -167,8 +167,7 @@ def affine(
         weight, bias = aligned_parameters(weight, bias, pad_out)
     width = outputs + pad_out
     if activation and grad and fused_backward_applies(width, weight, bias, row_count(x)):
-        function = _LinearTanh if activation == "tanh" else _LinearReLU
-        y = function.apply(x.to(dtype), weight.to(dtype), bias.to(dtype))
+        y = _LinearActivation.apply(x.to(dtype), weight.to(dtype), bias.to(dtype), activation)
     elif activation == "relu" and bias is not None and not grad:
         y = relu_linear(x.to(dtype), weight, bias)
     else:
@@ -228,7 +227,7 @@ def relu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> to
     """``relu(x @ weight.T + bias)`` (all in one dtype) as one cuBLASLt product whose epilogue adds
     the bias and applies the ReLU (``torch._addmm_activation``), where a ``Linear`` and a ``ReLU``
     write the product and read it back: the same values, since rounding keeps signs and zero. Not
-    differentiable (:class:`_LinearReLU` is)."""
+    differentiable (:class:`_LinearActivation` is)."""
     rows = x.reshape(-1, x.shape[-1])
     return torch._addmm_activation(bias, rows, weight.t()).view(*x.shape[:-1], weight.shape[0])
 
@@ -240,10 +239,9 @@ def kernels_apply(rows: int) -> bool:
 
 
 def fused_backward_applies(width: int, weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> bool:
-    """Whether a tanh (ReLU) layer of ``width`` outputs over ``rows`` rows takes :class:`_LinearTanh`
-    (:class:`_LinearReLU`): a
-    gradient will be taken, the width is a power of two the kernel holds in a block (16 to 1,024),
-    and :func:`kernels_apply`."""
+    """Whether a tanh or ReLU layer of ``width`` outputs over ``rows`` rows takes
+    :class:`_LinearActivation`: a gradient will be taken, the width is a power of two the kernel
+    holds in a block (16 to 1,024), and :func:`kernels_apply`."""
     return (
         bias is not None
         and needs_grad(weight, bias)
@@ -309,39 +307,27 @@ def layer_gradients(ctx, dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
     return dx, dweight
 
 
-class _LinearTanh(torch.autograd.Function):
-    """``tanh(x @ weight.T + bias)`` (all in one dtype) with :func:`activation_backward_and_bias` in
-    its backward and cuBLAS for the products."""
+class _LinearActivation(torch.autograd.Function):
+    """``activation(x @ weight.T + bias)`` (all in one dtype; ``"tanh"`` or ``"relu"``): the ReLU's
+    forward one product with the bias and the ReLU in its epilogue (:func:`relu_linear`), the
+    tanh's a product and an in-place tanh; the backward :func:`activation_backward_and_bias` and
+    cuBLAS for the products."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
-        y = F.linear(x, weight, bias).tanh_()  # in place: the product itself is not needed again
+    def forward(ctx, x, weight, bias, activation):
+        if activation == "relu":
+            y = relu_linear(x, weight, bias)
+        else:
+            y = F.linear(x, weight, bias).tanh_()  # in place: the product itself is not needed again
+        ctx.activation = activation
         ctx.save_for_backward(x, weight, y)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, y = ctx.saved_tensors
-        dz, dbias = activation_backward_and_bias(dy, y, "tanh")
-        return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype))
-
-
-class _LinearReLU(torch.autograd.Function):
-    """``relu(x @ weight.T + bias)`` (all in one dtype): the forward one product with the bias and
-    the ReLU in its epilogue (:func:`relu_linear`), the backward :func:`activation_backward_and_bias`
-    and cuBLAS for the products."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        y = relu_linear(x, weight, bias)
-        ctx.save_for_backward(x, weight, y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, y = ctx.saved_tensors
-        dz, dbias = activation_backward_and_bias(dy, y, "relu")
-        return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype))
+        dz, dbias = activation_backward_and_bias(dy, y, ctx.activation)
+        return (*layer_gradients(ctx, dz, x, weight, y.shape), dbias.to(weight.dtype), None)
 
 
 class _TanhValueHead(torch.autograd.Function):

@@ -22,6 +22,20 @@ def gpu_hardware() -> str:
     return f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
 
 
+def cuda_us(fn, repeats: int, warmup: int = 3) -> float:
+    """µs per call of ``fn()`` on the GPU: ``warmup`` calls first (compiles, autotuning), then
+    ``repeats`` timed with CUDA events, the device synchronised after."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return 1000 * start.elapsed_time(end) / repeats
+
+
 def shipped(name: str, overrides: list[str] = (), seed: int | None = None):
     """A shipped config (``baselines/configs/<name>``) with ``--set``-style overrides: ``(algorithm, env, config)``."""
     return build_config(read_config(CONFIGS / name), list(overrides), seed)

@@ -20,23 +20,11 @@ from gymnasium import spaces
 
 # The suite's modules (report) sit one folder up: this script runs from experiments/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from report import add_output_options, gpu_hardware, save  # noqa: E402
+from report import add_output_options, cuda_us, gpu_hardware, save  # noqa: E402
 
 SHAPES = [(512, 4), (1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)]
 """(BLOCK_ELEMENTS, WARPS) tried."""
 ROWS = 5_000_000
-
-
-def timed(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / repeats
 
 
 def main() -> None:
@@ -68,10 +56,11 @@ def main() -> None:
         )
         loss.backward()
 
-    results = [{"way": "PyTorch", "us": timed(pytorch, args.repeats)}]
+    results = [{"way": "PyTorch", "us": cuda_us(pytorch, args.repeats)}]
     for elements, warps in SHAPES:
         fused_a2c_loss.BLOCK_ELEMENTS, fused_a2c_loss.WARPS = elements, warps
-        results.append({"way": f"kernel, {elements} logits a program, {warps} warps", "us": timed(fused, args.repeats)})
+        way = f"kernel, {elements} logits a program, {warps} warps"
+        results.append({"way": way, "us": cuda_us(fused, args.repeats)})
     lines = [
         f"Hardware: {hardware}. A2C's loss, forward and backward, {ROWS:,} rows of 2 x 21 logits (bfloat16):",
         "",

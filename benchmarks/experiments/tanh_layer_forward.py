@@ -32,7 +32,7 @@ import triton.language as tl
 
 # The suite's modules (report) sit one folder up: this script runs from experiments/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from report import add_output_options, gpu_hardware, save  # noqa: E402
+from report import add_output_options, cuda_us, gpu_hardware, save  # noqa: E402
 
 SHAPES = [(110_000, 72, 256), (110_000, 256, 256), (5_500_000, 72, 256), (5_500_000, 256, 256)]
 """(rows, inputs, outputs): a rollout step's and an update's rows, each hidden layer."""
@@ -80,19 +80,6 @@ def eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.tanh(F.linear(x, w, b))
 
 
-def timed(fn, args, repeats: int) -> float:
-    """µs per call after a warm-up."""
-    for _ in range(3):
-        fn(*args)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn(*args)
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / repeats
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20)
@@ -112,7 +99,7 @@ def main() -> None:
         exact = torch.tanh(x.float() @ w.float().T + b.float())
         for name, fn in ways.items():
             error = (fn(x, w, b).float() - exact).abs().max().item()
-            us = timed(fn, (x, w, b), args.repeats)
+            us = cuda_us(lambda fn=fn, x=x, w=w, b=b: fn(x, w, b), args.repeats)
             rows.append({"rows": m, "inputs": k, "outputs": n, "way": name, "us": us, "max_abs_error": error})
             print(f"{m:,} x {k} -> {n}: {name}: {us:.1f} µs (max error {error:.2e})", flush=True)
     lines = [

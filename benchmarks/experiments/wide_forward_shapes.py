@@ -35,7 +35,7 @@ from torch.nn import functional as F
 
 # The suite's modules (report) sit one folder up: this script runs from experiments/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from report import add_output_options, gpu_hardware, save  # noqa: E402
+from report import add_output_options, cuda_us, gpu_hardware, save  # noqa: E402
 
 SHAPES = [(64, 64, 4), (64, 128, 4), (64, 64, 8), (128, 64, 8), (128, 128, 8), (32, 64, 4), (64, 256, 8)]
 """(BLOCK_ROWS, PART, WARPS) tried."""
@@ -226,19 +226,6 @@ def mlp3_forward(
     tl.store(out_ptr + rows[:, None] * n_out + o[None, :], out.to(DTYPE), mask=row_ok[:, None] & (o[None, :] < n_out))
 
 
-def timed(fn, repeats: int) -> float:
-    """µs per call after a warm-up."""
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / repeats
-
-
 def layers(network, x):
     return wide_mlp.run_mlp(network, wide_mlp.aligned_input(x, x.shape[-1]))
 
@@ -256,12 +243,12 @@ def measure(outputs: int, repeats: int, record) -> None:
         x = torch.randn(rows, 71, device="cuda")
         with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
             reference = layers(network, x).float()
-            record("rollout", rows, outputs, "layers", timed(lambda x=x: layers(network, x), repeats), 0.0)
+            record("rollout", rows, outputs, "layers", cuda_us(lambda x=x: layers(network, x), repeats), 0.0)
             for shape in SHAPES:
                 with_shape(shape)
                 try:
                     diff = (forward(network, x).float() - reference).abs().max().item()
-                    us = timed(lambda x=x: forward(network, x), repeats)
+                    us = cuda_us(lambda x=x: forward(network, x), repeats)
                 except Exception as error:  # a shape Triton cannot fit: reported, not fatal
                     print(f"{shape}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                     continue
@@ -279,9 +266,9 @@ def measure(outputs: int, repeats: int, record) -> None:
 
     want, got = update(layers), update(forward)
     diff = max(((g - w).norm() / w.norm()).item() for g, w in zip(got, want))
-    record("update", rows, outputs, "layers", timed(lambda: update(layers), 10), 0.0)
+    record("update", rows, outputs, "layers", cuda_us(lambda: update(layers), 10), 0.0)
     way = f"kernel {default} (diff: the gradients' relative norm)"
-    record("update", rows, outputs, way, timed(lambda: update(forward), 10), diff)
+    record("update", rows, outputs, way, cuda_us(lambda: update(forward), 10), diff)
 
 
 def main() -> None:
