@@ -3,7 +3,7 @@
 
 :func:`multi_agent.masked_a2c_loss` in PyTorch, with the log-softmax, log-probabilities and
 entropies before it, runs some twenty kernels forward and as many backward over an update's rows;
-on Tag A2C (1,000 games x 50 steps, 5.5 M rows of two 21-way choices) they took about 11 ms of a
+on Tag A2C (1,000 games x 50 steps, 5.5 M rows of two 21-way choices) they took about 10 ms of a
 43 ms iteration on an H200, each pass reading or writing the rows' logits in float32.
 :func:`categorical_a2c_loss` computes the same loss, and each row's gradient with respect to its
 logits and its value, in one pass over the rows; the backward pass scales those gradients by the

@@ -9,16 +9,17 @@ the numbers the same up to rounding.
   4.7 ms; over a whole Tag A2C iteration (1,000 games x 50 steps) 85.4 ms became 76.9 ms. A value
   head's single output is left alone (cuBLAS runs it as a matrix-vector product; padded to 8 it
   took 6% longer).
-- **Tanh layers' backward in one kernel** (:class:`_LinearActivation`): ``dz = dy * (1 - y^2)`` and the
-  bias gradient (the column sums of ``dz``) from one read of ``dy`` and ``y``
-  (:func:`policy_kernels.activation_backward_and_bias`), where PyTorch reads ``dz`` again for the sums.
-  These passes are bound by memory traffic in wide layers over many rows; on an H200 at 5.5 M
+- **Tanh layers' backward in one kernel** (:class:`_LinearActivation`): ``dz = dy * (1 - y^2)``
+  and the bias gradient (the column sums of ``dz``) from one read of ``dy`` and ``y``
+  (:func:`policy_kernels.activation_backward_and_bias`), where PyTorch reads ``dz`` again for the
+  sums. These passes are bound by memory traffic in wide layers over many rows; on an H200 at 5.5 M
   rows of width 256 in bfloat16 the kernel took 2.1 ms against PyTorch's 3.1 ms.
 - **A critic's last tanh layer and its single output** (:class:`_TanhValueHead`): one kernel
   goes from the value's gradient to the layer's, skipping the head's input gradient.
-- **ReLU layers as one product** (:func:`relu_linear`, :class:`_LinearActivation`): cuBLASLt adds the bias
-  and applies the ReLU in the product's epilogue, so the activation is written once and never read
-  back by a ReLU kernel (cuBLASLt's epilogues have no tanh); the backward as the tanh layers'.
+- **ReLU layers as one product** (:func:`relu_linear`, :class:`_LinearActivation`): cuBLASLt adds
+  the bias and applies the ReLU in the product's epilogue, so the activation is written once and
+  never read back by a ReLU kernel (cuBLASLt's epilogues have no tanh); the backward as the tanh
+  layers'.
 
 The fused backwards are used where a gradient is taken over at least :data:`KERNEL_MIN_ROWS`
 rows, with Triton installed, outside ``torch.compile`` (which fuses on its own).
@@ -41,16 +42,19 @@ float32): cuBLAS picks its fast tensor-core kernels only for rows of a multiple 
 ACTIVATIONS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
 """The activations a layer runs with (:func:`linear`), by module type."""
 ACTIVATION_FUNCTIONS = {"tanh": torch.tanh, "relu": torch.relu}
+"""The activations as functions, by name."""
 KERNEL_MIN_ROWS = 4096
 """Passes over fewer rows run as PyTorch's layers, unpadded (here and in :mod:`sampling`): they are
 bound by launches rather than by memory traffic, so padding only adds launches, and a small run
 would pay for Triton's import and compiles in a fresh process (PureJaxRL's CartPole config, 4
 envs and 128-row minibatches, has a 3 s target from a fresh process to a return of 475)."""
-TANH_BLOCK_BYTES = 65_536
-"""Bytes of each tensor that one program (8 warps) of the activations' backwards takes: on an H200 at 5.5 M
-rows of width 256, 128 rows in bfloat16 (2.05 ms, against PyTorch's 3.11) and 64 in float32 (3.96
-ms, against 5.67) were the fastest of the sizes tried; a block twice as large spills its
-registers (27 ms in float32)."""
+ACTIVATION_BLOCK_BYTES = 65_536
+"""Bytes of each tensor that one program (8 warps) of the activations' backwards takes: on an H200
+at 5.5 M rows of width 256 (tanh), 128 rows in bfloat16 (2.05 ms, against PyTorch's 3.11) and 64
+in float32 (3.96 ms, against 5.67) were the fastest of the sizes tried; a block twice as large
+spills its registers (27 ms in float32)."""
+ALIGNED_ROWS_BLOCK = 64
+"""Rows a program of :func:`aligned_input`'s kernel copies."""
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -67,10 +71,6 @@ def applies(x: torch.Tensor) -> bool:
     """Whether a pass over ``x`` (rows of features) takes this module's path: on CUDA, with at
     least :data:`KERNEL_MIN_ROWS` rows."""
     return x.is_cuda and row_count(x) >= KERNEL_MIN_ROWS
-
-
-ALIGNED_ROWS_BLOCK = 64
-"""Rows a program of :func:`aligned_input`'s kernel copies."""
 
 
 def activation_of(module: nn.Module | None) -> str | None:
@@ -274,7 +274,7 @@ def tanh_value_head(layer: nn.Linear, head: nn.Linear, x: torch.Tensor) -> torch
 
 def rows_per_block(y: torch.Tensor) -> int:
     """Rows of ``y`` (its last dimension a row) per program of the activations' backwards."""
-    return max(1, min(256, TANH_BLOCK_BYTES // (y.shape[-1] * y.element_size())))
+    return max(1, min(256, ACTIVATION_BLOCK_BYTES // (y.shape[-1] * y.element_size())))
 
 
 def activation_backward_and_bias(
