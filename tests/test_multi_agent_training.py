@@ -347,15 +347,21 @@ def test_bf16_updates_run_on_the_cpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["pycuda", "numba"])
-@pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
-def test_captured_training_matches_eager(algorithm, backend, cuda_device):
+@pytest.mark.parametrize(
+    "algorithm, network, num_envs",
+    [("ppo", {}, 16), ("a2c", {}, 16), ("a2c", {"shared_hidden": True, "activation": "relu"}, 256)],
+    ids=["ppo", "a2c", "a2c-warpdrive-network"],
+)
+def test_captured_training_matches_eager(algorithm, network, num_envs, backend, cuda_device):
     """Rollouts and updates replayed as CUDA graphs draw the same random numbers and do the same
-    arithmetic as eager runs: the histories agree closely (games short enough to end in a rollout)."""
+    arithmetic as eager runs: the histories agree closely (games short enough to end in a rollout).
+    WarpDrive's network runs 256 games: each policy's update then has at least 4,096 rows, so the
+    aligned layers, the ReLU epilogue, the frozen rollout weights and the fused A2C loss run."""
     run = config(
-        policies={name: {"algorithm": algorithm, "hidden": [16]} for name in ("taggers", "runners")},
-        num_envs=16,
+        policies={name: {"algorithm": algorithm, "hidden": [16], **network} for name in ("taggers", "runners")},
+        num_envs=num_envs,
         num_steps=8,
-        total_timesteps=16 * 8 * 5,
+        total_timesteps=num_envs * 8 * 5,
     )
     histories = [
         multi_agent.train(
