@@ -30,7 +30,7 @@ def test_one_trunk_and_two_output_layers():
     assert [type(m) for m in policy.critic] == [nn.Linear] and policy.critic[0].out_features == 1
     separate = ActorCritic(71, TAG_ACTIONS, (32, 32), activation="relu")
     assert separate.trunk is None and isinstance(separate.actor[1], nn.ReLU)
-    # Half the hidden parameters of two MLPs.
+    # One set of hidden layers where two MLPs have two.
     hidden = sum(p.numel() for p in policy.trunk.parameters())
     assert sum(p.numel() for p in separate.parameters()) - sum(p.numel() for p in policy.parameters()) == hidden
 
@@ -40,6 +40,8 @@ def test_both_outputs_from_one_product_are_each_layers():
     obs = torch.randn(5, 7, 71, device=DEVICE)
     logits, value = policy.outputs_and_value(obs)
     h = policy.trunk(obs)
+    # One product of both output layers against each layer alone: the same float32 sums, perhaps
+    # taken in another order by the CPU's matrix kernels.
     torch.testing.assert_close(logits, policy.actor(h), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(value, policy.critic(h).squeeze(-1), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(policy.value(obs), value, rtol=1e-6, atol=1e-6)
