@@ -279,22 +279,21 @@ def _one_group(load_before, store_before, g, first, agents, width, scalar):
 
     if load_before is None:
         return load_here, store_here
+    return _by_group(first, load_here, load_before), _by_group(first, store_here, store_before)
+
+
+def _by_group(first, here, before):
+    """A device function ``(array, e, a, values)`` that calls ``here`` for agents ``first`` on and
+    ``before`` for the earlier ones (a load or a store of :func:`_one_group`)."""
 
     @inline_device
-    def load(group_actions, e, a, values):
+    def call(array, e, a, values):
         if a >= first:
-            load_here(group_actions, e, a, values)
+            here(array, e, a, values)
         else:
-            load_before(group_actions, e, a, values)
+            before(array, e, a, values)
 
-    @inline_device
-    def store(actions, e, a, values):
-        if a >= first:
-            store_here(actions, e, a, values)
-        else:
-            store_before(actions, e, a, values)
-
-    return load, store
+    return call
 
 
 def make_multi_agent_kernels(
