@@ -1,7 +1,10 @@
 """MPE env-steps/s: our MPE games beside VMAS's and JaxMARL's same scenarios, in one process.
 
 For each scenario x action mode (discrete, continuous) x ``num_envs`` (2,000 and 65,536 by default):
-each of our backends (pycuda, numba, torch) through the public batched ``step_groups``, VMAS 1.5.2's
+each of our backends (pycuda, numba, torch) through the public batched ``step_groups``, a Python
+call a step, and the kernel backends also "captured": 100 such calls captured once in a CUDA graph
+and replayed (how the trainer steps its games, and the counterpart of JaxMARL's compiled scan: no
+host time a step); VMAS 1.5.2's
 scenario through ``Environment.step`` (torch, on the same device) and JaxMARL's through ``jax.vmap``
 of ``env.step`` inside one ``jax.jit``-compiled ``lax.scan`` (on the same GPU). Every runner steps
 random actions from a pool of 8 drawn in its own action space beforehand, warms up first (kernel
@@ -56,7 +59,7 @@ from gpu_marl_envs.registration import is_game
 
 ACTION_POOL = 8
 WARM_UP_STEPS = 50  # two episodes of 25: every runner's first reset and its CUDA graphs or compilation done
-JAX_SCAN_LENGTH = 100  # steps in one compiled JaxMARL rollout (4 episodes of 25); timed loops call it repeatedly
+ROLLOUT_LENGTH = 100  # steps in one compiled JaxMARL rollout and in one of our captured ones (4 episodes of 25)
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,10 @@ def time_runner(runner: Runner, min_seconds: float, repeats: int) -> tuple[int, 
 # ----------------------------------------------------------------------------------------------- ours
 
 
-def ours_runner(backend: str, s: Scenario, num_envs: int, device: str, continuous: bool):
+def ours_runner(backend: str, s: Scenario, num_envs: int, device: str, continuous: bool, captured: bool = False):
+    """Our game through ``step_groups``, a Python call a step; ``captured``: ROLLOUT_LENGTH of those
+    calls captured once in a CUDA graph and the graph replayed, as the trainer runs its rollouts
+    and as JaxMARL's runner compiles its scan (a step costs no host time, only the kernel's)."""
     env = gpu_marl_envs.make_parallel(
         s.ours,
         num_envs,
@@ -199,7 +205,17 @@ def ours_runner(backend: str, s: Scenario, num_envs: int, device: str, continuou
         count[0] += 1
 
     spaces = spaces_text([(env.observation_space(a).shape, env.action_space(a)) for a in env.possible_agents])
-    return Runner(step, torch_sync(device), spaces, close=env.close)
+    if not captured:
+        return Runner(step, torch_sync(device), spaces, close=env.close)
+    if not device.startswith("cuda"):
+        raise RuntimeError("a captured rollout needs a CUDA device")
+    for _ in range(ACTION_POOL):  # eager steps first: the kernels compiled and loaded outside the capture
+        step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ROLLOUT_LENGTH):
+            step()
+    return Runner(graph.replay, torch_sync(device), spaces, ROLLOUT_LENGTH, close=env.close)
 
 
 # ----------------------------------------------------------------------------------------------- VMAS
@@ -312,7 +328,7 @@ def jaxmarl_runner(make, jax, s: Scenario, num_envs: int, device: str, continuou
                 checksum = checksum + sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(tree))
             return (key, state, checksum), None
 
-        carry, _ = jax.lax.scan(body, carry, jnp.arange(JAX_SCAN_LENGTH))
+        carry, _ = jax.lax.scan(body, carry, jnp.arange(ROLLOUT_LENGTH))
         return carry
 
     with jax.default_device(jax_device):
@@ -329,7 +345,7 @@ def jaxmarl_runner(make, jax, s: Scenario, num_envs: int, device: str, continuou
         jax.block_until_ready(holder[0])
 
     spaces = spaces_text([(env.observation_space(a).shape, env.action_space(a)) for a in env.agents])
-    return Runner(step_scan, sync, spaces, JAX_SCAN_LENGTH)
+    return Runner(step_scan, sync, spaces, ROLLOUT_LENGTH)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -370,9 +386,13 @@ def run_one(make_runner, s: Scenario, num_envs: int, device: str, continuous: bo
     }
 
 
-def runners(backends: list[str], peers: list[str]) -> tuple[dict, dict]:
+def runners(backends: list[str], captured: list[str], peers: list[str]) -> tuple[dict, dict]:
     """``({(runner, backend): make_runner or why it cannot run}, {peer: its versions or why not})``."""
     makers = {("ours", b): functools.partial(ours_runner, b) for b in backends}
+    # The kernel backends captured too (the torch reference replays CUDA graphs of its own, which a
+    # capture cannot hold).
+    for b in captured:
+        makers["ours", f"{b}, captured"] = functools.partial(ours_runner, b, captured=True)
     described = {}
     if "vmas" in peers:
         try:
@@ -396,6 +416,12 @@ def main() -> None:
     parser.add_argument("--num-envs", nargs="+", type=int, default=[2000, 65536])
     parser.add_argument("--actions", choices=["discrete", "continuous", "both"], default="both")
     parser.add_argument("--backends", nargs="+", default=None, help="ours (default: every backend on the device)")
+    parser.add_argument(
+        "--captured",
+        nargs="*",
+        default=None,
+        help="ours also as captured rollouts, for these backends (default: pycuda and numba on a GPU; none: no value)",
+    )
     parser.add_argument("--peers", nargs="*", choices=["vmas", "jaxmarl"], default=["vmas", "jaxmarl"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     add_output_options(parser, min_seconds=0.3, repeats=5)
@@ -408,7 +434,11 @@ def main() -> None:
         hardware = f"CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}"
         backends = args.backends or ["torch"]
     modes = {"discrete": [False], "continuous": [True], "both": [False, True]}[args.actions]
-    makers, described = runners(backends, args.peers)
+    if args.captured is None:
+        captured = [b for b in backends if b != "torch"] if args.device.startswith("cuda") else []
+    else:
+        captured = args.captured
+    makers, described = runners(backends, captured, args.peers)
     print(f"# {hardware}", flush=True)
     for name, text in described.items():
         print(f"# {name}: {text}", flush=True)

@@ -99,21 +99,44 @@ __device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
     }
 }
 
-// Feature f (below 4 + 2 * places + 2 * (agents - 1)) of agent a's observation in MPE2's layout for a
-// moving body: its velocity and position, each place's (landmark's, obstacle's) offset from it, then
-// each other agent's offset, in id order. The arrays start at the game's row.
-__device__ __forceinline__ float mpe_body_feature(const float* x, const float* y, const float* vx, const float* vy,
-                                                  const float* place_x, const float* place_y, int places, int a,
-                                                  int f) {
-    bool is_x = f % 2 == 0;
-    if (f < 4) return f == 0 ? vx[a] : f == 1 ? vy[a] : f == 2 ? x[a] : y[a];
-    if (f < 4 + 2 * places) {
-        int l = (f - 4) / 2;
-        return is_x ? place_x[l] - x[a] : place_y[l] - y[a];
+// A game's bodies staged in its team's shared array for the observations (mpe_body_operands): its n
+// agents' x, then their y, vx and vy, then its places' (landmarks', obstacles') x and y, then a 0:
+// 4 n + 2 places + 1 floats. Ends with the team synchronised.
+__device__ __forceinline__ void mpe_stage_bodies(const float* x, const float* y, const float* vx, const float* vy,
+                                                 const float* place_x, const float* place_y, int n, int places,
+                                                 float* bodies) {
+    for (int a = gme_lane(); a < n; a += gme_lanes()) {
+        bodies[a] = x[a];
+        bodies[n + a] = y[a];
+        bodies[2 * n + a] = vx[a];
+        bodies[3 * n + a] = vy[a];
     }
-    int j = (f - 4 - 2 * places) / 2;
-    j += j >= a;  // the other agents, in id order
-    return is_x ? x[j] - x[a] : y[j] - y[a];
+    for (int l = gme_lane(); l < places; l += gme_lanes()) {
+        bodies[4 * n + l] = place_x[l];
+        bodies[4 * n + places + l] = place_y[l];
+    }
+    if (gme_lane() == 0) bodies[4 * n + 2 * places] = 0.0f;
+    gme_sync();
+}
+
+// Feature f of agent a's observation in MPE2's layout for a moving body, as bodies[i] - bodies[j] of
+// the staged bodies (mpe_stage_bodies): its velocity and position (minus the 0), each place's offset
+// from it, then each other agent's offset, in id order; past those (f >= 4 + 2 places + 2 (n - 1))
+// 0 - 0. Selects alone, no branches: a warp's lanes at features of different kinds then run one path
+// (with a branch per kind they ran each in turn, 68% of SimpleSpread's step under ncu). x - 0 is x
+// bit for bit, -0 included.
+__device__ __forceinline__ void mpe_body_operands(int n, int places, int a, int f, int& i, int& j) {
+    // Every candidate computed, then picked (nvcc branched on an index computed inside a pick). A
+    // shift halves a count past a kind's first feature (negative before it, and not picked there).
+    int zero = 4 * n + 2 * places, odd = f & 1;  // an odd feature (past the first two) is a y
+    int own = odd * n + a;                       // the agent's own coordinate
+    int velocity_or_position = (f < 2 ? 2 * n : 0) + own;
+    int place = 4 * n + odd * places + ((f - 4) >> 1);
+    int other = (f - 4 - 2 * places) >> 1;  // the other agents in id order
+    other = odd * n + other + (other >= a);
+    bool at_place = f < 4 + 2 * places, at_other = f < 4 + 2 * places + 2 * (n - 1);
+    i = f < 4 ? velocity_or_position : at_place ? place : at_other ? other : zero;
+    j = f < 4 || !at_other ? zero : own;
 }
 
 // The n agents' positions of one game (from its state's row) into the team's shared arrays sx, sy;

@@ -120,34 +120,34 @@ def integrate(x, y, vx, vy, fx, fy, max_speed):
     return x, y, vx, vy
 
 
-def body_feature(places: int):
-    """A device function ``(x, y, vx, vy, place_x, place_y, e, a, f) -> float32``: feature ``f``
-    (below ``4 + 2 places + 2 (agents - 1)``) of agent ``a``'s observation in MPE2's layout for a
-    moving body: its velocity and position, each of the ``places`` places' (landmarks',
-    obstacles') offset from it, then each other agent's offset, in id order (mpe.cuh's
-    mpe_body_feature). ``places`` is built in as a constant, as the callers' sizes are. Unsigned
-    indices (``a``, ``f``: U), as the callers'."""
-    first_other = 4 + 2 * places  # the first feature of the other agents
+def body_operands(n: int, places: int):
+    """A device function ``(a, f) -> (i, j)``: feature ``f`` of agent ``a``'s observation in MPE2's
+    layout for a moving body as ``bodies[i] - bodies[j]`` of the bodies that ``stage_bodies``
+    (:func:`team_phases`) stages (mpe.cuh's mpe_body_operands, which says why it picks among
+    candidates rather than branches). ``n`` agents and ``places`` places built in as constants.
+    Unsigned (U): a candidate before its kind's first feature wraps around, and is not picked."""
+    zero_at = 4 * n + 2 * places
+    first_other = 4 + 2 * places
+    past = first_other + 2 * (n - 1)
 
     @inline_device
-    def feature(x, y, vx, vy, place_x, place_y, e, a, f):
-        is_x = U(f % U(2)) == U(0)
-        if f < U(4):
-            return vx[e, a] if f == U(0) else vy[e, a] if f == U(1) else x[e, a] if f == U(2) else y[e, a]
-        if f < U(first_other):
-            lm = U(U(f - U(4)) // U(2))
-            return place_x[e, lm] - x[e, a] if is_x else place_y[e, lm] - y[e, a]
-        j = U(U(f - U(first_other)) // U(2))
-        if j >= a:
-            j = U(j + U(1))  # the other agents, in id order
-        return x[e, j] - x[e, a] if is_x else y[e, j] - y[e, a]
+    def operands(a, f):
+        odd = U(f & U(1))  # an odd feature (past the first two) is a y
+        own = U(U(odd * U(n)) + a)  # the agent's own coordinate
+        velocity_or_position = U((U(2 * n) if f < U(2) else U(0)) + own)
+        place = U(U(U(4 * n) + U(odd * U(places))) + U(U(f - U(4)) >> U(1)))
+        other = U(U(f - U(first_other)) >> U(1))  # the other agents in id order
+        other = U(U(U(odd * U(n)) + other) + (U(1) if other >= a else U(0)))
+        i = velocity_or_position if f < U(4) else place if f < U(first_other) else other if f < U(past) else U(zero_at)
+        j = U(zero_at) if f < U(4) or f >= U(past) else own
+        return i, j
 
-    return feature
+    return operands
 
 
 def team_phases(c):
-    """``(stage, tree_sum)``, the phases that share a game's values through its team's shared memory,
-    for the team the kernels give a game (``multi_agent_numba.team_functions(c)``)."""
+    """``(stage, stage_bodies, tree_sum)``, the phases that share a game's values through its team's
+    shared memory, for the team the kernels give a game (``multi_agent_numba.team_functions(c)``)."""
     _, lane, lanes, sync = team_functions(c)
 
     @cuda.jit(device=True)
@@ -165,6 +165,26 @@ def team_phases(c):
             h = U(h // U(2))
 
     @cuda.jit(device=True)
+    def stage_bodies(x, y, vx, vy, place_x, place_y, e, n, places, bodies):
+        """Game e's bodies into the team's shared row ``bodies`` for :func:`body_operands` (mpe.cuh's
+        mpe_stage_bodies, which gives the layout); ends with the team synchronised."""
+        a = lane()
+        while a < U(n):
+            bodies[a] = x[e, a]
+            bodies[U(U(n) + a)] = y[e, a]
+            bodies[U(U(2 * n) + a)] = vx[e, a]
+            bodies[U(U(3 * n) + a)] = vy[e, a]
+            a = U(a + lanes())
+        lm = lane()
+        while lm < U(places):
+            bodies[U(U(4 * n) + lm)] = place_x[e, lm]
+            bodies[U(U(4 * n + places) + lm)] = place_y[e, lm]
+            lm = U(lm + lanes())
+        if lane() == 0:
+            bodies[U(4 * n + 2 * places)] = ZERO
+        sync()
+
+    @cuda.jit(device=True)
     def stage(x, y, sx, sy, e, n):
         """Game e's ``n`` agents' positions into the team's shared arrays ``sx``, ``sy`` (mpe.cuh's
         mpe_stage); ends with the team synchronised."""
@@ -175,4 +195,4 @@ def team_phases(c):
             a = U(a + lanes())
         sync()
 
-    return stage, tree_sum
+    return stage, stage_bodies, tree_sum

@@ -20,21 +20,21 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 def game_functions(c) -> GameFunctions:
     team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     GAMES = c.GME_GAMES_PER_BLOCK
-    stage, tree_sum = mpe.team_phases(c)
+    stage, stage_bodies, tree_sum = mpe.team_phases(c)
     N, OBS_DIM, SLOTS, MAX_CYCLES = c.NUM_AGENTS, c.OBS_DIM, c.SUM_SLOTS, c.MAX_CYCLES
     SENSITIVITY, DIST_MIN, REACH2 = c.SENSITIVITY, c.DIST_MIN, c.REACH2
     GLOBAL_WEIGHT, LOCAL_RATIO = c.GLOBAL_WEIGHT, c.LOCAL_RATIO
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO = np.float32(0.0)
 
+    SCRATCH = max(6 * N + 1, 2 * N + SLOTS)  # the .cu's scratch, which says what it holds when
+
     @cuda.jit(device=True)
     def shared():
-        # The agents' positions (before the move, then after it); each landmark's nearest distance. One
-        # array a line: the simulator tells shared arrays apart by the line that declares them.
-        sx = cuda.shared.array((GAMES, N), float32)[team()]
-        sy = cuda.shared.array((GAMES, N), float32)[team()]
-        sums = cuda.shared.array((GAMES, SLOTS), float32)[team()]
-        return sx, sy, sums
+        # The agents' positions (before the move, then after it); each landmark's nearest distance;
+        # the observations' bodies: views of one scratch row, as the .cu's.
+        scratch = cuda.shared.array((GAMES, SCRATCH), float32)[team()]
+        return scratch[:N], scratch[N : 2 * N], scratch[2 * N : 2 * N + SLOTS], scratch
 
     @inline_device
     def known_shapes(state):
@@ -68,7 +68,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        sx, sy, sums = sh
+        sx, sy, sums, _ = sh
         known_shapes(state)
         stage(x, y, sx, sy, e, N)
         a = lane()
@@ -121,23 +121,22 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
-    body_feature = mpe.body_feature(N)  # the N landmarks are the places
+    operands = mpe.body_operands(N, N)  # the N landmarks are the places
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
+        bodies = sh[3]
         known_shapes(state)
         assume(obs.shape[1] == N * OBS_DIM)
+        stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
         # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
         # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
         k = lane()
         while k < U(N * OBS_DIM):
-            a, f = U(k // U(OBS_DIM)), U(k % U(OBS_DIM))
-            if f < U(4 + 4 * N - 2):
-                value = body_feature(x, y, vx, vy, landmark_x, landmark_y, e, a, f)
-            else:
-                value = ZERO  # the silent agents' communication
-            obs[e, k] = value
+            # Past the bodies' features, the silent agents' communication: 0 - 0.
+            i, j = operands(U(k // U(OBS_DIM)), U(k % U(OBS_DIM)))
+            obs[e, k] = bodies[i] - bodies[j]
             k = U(k + lanes())
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

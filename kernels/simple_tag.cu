@@ -14,8 +14,9 @@
 
 struct SimpleTag : GmeGame {
     struct Shared {
-        float x[N];  // the agents' positions: before the move, then after it
-        float y[N];
+        // The agents' positions (x, then y; before the move, then after it); for the observations every
+        // body (mpe_stage_bodies' layout, which starts with the positions).
+        float bodies[4 * N + 2 * L + 1];
         int caught;  // colliding (good agent, adversary) pairs after the move
     };
 
@@ -49,8 +50,9 @@ struct SimpleTag : GmeGame {
         long long row = (long long)e * N;
         const float* obstacle_x = s.obstacle_x + (long long)e * L;
         const float* obstacle_y = s.obstacle_y + (long long)e * L;
+        float *sx = sh.bodies, *sy = sh.bodies + N;
         if (gme_lane() == 0) sh.caught = 0;
-        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
+        mpe_stage(s.x + row, s.y + row, sx, sy, N);
         for (int a = gme_lane(); a < N; a += gme_lanes()) {
             bool adversary = a < A;
             float fx, fy;
@@ -61,10 +63,10 @@ struct SimpleTag : GmeGame {
                 bool both = adversary && j < A, neither = !adversary && j >= A;
                 float dist_min = both ? GAME_DIST_MIN_AA : neither ? GAME_DIST_MIN_GG : GAME_DIST_MIN_AG;
                 float reach2 = both ? GAME_REACH2_AA : neither ? GAME_REACH2_GG : GAME_REACH2_AG;
-                mpe_add_contact(sh.x[a] - sh.x[j], sh.y[a] - sh.y[j], dist_min, reach2, fx, fy);
+                mpe_add_contact(sx[a] - sx[j], sy[a] - sy[j], dist_min, reach2, fx, fy);
             }
             for (int l = 0; l < L; ++l) {
-                mpe_add_contact(sh.x[a] - obstacle_x[l], sh.y[a] - obstacle_y[l],
+                mpe_add_contact(sx[a] - obstacle_x[l], sy[a] - obstacle_y[l],
                                 adversary ? GAME_DIST_MIN_AO : GAME_DIST_MIN_GO, adversary ? GAME_REACH2_AO : GAME_REACH2_GO,
                                 fx, fy);
             }
@@ -76,17 +78,17 @@ struct SimpleTag : GmeGame {
             s.vy[row + a] = vy;
         }
         gme_sync();  // every agent has moved and read the old positions
-        mpe_stage(s.x + row, s.y + row, sh.x, sh.y, N);
+        mpe_stage(s.x + row, s.y + row, sx, sy, N);
         for (int g = A + gme_lane(); g < N; g += gme_lanes()) {
             int count = 0;
             for (int a = 0; a < A; ++a) {
-                float d2 = mpe_squared_norm(sh.x[a] - sh.x[g], sh.y[a] - sh.y[g]);
+                float d2 = mpe_squared_norm(sx[a] - sx[g], sy[a] - sy[g]);
                 count += d2 < GAME_REACH2_AG && sqrtf(d2) < GAME_DIST_MIN_AG;
             }
             if (count) atomicAdd(&sh.caught, count);
             float reward = (float)(-GAME_CATCH_REWARD * count);
-            reward = __fadd_rn(reward, -bound(fabsf(sh.x[g])));
-            rewards[g] = __fadd_rn(reward, -bound(fabsf(sh.y[g])));
+            reward = __fadd_rn(reward, -bound(fabsf(sx[g])));
+            rewards[g] = __fadd_rn(reward, -bound(fabsf(sy[g])));
         }
         gme_sync();  // every catch is counted
         for (int a = gme_lane(); a < A; a += gme_lanes()) rewards[a] = (float)(GAME_CATCH_REWARD * sh.caught);
@@ -97,29 +99,26 @@ struct SimpleTag : GmeGame {
         if (gme_lane() == 0) s.t[e] = now;
     }
 
-    __device__ static void observe_env(const State& s, Shared&, int e, float* obs, bool*) {
+    __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool*) {
         long long row = (long long)e * N;
-        const float* obstacle_x = s.obstacle_x + (long long)e * L;
-        const float* obstacle_y = s.obstacle_y + (long long)e * L;
-        constexpr long long adversary_floats = (long long)A * ADVERSARY_OBS_DIM;
-        for (long long k = gme_lane(); k < GME_OBS_SIZE; k += gme_lanes()) {
-            int a, f;
-            if (k < adversary_floats) {
-                a = (int)(k / ADVERSARY_OBS_DIM);
-                f = (int)(k % ADVERSARY_OBS_DIM);
-            } else {
-                a = A + (int)((k - adversary_floats) / GOOD_OBS_DIM);
-                f = (int)((k - adversary_floats) % GOOD_OBS_DIM);
-            }
-            float value;
-            if (f < 4 + 2 * L + 2 * (N - 1)) {
-                value = mpe_body_feature(s.x + row, s.y + row, s.vx + row, s.vy + row, obstacle_x, obstacle_y, L, a, f);
-            } else {
-                int j = A + (f - 4 - 2 * L - 2 * (N - 1)) / 2;
-                j += a >= A && j >= a;  // the other good agents, in id order
-                value = f % 2 == 0 ? s.vx[row + j] : s.vy[row + j];
-            }
-            obs[k] = value;
+        mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.obstacle_x + (long long)e * L,
+                         s.obstacle_y + (long long)e * L, N, L, sh.bodies);
+        constexpr int adversary_floats = A * ADVERSARY_OBS_DIM, velocities = 4 + 2 * L + 2 * (N - 1);
+        for (int k = gme_lane(); k < GME_OBS_SIZE; k += gme_lanes()) {
+            // Candidates computed, then picked: no branches (mpe_body_operands says why).
+            bool adversary = k < adversary_floats;
+            int good_k = k - adversary_floats, adversary_a = k / ADVERSARY_OBS_DIM, good_a = A + good_k / GOOD_OBS_DIM;
+            int a = adversary ? adversary_a : good_a;
+            int f = adversary ? k - adversary_a * ADVERSARY_OBS_DIM : good_k - (good_a - A) * GOOD_OBS_DIM;
+            int i, j;
+            mpe_body_operands(N, L, a, f, i, j);
+            // Past the bodies' features, the other good agents' velocities (minus the 0), in id order.
+            int g = A + ((f - velocities) >> 1);
+            g += a >= A && g >= a;
+            bool velocity = f >= velocities;
+            i = velocity ? 2 * N + (f & 1) * N + g : i;
+            j = velocity ? 4 * N + 2 * L : j;
+            obs[k] = sh.bodies[i] - sh.bodies[j];
         }
     }
 };

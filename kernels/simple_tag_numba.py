@@ -20,7 +20,7 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 def game_functions(c) -> GameFunctions:
     team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     GAMES = c.GME_GAMES_PER_BLOCK
-    stage, tree_sum = mpe.team_phases(c)
+    stage, stage_bodies, _ = mpe.team_phases(c)
     N, A, L, MAX_CYCLES = c.NUM_AGENTS, c.NUM_ADVERSARIES, c.NUM_OBSTACLES, c.MAX_CYCLES
     ADVERSARY_OBS_DIM, GOOD_OBS_DIM = c.ADVERSARY_OBS_DIM, c.GOOD_OBS_DIM
     ADVERSARY_ACCEL, GOOD_ACCEL = c.ADVERSARY_ACCEL, c.GOOD_ACCEL
@@ -36,14 +36,16 @@ def game_functions(c) -> GameFunctions:
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO, TWO = np.float32(0.0), np.float32(2.0)
 
+    BODIES = 4 * N + 2 * L + 1  # mpe_numba.stage_bodies' layout
+
     @cuda.jit(device=True)
     def shared():
-        # The agents' positions (before the move, then after it); the catches. One array a line: the
-        # simulator tells shared arrays apart by the line that declares them.
-        sx = cuda.shared.array((GAMES, N), float32)[team()]
-        sy = cuda.shared.array((GAMES, N), float32)[team()]
+        # The agents' positions (before the move, then after it) as the start of the observations'
+        # bodies (the .cu's layout); the catches. One array a line: the simulator tells shared arrays
+        # apart by the line that declares them.
+        bodies = cuda.shared.array((GAMES, BODIES), float32)[team()]
         caught = cuda.shared.array((GAMES, 1), int32)[team()]
-        return sx, sy, caught
+        return bodies[:N], bodies[N : 2 * N], caught, bodies
 
     @inline_device
     def known_shapes(state):
@@ -90,7 +92,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
-        sx, sy, caught = sh
+        sx, sy, caught, _ = sh
         known_shapes(state)
         if lane() == 0:
             caught[0] = 0
@@ -156,30 +158,37 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
-    body_feature = mpe.body_feature(L)  # the L obstacles are the places
+    operands = mpe.body_operands(N, L)  # the L obstacles are the places
+    VELOCITIES = 4 + 2 * L + 2 * (N - 1)  # the first of the good agents' velocities
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, obstacle_x, obstacle_y, t = state
+        bodies = sh[3]
         known_shapes(state)
         assume(obs.shape[1] == OBS_SIZE)
+        stage_bodies(x, y, vx, vy, obstacle_x, obstacle_y, e, N, L, bodies)
         # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
         # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
+        # Candidates computed, then picked, as the .cu's.
         k = lane()
         while k < U(OBS_SIZE):
-            if k < U(ADVERSARY_FLOATS):
-                a, f = U(k // U(ADVERSARY_OBS_DIM)), U(k % U(ADVERSARY_OBS_DIM))
-            else:
-                g = U(k - U(ADVERSARY_FLOATS))
-                a, f = U(U(A) + U(g // U(GOOD_OBS_DIM))), U(g % U(GOOD_OBS_DIM))
-            if f < U(4 + 2 * L + 2 * (N - 1)):
-                value = body_feature(x, y, vx, vy, obstacle_x, obstacle_y, e, a, f)
-            else:
-                j = U(U(A) + U(U(f - U(4 + 2 * L + 2 * (N - 1))) // U(2)))
-                if a >= U(A) and j >= a:
-                    j = U(j + U(1))  # the other good agents, in id order
-                value = vx[e, j] if U(f % U(2)) == U(0) else vy[e, j]
-            obs[e, k] = value
+            adversary = k < U(ADVERSARY_FLOATS)
+            good_k = U(k - U(ADVERSARY_FLOATS))
+            adversary_a, good_a = U(k // U(ADVERSARY_OBS_DIM)), U(U(A) + U(good_k // U(GOOD_OBS_DIM)))
+            a = adversary_a if adversary else good_a
+            adversary_f = U(k - U(adversary_a * U(ADVERSARY_OBS_DIM)))
+            good_f = U(good_k - U(U(good_a - U(A)) * U(GOOD_OBS_DIM)))
+            f = adversary_f if adversary else good_f
+            i, j = operands(a, f)
+            # Past the bodies' features, the other good agents' velocities (minus the 0), in id order.
+            g = U(U(A) + U(U(f - U(VELOCITIES)) >> U(1)))
+            if a >= U(A) and g >= a:
+                g = U(g + U(1))
+            velocity = f >= U(VELOCITIES)
+            i = U(U(U(2 * N) + U(U(f & U(1)) * U(N))) + g) if velocity else i
+            j = U(BODIES - 1) if velocity else j  # the 0
+            obs[e, k] = bodies[i] - bodies[j]
             k = U(k + lanes())
 
     # The .cu's bound (mpe_physics.min_blocks_per_sm); a game of a block per env is not bounded.
