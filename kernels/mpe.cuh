@@ -99,9 +99,9 @@ __device__ __forceinline__ void mpe_tree_sum(float* sums, int slots) {
     }
 }
 
-// A game's bodies staged in its team's shared array for the observations (mpe_body_operands): its n
-// agents' x, then their y, vx and vy, then its places' (landmarks', obstacles') x and y, then a 0:
-// 4 n + 2 places + 1 floats. Ends with the team synchronised.
+// A game's bodies staged in its team's shared array for the observations (mpe_observe_body): its n
+// agents' x, then their y, vx and vy, then its places' (landmarks', obstacles') x and y: 4 n + 2 places
+// floats. Ends with the team synchronised.
 __device__ __forceinline__ void mpe_stage_bodies(const float* x, const float* y, const float* vx, const float* vy,
                                                  const float* place_x, const float* place_y, int n, int places,
                                                  float* bodies) {
@@ -115,28 +115,25 @@ __device__ __forceinline__ void mpe_stage_bodies(const float* x, const float* y,
         bodies[4 * n + l] = place_x[l];
         bodies[4 * n + places + l] = place_y[l];
     }
-    if (gme_lane() == 0) bodies[4 * n + 2 * places] = 0.0f;
     gme_sync();
 }
 
-// Feature f of agent a's observation in MPE2's layout for a moving body, as bodies[i] - bodies[j] of
-// the staged bodies (mpe_stage_bodies): its velocity and position (minus the 0), each place's offset
-// from it, then each other agent's offset, in id order; past those (f >= 4 + 2 places + 2 (n - 1))
-// 0 - 0. Selects alone, no branches: a warp's lanes at features of different kinds then run one path
-// (with a branch per kind they ran each in turn, 68% of SimpleSpread's step under ncu). x - 0 is x
-// bit for bit, -0 included.
-__device__ __forceinline__ void mpe_body_operands(int n, int places, int a, int f, int& i, int& j) {
-    // Every candidate computed, then picked (nvcc branched on an index computed inside a pick). A
-    // shift halves a count past a kind's first feature (negative before it, and not picked there).
-    int zero = 4 * n + 2 * places, odd = f & 1;  // an odd feature (past the first two) is a y
-    int own = odd * n + a;                       // the agent's own coordinate
-    int velocity_or_position = (f < 2 ? 2 * n : 0) + own;
-    int place = 4 * n + odd * places + ((f - 4) >> 1);
-    int other = (f - 4 - 2 * places) >> 1;  // the other agents in id order
-    other = odd * n + other + (other >= a);
-    bool at_place = f < 4 + 2 * places, at_other = f < 4 + 2 * places + 2 * (n - 1);
-    i = f < 4 ? velocity_or_position : at_place ? place : at_other ? other : zero;
-    j = f < 4 || !at_other ? zero : own;
+// Agent a's features in MPE2's layout for a moving body, into its observation row o: its velocity and
+// position, each place's offset from it, then each other agent's offset, in id order (4 + 2 places +
+// 2 (n - 1) floats), from the staged bodies (mpe_stage_bodies). The whole team calls it for one agent:
+// each kind of feature is a loop of the team's lanes over its range of the row. (A loop over a game's
+// observation floats, each picking its kind, ran ~40 instructions a float: 2/3 of SimpleSpread's step
+// under ncu.)
+__device__ __forceinline__ void mpe_observe_body(const float* bodies, int n, int places, int a, float* o) {
+    for (int f = gme_lane(); f < 4; f += gme_lanes()) o[f] = bodies[(f < 2 ? 2 * n : 0) + (f & 1) * n + a];
+    for (int q = gme_lane(); q < 2 * places; q += gme_lanes()) {
+        int y = q & 1;
+        o[4 + q] = bodies[4 * n + y * places + (q >> 1)] - bodies[y * n + a];
+    }
+    for (int q = gme_lane(); q < 2 * (n - 1); q += gme_lanes()) {
+        int y = (q & 1) * n, j = q >> 1;
+        o[4 + 2 * places + q] = bodies[y + j + (j >= a)] - bodies[y + a];
+    }
 }
 
 // The n agents' positions of one game (from its state's row) into the team's shared arrays sx, sy;

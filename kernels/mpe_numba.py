@@ -120,34 +120,10 @@ def integrate(x, y, vx, vy, fx, fy, max_speed):
     return x, y, vx, vy
 
 
-def body_operands(n: int, places: int):
-    """A device function ``(a, f) -> (i, j)``: feature ``f`` of agent ``a``'s observation in MPE2's
-    layout for a moving body as ``bodies[i] - bodies[j]`` of the bodies that ``stage_bodies``
-    (:func:`team_phases`) stages (mpe.cuh's mpe_body_operands, which says why it picks among
-    candidates rather than branches). ``n`` agents and ``places`` places built in as constants.
-    Unsigned (U): a candidate before its kind's first feature wraps around, and is not picked."""
-    zero_at = 4 * n + 2 * places
-    first_other = 4 + 2 * places
-    past = first_other + 2 * (n - 1)
-
-    @inline_device
-    def operands(a, f):
-        odd = U(f & U(1))  # an odd feature (past the first two) is a y
-        own = U(U(odd * U(n)) + a)  # the agent's own coordinate
-        velocity_or_position = U((U(2 * n) if f < U(2) else U(0)) + own)
-        place = U(U(U(4 * n) + U(odd * U(places))) + U(U(f - U(4)) >> U(1)))
-        other = U(U(f - U(first_other)) >> U(1))  # the other agents in id order
-        other = U(U(U(odd * U(n)) + other) + (U(1) if other >= a else U(0)))
-        i = velocity_or_position if f < U(4) else place if f < U(first_other) else other if f < U(past) else U(zero_at)
-        j = U(zero_at) if f < U(4) or f >= U(past) else own
-        return i, j
-
-    return operands
-
-
 def team_phases(c):
-    """``(stage, stage_bodies, tree_sum)``, the phases that share a game's values through its team's
-    shared memory, for the team the kernels give a game (``multi_agent_numba.team_functions(c)``)."""
+    """``(stage, stage_bodies, observe_body, tree_sum)``, the phases that share a game's values
+    through its team's shared memory, for the team the kernels give a game
+    (``multi_agent_numba.team_functions(c)``)."""
     _, lane, lanes, sync = team_functions(c)
 
     @cuda.jit(device=True)
@@ -166,7 +142,7 @@ def team_phases(c):
 
     @cuda.jit(device=True)
     def stage_bodies(x, y, vx, vy, place_x, place_y, e, n, places, bodies):
-        """Game e's bodies into the team's shared row ``bodies`` for :func:`body_operands` (mpe.cuh's
+        """Game e's bodies into the team's shared row ``bodies`` for ``observe_body`` (mpe.cuh's
         mpe_stage_bodies, which gives the layout); ends with the team synchronised."""
         a = lane()
         while a < U(n):
@@ -180,9 +156,31 @@ def team_phases(c):
             bodies[U(U(4 * n) + lm)] = place_x[e, lm]
             bodies[U(U(4 * n + places) + lm)] = place_y[e, lm]
             lm = U(lm + lanes())
-        if lane() == 0:
-            bodies[U(4 * n + 2 * places)] = ZERO
         sync()
+
+    @cuda.jit(device=True)
+    def observe_body(bodies, n, places, a, obs, e, row):
+        """Agent ``a``'s features in MPE2's layout for a moving body into ``obs[e, row:]`` from the
+        staged ``bodies`` (mpe.cuh's mpe_observe_body, which gives the layout and says why each kind
+        of feature is a loop of its own); the whole team calls it for one agent."""
+        f = lane()
+        while f < U(4):
+            base = U(2 * n) if f < U(2) else U(0)
+            obs[e, U(row + f)] = bodies[U(U(base + U(U(f & U(1)) * U(n))) + a)]
+            f = U(f + lanes())
+        q = lane()
+        while q < U(2 * places):
+            y = U(q & U(1))
+            place = bodies[U(U(U(4 * n) + U(y * U(places))) + U(q >> U(1)))]
+            obs[e, U(U(row + U(4)) + q)] = place - bodies[U(U(y * U(n)) + a)]
+            q = U(q + lanes())
+        q = lane()
+        while q < U(2 * (n - 1)):
+            y, j = U(U(q & U(1)) * U(n)), U(q >> U(1))
+            if j >= a:
+                j = U(j + U(1))  # the other agents, in id order
+            obs[e, U(U(row + U(4 + 2 * places)) + q)] = bodies[U(y + j)] - bodies[U(y + a)]
+            q = U(q + lanes())
 
     @cuda.jit(device=True)
     def stage(x, y, sx, sy, e, n):
@@ -195,4 +193,4 @@ def team_phases(c):
             a = U(a + lanes())
         sync()
 
-    return stage, stage_bodies, tree_sum
+    return stage, stage_bodies, observe_body, tree_sum

@@ -17,7 +17,7 @@ struct SimpleSpread : GmeGame {
         // bodies (mpe_stage_bodies' layout, which starts with the positions), over the sums, which
         // the step has read by then. One array, the phases' needs overlapping: up to 2,047 agents a game
         // in a block's 48 KB of static shared memory.
-        float scratch[6 * N + 1 > 2 * N + GAME_SUM_SLOTS ? 6 * N + 1 : 2 * N + GAME_SUM_SLOTS];
+        float scratch[6 * N > 2 * N + GAME_SUM_SLOTS ? 6 * N : 2 * N + GAME_SUM_SLOTS];
     };
 
     __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
@@ -84,10 +84,11 @@ struct SimpleSpread : GmeGame {
         long long row = (long long)e * N;
         mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.landmark_x + row, s.landmark_y + row, N, N,
                          sh.scratch);
-        for (int k = gme_lane(); k < N * OBS_DIM; k += gme_lanes()) {
-            int i, j;  // past the bodies' features, the silent agents' communication: 0 - 0
-            mpe_body_operands(N, N, k / OBS_DIM, k % OBS_DIM, i, j);
-            obs[k] = sh.scratch[i] - sh.scratch[j];
+        for (int a = 0; a < N; ++a) {
+            float* o = obs + a * OBS_DIM;
+            mpe_observe_body(sh.scratch, N, N, a, o);
+            // The silent agents' communication.
+            for (int q = gme_lane(); q < 2 * (N - 1); q += gme_lanes()) o[4 + 4 * N - 2 + q] = 0.0f;
         }
     }
 };

@@ -20,14 +20,14 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 def game_functions(c) -> GameFunctions:
     team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     GAMES = c.GME_GAMES_PER_BLOCK
-    stage, stage_bodies, tree_sum = mpe.team_phases(c)
+    stage, stage_bodies, observe_body, tree_sum = mpe.team_phases(c)
     N, OBS_DIM, SLOTS, MAX_CYCLES = c.NUM_AGENTS, c.OBS_DIM, c.SUM_SLOTS, c.MAX_CYCLES
     SENSITIVITY, DIST_MIN, REACH2 = c.SENSITIVITY, c.DIST_MIN, c.REACH2
     GLOBAL_WEIGHT, LOCAL_RATIO = c.GLOBAL_WEIGHT, c.LOCAL_RATIO
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO = np.float32(0.0)
 
-    SCRATCH = max(6 * N + 1, 2 * N + SLOTS)  # the .cu's scratch, which says what it holds when
+    SCRATCH = max(6 * N, 2 * N + SLOTS)  # the .cu's scratch, which says what it holds when
 
     @cuda.jit(device=True)
     def shared():
@@ -121,8 +121,6 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
-    operands = mpe.body_operands(N, N)  # the N landmarks are the places
-
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
         x, y, vx, vy, landmark_x, landmark_y, t = state
@@ -130,13 +128,16 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == N * OBS_DIM)
         stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
-        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
-        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
-        k = lane()
-        while k < U(N * OBS_DIM):
-            # Past the bodies' features, the silent agents' communication: 0 - 0.
-            i, j = operands(U(k // U(OBS_DIM)), U(k % U(OBS_DIM)))
-            obs[e, k] = bodies[i] - bodies[j]
-            k = U(k + lanes())
+        # Unsigned indices throughout (U): Numba's int64 arithmetic would cost sign fix-ups and
+        # 64-bit products here (docs/custom_env.md, "Numba as fast as CUDA C").
+        a = U(0)
+        while a < U(N):
+            row = U(a * U(OBS_DIM))
+            observe_body(bodies, N, N, a, obs, e, row)
+            q = lane()
+            while q < U(2 * (N - 1)):  # the silent agents' communication
+                obs[e, U(U(row + U(4 + 4 * N - 2)) + q)] = ZERO
+                q = U(q + lanes())
+            a = U(a + U(1))
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

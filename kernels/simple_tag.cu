@@ -16,7 +16,7 @@ struct SimpleTag : GmeGame {
     struct Shared {
         // The agents' positions (x, then y; before the move, then after it); for the observations every
         // body (mpe_stage_bodies' layout, which starts with the positions).
-        float bodies[4 * N + 2 * L + 1];
+        float bodies[4 * N + 2 * L];
         int caught;  // colliding (good agent, adversary) pairs after the move
     };
 
@@ -103,22 +103,16 @@ struct SimpleTag : GmeGame {
         long long row = (long long)e * N;
         mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.obstacle_x + (long long)e * L,
                          s.obstacle_y + (long long)e * L, N, L, sh.bodies);
-        constexpr int adversary_floats = A * ADVERSARY_OBS_DIM, velocities = 4 + 2 * L + 2 * (N - 1);
-        for (int k = gme_lane(); k < GME_OBS_SIZE; k += gme_lanes()) {
-            // Candidates computed, then picked: no branches (mpe_body_operands says why).
-            bool adversary = k < adversary_floats;
-            int good_k = k - adversary_floats, adversary_a = k / ADVERSARY_OBS_DIM, good_a = A + good_k / GOOD_OBS_DIM;
-            int a = adversary ? adversary_a : good_a;
-            int f = adversary ? k - adversary_a * ADVERSARY_OBS_DIM : good_k - (good_a - A) * GOOD_OBS_DIM;
-            int i, j;
-            mpe_body_operands(N, L, a, f, i, j);
-            // Past the bodies' features, the other good agents' velocities (minus the 0), in id order.
-            int g = A + ((f - velocities) >> 1);
-            g += a >= A && g >= a;
-            bool velocity = f >= velocities;
-            i = velocity ? 2 * N + (f & 1) * N + g : i;
-            j = velocity ? 4 * N + 2 * L : j;
-            obs[k] = sh.bodies[i] - sh.bodies[j];
+        constexpr int velocities = 4 + 2 * L + 2 * (N - 1);  // the first of the good agents' velocities
+        for (int a = 0; a < N; ++a) {
+            bool adversary = a < A;
+            float* o = obs + (adversary ? a * ADVERSARY_OBS_DIM : A * ADVERSARY_OBS_DIM + (a - A) * GOOD_OBS_DIM);
+            mpe_observe_body(sh.bodies, N, L, a, o);
+            // The other good agents' velocities, in id order.
+            for (int q = gme_lane(); q < 2 * (adversary ? N - A : N - A - 1); q += gme_lanes()) {
+                int g = A + (q >> 1);
+                o[velocities + q] = sh.bodies[2 * N + (q & 1) * N + g + (!adversary && g >= a)];
+            }
         }
     }
 };

@@ -20,7 +20,7 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 def game_functions(c) -> GameFunctions:
     team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     GAMES = c.GME_GAMES_PER_BLOCK
-    stage, stage_bodies, _ = mpe.team_phases(c)
+    stage, stage_bodies, observe_body, _ = mpe.team_phases(c)
     N, A, L, MAX_CYCLES = c.NUM_AGENTS, c.NUM_ADVERSARIES, c.NUM_OBSTACLES, c.MAX_CYCLES
     ADVERSARY_OBS_DIM, GOOD_OBS_DIM = c.ADVERSARY_OBS_DIM, c.GOOD_OBS_DIM
     ADVERSARY_ACCEL, GOOD_ACCEL = c.ADVERSARY_ACCEL, c.GOOD_ACCEL
@@ -36,7 +36,7 @@ def game_functions(c) -> GameFunctions:
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO, TWO = np.float32(0.0), np.float32(2.0)
 
-    BODIES = 4 * N + 2 * L + 1  # mpe_numba.stage_bodies' layout
+    BODIES = 4 * N + 2 * L  # mpe_numba.stage_bodies' layout
 
     @cuda.jit(device=True)
     def shared():
@@ -158,7 +158,6 @@ def game_functions(c) -> GameFunctions:
             t[e] = now
         return False, now >= MAX_CYCLES
 
-    operands = mpe.body_operands(N, L)  # the L obstacles are the places
     VELOCITIES = 4 + 2 * L + 2 * (N - 1)  # the first of the good agents' velocities
 
     @cuda.jit(device=True)
@@ -168,28 +167,24 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == OBS_SIZE)
         stage_bodies(x, y, vx, vy, obstacle_x, obstacle_y, e, N, L, bodies)
-        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
-        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
-        # Candidates computed, then picked, as the .cu's.
-        k = lane()
-        while k < U(OBS_SIZE):
-            adversary = k < U(ADVERSARY_FLOATS)
-            good_k = U(k - U(ADVERSARY_FLOATS))
-            adversary_a, good_a = U(k // U(ADVERSARY_OBS_DIM)), U(U(A) + U(good_k // U(GOOD_OBS_DIM)))
-            a = adversary_a if adversary else good_a
-            adversary_f = U(k - U(adversary_a * U(ADVERSARY_OBS_DIM)))
-            good_f = U(good_k - U(U(good_a - U(A)) * U(GOOD_OBS_DIM)))
-            f = adversary_f if adversary else good_f
-            i, j = operands(a, f)
-            # Past the bodies' features, the other good agents' velocities (minus the 0), in id order.
-            g = U(U(A) + U(U(f - U(VELOCITIES)) >> U(1)))
-            if a >= U(A) and g >= a:
-                g = U(g + U(1))
-            velocity = f >= U(VELOCITIES)
-            i = U(U(U(2 * N) + U(U(f & U(1)) * U(N))) + g) if velocity else i
-            j = U(BODIES - 1) if velocity else j  # the 0
-            obs[e, k] = bodies[i] - bodies[j]
-            k = U(k + lanes())
+        # Unsigned indices throughout (U): Numba's int64 arithmetic would cost sign fix-ups and
+        # 64-bit products here (docs/custom_env.md, "Numba as fast as CUDA C").
+        a = U(0)
+        while a < U(N):
+            adversary = a < U(A)
+            if adversary:
+                row, others = U(a * U(ADVERSARY_OBS_DIM)), U(N - A)
+            else:
+                row, others = U(U(ADVERSARY_FLOATS) + U(U(a - U(A)) * U(GOOD_OBS_DIM))), U(N - A - 1)
+            observe_body(bodies, N, L, a, obs, e, row)
+            q = lane()
+            while q < U(2 * others):  # the other good agents' velocities, in id order
+                g = U(U(A) + U(q >> U(1)))
+                if not adversary and g >= a:
+                    g = U(g + U(1))
+                obs[e, U(U(row + U(VELOCITIES)) + q)] = bodies[U(U(U(2 * N) + U(U(q & U(1)) * U(N))) + g)]
+                q = U(q + lanes())
+            a = U(a + U(1))
 
     # The .cu's bound (mpe_physics.min_blocks_per_sm); a game of a block per env is not bounded.
     bounds = (c.GME_GAME_THREADS * c.GME_GAMES_PER_BLOCK, c.MIN_BLOCKS) if c.GME_GAMES_PER_BLOCK > 1 else None
