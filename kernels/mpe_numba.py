@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, inline_device, int_as_float, mul_rn
+from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, int_as_float, mul_rn
 from numba import int32
 
 from gpu_marl_envs.envs.mpe_physics import physics_constants
