@@ -94,9 +94,9 @@ ROWS_BY_ID_MAX_AGENTS = 5000
 def rows_by_id(p: TagContinuousParams) -> bool:
     """Whether the CUDA C kernel writes the observations by agent id (without a grid, its order is
     the ids' anyway) rather than in the grid's order: :data:`ROWS_BY_ID_MAX_AGENTS`. The Numba
-    kernel takes them by id only where :func:`two_phase`: with its chunks then the whole block's
-    and the search by id, each chunk's search waited on its slowest agent while thinned games'
-    chunks all searched (1,480 against 1,131 µs per step at 2,000 x 1,000 with the published rules on
+    kernel takes them by id only where :func:`two_phase`: its chunks are the whole block's, and
+    with the search by id each chunk's search waits on its slowest agent while thinned games'
+    chunks all search (1,480 against 1,131 µs per step at 2,000 x 1,000 with the published rules on
     an H100)."""
     return search_grid_cells(p) == 1 or p.num_agents <= ROWS_BY_ID_MAX_AGENTS
 
@@ -123,7 +123,7 @@ def two_phase(p: TagContinuousParams) -> bool:
 # every agent in play, the two phases in every step took 532.6 µs per step against 505.3 in one;
 # with the published rules (tagged runners leave) 459.2 against 502.9, and the same (458.1 to 459.0)
 # with a share of 0.8 to 0.95, which leaves every agent in play at one phase (506.3 at 0.9). The
-# Numba kernel, whose chunks were then the whole block's, takes them in every step (1,210 against 1,412 µs
+# Numba kernel, whose chunks are the whole block's, takes them in every step (1,210 against 1,412 µs
 # with every agent in play).
 TWO_PHASE_IN_PLAY_SHARE = 0.9
 
@@ -256,8 +256,8 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
     - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
       thread group of :func:`scan_split` lanes), where not :func:`two_phase`;
     - ``features``: :data:`STAGE_FLOATS` per warp, the observation features staged on their way to
-      global memory (so that the stores are whole runs of the buffer); in a step of two phases
-      (the Numba kernel's every step where :func:`two_phase`) where :func:`two_phase_stage_motion`,
+      global memory (so that the stores are whole runs of the buffer; the Numba kernel stages the
+      whole block's in one); in a CUDA C step of two phases where :func:`two_phase_stage_motion`,
       :data:`TWO_PHASE_STAGE_FLOATS` per warp, then ``two_phase_motion``;
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
