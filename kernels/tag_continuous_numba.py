@@ -16,8 +16,8 @@ indices' wraparound made this step kernel spill registers at 1,000 agents (548/1
 twin 4/4).
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents (or grid places) it
-handles; what other threads read (positions, motion, in-game flags, the grid, with TWO_PHASE every
-agent's nearest-others list) is staged in shared memory before a block barrier; the grid's counts and
+handles; what other threads read (positions, in-game flags, the grid, with TWO_PHASE every agent's
+nearest-others list) is staged in shared memory before a block barrier; the grid's counts and
 placements, tag counts and the count of runners left are integer atomics, exact in any order. A
 warp writes its own nearest-others lists and staged observation features and reads them back after
 a warp barrier. The shared arrays are one dynamic buffer laid out by ``shared_layout`` in
@@ -157,14 +157,7 @@ def game_functions(c) -> GameFunctions:
     # slots at a time (a row's features, then its time with its last slot: contiguous in the row),
     # and stored from there a row segment after another.
     FEATURES_AT = c.SHARED_FEATURES // 4
-    # The agents' speed, acceleration and direction, a triple per place of the staged positions'
-    # order, staged in shared memory for the observations where the .cu's are (motion_staged): in a
-    # step of one phase (the layout's `motion`) or, with TWO_PHASE (here every step is of two), after
-    # the warps' halved staging (`two_phase_motion`); otherwise the observations read the state's.
-    MOTION_STAGED = c.STAGE_MOTION and (not TWO_PHASE or c.TWO_PHASE_STAGE_MOTION)
-    MOTION_AT = (c.SHARED_TWO_PHASE_MOTION if TWO_PHASE and MOTION_STAGED else c.SHARED_MOTION) // 4
-    NUM_MOTION = 3 * N if MOTION_STAGED else 0
-    WARP_STAGE = c.TWO_PHASE_STAGE_FLOATS if TWO_PHASE and MOTION_STAGED else c.STAGE_FLOATS
+    WARP_STAGE = c.STAGE_FLOATS
     STAGE = BLOCK_THREADS // 32 * WARP_STAGE
     OBSERVED_SLOTS = N - 1 if FULL_OBSERVATION else K
     STAGED_SLOTS = min(OBSERVED_SLOTS, (WARP_STAGE - 1) // FEATURES)
@@ -202,16 +195,6 @@ def game_functions(c) -> GameFunctions:
         positions[i] = px
         positions[i + np.uint32(1)] = py
 
-    @inline_device
-    def stage_motion(motion, place, v, acc, heading):
-        """The .cu's stage_motion: an agent's speed, acceleration and direction at `place` of the
-        staged arrays, where MOTION_STAGED (a flat run at unsigned indices, as `position`'s)."""
-        if MOTION_STAGED:
-            i = U(U(place) * U(3))
-            motion[i] = v
-            motion[i + U(1)] = acc
-            motion[i + U(2)] = heading
-
     @cuda.jit(device=True)
     def before(d2, i, other_d2, other_i):
         """(d2, i) before (other_d2, other_i): nearer first, ties to the lower id."""
@@ -243,7 +226,6 @@ def game_functions(c) -> GameFunctions:
             shorts[PLACES : PLACES + NUM_PLACES],
             signed_shorts[LISTS : LISTS + NUM_LISTS],
             ints[FEATURES_AT : FEATURES_AT + STAGE],  # the staging buffer's bytes: build_grid's scratch
-            floats[MOTION_AT : MOTION_AT + NUM_MOTION],  # (speed, acceleration, direction) triples
         )
 
     @cuda.jit(device=True)
@@ -289,7 +271,7 @@ def game_functions(c) -> GameFunctions:
         the segments' scratch). Unsigned indices and while loops, as in step_env; the counts in
         int32, as the arrays hold them (Numba's int32 + int32 is 64-bit)."""
         x, y, direction, speed, acceleration, _, _ = state
-        positions, ids, ends, sh_in_game, places, scratch, motion = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10], sh[11]
+        positions, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10]
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
         b = tid
@@ -334,7 +316,6 @@ def game_functions(c) -> GameFunctions:
             ids[place] = uint16(a)
             if TWO_PHASE:
                 places[a] = uint16(place)
-            stage_motion(motion, place, speed[e, a], acceleration[e, a], direction[e, a])
             a = U(a + threads)
         cuda.syncthreads()
 
@@ -354,7 +335,6 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = py
             if not GRID:
                 set_position(positions, a, px, py)
-                stage_motion(sh[11], a, ZERO, ZERO, quarter * HALF_PI)
             direction[e, a] = quarter * HALF_PI
             speed[e, a] = ZERO
             acceleration[e, a] = ZERO
@@ -629,13 +609,11 @@ def game_functions(c) -> GameFunctions:
         their nearest-others lists in `observed` from index `lists` on) into the warp's staging
         buffer (from index `at` on), a (row, slot) pair per lane (of `width`) and pass: every lane does the same
         work, whatever kinds of feature its values are; a pair of an agent out of the game, or an
-        empty slot, is only zeros. The motion comes from shared memory where MOTION_STAGED, else
-        from the state's rows. (Staged through strided views, floats[MOTION::3], it made these
-        kernels slower on an H100, 38.0 against 37.2 µs per step at 100 games x 110 agents, 159
-        against 136 at 1000: NVVM keeps loads through such views generic, see shared(); a flat
-        run's are shared loads.)"""
+        empty slot, is only zeros. The motion comes from the state's rows: the .cu stages it in
+        shared memory where there is room (STAGE_MOTION), which made these kernels slower on an
+        H100 (38.0 against 37.2 µs per step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
-        positions, ids, sh_in_game, staged, places, motion = sh[0], sh[1], sh[5], sh[7], sh[8], sh[11]
+        positions, ids, sh_in_game, staged, places = sh[0], sh[1], sh[5], sh[7], sh[8]
         # Env e's state rows as 1D views. They and the staging buffer are indexed unsigned (U):
         # at a signed index Numba wraps negative ones, several instructions an access.
         speeds, accelerations, directions = speed[e], acceleration[e], direction[e]
@@ -659,18 +637,9 @@ def game_functions(c) -> GameFunctions:
                 x_own, y_own = position(positions, own)
                 staged[base] = over_position_scale(xq - x_own)
                 staged[base + U(1)] = over_position_scale(yq - y_own)
-                if MOTION_STAGED:  # the .cu's Motions<true>: the triples at places q and own
-                    k, i = U(U(q) * U(3)), U(U(own) * U(3))
-                    dv = motion[k] - motion[i]
-                    da = motion[k + U(1)] - motion[i + U(1)]
-                    dh = motion[k + U(2)] - motion[i + U(2)]
-                else:
-                    dv = speeds[uj] - speeds[ua]
-                    da = accelerations[uj] - accelerations[ua]
-                    dh = directions[uj] - directions[ua]
-                staged[base + U(2)] = over_speed_scale(dv)
-                staged[base + U(3)] = over_speed_scale(da)
-                staged[base + U(4)] = over_two_pi(dh)
+                staged[base + U(2)] = over_speed_scale(speeds[uj] - speeds[ua])
+                staged[base + U(3)] = over_speed_scale(accelerations[uj] - accelerations[ua])
+                staged[base + U(4)] = over_two_pi(directions[uj] - directions[ua])
                 staged[base + U(5)] = ONE if j < G else ZERO
                 staged[base + U(6)] = ONE if sh_in_game[uj] else ZERO
             else:  # an agent out of the game or an empty slot: zeros
@@ -901,7 +870,6 @@ def game_functions(c) -> GameFunctions:
                 y[e, a] = py
             if not GRID:
                 set_position(positions, a, px, py)
-                stage_motion(sh[11], a, v, acc, heading)
             sh_in_game[a] = playing
             rewards[e, a] = reward
             a = U(a + threads)
@@ -931,8 +899,6 @@ def game_functions(c) -> GameFunctions:
                         in_game[e, a] = False
                         speed[e, a] = ZERO
                         acceleration[e, a] = ZERO
-                        if MOTION_STAGED:  # its staged speed and acceleration too (read after the barrier)
-                            sh[11][U(q * U(3))] = sh[11][U(q * U(3) + U(1))] = ZERO
                         if GRID:  # out of the nearest-others search: no distance to it is kept
                             set_position(positions, q, NAN, yq)
                 if sh_in_game[a]:
