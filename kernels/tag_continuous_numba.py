@@ -7,23 +7,20 @@ typed): they close over them, so the shared arrays are sized by the number of ag
 tables are constant arrays. The multi-agent template's kernels (``multi_agent_numba.py``: a block per
 env, autoreset, returns) run them.
 Agent ``a`` is handled by threads strided over the block (``a = tid``, ``while a < N``, ``a += blockDim``),
-so any block size works; every phase boundary of the step is a ``syncthreads`` of the one block,
-reached by all its threads, and the observation rows are written by each warp on its own, with warp
-barriers (``warp_sync``), as the .cu's. Indices, loop counters and grid cells are unsigned or int32
-with explicit casts (``U``, ``np.int32``; docs/custom_env.md, "Numba as fast as CUDA C"): Numba's
-own int64 arithmetic, a range's run-time step (a 64-bit division for its trip count) and signed
-indices' wraparound made this step kernel spill registers at 1,000 agents (548/1,064 bytes, nvcc's
-twin 4/4).
+so any block size works; every phase boundary is a ``syncthreads`` of the one block, reached by all its
+threads. Indices, loop counters and grid cells are unsigned or int32 with explicit casts (``U``,
+``np.int32``; docs/custom_env.md, "Numba as fast as CUDA C"): Numba's own int64 arithmetic, a range's
+run-time step (a 64-bit division for its trip count) and signed indices' wraparound made this step
+kernel spill registers at 1,000 agents (548/1,064 bytes, nvcc's twin 4/4).
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents (or grid places) it
-handles; what other threads read (positions, in-game flags, the grid, with TWO_PHASE every agent's
-nearest-others list) is staged in shared memory before a block barrier; the grid's counts and
-placements, tag counts and the count of runners left are integer atomics, exact in any order. A
-warp writes its own nearest-others lists and staged observation features and reads them back after
-a warp barrier. The shared arrays are one dynamic buffer laid out by ``shared_layout`` in
-``tag_continuous_kernel_layout.py``, as the .cu's. Observations are staged in shared memory a chunk
-of a warp's rows at a time and stored from there: row segment by row segment in the grid's order,
-or, by id, as one run of the buffer.
+handles; what other threads read (positions, in-game flags, the grid, a chunk's nearest-others
+lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
+and the count of runners left are integer atomics, exact in any order. The shared arrays are one
+dynamic buffer laid out by ``shared_layout`` in ``tag_continuous_kernel_layout.py``, as the .cu's.
+Observations are staged in shared memory a chunk of rows at a time and stored from there: row
+segment by row segment in the grid's order, or, without a grid (rows by id), as one run of the
+buffer.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -45,23 +42,11 @@ from gpu_marl_envs.kernels.numba_api import (
     inline_device,
     int_as_float,
     mul_rn,
-    warp_sync,
 )
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import boolean, float32, int16, int32, int64, uint16, uint32
 
 FEATURES = 7
-
-
-def chunk_rows(group: int, most: int, slots: int) -> int:
-    """The .cu's chunk_rows: of 1 to `most` rows a chunk, the one that stages a warp's `group` rows
-    (`slots` (row, slot) pairs a row) in the fewest passes of its 32 lanes, ties to the most rows."""
-    best, fewest = 1, group * ((slots + 31) // 32)
-    for rows in range(2, most + 1):
-        passes = group // rows * ((rows * slots + 31) // 32) + (group % rows * slots + 31) // 32
-        if passes <= fewest:
-            best, fewest = rows, passes
-    return best
 
 
 def game_functions(c) -> GameFunctions:
@@ -108,10 +93,9 @@ def game_functions(c) -> GameFunctions:
     INFINITY = np.float32(np.inf)
     NAN = np.float32(np.nan)
     U = np.uint32  # an unsigned index (see stage_features)
-    # Rows a warp takes at a time, as the .cu's GROUP (shared_layout() sizes each warp's lists for
-    # them); one lane each finds a row's nearest others here, where the .cu splits a scan over
-    # SCAN_SPLIT lanes.
-    GROUP = 32 if FULL_OBSERVATION else 32 // c.SCAN_SPLIT
+    # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
+    # shared_layout() sizes), one thread each here.
+    CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // c.SCAN_SPLIT
     # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
     # runners), then OUT_BUCKET (the agents out of the game).
     C = c.GRID_CELLS
@@ -150,19 +134,17 @@ def game_functions(c) -> GameFunctions:
     NUM_PLACES = N if TWO_PHASE else 0
     NUM_LISTS = N * K if TWO_PHASE else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
-    # The warps' nearest-others lists (`observed`), GROUP agents' each.
-    NUM_OBSERVED = 0 if FULL_OBSERVATION or TWO_PHASE else BLOCK_THREADS // 32 * GROUP * K
-    # The observation features are staged in shared memory (the layout's `features`), as the .cu's
-    # Staging: each warp in its own WARP_STAGE floats, a chunk of STAGED_ROWS rows x STAGED_SLOTS
+    NUM_OBSERVED = 0 if FULL_OBSERVATION or TWO_PHASE else CHUNK * K  # a chunk's lists (`observed`)
+    # The observation features are staged in shared memory (the layout's `features`, as the .cu's
+    # warps stage theirs, here for the whole block), a chunk of STAGED_ROWS rows x STAGED_SLOTS
     # slots at a time (a row's features, then its time with its last slot: contiguous in the row),
     # and stored from there a row segment after another.
     FEATURES_AT = c.SHARED_FEATURES // 4
-    WARP_STAGE = c.STAGE_FLOATS
-    STAGE = BLOCK_THREADS // 32 * WARP_STAGE
+    STAGE = BLOCK_THREADS // 32 * c.STAGE_FLOATS
     OBSERVED_SLOTS = N - 1 if FULL_OBSERVATION else K
-    STAGED_SLOTS = min(OBSERVED_SLOTS, (WARP_STAGE - 1) // FEATURES)
+    STAGED_SLOTS = min(OBSERVED_SLOTS, (STAGE - 1) // FEATURES)
     ROW_STRIDE = STAGED_SLOTS * FEATURES + 1
-    STAGED_ROWS = chunk_rows(GROUP, WARP_STAGE // ROW_STRIDE, STAGED_SLOTS)
+    STAGED_ROWS = STAGE // ROW_STRIDE
 
     @inline_device
     def known_shapes(state):
@@ -604,22 +586,23 @@ def game_functions(c) -> GameFunctions:
         return divide(x, TWO_PI, TWO_PI_RECIPROCAL, TWO_PI_RECIPROCAL_EXACT)
 
     @cuda.jit(device=True)
-    def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh, lane, width, at):
+    def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh):
         """Features m0.. (`slots` of them) of rows first.. (`rows` of them, in row_agent's order;
-        their nearest-others lists in `observed` from index `lists` on) into the warp's staging
-        buffer (from index `at` on), a (row, slot) pair per lane (of `width`) and pass: every lane does the same
-        work, whatever kinds of feature its values are; a pair of an agent out of the game, or an
-        empty slot, is only zeros. The motion comes from the state's rows: the .cu stages it in
-        shared memory where there is room (STAGE_MOTION), which made these kernels slower on an
-        H100 (38.0 against 37.2 µs per step at 100 games x 110 agents, 159 against 136 at 1000)."""
+        their nearest-others lists in `observed` from index `lists` on) into the staging buffer,
+        a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
+        feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
+        The motion comes from the state's rows: the .cu stages it in shared memory where there is
+        room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
+        step at 100 games x 110 agents, 159 against 136 at 1000)."""
         _, _, direction, speed, acceleration, _, _ = state
         positions, ids, sh_in_game, staged, places = sh[0], sh[1], sh[5], sh[7], sh[8]
         # Env e's state rows as 1D views. They and the staging buffer are indexed unsigned (U):
         # at a signed index Numba wraps negative ones, several instructions an access.
         speeds, accelerations, directions = speed[e], acceleration[e], direction[e]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
-        r, n, rows_step, slots_step = first_pair(lane, width, slots)
-        pair, pairs = lane, U(rows * slots)
+        threads = U(cuda.blockDim.x)
+        r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
+        pair, pairs = U(cuda.threadIdx.x), U(rows * slots)
         while pair < pairs:  # (a range with a step kept 64-bit signed counting in every pass)
             m = m0 + n
             a = row_agent(ids, first + r)
@@ -629,7 +612,7 @@ def game_functions(c) -> GameFunctions:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
             else:
                 q = observed[U(lists + r * K + m)]
-            base = U(at + r * ROW_STRIDE + n * FEATURES)
+            base = U(r * ROW_STRIDE + n * FEATURES)
             if playing and q >= 0:
                 j = id_at(ids, U(q))
                 uj, ua = U(j), U(a)
@@ -646,21 +629,21 @@ def game_functions(c) -> GameFunctions:
                 for c in range(FEATURES):
                     staged[base + U(c)] = ZERO
             if last and n == 0:
-                staged[U(at + r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
+                staged[U(r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
             r, n = step_pair(r, n, rows_step, slots_step, slots)
-            pair = U(pair + width)  # (pair += width is 64-bit: Numba widens uint32 + uint32)
+            pair = U(pair + threads)  # (pair += threads is 64-bit: Numba widens uint32 + uint32)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
-        grid if any must be current and visible to the whole block), as the .cu's write_rows: each
-        warp takes groups of GROUP consecutive rows on its own, with warp barriers (warp_sync)
-        only: its lanes find the group's nearest others into the warp's lists (with TWO_PHASE every
-        agent in the game has found them before, in the grid's order, then a block barrier), then
-        it stages the rows' features in chunks in its part of the staging buffer and stores each
-        chunk, consecutive lanes writing consecutive floats (by id, a chunk's rows are one run of
-        out). (The .cu also splits one agent's scan over several lanes, with shuffles, which the
-        simulator has not.) No action masks in this game."""
+        grid if any must be current and visible to the whole block), a chunk of rows at a time:
+        each thread finds its row's nearest others (with TWO_PHASE every agent in the game has found
+        them before, in the grid's order), then the block stages the chunk's features and stores
+        them, consecutive threads writing consecutive floats (by id, the chunk's rows are one run of
+        out). Every thread runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
+        scan over several lanes and lets each warp take its own rows without block barriers, which
+        the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
+        this game."""
         positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
         known_shapes(state)
         assume(out.shape[1] == N * OBS_DIM)
@@ -669,7 +652,7 @@ def game_functions(c) -> GameFunctions:
         # Unsigned indices (U) and while loops, as in step_env and stage_features.
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
-        if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise each warp's lists (sh[4])
+        if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise a chunk's lists (sh[4])
             place, end = tid, U(ends[OUT_BUCKET - 1])  # the agents out of the game come after
             while place < end:
                 a = id_at(ids, place)
@@ -678,93 +661,52 @@ def game_functions(c) -> GameFunctions:
                     nearest_others_in_grid(place, xa, ya, sh, sh[9], U(a * K))
                 place = U(place + threads)
             cuda.syncthreads()
-        # Warps of 32 lanes; in a block of fewer threads (the simulator's: half as many as agents),
-        # one warp of them all. Threads past the last whole warp (the simulator's) take no rows.
-        width = U(32) if threads >= U(32) else threads
-        lane = U(tid % U(32)) if threads >= U(32) else tid
-        warp = U(tid // U(32)) if threads >= U(32) else U(0)
-        warps = U(threads // width)
-        at = U(warp * U(WARP_STAGE))  # the warp's staging buffer
-        lists = U(warp * U(GROUP * K))  # the warp's lists in sh[4]
-        # Every warp takes as many groups (its last ones empty where the rows run out), so that
-        # the warps reach their barriers equally often (the simulator's are the block's).
-        groups = U(warps * U(GROUP))  # rows the warps take in one pass
-        base = U(0)
-        while base < U(N):
-            first = U(base + warp * U(GROUP))
-            rows = min(U(GROUP), U(N - first)) if warp < warps and first < U(N) else U(0)
-            if not FULL_OBSERVATION and not TWO_PHASE:  # the group's nearest others, into the warp's lists
-                r = lane  # a lane a row (on a GPU, one pass)
-                while r < rows:
-                    a = id_at(ids, U(first + r))
+        chunk = min(threads, U(CHUNK))  # sh[4] holds CHUNK agents' lists
+        first = U(0)
+        while first < U(N):
+            rows = min(chunk, U(N - first))
+            if not FULL_OBSERVATION and not TWO_PHASE:
+                if tid < rows:
+                    a = id_at(ids, U(first + tid))
                     if sh_in_game[a]:
                         if GRID:
-                            place = U(first + r)
+                            place = U(first + tid)
                             xa, ya = position(positions, place)
-                            nearest_others_in_grid(place, xa, ya, sh, sh[4], U(lists + r * K))
+                            nearest_others_in_grid(place, xa, ya, sh, sh[4], U(tid * K))
                         else:
-                            nearest_others(a, positions, sh_in_game, sh[4], U(lists + r * K))
-                    r = U(r + width)
-                warp_sync()
+                            nearest_others(a, positions, sh_in_game, sh[4], U(tid * K))
+                cuda.syncthreads()
             r0 = U(0)
-            while r0 < U(GROUP):
-                staged_rows = min(U(STAGED_ROWS), U(rows - r0)) if r0 < rows else U(0)
+            while r0 < rows:
+                staged_rows = min(U(STAGED_ROWS), U(rows - r0))
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     if TWO_PHASE:
                         rows_first = U(first + r0)
-                        stage_features(
-                            e,
-                            rows_first,
-                            staged_rows,
-                            sh[9],
-                            U(rows_first * K),
-                            m0,
-                            slots,
-                            time,
-                            state,
-                            sh,
-                            lane,
-                            width,
-                            at,
-                        )
+                        stage_features(e, rows_first, staged_rows, sh[9], U(rows_first * K), m0, slots, time, state, sh)
                     else:
-                        stage_features(
-                            e,
-                            U(first + r0),
-                            staged_rows,
-                            sh[4],
-                            U(lists + r0 * K),
-                            m0,
-                            slots,
-                            time,
-                            state,
-                            sh,
-                            lane,
-                            width,
-                            at,
-                        )
-                    warp_sync()
+                        stage_features(e, U(first + r0), staged_rows, sh[4], U(r0 * K), m0, slots, time, state, sh)
+                    cuda.syncthreads()
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
                         # The run as a view of its own: indexed at run + i, each store paid the 32-bit
                         # sum and e's row afresh (13 instructions a float, 11 now; nvcc's, unrolled, 4).
                         run = observations[U(U(first + r0) * U(OBS_DIM)) :]
-                        i, floats = lane, U(staged_rows * U(OBS_DIM))
+                        i, floats = tid, U(staged_rows * U(OBS_DIM))
                         while i < floats:
-                            run[i] = staged[U(at + i)]
-                            i = U(i + width)
+                            run[i] = staged[i]
+                            i = U(i + threads)
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
-                        r, w, rows_step, floats_step = first_pair(lane, width, length)
-                        i, floats = lane, U(staged_rows * length)
+                        r, w, rows_step, floats_step = first_pair(tid, threads, length)
+                        i, floats = tid, U(staged_rows * length)
                         while i < floats:
                             row = row_agent(ids, U(first + r0 + r)) * OBS_DIM + m0 * FEATURES
-                            observations[U(row + w)] = staged[U(at + r * ROW_STRIDE + w)]
+                            observations[U(row + w)] = staged[U(r * ROW_STRIDE + w)]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
-                            i = U(i + width)
-                    warp_sync()  # the next chunk overwrites the staged features (the next group, the lists)
+                            i = U(i + threads)
+                    cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
                 r0 = U(r0 + U(STAGED_ROWS))
-            base = U(base + groups)
+            first = U(first + chunk)
 
     @cuda.jit(device=True)
     def nearest_tagger(e, x, y, xa, ya, sh):
