@@ -420,7 +420,7 @@ def main() -> None:
         "--captured",
         nargs="*",
         default=None,
-        help="ours also as captured rollouts, for these backends (default: pycuda and numba on a GPU; none: no value)",
+        help="ours also as captured rollouts, for these backends (default: the kernel backends on a GPU; alone: none)",
     )
     parser.add_argument("--peers", nargs="*", choices=["vmas", "jaxmarl"], default=["vmas", "jaxmarl"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

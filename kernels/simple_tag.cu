@@ -2,8 +2,9 @@
 // rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
 // per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
 // move phase a thread reads only the staged positions (and the obstacles, which never move) and writes
-// only its own agents' state; the rewards' phase stages the new positions again. The catches of every
-// good agent are counted with an integer atomic (exact in any order).
+// only its own agents' state; the rewards' phase stages the new positions again, the observations' phase
+// every body (mpe_stage_bodies, after the barrier that ends the step). The catches of every good agent
+// are counted with an integer atomic (exact in any order).
 #include "mpe.cuh"
 
 #define N GAME_NUM_AGENTS
