@@ -15,7 +15,7 @@ struct SimpleSpread : GmeGame {
         // Read by phase: the step's agents' positions (x, then y; before the move, then after it) and,
         // from 2N, each landmark's nearest agent's distance (then the tree sum); the observations'
         // bodies (mpe_stage_bodies' layout, which starts with the positions), over the sums, which
-        // the step has read by then. One array, the phases' needs overlapping: up to 2,048 agents a game
+        // the step has read by then. One array, the phases' needs overlapping: about 2,000 agents a game
         // in a block's 48 KB of static shared memory.
         float scratch[6 * N > 2 * N + GAME_SUM_SLOTS ? 6 * N : 2 * N + GAME_SUM_SLOTS];
     };
