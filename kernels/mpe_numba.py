@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, int_as_float, mul_rn
+from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, cuda, int_as_float, mul_rn
 from numba import int32
 
 from gpu_marl_envs.envs.mpe_physics import physics_constants
@@ -162,25 +162,26 @@ def team_phases(c):
     def observe_body(bodies, n, places, a, obs, e, row):
         """Agent ``a``'s features in MPE2's layout for a moving body into ``obs[e, row:]`` from the
         staged ``bodies`` (mpe.cuh's mpe_observe_body, which gives the layout and says why each kind
-        of feature is a loop of its own); the whole team calls it for one agent."""
-        f = lane()
-        while f < U(4):
-            base = U(2 * n) if f < U(2) else U(0)
-            obs[e, U(row + f)] = bodies[U(U(base + U(U(f & U(1)) * U(n))) + a)]
-            f = U(f + lanes())
-        q = lane()
-        while q < U(2 * places):
-            y = U(q & U(1))
-            place = bodies[U(U(U(4 * n) + U(y * U(places))) + U(q >> U(1)))]
-            obs[e, U(U(row + U(4)) + q)] = place - bodies[U(U(y * U(n)) + a)]
-            q = U(q + lanes())
-        q = lane()
-        while q < U(2 * (n - 1)):
-            y, j = U(U(q & U(1)) * U(n)), U(q >> U(1))
-            if j >= a:
-                j = U(j + U(1))  # the other agents, in id order
-            obs[e, U(U(row + U(4 + 2 * places)) + q)] = bodies[U(y + j)] - bodies[U(y + a)]
-            q = U(q + lanes())
+        of feature is a loop of its own); the whole team calls it for one agent. Its loops count in
+        int64 (numba_api.I64 says why)."""
+        f = I64(lane())
+        while f < I64(4):
+            base = I64(2 * n) if f < I64(2) else I64(0)
+            obs[e, I64(row) + f] = bodies[base + (f & I64(1)) * I64(n) + I64(a)]
+            f += I64(lanes())
+        q = I64(lane())
+        while q < I64(2 * places):
+            y = q & I64(1)
+            place = bodies[I64(4 * n) + y * I64(places) + (q >> I64(1))]
+            obs[e, I64(row) + I64(4) + q] = place - bodies[y * I64(n) + I64(a)]
+            q += I64(lanes())
+        q = I64(lane())
+        while q < I64(2 * (n - 1)):
+            y, j = (q & I64(1)) * I64(n), q >> I64(1)
+            if j >= I64(a):
+                j += I64(1)  # the other agents, in id order
+            obs[e, I64(row) + I64(4 + 2 * places) + q] = bodies[y + j] - bodies[y + I64(a)]
+            q += I64(lanes())
 
     @cuda.jit(device=True)
     def stage(x, y, sx, sy, e, n):

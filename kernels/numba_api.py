@@ -21,6 +21,7 @@ from numba.cuda.core.errors import NumbaPerformanceWarning
 from gpu_marl_envs import float32
 
 __all__ = [
+    "I64",
     "U",
     "GlobalTables",
     "cuda",
@@ -46,6 +47,13 @@ __all__ = [
 # it: a range with a runtime step, range(tid, n, blockDim.x), compiles to code for a negative step
 # too: several times the instructions (six in a one-line loop).
 U = np.uint32
+
+# The counter of a team's loop whose step is a constant (a packed team's lanes): int64 from the
+# unsigned lane, I64(lane()), stepped by I64(lanes()). A uint32 counter may wrap, so LLVM cannot count
+# such a loop's passes: it keeps the loop, a back edge a pass and each store's 64-bit address
+# computed afresh, where nvcc unrolls its int counter (whose overflow C leaves undefined) into
+# stores at constant offsets. From values known not negative, the int64 sums need no wraparound.
+I64 = np.int64
 
 
 def named_kernel(function, name: str, launch_bounds: tuple[int, ...] | None = None):

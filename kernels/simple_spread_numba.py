@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, assume, cuda, inline_device, mul_rn
+from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32
 
@@ -128,16 +128,15 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == N * OBS_DIM)
         stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
-        # Unsigned indices throughout (U): Numba's int64 arithmetic would cost sign fix-ups and
-        # 64-bit products here (docs/custom_env.md, "Numba as fast as CUDA C").
+        # Unsigned agent indices (U); the team's loops count in int64 (mpe_numba.observe_body says why).
         a = U(0)
         while a < U(N):
             row = U(a * U(OBS_DIM))
             observe_body(bodies, N, N, a, obs, e, row)
-            q = lane()
-            while q < U(2 * (N - 1)):  # the silent agents' communication
-                obs[e, U(U(row + U(4 + 4 * N - 2)) + q)] = ZERO
-                q = U(q + lanes())
+            q = I64(lane())
+            while q < I64(2 * (N - 1)):  # the silent agents' communication
+                obs[e, I64(row) + I64(4 + 4 * N - 2) + q] = ZERO
+                q += I64(lanes())
             a = U(a + U(1))
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, assume, cuda, inline_device, mul_rn
+from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
@@ -167,8 +167,7 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == OBS_SIZE)
         stage_bodies(x, y, vx, vy, obstacle_x, obstacle_y, e, N, L, bodies)
-        # Unsigned indices throughout (U): Numba's int64 arithmetic would cost sign fix-ups and
-        # 64-bit products here (docs/custom_env.md, "Numba as fast as CUDA C").
+        # Unsigned agent indices (U); the team's loops count in int64 (mpe_numba.observe_body says why).
         a = U(0)
         while a < U(N):
             adversary = a < U(A)
@@ -177,13 +176,13 @@ def game_functions(c) -> GameFunctions:
             else:
                 row, others = U(U(ADVERSARY_FLOATS) + U(U(a - U(A)) * U(GOOD_OBS_DIM))), U(N - A - 1)
             observe_body(bodies, N, L, a, obs, e, row)
-            q = lane()
-            while q < U(2 * others):  # the other good agents' velocities, in id order
-                g = U(U(A) + U(q >> U(1)))
-                if not adversary and g >= a:
-                    g = U(g + U(1))
-                obs[e, U(U(row + U(VELOCITIES)) + q)] = bodies[U(U(U(2 * N) + U(U(q & U(1)) * U(N))) + g)]
-                q = U(q + lanes())
+            q = I64(lane())
+            while q < I64(2 * others):  # the other good agents' velocities, in id order
+                g = I64(A) + (q >> I64(1))
+                if not adversary and g >= I64(a):
+                    g += I64(1)
+                obs[e, I64(row) + I64(VELOCITIES) + q] = bodies[I64(2 * N) + (q & I64(1)) * I64(N) + g]
+                q += I64(lanes())
             a = U(a + U(1))
 
     # The .cu's bound (mpe_physics.min_blocks_per_sm); a game of a block per env is not bounded.

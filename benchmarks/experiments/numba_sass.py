@@ -139,17 +139,19 @@ def numba_cubin(ptx: str, folder: Path, name: str) -> tuple[Path, str]:
     return linked, report + f"\n(calls {', '.join(helpers)} of Numba's reshape_funcs.cu)"
 
 
-def step_sass(cubin: Path, cuobjdump: str) -> list[str]:
-    """The opcodes of the cubin's step kernel, one per instruction (NOPs left out)."""
+def step_sass(cubin: Path, cuobjdump: str) -> tuple[list[str], list[str]]:
+    """The opcodes of the cubin's step kernel, one per instruction (NOPs left out), and its
+    instructions with their operands (to read)."""
     text = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     functions = re.split(r"\n\s*Function : ", text)[1:]
     body = next(f for f in functions if "_step" in f.split("\n", 1)[0])
-    opcodes = []
+    opcodes, lines = [], []
     for line in body.splitlines():
         match = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
         if match and match.group(1) != "NOP":
             opcodes.append(match.group(1))
-    return opcodes
+            lines.append(line.strip().split(" ;")[0])
+    return opcodes, lines
 
 
 def summary(opcodes: list[str], report: str) -> dict[str, object]:
@@ -175,7 +177,7 @@ def main() -> None:
     parser.add_argument("--import", dest="imports", nargs="*", default=[], help="packages that register your envs")
     parser.add_argument("--cuobjdump", default="cuobjdump")
     parser.add_argument("--libdevice", default="/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
-    parser.add_argument("--dump", type=Path, help="a folder for each kernel's SASS opcodes, one per line")
+    parser.add_argument("--dump", type=Path, help="a folder for each kernel's SASS, an instruction a line")
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="a params field (a literal), every env"
     )
@@ -204,12 +206,12 @@ def main() -> None:
                 "Numba": numba_cubin(numba_step_ptx(spec, params), folder, spec.kernel_name),
             }
             for compiler, (cubin, report) in kernels.items():
-                opcodes = step_sass(cubin, args.cuobjdump)
+                opcodes, lines = step_sass(cubin, args.cuobjdump)
                 if args.dump:
                     args.dump.mkdir(parents=True, exist_ok=True)
                     # A package's id (cover/Cover-v0) names no sub-folder.
                     name = env_id.replace("/", "_")
-                    (args.dump / f"{name}-{compiler}.sass").write_text("\n".join(opcodes) + "\n")
+                    (args.dump / f"{name}-{compiler}.sass").write_text("\n".join(lines) + "\n")
                 row = summary(opcodes, report)
                 print(f"| {env_id} | {compiler} | " + " | ".join(str(row[c]) for c in columns) + " |", flush=True)
 
