@@ -38,6 +38,7 @@ __all__ = [
     "named_kernel",
     "sources_key",
     "static_shared_bytes",
+    "warp_sync",
 ]
 
 
@@ -250,6 +251,23 @@ else:
     @inline_device
     def assume(condition):
         _assume(condition)
+
+
+# warp_sync(): a barrier of the calling warp (CUDA C's __syncwarp()): its lanes wait for each other,
+# and what each wrote to shared or global memory is visible to the others after it. The simulator
+# has no warps: there it is a block barrier, so every thread of the block must reach it as many
+# times (a kernel's loops around it take as many passes in every warp).
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def warp_sync():
+        cuda.syncthreads()
+
+else:
+
+    @inline_device
+    def warp_sync():
+        cuda.syncwarp(U(0xFFFFFFFF))
 
 
 # agent_rows(agents, size): a device function ``rows(values)`` that views an ``(E, agents * size)``

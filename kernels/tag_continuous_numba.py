@@ -7,20 +7,28 @@ typed): they close over them, so the shared arrays are sized by the number of ag
 tables are constant arrays. The multi-agent template's kernels (``multi_agent_numba.py``: a block per
 env, autoreset, returns) run them.
 Agent ``a`` is handled by threads strided over the block (``a = tid``, ``while a < N``, ``a += blockDim``),
-so any block size works; every phase boundary is a ``syncthreads`` of the one block, reached by all its
-threads. Indices, loop counters and grid cells are unsigned or int32 with explicit casts (``U``,
-``np.int32``; docs/custom_env.md, "Numba as fast as CUDA C"): Numba's own int64 arithmetic, a range's
-run-time step (a 64-bit division for its trip count) and signed indices' wraparound made this step
-kernel spill registers at 1,000 agents (548/1,064 bytes, nvcc's twin 4/4).
+so any block size works; every phase boundary of the step is a ``syncthreads`` of the one block,
+reached by all its threads. The observation rows are written by teams, chosen when the functions are
+built: where the game has a neighbour grid, each warp on its own with warp barriers (``warp_sync``),
+as the .cu's; without one (the scan of every agent, or the full observation), the whole block as
+one team, chunk after chunk between block barriers. Measured on an H200 (2026-11-30, µs per step),
+the warps' rows against the block's: 76.3 against 58.1 at 1,000 games x 110 agents (no grid, the
+published training size), 741.4 against 882.9 at 100 x 10,000 (grid), even from 250 to 1,000 agents
+(75.2 against 75.1 at 1,000 x 250, 476.8 against 477.2 at 2,000 x 1,000). Indices, loop counters and
+grid cells are unsigned or int32 with explicit casts (``U``, ``np.int32``; docs/custom_env.md, "Numba
+as fast as CUDA C"): Numba's own int64 arithmetic, a range's run-time step (a 64-bit division for its
+trip count) and signed indices' wraparound made this step kernel spill registers at 1,000 agents
+(548/1,064 bytes, nvcc's twin 4/4).
 
 Race freedom, as in the .cu: in each phase a thread writes only the agents (or grid places) it
-handles; what other threads read (positions, in-game flags, the grid, a chunk's nearest-others
-lists) is staged in shared memory before a barrier; the grid's counts and placements, tag counts
-and the count of runners left are integer atomics, exact in any order. The shared arrays are one
-dynamic buffer laid out by ``shared_layout`` in ``tag_continuous_kernel_layout.py``, as the .cu's.
-Observations are staged in shared memory a chunk of rows at a time and stored from there: row
-segment by row segment in the grid's order, or, without a grid (rows by id), as one run of the
-buffer.
+handles; what other threads read (positions, motion, in-game flags, the grid, with TWO_PHASE every
+agent's nearest-others list) is staged in shared memory before a block barrier; the grid's counts and
+placements, tag counts and the count of runners left are integer atomics, exact in any order. A
+team (a warp or the block) writes its own nearest-others lists and staged observation features and
+reads them back after its own barrier (``team_sync``). The shared arrays are one dynamic buffer laid
+out by ``shared_layout`` in ``tag_continuous_kernel_layout.py``, as the .cu's. Observations are
+staged in shared memory a chunk of a team's rows at a time and stored from there: row segment by row
+segment in the grid's order, or, by id, as one run of the buffer.
 
 Every intermediate is float32 (the constants are np.float32, and np.float32(...) around math.*
 keeps the simulator, where those return Python floats, on the float32 path). The products and sums
@@ -42,11 +50,23 @@ from gpu_marl_envs.kernels.numba_api import (
     inline_device,
     int_as_float,
     mul_rn,
+    warp_sync,
 )
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import boolean, float32, int16, int32, int64, uint16, uint32
 
 FEATURES = 7
+
+
+def chunk_rows(group: int, most: int, slots: int) -> int:
+    """The .cu's chunk_rows: of 1 to `most` rows a chunk, the one that stages a warp's `group` rows
+    (`slots` (row, slot) pairs a row) in the fewest passes of its 32 lanes, ties to the most rows."""
+    best, fewest = 1, group * ((slots + 31) // 32)
+    for rows in range(2, most + 1):
+        passes = group // rows * ((rows * slots + 31) // 32) + (group % rows * slots + 31) // 32
+        if passes <= fewest:
+            best, fewest = rows, passes
+    return best
 
 
 def game_functions(c) -> GameFunctions:
@@ -93,9 +113,6 @@ def game_functions(c) -> GameFunctions:
     INFINITY = np.float32(np.inf)
     NAN = np.float32(np.nan)
     U = np.uint32  # an unsigned index (see stage_features)
-    # Agents per observation chunk: as many as the CUDA C kernel's (whose shared memory
-    # shared_layout() sizes), one thread each here.
-    CHUNK = BLOCK_THREADS if FULL_OBSERVATION else BLOCK_THREADS // c.SCAN_SPLIT
     # The neighbour grid (see the .cu): C x C cells; buckets 2c (cell c's taggers), 2c + 1 (its
     # runners), then OUT_BUCKET (the agents out of the game).
     C = c.GRID_CELLS
@@ -134,17 +151,44 @@ def game_functions(c) -> GameFunctions:
     NUM_PLACES = N if TWO_PHASE else 0
     NUM_LISTS = N * K if TWO_PHASE else 0
     NUM_ENDS = OUT_BUCKET + 1 if GRID else 0
-    NUM_OBSERVED = 0 if FULL_OBSERVATION or TWO_PHASE else CHUNK * K  # a chunk's lists (`observed`)
-    # The observation features are staged in shared memory (the layout's `features`, as the .cu's
-    # warps stage theirs, here for the whole block), a chunk of STAGED_ROWS rows x STAGED_SLOTS
-    # slots at a time (a row's features, then its time with its last slot: contiguous in the row),
-    # and stored from there a row segment after another.
+    # The observation rows' teams (the module docstring has the measurements): with a grid the
+    # block's warps (TEAM_WARP), each on its own as the .cu's, which paid at 10,000 agents; without
+    # one the whole block, the faster at 110 agents. A team takes GROUP rows at a time, one lane
+    # each for their nearest others (where the .cu splits a scan over SCAN_SPLIT lanes): a warp as
+    # many as a warp of the .cu, the block as many as all of them.
+    TEAM_WARP = GRID
+    TEAMS = BLOCK_THREADS // 32 if TEAM_WARP else 1
+    TEAM_THREADS = BLOCK_THREADS // TEAMS
+    GROUP = TEAM_THREADS if FULL_OBSERVATION else TEAM_THREADS // c.SCAN_SPLIT
+    # The teams' nearest-others lists (`observed`), GROUP agents' each: shared_layout() gives the
+    # .cu's BLOCK_THREADS // SCAN_SPLIT lists, which is TEAMS * GROUP for either team.
+    NUM_OBSERVED = 0 if FULL_OBSERVATION or TWO_PHASE else TEAMS * GROUP * K
+    if NUM_OBSERVED and c.SHARED_OBSERVED + 4 * NUM_OBSERVED > c.SHARED_FEATURES:
+        raise ValueError("shared_layout()'s `observed` holds fewer lists than the teams take")
+    # The observation features are staged in shared memory (the layout's `features`, WARP_STAGE
+    # floats a warp as the .cu's Staging): each team in its own TEAM_STAGE floats (a warp's, or all
+    # of them for the block), a chunk of STAGED_ROWS rows x STAGED_SLOTS slots at a time (a row's
+    # features, then its time with its last slot: contiguous in the row), and stored from there a
+    # row segment after another.
     FEATURES_AT = c.SHARED_FEATURES // 4
-    STAGE = BLOCK_THREADS // 32 * c.STAGE_FLOATS
+    # The agents' speed, acceleration and direction, a triple per place of the staged positions'
+    # order, staged in shared memory for the observations where the .cu's are (motion_staged): in a
+    # step of one phase (the layout's `motion`) or, with TWO_PHASE (here every step is of two), after
+    # the warps' halved staging (`two_phase_motion`); otherwise the observations read the state's.
+    # Staged for either team: measured with the warps' rows on an H200 (2026-11-30), it took 2,000
+    # games x 1,000 agents from 476.8 to 443.5 µs per step (1,000 x 110: 76.3 to 75.4).
+    MOTION_STAGED = c.STAGE_MOTION and (not TWO_PHASE or c.TWO_PHASE_STAGE_MOTION)
+    MOTION_AT = (c.SHARED_TWO_PHASE_MOTION if TWO_PHASE and MOTION_STAGED else c.SHARED_MOTION) // 4
+    NUM_MOTION = 3 * N if MOTION_STAGED else 0
+    WARP_STAGE = c.TWO_PHASE_STAGE_FLOATS if TWO_PHASE and MOTION_STAGED else c.STAGE_FLOATS
+    STAGE = BLOCK_THREADS // 32 * WARP_STAGE
+    TEAM_STAGE = STAGE // TEAMS
     OBSERVED_SLOTS = N - 1 if FULL_OBSERVATION else K
-    STAGED_SLOTS = min(OBSERVED_SLOTS, (STAGE - 1) // FEATURES)
+    STAGED_SLOTS = min(OBSERVED_SLOTS, (TEAM_STAGE - 1) // FEATURES)
     ROW_STRIDE = STAGED_SLOTS * FEATURES + 1
-    STAGED_ROWS = STAGE // ROW_STRIDE
+    # A warp stages the chunk that fills its passes of 32 lanes best, as the .cu's; the block as
+    # many rows as its room holds (its passes are of the whole block).
+    STAGED_ROWS = chunk_rows(GROUP, TEAM_STAGE // ROW_STRIDE, STAGED_SLOTS) if TEAM_WARP else TEAM_STAGE // ROW_STRIDE
 
     @inline_device
     def known_shapes(state):
@@ -177,6 +221,23 @@ def game_functions(c) -> GameFunctions:
         positions[i] = px
         positions[i + np.uint32(1)] = py
 
+    @inline_device
+    def stage_motion(motion, place, v, acc, heading):
+        """The .cu's stage_motion: an agent's speed, acceleration and direction at `place` of the
+        staged arrays, where MOTION_STAGED (a flat run at unsigned indices, as `position`'s)."""
+        if MOTION_STAGED:
+            i = U(U(place) * U(3))
+            motion[i] = v
+            motion[i + U(1)] = acc
+            motion[i + U(2)] = heading
+
+    @inline_device
+    def block_sync():
+        cuda.syncthreads()
+
+    # A team's barrier: a warp's, or the block's.
+    team_sync = warp_sync if TEAM_WARP else block_sync
+
     @cuda.jit(device=True)
     def before(d2, i, other_d2, other_i):
         """(d2, i) before (other_d2, other_i): nearer first, ties to the lower id."""
@@ -208,6 +269,7 @@ def game_functions(c) -> GameFunctions:
             shorts[PLACES : PLACES + NUM_PLACES],
             signed_shorts[LISTS : LISTS + NUM_LISTS],
             ints[FEATURES_AT : FEATURES_AT + STAGE],  # the staging buffer's bytes: build_grid's scratch
+            floats[MOTION_AT : MOTION_AT + NUM_MOTION],  # (speed, acceleration, direction) triples
         )
 
     @cuda.jit(device=True)
@@ -253,7 +315,7 @@ def game_functions(c) -> GameFunctions:
         the segments' scratch). Unsigned indices and while loops, as in step_env; the counts in
         int32, as the arrays hold them (Numba's int32 + int32 is 64-bit)."""
         x, y, direction, speed, acceleration, _, _ = state
-        positions, ids, ends, sh_in_game, places, scratch = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10]
+        positions, ids, ends, sh_in_game, places, scratch, motion = sh[0], sh[1], sh[2], sh[5], sh[8], sh[10], sh[11]
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
         b = tid
@@ -298,6 +360,7 @@ def game_functions(c) -> GameFunctions:
             ids[place] = uint16(a)
             if TWO_PHASE:
                 places[a] = uint16(place)
+            stage_motion(motion, place, speed[e, a], acceleration[e, a], direction[e, a])
             a = U(a + threads)
         cuda.syncthreads()
 
@@ -317,6 +380,7 @@ def game_functions(c) -> GameFunctions:
             y[e, a] = py
             if not GRID:
                 set_position(positions, a, px, py)
+                stage_motion(sh[11], a, ZERO, ZERO, quarter * HALF_PI)
             direction[e, a] = quarter * HALF_PI
             speed[e, a] = ZERO
             acceleration[e, a] = ZERO
@@ -586,23 +650,24 @@ def game_functions(c) -> GameFunctions:
         return divide(x, TWO_PI, TWO_PI_RECIPROCAL, TWO_PI_RECIPROCAL_EXACT)
 
     @cuda.jit(device=True)
-    def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh):
+    def stage_features(e, first, rows, observed, lists, m0, slots, time, state, sh, lane, width, at):
         """Features m0.. (`slots` of them) of rows first.. (`rows` of them, in row_agent's order;
-        their nearest-others lists in `observed` from index `lists` on) into the staging buffer,
-        a (row, slot) pair per thread and pass: every thread does the same work, whatever kinds of
-        feature its values are; a pair of an agent out of the game, or an empty slot, is only zeros.
-        The motion comes from the state's rows: the .cu stages it in shared memory where there is
-        room (STAGE_MOTION), which made these kernels slower on an H100 (38.0 against 37.2 µs per
-        step at 100 games x 110 agents, 159 against 136 at 1000)."""
+        their nearest-others lists in `observed` from index `lists` on) into the team's staging
+        buffer (from index `at` on), a (row, slot) pair per lane (of the team's `width`) and pass:
+        every lane does the same work, whatever kinds of feature its values are; a pair of an agent
+        out of the game, or an empty slot, is only zeros. The motion comes from shared memory where
+        MOTION_STAGED, else from the state's rows. (Staged through strided views, floats[MOTION::3],
+        it made these kernels slower on an H100, 38.0 against 37.2 µs per step at 100 games x 110
+        agents, 159 against 136 at 1000: NVVM keeps loads through such views generic, see shared();
+        a flat run's are shared loads.)"""
         _, _, direction, speed, acceleration, _, _ = state
-        positions, ids, sh_in_game, staged, places = sh[0], sh[1], sh[5], sh[7], sh[8]
+        positions, ids, sh_in_game, staged, places, motion = sh[0], sh[1], sh[5], sh[7], sh[8], sh[11]
         # Env e's state rows as 1D views. They and the staging buffer are indexed unsigned (U):
         # at a signed index Numba wraps negative ones, several instructions an access.
         speeds, accelerations, directions = speed[e], acceleration[e], direction[e]
         last = m0 + slots == OBSERVED_SLOTS  # the rows' times come with their last slots
-        threads = U(cuda.blockDim.x)
-        r, n, rows_step, slots_step = first_pair(cuda.threadIdx.x, threads, slots)
-        pair, pairs = U(cuda.threadIdx.x), U(rows * slots)
+        r, n, rows_step, slots_step = first_pair(lane, width, slots)
+        pair, pairs = lane, U(rows * slots)
         while pair < pairs:  # (a range with a step kept 64-bit signed counting in every pass)
             m = m0 + n
             a = row_agent(ids, first + r)
@@ -612,7 +677,7 @@ def game_functions(c) -> GameFunctions:
                 q = m if m < a else m + 1  # every other agent in id order (their places: no grid here)
             else:
                 q = observed[U(lists + r * K + m)]
-            base = U(r * ROW_STRIDE + n * FEATURES)
+            base = U(at + r * ROW_STRIDE + n * FEATURES)
             if playing and q >= 0:
                 j = id_at(ids, U(q))
                 uj, ua = U(j), U(a)
@@ -620,30 +685,40 @@ def game_functions(c) -> GameFunctions:
                 x_own, y_own = position(positions, own)
                 staged[base] = over_position_scale(xq - x_own)
                 staged[base + U(1)] = over_position_scale(yq - y_own)
-                staged[base + U(2)] = over_speed_scale(speeds[uj] - speeds[ua])
-                staged[base + U(3)] = over_speed_scale(accelerations[uj] - accelerations[ua])
-                staged[base + U(4)] = over_two_pi(directions[uj] - directions[ua])
+                if MOTION_STAGED:  # the .cu's Motions<true>: the triples at places q and own
+                    k, i = U(U(q) * U(3)), U(U(own) * U(3))
+                    dv = motion[k] - motion[i]
+                    da = motion[k + U(1)] - motion[i + U(1)]
+                    dh = motion[k + U(2)] - motion[i + U(2)]
+                else:
+                    dv = speeds[uj] - speeds[ua]
+                    da = accelerations[uj] - accelerations[ua]
+                    dh = directions[uj] - directions[ua]
+                staged[base + U(2)] = over_speed_scale(dv)
+                staged[base + U(3)] = over_speed_scale(da)
+                staged[base + U(4)] = over_two_pi(dh)
                 staged[base + U(5)] = ONE if j < G else ZERO
                 staged[base + U(6)] = ONE if sh_in_game[uj] else ZERO
             else:  # an agent out of the game or an empty slot: zeros
                 for c in range(FEATURES):
                     staged[base + U(c)] = ZERO
             if last and n == 0:
-                staged[U(r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
+                staged[U(at + r * ROW_STRIDE + slots * FEATURES)] = time if playing else ZERO
             r, n = step_pair(r, n, rows_step, slots_step, slots)
-            pair = U(pair + threads)  # (pair += threads is 64-bit: Numba widens uint32 + uint32)
+            pair = U(pair + width)  # (pair += width is 64-bit: Numba widens uint32 + uint32)
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, out, masks):
         """Observations of env e's agents into out[e] (the state rows, the staged positions and the
-        grid if any must be current and visible to the whole block), a chunk of rows at a time:
-        each thread finds its row's nearest others (with TWO_PHASE every agent in the game has found
-        them before, in the grid's order), then the block stages the chunk's features and stores
-        them, consecutive threads writing consecutive floats (by id, the chunk's rows are one run of
-        out). Every thread runs every chunk, so the barriers are uniform. (The CUDA C kernel also splits one agent's
-        scan over several lanes and lets each warp take its own rows without block barriers, which
-        the simulator cannot run: it has no warp shuffles or warp barriers.) No action masks in
-        this game."""
+        grid if any must be current and visible to the whole block), by teams of `width` lanes (the
+        warps where TEAM_WARP, as the .cu's write_rows, else the whole block): each team takes
+        groups of up to GROUP consecutive rows with its own barriers only (team_sync): its lanes
+        find the group's nearest others into the team's lists (with TWO_PHASE every agent in the
+        game has found them before, in the grid's order, then a block barrier), then it stages the
+        rows' features in chunks in its part of the staging buffer and stores each chunk,
+        consecutive lanes writing consecutive floats (by id, a chunk's rows are one run of out).
+        (The .cu also splits one agent's scan over several lanes, with shuffles, which the simulator
+        has not.) No action masks in this game."""
         positions, ids, ends, sh_in_game, staged = sh[0], sh[1], sh[2], sh[5], sh[7]
         known_shapes(state)
         assume(out.shape[1] == N * OBS_DIM)
@@ -652,7 +727,7 @@ def game_functions(c) -> GameFunctions:
         # Unsigned indices (U) and while loops, as in step_env and stage_features.
         tid = U(cuda.threadIdx.x)
         threads = U(cuda.blockDim.x)
-        if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise a chunk's lists (sh[4])
+        if TWO_PHASE:  # every agent's list (sh[9], by id); otherwise each team's lists (sh[4])
             place, end = tid, U(ends[OUT_BUCKET - 1])  # the agents out of the game come after
             while place < end:
                 a = id_at(ids, place)
@@ -661,52 +736,105 @@ def game_functions(c) -> GameFunctions:
                     nearest_others_in_grid(place, xa, ya, sh, sh[9], U(a * K))
                 place = U(place + threads)
             cuda.syncthreads()
-        chunk = min(threads, U(CHUNK))  # sh[4] holds CHUNK agents' lists
-        first = U(0)
-        while first < U(N):
-            rows = min(chunk, U(N - first))
-            if not FULL_OBSERVATION and not TWO_PHASE:
-                if tid < rows:
-                    a = id_at(ids, U(first + tid))
+        if TEAM_WARP:
+            # Warps of 32 lanes; in a block of fewer threads (the simulator's: half as many as
+            # agents), one warp of them all. Threads past the last whole warp (the simulator's) take
+            # no rows.
+            width = U(32) if threads >= U(32) else threads
+            lane = U(tid % U(32)) if threads >= U(32) else tid
+            team = U(tid // U(32)) if threads >= U(32) else U(0)
+            teams = U(threads // width)
+            group = U(GROUP)
+        else:  # the block: GROUP rows at a time, or a row a thread where it has fewer (the simulator's)
+            width, lane, team, teams = threads, tid, U(0), U(1)
+            group = min(threads, U(GROUP))
+        at = U(team * U(TEAM_STAGE))  # the team's staging buffer
+        lists = U(team * U(GROUP * K))  # the team's lists in sh[4]
+        # Every warp takes as many groups (its last ones empty where the rows run out) and as many
+        # chunks of each, so that the warps reach their barriers equally often (the simulator's are
+        # the block's); the block, one team, takes only its rows' chunks.
+        groups = U(teams * group)  # rows the teams take in one pass
+        base = U(0)
+        while base < U(N):
+            first = U(base + team * group)
+            # A warp's group may start past the last row (and the simulator's spare threads take
+            # none); the block's starts at base, within them.
+            rows = min(group, U(N - first)) if not TEAM_WARP or (team < teams and first < U(N)) else U(0)
+            if not FULL_OBSERVATION and not TWO_PHASE:  # the group's nearest others, into the team's lists
+                r = lane
+                while r < rows:
+                    a = id_at(ids, U(first + r))
                     if sh_in_game[a]:
                         if GRID:
-                            place = U(first + tid)
+                            place = U(first + r)
                             xa, ya = position(positions, place)
-                            nearest_others_in_grid(place, xa, ya, sh, sh[4], U(tid * K))
+                            nearest_others_in_grid(place, xa, ya, sh, sh[4], U(lists + r * K))
                         else:
-                            nearest_others(a, positions, sh_in_game, sh[4], U(tid * K))
-                cuda.syncthreads()
+                            nearest_others(a, positions, sh_in_game, sh[4], U(lists + r * K))
+                    # A lane a row: one pass, but in the simulator's warps of fewer lanes than GROUP
+                    # (the block's group is never more rows than it has threads).
+                    r = U(r + width) if TEAM_WARP else rows
+                team_sync()
             r0 = U(0)
-            while r0 < rows:
-                staged_rows = min(U(STAGED_ROWS), U(rows - r0))
+            chunks_end = U(GROUP) if TEAM_WARP else rows
+            while r0 < chunks_end:
+                staged_rows = min(U(STAGED_ROWS), U(rows - r0)) if not TEAM_WARP or r0 < rows else U(0)
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
                     if TWO_PHASE:
                         rows_first = U(first + r0)
-                        stage_features(e, rows_first, staged_rows, sh[9], U(rows_first * K), m0, slots, time, state, sh)
+                        stage_features(
+                            e,
+                            rows_first,
+                            staged_rows,
+                            sh[9],
+                            U(rows_first * K),
+                            m0,
+                            slots,
+                            time,
+                            state,
+                            sh,
+                            lane,
+                            width,
+                            at,
+                        )
                     else:
-                        stage_features(e, U(first + r0), staged_rows, sh[4], U(r0 * K), m0, slots, time, state, sh)
-                    cuda.syncthreads()
+                        stage_features(
+                            e,
+                            U(first + r0),
+                            staged_rows,
+                            sh[4],
+                            U(lists + r0 * K),
+                            m0,
+                            slots,
+                            time,
+                            state,
+                            sh,
+                            lane,
+                            width,
+                            at,
+                        )
+                    team_sync()
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
                         # The run as a view of its own: indexed at run + i, each store paid the 32-bit
                         # sum and e's row afresh (13 instructions a float, 11 now; nvcc's, unrolled, 4).
                         run = observations[U(U(first + r0) * U(OBS_DIM)) :]
-                        i, floats = tid, U(staged_rows * U(OBS_DIM))
+                        i, floats = lane, U(staged_rows * U(OBS_DIM))
                         while i < floats:
-                            run[i] = staged[i]
-                            i = U(i + threads)
+                            run[i] = staged[U(at + i)]
+                            i = U(i + width)
                     else:  # a row segment after another
                         length = slots * FEATURES + (1 if m0 + slots == OBSERVED_SLOTS else 0)
-                        r, w, rows_step, floats_step = first_pair(tid, threads, length)
-                        i, floats = tid, U(staged_rows * length)
+                        r, w, rows_step, floats_step = first_pair(lane, width, length)
+                        i, floats = lane, U(staged_rows * length)
                         while i < floats:
                             row = row_agent(ids, U(first + r0 + r)) * OBS_DIM + m0 * FEATURES
-                            observations[U(row + w)] = staged[U(r * ROW_STRIDE + w)]
+                            observations[U(row + w)] = staged[U(at + r * ROW_STRIDE + w)]
                             r, w = step_pair(r, w, rows_step, floats_step, length)
-                            i = U(i + threads)
-                    cuda.syncthreads()  # the next pass overwrites the staged features (and the next chunk observed)
+                            i = U(i + width)
+                    team_sync()  # the next chunk overwrites the staged features (the next group, the lists)
                 r0 = U(r0 + U(STAGED_ROWS))
-            first = U(first + chunk)
+            base = U(base + groups)
 
     @cuda.jit(device=True)
     def nearest_tagger(e, x, y, xa, ya, sh):
@@ -812,6 +940,7 @@ def game_functions(c) -> GameFunctions:
                 y[e, a] = py
             if not GRID:
                 set_position(positions, a, px, py)
+                stage_motion(sh[11], a, v, acc, heading)
             sh_in_game[a] = playing
             rewards[e, a] = reward
             a = U(a + threads)
@@ -841,6 +970,8 @@ def game_functions(c) -> GameFunctions:
                         in_game[e, a] = False
                         speed[e, a] = ZERO
                         acceleration[e, a] = ZERO
+                        if MOTION_STAGED:  # its staged speed and acceleration too (read after the barrier)
+                            sh[11][U(q * U(3))] = sh[11][U(q * U(3) + U(1))] = ZERO
                         if GRID:  # out of the nearest-others search: no distance to it is kept
                             set_position(positions, q, NAN, yq)
                 if sh_in_game[a]:

@@ -254,11 +254,13 @@ def shared_layout(p: TagContinuousParams) -> dict[str, tuple[int, int, str]]:
       ..., then the agents out of the game);
     - ``tags``: runners each tagger tagged this step;
     - ``observed``: the partial observation's k nearest others of a chunk of agents (one per
-      thread group of :func:`scan_split` lanes), where not :func:`two_phase`;
+      thread group of :func:`scan_split` lanes), where not :func:`two_phase`; as many in the Numba
+      kernel: its block's chunk without a grid, its warps' groups of ``32 // scan_split`` with one;
     - ``features``: :data:`STAGE_FLOATS` per warp, the observation features staged on their way to
-      global memory (so that the stores are whole runs of the buffer; the Numba kernel stages the
-      whole block's in one); in a CUDA C step of two phases where :func:`two_phase_stage_motion`,
-      :data:`TWO_PHASE_STAGE_FLOATS` per warp, then ``two_phase_motion``;
+      global memory (so that the stores are whole runs of the buffer; the Numba kernel's warps stage
+      their own with a grid, its block all of it in one without); in a CUDA C step of two phases
+      where :func:`two_phase_stage_motion`, :data:`TWO_PHASE_STAGE_FLOATS` per warp, then
+      ``two_phase_motion``;
     - ``ids``: with a grid, the agent at each place of that order (16 bits, as the grid holds at
       most 65,536 agents);
     - ``places``: with a grid where :func:`rows_by_id`, each agent's place in that order, by id (16
