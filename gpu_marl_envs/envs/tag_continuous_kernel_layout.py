@@ -94,10 +94,10 @@ ROWS_BY_ID_MAX_AGENTS = 5000
 def rows_by_id(p: TagContinuousParams) -> bool:
     """Whether the CUDA C kernel writes the observations by agent id (without a grid, its order is
     the ids' anyway) rather than in the grid's order: :data:`ROWS_BY_ID_MAX_AGENTS`. The Numba
-    kernel takes them by id only where :func:`two_phase`: its chunks are the whole block's, and
-    with the search by id each chunk's search waits on its slowest agent while thinned games'
-    chunks all search (1,480 against 1,131 µs per step at 2,000 x 1,000 with the published rules on
-    an H100)."""
+    kernel takes them by id only where :func:`two_phase`: with the search by id each chunk's search
+    waits on its slowest agent while thinned games' chunks all search (1,480 against 1,131 µs per
+    step at 2,000 x 1,000 with the published rules on an H100, measured when its chunks were the
+    whole block's; its grid games' chunks are now each warp's, not measured against this rule)."""
     return search_grid_cells(p) == 1 or p.num_agents <= ROWS_BY_ID_MAX_AGENTS
 
 
@@ -123,8 +123,8 @@ def two_phase(p: TagContinuousParams) -> bool:
 # every agent in play, the two phases in every step took 532.6 µs per step against 505.3 in one;
 # with the published rules (tagged runners leave) 459.2 against 502.9, and the same (458.1 to 459.0)
 # with a share of 0.8 to 0.95, which leaves every agent in play at one phase (506.3 at 0.9). The
-# Numba kernel, whose chunks are the whole block's, takes them in every step (1,210 against 1,412 µs
-# with every agent in play).
+# Numba kernel takes them in every step (1,210 against 1,412 µs with every agent in play, measured
+# when its chunks were the whole block's; they are now each warp's).
 TWO_PHASE_IN_PLAY_SHARE = 0.9
 
 
