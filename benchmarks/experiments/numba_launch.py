@@ -4,7 +4,8 @@ CartPole's Numba step kernel at 4,096 envs (its GPU time is about 2.5 µs, below
 time), launched the ways ``kernels/numba_api.PreparedLaunch`` could: the driver's ``cuLaunchKernel``
 through cuda-bindings or through ctypes (``CDLL``, which releases the GIL around the call, or
 ``PyDLL``, which keeps it), with a pointer per parameter (``kernelParams``) or every parameter
-packed in one buffer (``extra``, as pycuda's launch); beside it, pycuda's launch of CUDA C's
+packed in one buffer (``extra``, as pycuda's launch), the call's arguments converted at each call
+(argtypes) or built once as ctypes objects; beside it, pycuda's launch of CUDA C's
 CartPole step and both backends' ``step``. ``PreparedLaunch`` launches the first way, the fastest
 measured (issue 46's notes in docs/benchmarks/history.md). Variants are timed in turns (``--rounds`` of
 ``--launches`` each, bracketed by synchronize), median µs a launch. Each variant first steps its
@@ -52,7 +53,15 @@ def packed_parameters(values):
     return ctypes.addressof(extra), (buffer, length, extra)
 
 
-def launches(kernel, args, blocks, threads):
+def unprototyped(kind):
+    """The driver's ``cuLaunchKernel`` from a library instance of its own, without argtypes: its
+    arguments are passed as the ctypes objects they are, converted by nothing in the call."""
+    launch = kind("libcuda.so.1").cuLaunchKernel
+    launch.restype = ctypes.c_int
+    return launch
+
+
+def launches(kernel, args, blocks, threads, stream):
     """name -> launch(stream) of the compiled ``kernel`` on ``args`` (no pointer patched), the number
     of its parameters, and the objects the launches read (to be kept alive while they run)."""
     from numba.cuda.cudadrv.driver import binding
@@ -69,6 +78,22 @@ def launches(kernel, args, blocks, threads):
     handle = int(compiled._codelibrary.get_cufunc().handle)
     function = binding.CUfunction(handle)
     cdll, pydll = driver(ctypes.CDLL), driver(ctypes.PyDLL)
+    raw_cdll, raw_pydll = unprototyped(ctypes.CDLL), unprototyped(ctypes.PyDLL)
+    one, zero = ctypes.c_uint(1), ctypes.c_uint(0)
+    # Every argument built once (the stream's too: a launch on another stream would rebuild it).
+    built = (
+        ctypes.c_void_p(handle),
+        ctypes.c_uint(blocks),
+        one,
+        one,
+        ctypes.c_uint(threads),
+        one,
+        one,
+        zero,
+        ctypes.c_void_p(stream),
+        ctypes.c_void_p(address),
+        ctypes.c_void_p(0),
+    )
 
     def bindings_pointers(stream):
         binding.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, address, 0)
@@ -82,11 +107,19 @@ def launches(kernel, args, blocks, threads):
     def pydll_packed(stream):
         pydll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, None, extra)
 
+    def cdll_built(stream):
+        raw_cdll(*built)
+
+    def pydll_built(stream):
+        raw_pydll(*built)
+
     made = {
         "cuda-bindings, a pointer per parameter (PreparedLaunch's)": bindings_pointers,
         "ctypes CDLL, a pointer per parameter": cdll_pointers,
         "ctypes CDLL, packed": cdll_packed,
         "ctypes PyDLL, packed": pydll_packed,
+        "ctypes CDLL, a pointer per parameter, arguments built once": cdll_built,
+        "ctypes PyDLL, a pointer per parameter, arguments built once": pydll_built,
     }
     return made, len(values), (values, pointers, keep)  # the last: what the launches read
 
@@ -110,7 +143,7 @@ def main() -> None:
     numba_api.PreparedLaunch = Capture
     envs, steps = [], []
     try:
-        for _ in range(5):
+        for _ in range(7):
             captured.clear()
             envs.append(GpuVectorEnv("CartPole-v1", n, device="cuda", backend="numba", validate_actions=False))
             steps.append(captured[0])
@@ -120,12 +153,12 @@ def main() -> None:
     actions = torch.zeros(n, dtype=torch.int64, device="cuda")  # the backends' own buffers hold zeros too
     stream = raw_current_stream(torch.cuda.current_device())
     variants, parameters, alive = {}, 0, []
-    for index in range(4):
-        made, parameters, read = launches(*steps[index])
+    for index in range(6):
+        made, parameters, read = launches(*steps[index], stream)
         alive.append(read)
         name = list(made)[index]
         variants[name] = (envs[index], made[name])
-    variants["numba backend.step (PreparedLaunch)"] = (envs[4], lambda s: envs[4]._backend.step(actions))
+    variants["numba backend.step (PreparedLaunch)"] = (envs[6], lambda s: envs[6]._backend.step(actions))
     variants["pycuda backend.step"] = (pycuda_env, lambda s: pycuda_env._backend.step(actions))
     for env, _ in variants.values():
         env.reset(seed=0)
