@@ -781,39 +781,12 @@ def game_functions(c) -> GameFunctions:
                 staged_rows = min(U(STAGED_ROWS), U(rows - r0)) if not TEAM_WARP or r0 < rows else U(0)
                 for m0 in range(0, OBSERVED_SLOTS, STAGED_SLOTS):
                     slots = min(STAGED_SLOTS, OBSERVED_SLOTS - m0)
-                    if TWO_PHASE:
-                        rows_first = U(first + r0)
-                        stage_features(
-                            e,
-                            rows_first,
-                            staged_rows,
-                            sh[9],
-                            U(rows_first * K),
-                            m0,
-                            slots,
-                            time,
-                            state,
-                            sh,
-                            lane,
-                            width,
-                            at,
-                        )
-                    else:
-                        stage_features(
-                            e,
-                            U(first + r0),
-                            staged_rows,
-                            sh[4],
-                            U(lists + r0 * K),
-                            m0,
-                            slots,
-                            time,
-                            state,
-                            sh,
-                            lane,
-                            width,
-                            at,
-                        )
+                    # The rows' lists: every agent's by id (TWO_PHASE), or the team's own.
+                    observed = sh[9] if TWO_PHASE else sh[4]
+                    listed = U(U(first + r0) * K) if TWO_PHASE else U(lists + r0 * K)
+                    stage_features(
+                        e, U(first + r0), staged_rows, observed, listed, m0, slots, time, state, sh, lane, width, at
+                    )
                     team_sync()
                     if BY_ID and ROW_STRIDE == OBS_DIM:  # whole rows by id: the chunk is one run of out
                         # The run as a view of its own: indexed at run + i, each store paid the 32-bit
