@@ -29,11 +29,12 @@ import inspect
 import types
 
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero, team_functions
-from gpu_marl_envs.kernels.numba_api import U, add_rn, cuda, divide, mul_rn
+from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, cuda, divide, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
 
 __all__ = [
+    "I64",
     "U",
     "add_rn",
     "cuda",

@@ -128,7 +128,7 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == N * OBS_DIM)
         stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
-        # Unsigned agent indices (U); the team's loops count in int64 (mpe_numba.observe_body says why).
+        # Unsigned agent indices (U); the team's loops count in int64 (numba_api.I64 says why).
         a = U(0)
         while a < U(N):
             row = U(a * U(OBS_DIM))

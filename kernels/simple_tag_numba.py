@@ -167,7 +167,7 @@ def game_functions(c) -> GameFunctions:
         known_shapes(state)
         assume(obs.shape[1] == OBS_SIZE)
         stage_bodies(x, y, vx, vy, obstacle_x, obstacle_y, e, N, L, bodies)
-        # Unsigned agent indices (U); the team's loops count in int64 (mpe_numba.observe_body says why).
+        # Unsigned agent indices (U); the team's loops count in int64 (numba_api.I64 says why).
         a = U(0)
         while a < U(N):
             adversary = a < U(A)
