@@ -1,7 +1,8 @@
 """Env-steps/s through the public ``VectorEnv.step`` with actions already on the device.
 
-For each env x backend x num_envs: warm-up (kernel compilation, first launches), then repeats of
-a timed loop bracketed by ``torch.cuda.synchronize()``; the median repeat is reported. Actions come
+For each env x num_envs, one env per backend: warm-up (kernel compilation, first launches), then
+repeats of a timed loop bracketed by ``torch.cuda.synchronize()``, the backends in turns; the
+median repeat is reported. Actions come
 from a small pool of random tensors made beforehand, so the loop times the env alone.
 
 Baselines measured in the same run: the GPU's device-to-device copy bandwidth (the ceiling for a
@@ -67,32 +68,43 @@ def random_actions(env: GpuVectorEnv, seed: int) -> list[torch.Tensor]:
     ]
 
 
-def measure(
-    env_id: str, backend: str, num_envs: int, device: str, validate: bool, min_seconds: float, repeats: int
-) -> dict:
-    env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=validate)
-    env.reset(seed=0)
-    actions = random_actions(env, 0)
-    time_steps(env, actions, 20, 1)  # warm-up: compilation, caches, allocator
-    # Size the loop so one repeat lasts about min_seconds.
-    probe = time_steps(env, actions, 20, 1) / 20
-    steps = max(20, int(min_seconds / max(probe, 1e-7)))
-    seconds = time_steps(env, actions, steps, repeats)
-    rate = num_envs * steps / seconds
-    result = {
-        "env": env_id,
-        "backend": backend,
-        "num_envs": num_envs,
-        "validate_actions": validate,
-        "steps": steps,
-        "seconds": seconds,
-        "us_per_step": 1e6 * seconds / steps,
-        "env_steps_per_s": rate,
-        "bytes_per_env_step": bytes_per_step(env),
-        "achieved_GBps": rate * bytes_per_step(env) / 1e9,
-    }
-    env.close()
-    return result
+def measure_in_turns(
+    env_id: str, backends: list[str], num_envs: int, device: str, validate: bool, min_seconds: float, repeats: int
+) -> list[dict]:
+    """One env per backend, timed in turns (a repeat of each, then the next repeat of each), so that
+    the backends' rows of one size share the machine's moments: at small batches a step is host
+    time, which drifts by whole µs from one second to the next."""
+    runs = {}
+    for backend in backends:
+        env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=validate)
+        env.reset(seed=0)
+        actions = random_actions(env, 0)
+        time_steps(env, actions, 20, 1)  # warm-up: compilation, caches, allocator
+        # Size the loop so one repeat lasts about min_seconds.
+        probe = time_steps(env, actions, 20, 1) / 20
+        runs[backend] = (env, actions, max(20, int(min_seconds / max(probe, 1e-7))), [])
+    for _ in range(repeats):
+        for env, actions, steps, seconds in runs.values():
+            seconds.append(time_steps(env, actions, steps, 1))
+    results = []
+    for backend, (env, _, steps, seconds) in runs.items():
+        rate = num_envs * steps / statistics.median(seconds)
+        results.append(
+            {
+                "env": env_id,
+                "backend": backend,
+                "num_envs": num_envs,
+                "validate_actions": validate,
+                "steps": steps,
+                "seconds": statistics.median(seconds),
+                "us_per_step": 1e6 * statistics.median(seconds) / steps,
+                "env_steps_per_s": rate,
+                "bytes_per_env_step": bytes_per_step(env),
+                "achieved_GBps": rate * bytes_per_step(env) / 1e9,
+            }
+        )
+        env.close()
+    return results
 
 
 def copy_bandwidth(device: str) -> float:
@@ -172,16 +184,16 @@ def main() -> None:
 
     results = []
     for env_id in args.envs:
-        for backend in backends:
-            for n in args.num_envs:
-                for validate in validates:
-                    r = measure(env_id, backend, n, args.device, validate, args.min_seconds, args.repeats)
+        for n in args.num_envs:
+            for validate in validates:
+                for r in measure_in_turns(env_id, backends, n, args.device, validate, args.min_seconds, args.repeats):
                     if ceiling:
                         r["fraction_of_copy_bandwidth"] = r["achieved_GBps"] * 1e9 / ceiling
                     results.append(r)
                     print(
-                        f"{env_id:26s} {backend:7s} {n:>9,} validate={validate!s:5s} {r['us_per_step']:9.1f} µs/step "
-                        f"{r['env_steps_per_s'] / 1e9:8.3f} G env-steps/s {r['achieved_GBps']:7.0f} GB/s",
+                        f"{env_id:26s} {r['backend']:7s} {n:>9,} validate={validate!s:5s} "
+                        f"{r['us_per_step']:9.1f} µs/step {r['env_steps_per_s'] / 1e9:8.3f} G env-steps/s "
+                        f"{r['achieved_GBps']:7.0f} GB/s",
                         flush=True,
                     )
 

@@ -5,11 +5,13 @@ time), launched the ways ``kernels/numba_api.PreparedLaunch`` could: the driver'
 through cuda-bindings or through ctypes (``CDLL``, which releases the GIL around the call, or
 ``PyDLL``, which keeps it), with a pointer per parameter (``kernelParams``) or every parameter
 packed in one buffer (``extra``, as pycuda's launch), the call's arguments converted at each call
-(argtypes) or built once as ctypes objects; beside it, pycuda's launch of CUDA C's
-CartPole step and both backends' ``step``. ``PreparedLaunch`` launches the first way, the fastest
-measured (issue 46's notes in docs/benchmarks/history.md). Variants are timed in turns (``--rounds`` of
-``--launches`` each, bracketed by synchronize), median µs a launch. Each variant first steps its
-own copy of the envs from one state; their observations must agree bitwise.
+(argtypes) or built once as ctypes objects, on the CUkernel handle Numba holds (which the driver
+resolves to the context's function at each launch) or on that function resolved once
+(``cuKernelGetFunction``); beside it, pycuda's launch of CUDA C's CartPole step alone and both
+backends' ``step``. ``PreparedLaunch`` launches the fastest way measured (cuda-bindings, the
+function resolved once: issue 46's notes in docs/benchmarks/history.md). Variants are timed in
+turns (``--rounds`` of ``--launches`` each, bracketed by synchronize), median µs a launch. Each
+variant first steps its own copy of the envs from one state; their observations must agree bitwise.
 
     python benchmarks/experiments/numba_launch.py
 """
@@ -25,7 +27,7 @@ import torch
 from gpu_marl_envs.kernels import numba_api
 
 from gpu_marl_envs import GpuVectorEnv
-from gpu_marl_envs.backends import raw_current_stream
+from gpu_marl_envs.backends import current_stream_getter
 
 ARGTYPES = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 
@@ -75,8 +77,14 @@ def launches(kernel, args, blocks, threads, stream):
     pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
     address = ctypes.addressof(pointers)
     extra, keep = packed_parameters(values)
+    # Numba loads its kernels as a library (cuLibraryLoadData): its handle is a CUkernel, which the
+    # driver resolves to the current context's function at every launch; cuKernelGetFunction
+    # resolves it once.
     handle = int(compiled._codelibrary.get_cufunc().handle)
     function = binding.CUfunction(handle)
+    error, resolved = binding.cuKernelGetFunction(binding.CUkernel(handle))
+    assert error == binding.CUresult.CUDA_SUCCESS, error
+    resolved_handle = int(resolved)
     cdll, pydll = driver(ctypes.CDLL), driver(ctypes.PyDLL)
     raw_cdll, raw_pydll = unprototyped(ctypes.CDLL), unprototyped(ctypes.PyDLL)
     one, zero = ctypes.c_uint(1), ctypes.c_uint(0)
@@ -98,6 +106,19 @@ def launches(kernel, args, blocks, threads, stream):
     def bindings_pointers(stream):
         binding.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, address, 0)
 
+    def bindings_resolved(stream):
+        binding.cuLaunchKernel(resolved, blocks, 1, 1, threads, 1, 1, 0, stream, address, 0)
+
+    stream_object = binding.CUstream(stream)
+
+    def bindings_resolved_stream(stream):
+        binding.cuLaunchKernel(resolved, blocks, 1, 1, threads, 1, 1, 0, stream_object, address, 0)
+
+    resolved_built = (ctypes.c_void_p(resolved_handle), *built[1:])
+
+    def pydll_resolved_built(stream):
+        raw_pydll(*resolved_built)
+
     def cdll_pointers(stream):
         cdll(handle, blocks, 1, 1, threads, 1, 1, 0, stream, address, None)
 
@@ -114,12 +135,15 @@ def launches(kernel, args, blocks, threads, stream):
         raw_pydll(*built)
 
     made = {
-        "cuda-bindings, a pointer per parameter (PreparedLaunch's)": bindings_pointers,
+        "cuda-bindings, the CUkernel handle Numba holds, a pointer per parameter": bindings_pointers,
         "ctypes CDLL, a pointer per parameter": cdll_pointers,
         "ctypes CDLL, packed": cdll_packed,
         "ctypes PyDLL, packed": pydll_packed,
         "ctypes CDLL, a pointer per parameter, arguments built once": cdll_built,
         "ctypes PyDLL, a pointer per parameter, arguments built once": pydll_built,
+        "cuda-bindings, the CUfunction resolved once (PreparedLaunch's)": bindings_resolved,
+        "ctypes PyDLL, arguments built once, the CUfunction resolved once": pydll_resolved_built,
+        "cuda-bindings, the CUfunction resolved once, the stream a CUstream built once": bindings_resolved_stream,
     }
     return made, len(values), (values, pointers, keep)  # the last: what the launches read
 
@@ -135,15 +159,15 @@ def main() -> None:
     original = numba_api.PreparedLaunch
 
     class Capture(original):
-        def __init__(self, kernel, launch_args, blocks, threads, shared_bytes=0, patched=()):
-            super().__init__(kernel, launch_args, blocks, threads, shared_bytes, patched)
+        def __init__(self, kernel, launch_args, blocks, threads, shared_bytes=0, patched=(), stream=lambda: 0):
+            super().__init__(kernel, launch_args, blocks, threads, shared_bytes, patched, stream)
             captured.append((kernel, launch_args, blocks, threads))
 
     # One env per variant, each stepped by its own launches; an env's first prepared launch is its step.
     numba_api.PreparedLaunch = Capture
     envs, steps = [], []
     try:
-        for _ in range(7):
+        for _ in range(10):
             captured.clear()
             envs.append(GpuVectorEnv("CartPole-v1", n, device="cuda", backend="numba", validate_actions=False))
             steps.append(captured[0])
@@ -151,15 +175,23 @@ def main() -> None:
         numba_api.PreparedLaunch = original
     pycuda_env = GpuVectorEnv("CartPole-v1", n, device="cuda", backend="pycuda", validate_actions=False)
     actions = torch.zeros(n, dtype=torch.int64, device="cuda")  # the backends' own buffers hold zeros too
-    stream = raw_current_stream(torch.cuda.current_device())
+    stream = current_stream_getter(torch.cuda.current_device())()
     variants, parameters, alive = {}, 0, []
-    for index in range(6):
+    for index in range(9):
         made, parameters, read = launches(*steps[index], stream)
         alive.append(read)
         name = list(made)[index]
         variants[name] = (envs[index], made[name])
-    variants["numba backend.step (PreparedLaunch)"] = (envs[6], lambda s: envs[6]._backend.step(actions))
+    variants["numba backend.step (PreparedLaunch)"] = (envs[9], lambda s: envs[9]._backend.step(actions))
     variants["pycuda backend.step"] = (pycuda_env, lambda s: pycuda_env._backend.step(actions))
+    bare = GpuVectorEnv("CartPole-v1", n, device="cuda", backend="pycuda", validate_actions=False)
+    bare._backend.step(actions)  # its actions pointer packed once
+    packed = bytes(bare._backend._step_buffer)
+    b = bare._backend
+    variants["pycuda's launch alone (the arguments' bytes built once)"] = (
+        bare,
+        lambda s: b._step_kernel._launch_kernel(b._grid, b._block, packed, 0, None),
+    )
     for env, _ in variants.values():
         env.reset(seed=0)
     for _, launch in variants.values():

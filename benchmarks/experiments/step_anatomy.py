@@ -64,7 +64,11 @@ def build(env_id: str, backend: str, n: int):
     env = GpuVectorEnv(env_id, n, device="cuda", backend=backend, validate_actions=False)
     env.reset(seed=0)
     space = env.single_action_space
-    pool = [torch.randint(0, int(space.n), (n,), device="cuda", generator=g) for _ in range(POOL)]
+    if hasattr(space, "n"):
+        pool = [torch.randint(0, int(space.n), (n,), device="cuda", generator=g) for _ in range(POOL)]
+    else:  # Box: uniform within the bounds
+        low, high = (torch.as_tensor(bound, device="cuda") for bound in (space.low, space.high))
+        pool = [low + (high - low) * torch.rand((n, *space.shape), device="cuda", generator=g) for _ in range(POOL)]
     return env.step, pool
 
 

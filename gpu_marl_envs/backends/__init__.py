@@ -4,7 +4,9 @@ optional CUDA packages stay optional."""
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 
 import torch
 
@@ -30,11 +32,12 @@ BACKEND_CLASSES = {
 }
 
 
-def raw_current_stream(device_index: int) -> int:
-    """The handle of torch's current stream on a CUDA device, for the kernel backends' launches.
-    ``torch.cuda.current_stream()`` builds a Python ``Stream`` (~5 µs, as much as a launch); the raw
-    getter is what torch's own compiled kernels use."""
-    return torch._C._cuda_getCurrentRawStream(device_index)
+def current_stream_getter(device_index: int) -> Callable[[], int]:
+    """A call of no arguments that returns the handle of torch's current stream on a CUDA device, for
+    the kernel backends' launches. ``torch.cuda.current_stream()`` builds a Python ``Stream`` (~5 µs,
+    as much as a launch); the raw getter is what torch's own compiled kernels use, bound here to the
+    device without a Python frame of ours (at small batches a launch's every frame counts)."""
+    return functools.partial(torch._C._cuda_getCurrentRawStream, device_index)
 
 
 class BackendUnavailableError(RuntimeError):

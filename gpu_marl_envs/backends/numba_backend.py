@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends import raw_current_stream
+from gpu_marl_envs.backends import current_stream_getter
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
 from gpu_marl_envs.validation import zero_actions
@@ -71,13 +71,8 @@ class NumbaLauncher:
         if self._on_gpu:
             from gpu_marl_envs.kernels.numba_api import PreparedLaunch
 
-            prepared = PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, patched)
-            index = self._device.index
-
-            def launch(*tensors: torch.Tensor) -> None:
-                prepared(raw_current_stream(index), [tensor.data_ptr() for tensor in tensors])
-
-            return launch
+            stream = current_stream_getter(self._device.index)
+            return PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, patched, stream)
 
         from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
 

@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends import nvrtc, raw_current_stream
+from gpu_marl_envs.backends import current_stream_getter, nvrtc
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -201,11 +201,12 @@ class StreamLauncher:
 
     def __init__(self, device: torch.device):
         self._device = device
+        self._current_stream = current_stream_getter(device.index)
         self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
 
     def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray, shared_bytes: int = 0) -> None:
         """``shared_bytes``: the block's dynamic shared memory."""
-        if raw_current_stream(self._device.index) == 0:
+        if self._current_stream() == 0:
             kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, None)
             return
         # pycuda cannot launch on a stream it did not create: order our stream after torch's
