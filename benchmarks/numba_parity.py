@@ -80,6 +80,8 @@ def workload(name: str, row: dict) -> tuple[str, str]:
         what = f"{row['scenario']} {row['num_envs']:,} games, {row['actions']}"
     else:
         what = f"{row['env']} {row['num_envs']:,} envs"
+    if row.get("api", "step_groups") != "step_groups":  # (Tag's rows through the PettingZoo dict API)
+        what += f", {row['api']}"
     if row.get("validate_actions"):
         what += ", validate_actions=True"
     return what + (f", {mode}" if mode else ""), TWINS[backend]

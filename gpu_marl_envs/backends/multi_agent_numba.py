@@ -146,13 +146,12 @@ class MultiAgentNumbaBackend:
                 # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
                 for kernel, args in kernels:
                     allow_dynamic_shared_memory(kernel, args, shared_bytes)
-        self._step = launcher.prepare(step_kernel, step_args, (STEP_ARGUMENTS.index("actions"),))
+        # step(actions) and reset() are the prepared launches themselves: at small batches a step is
+        # host time, and a method around each would add a Python frame to every step.
+        self.step = launcher.prepare(step_kernel, step_args, (STEP_ARGUMENTS.index("actions"),))
         # The same kernel, copying each env's actions from the groups' own tensors first.
         self._step_groups = launcher.prepare(step_kernel, groups_args, (len(STEP_ARGUMENTS),))  # group_actions
-        self._reset = launcher.prepare(reset_kernel, reset_args)
-
-    def step(self, actions: torch.Tensor) -> None:
-        self._step(actions)
+        self.reset = launcher.prepare(reset_kernel, reset_args)
 
     @staticmethod
     def reads_in_place(actions: torch.Tensor, row_strides: tuple[int, ...]) -> bool:
@@ -165,6 +164,3 @@ class MultiAgentNumbaBackend:
         they lie, in one launch (the kernel reads a game of one group from its tensor, and copies
         each env's actions of several groups into the actions buffer first)."""
         self._step_groups(*group_actions)
-
-    def reset(self) -> None:
-        self._reset()

@@ -154,13 +154,9 @@ class NumbaBackend:
         # GPU) or copies them in (in the simulator).
         self._actions = zero_actions(action_space, num_envs, buffers.state.device)
         views["actions"] = launcher.view(self._actions)
-        self._step = launcher.prepare(
+        # step(actions) and reset() are the prepared launches themselves: at 4,096 envs a step is
+        # host time, and a method around each would add a Python frame to every step.
+        self.step = launcher.prepare(
             step_kernel, tuple(views[name] for name in STEP_ARGUMENTS), (STEP_ARGUMENTS.index("actions"),)
         )
-        self._reset = launcher.prepare(reset_kernel, tuple(views[name] for name in RESET_ARGUMENTS))
-
-    def step(self, actions: torch.Tensor) -> None:
-        self._step(actions)
-
-    def reset(self) -> None:
-        self._reset()
+        self.reset = launcher.prepare(reset_kernel, tuple(views[name] for name in RESET_ARGUMENTS))
