@@ -2,8 +2,8 @@
 
 For each env x num_envs, one env per backend: warm-up (kernel compilation, first launches), then
 repeats of a timed loop bracketed by ``torch.cuda.synchronize()``, the backends in turns; the
-median repeat is reported. Actions come
-from a small pool of random tensors made beforehand, so the loop times the env alone.
+median repeat is reported. Actions come from a small pool of random tensors made beforehand, so the
+loop times the env alone.
 
 Baselines measured in the same run: the GPU's device-to-device copy bandwidth (the ceiling for a
 memory-bound step) and Gymnasium's own numpy ``CartPoleVectorEnv`` on one CPU core.
@@ -39,18 +39,15 @@ def bytes_per_step(env: GpuVectorEnv) -> int:
     return 2 * 4 * fields + action_bytes + 4 * obs_dim + 4 + 1 + 1 + 2 * 4 + 2 * 1
 
 
-def time_steps(env: GpuVectorEnv, actions: list[torch.Tensor], steps: int, repeats: int) -> float:
-    """Median seconds for ``steps`` calls of ``env.step``."""
+def time_steps(env: GpuVectorEnv, actions: list[torch.Tensor], steps: int) -> float:
+    """Seconds for ``steps`` calls of ``env.step``, bracketed by synchronize."""
     sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
-    results = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        for s in range(steps):
-            env.step(actions[s % ACTION_POOL])
-        sync()
-        results.append(time.perf_counter() - start)
-    return statistics.median(results)
+    sync()
+    start = time.perf_counter()
+    for s in range(steps):
+        env.step(actions[s % ACTION_POOL])
+    sync()
+    return time.perf_counter() - start
 
 
 def random_actions(env: GpuVectorEnv, seed: int) -> list[torch.Tensor]:
@@ -79,16 +76,17 @@ def measure_in_turns(
         env = GpuVectorEnv(env_id, num_envs, device=device, backend=backend, validate_actions=validate)
         env.reset(seed=0)
         actions = random_actions(env, 0)
-        time_steps(env, actions, 20, 1)  # warm-up: compilation, caches, allocator
+        time_steps(env, actions, 20)  # warm-up: compilation, caches, allocator
         # Size the loop so one repeat lasts about min_seconds.
-        probe = time_steps(env, actions, 20, 1) / 20
+        probe = time_steps(env, actions, 20) / 20
         runs[backend] = (env, actions, max(20, int(min_seconds / max(probe, 1e-7))), [])
     for _ in range(repeats):
         for env, actions, steps, seconds in runs.values():
-            seconds.append(time_steps(env, actions, steps, 1))
+            seconds.append(time_steps(env, actions, steps))
     results = []
     for backend, (env, _, steps, seconds) in runs.items():
-        rate = num_envs * steps / statistics.median(seconds)
+        median = statistics.median(seconds)
+        rate = num_envs * steps / median
         results.append(
             {
                 "env": env_id,
@@ -96,8 +94,8 @@ def measure_in_turns(
                 "num_envs": num_envs,
                 "validate_actions": validate,
                 "steps": steps,
-                "seconds": statistics.median(seconds),
-                "us_per_step": 1e6 * statistics.median(seconds) / steps,
+                "seconds": median,
+                "us_per_step": 1e6 * median / steps,
                 "env_steps_per_s": rate,
                 "bytes_per_env_step": bytes_per_step(env),
                 "achieved_GBps": rate * bytes_per_step(env) / 1e9,

@@ -18,7 +18,9 @@ import argparse
 import cProfile
 import pstats
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -26,6 +28,10 @@ from torch.profiler import ProfilerActivity, profile
 import gpu_marl_envs
 from gpu_marl_envs import GpuVectorEnv
 from gpu_marl_envs.registration import is_game
+
+# The suite's throughput.py sits one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from throughput import random_actions  # noqa: E402
 
 DEFAULT_CASES = [
     f"{env}:{backend}:{n}"
@@ -63,13 +69,7 @@ def build(env_id: str, backend: str, n: int):
         return game.step_groups, pool
     env = GpuVectorEnv(env_id, n, device="cuda", backend=backend, validate_actions=False)
     env.reset(seed=0)
-    space = env.single_action_space
-    if hasattr(space, "n"):
-        pool = [torch.randint(0, int(space.n), (n,), device="cuda", generator=g) for _ in range(POOL)]
-    else:  # Box: uniform within the bounds
-        low, high = (torch.as_tensor(bound, device="cuda") for bound in (space.low, space.high))
-        pool = [low + (high - low) * torch.rand((n, *space.shape), device="cuda", generator=g) for _ in range(POOL)]
-    return env.step, pool
+    return env.step, random_actions(env, 0)[:POOL]
 
 
 def anatomy(case: str, steps: int) -> None:
