@@ -51,6 +51,22 @@ def check_shared_memory(
         )
 
 
+STAGED_BYTES = 32 * 1024
+"""The most shared memory a packed block's observations and rewards may take to be staged there
+(kernels/multi_agent.cuh, gme_multi_agent_step); with the game's own shared arrays they must stay
+under a block's 48 KB of static shared memory."""
+
+STAGED_AGENTS_PER_LANE = 8
+"""The most agents a lane of a staged step's team holds the running returns of, in registers."""
+
+
+def stages_rows(definition, params, games: int, lanes: int) -> bool:
+    """Whether the step kernel of ``games`` envs to a block, ``lanes`` each, stages the block's
+    observations and rewards in shared memory (both backends' rule; a block of one env never)."""
+    row = definition.obs_size(params) + params.num_agents
+    return games > 1 and 4 * games * row <= STAGED_BYTES and -(-params.num_agents // lanes) <= STAGED_AGENTS_PER_LANE
+
+
 STEP_ARGUMENTS = (
     "num_envs",
     "state",

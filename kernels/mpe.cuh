@@ -41,16 +41,27 @@ __device__ __forceinline__ float mpe_squared_norm(float dx, float dy) {
     return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
 }
 
-// Adds to (fx, fy) the contact force of a pair at p_i - p_j = (dx, dy), unless it is beyond its reach
-// (d2 >= reach2: an exact 0 there).
-__device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_min, float reach2, float& fx,
-                                                float& fy) {
+// The contact force (tx, ty) on body i of a pair at p_i - p_j = (dx, dy); false (and no force) where the
+// pair is beyond its reach (d2 >= reach2: an exact 0 there). Body j's is exactly (-tx, -ty): p_j - p_i
+// is -(p_i - p_j) in float32, and the rounded products and quotient keep the sign.
+__device__ __forceinline__ bool mpe_contact(float dx, float dy, float dist_min, float reach2, float& tx, float& ty) {
     float d2 = mpe_squared_norm(dx, dy);
-    if (!(d2 < reach2)) return;
+    if (!(d2 < reach2)) return false;
     float dist = sqrtf(d2);
     float pen = mpe_penetration(__fadd_rn(dist, -dist_min));
-    fx = __fadd_rn(fx, __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dx) / dist, pen));
-    fy = __fadd_rn(fy, __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dy) / dist, pen));
+    tx = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dx) / dist, pen);
+    ty = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dy) / dist, pen);
+    return true;
+}
+
+// Adds to (fx, fy) the contact force of a pair at p_i - p_j = (dx, dy) (mpe_contact).
+__device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_min, float reach2, float& fx,
+                                                float& fy) {
+    float tx, ty;
+    if (mpe_contact(dx, dy, dist_min, reach2, tx, ty)) {
+        fx = __fadd_rn(fx, tx);
+        fy = __fadd_rn(fy, ty);
+    }
 }
 
 // One agent's action force: a Discrete action (clamped into 0..4) or a Box one (components 1..4 read,

@@ -142,19 +142,21 @@ __device__ __forceinline__ void gme_reset_env(const typename Game::State& s, typ
     if (gme_lane() == 0) episodes[e] = episode + 1;
 }
 
+// The rounds of a team's loop over its game's agents (agent a on lane a % lanes, in round a / lanes).
+constexpr int GME_AGENT_ROUNDS = (GME_NUM_AGENTS + GME_GAME_THREADS - 1) / GME_GAME_THREADS;
+// A staged step's loop over them unrolled (#pragma unroll reads C++ constants, not macros).
+constexpr int gme_staged_unroll = GME_STAGED ? GME_AGENT_ROUNDS : 1;
+
+// Env e's step by its team (the step kernel's body): its observations into obs, its rewards into
+// team_rewards, then into `rewards` (gme_multi_agent_step below says where the two point).
 template <class Game>
-__device__ __forceinline__ void gme_multi_agent_step(
-    int num_envs, const typename Game::State& s, const GmeActions& actions, float* observations, bool* action_masks,
-    float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated,
-    float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
-    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
-    int autoreset_mode) {
-    __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
-    typename Game::Shared& sh = teams[gme_team()];
-    int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
-    if (e >= num_envs) return;
+__device__ __forceinline__ void gme_step_env(
+    const typename Game::State& s, typename Game::Shared& sh, int e, const GmeActions& actions, float* obs,
+    float* team_rewards, bool* action_masks, float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated,
+    bool* truncated, float* running_returns, float* episode_returns, float* episode_totals,
+    float* final_observations, bool* final_observation_mask, bool* needs_reset, unsigned int* episodes,
+    const unsigned long long* seeds, int autoreset_mode) {
     long long row = (long long)e * Game::num_agents;
-    float* obs = observations + (long long)e * Game::obs_size;
     bool* masks = Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr;
 
     if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
@@ -175,12 +177,27 @@ __device__ __forceinline__ void gme_multi_agent_step(
                       Game::obs_size == GME_OBS_SIZE && Game::mask_size == GME_MASK_SIZE &&
                       Game::num_metrics == GME_NUM_METRICS,
                   "a game's sizes are the runtime's (GmeGame's): declare none");
-    Game::step_env(s, sh, e, GmeActionRow(actions, e), rewards + row, term, trunc);
+    // A staged step loads its lanes' running returns before the game's step, into registers (its loops
+    // unrolled), so that the loads overlap the game's own rather than wait after them.
+    float returns[GME_STAGED ? GME_AGENT_ROUNDS : 1];
+    if constexpr (GME_STAGED) {
+#pragma unroll
+        for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+            int a = gme_lane() + k * gme_lanes();
+            if (a < Game::num_agents) returns[k] = running_returns[row + a];
+        }
+    }
+    Game::step_env(s, sh, e, GmeActionRow(actions, e), team_rewards, term, trunc);
     bool done = term || trunc;
     gme_sync();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
-    for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
+#pragma unroll gme_staged_unroll
+    for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+        int a = gme_lane() + k * gme_lanes();
+        if (a >= Game::num_agents) break;
+        float reward = team_rewards[a];
+        if constexpr (GME_STAGED) rewards[row + a] = reward;
         // One float32 addition per step, as the reference's running_returns + rewards.
-        float sum = running_returns[row + a] + rewards[row + a];
+        float sum = (GME_STAGED ? returns[k] : running_returns[row + a]) + reward;
         if (done) episode_returns[row + a] = sum;
         running_returns[row + a] = done ? 0.0f : sum;
         bool playing = Game::in_game(s, sh, e, a);
@@ -206,6 +223,52 @@ __device__ __forceinline__ void gme_multi_agent_step(
         gme_reset_env<Game>(s, sh, e, running_returns + row, episodes, seeds);
     }
     Game::observe_env(s, sh, e, obs, masks);
+}
+
+// A warp's staged observations into `observations`: its teams' rows lie side by side in `staged` as in
+// `observations` (from the warp's first env on), and the warp's lanes store them a float a lane,
+// consecutive lanes on consecutive floats, so that a store instruction writes 128 contiguous bytes. (A
+// team storing its own rows writes a few floats of each of the warp's envs per instruction, a 32-byte
+// sector each: unstaged, SimpleSpread's step on one lane a game took 63 µs at 65,536 games on an H200,
+// staged 11.5; 16-byte stores a lane gained 0.2 µs more, not kept.) Every lane of the warp's teams of
+// envs below num_envs calls it (the others have returned).
+__device__ __forceinline__ void gme_store_staged(const float* staged, float* observations, int num_envs) {
+    constexpr int warp_teams = 32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
+    int first_team = threadIdx.x / 32 * warp_teams;
+    int first_env = blockIdx.x * GME_GAMES_PER_BLOCK + first_team;
+    int envs = min(min(warp_teams, GME_GAMES_PER_BLOCK - first_team), num_envs - first_env);
+    int lanes = envs * GME_GAME_THREADS;
+    __syncwarp(lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u);  // every team's row is staged
+    const float* from = staged + first_team * GME_OBS_SIZE;
+    float* to = observations + (long long)first_env * GME_OBS_SIZE;
+    for (int k = threadIdx.x % 32; k < envs * GME_OBS_SIZE; k += lanes) to[k] = from[k];
+}
+
+// The step kernel's body. Where GME_STAGED is 1 (packed teams of a few agents a lane whose block's
+// observations and rewards fit the shared memory Python allows them: multi_agent_pycuda.stages_rows), a
+// team's observe_env writes its env's observations into the block's shared array, which gme_store_staged
+// then stores, and its step_env writes the rewards into another, which gme_step_env reads and stores;
+// else both straight into global memory. A game cannot tell: obs and rewards are float* either way.
+template <class Game>
+__device__ __forceinline__ void gme_multi_agent_step(
+    int num_envs, const typename Game::State& s, const GmeActions& actions, float* observations, bool* action_masks,
+    float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated, bool* truncated,
+    float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
+    bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
+    int autoreset_mode) {
+    static_assert(!GME_STAGED || GME_GAMES_PER_BLOCK > 1, "a step is staged by packed teams");
+    __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
+    __shared__ float staged[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_OBS_SIZE : 1];
+    __shared__ float staged_rewards[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_NUM_AGENTS : 1];
+    int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
+    if (e >= num_envs) return;
+    float* obs = GME_STAGED ? staged + gme_team() * GME_OBS_SIZE : observations + (long long)e * GME_OBS_SIZE;
+    float* team_rewards =
+        GME_STAGED ? staged_rewards + gme_team() * GME_NUM_AGENTS : rewards + (long long)e * GME_NUM_AGENTS;
+    gme_step_env<Game>(s, teams[gme_team()], e, actions, obs, team_rewards, action_masks, rewards, agent_terminated,
+                       agent_truncated, terminated, truncated, running_returns, episode_returns, episode_totals,
+                       final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode);
+    if constexpr (GME_STAGED) gme_store_staged(staged, observations, num_envs);
 }
 
 template <class Game>

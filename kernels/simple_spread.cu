@@ -1,10 +1,12 @@
 // SimpleSpread-v3's CUDA C kernels (gpu_marl_envs/envs/simple_spread.py is the reference and documents
 // the rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
-// per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. Race freedom: the agents' positions are staged in shared memory before a barrier; in the
-// move phase a thread reads only the staged positions and writes only its own agents' state; the
-// rewards' phase stages the new positions again, the observations' phase every body (mpe_stage_bodies,
-// after the barrier that ends the step). The landmarks' nearest distances are summed by the team's tree
-// (mpe_tree_sum), collision counts are per agent (no atomics).
+// per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. A step stages the
+// game's bodies in shared memory once (one round trip to global memory for the whole state, the
+// actions' loads issued before it) and works from there: the observations read the bodies the step
+// left. Race freedom: in the move phase a thread reads the staged old positions and writes only its
+// own agents' velocities; the new positions wait in registers for a barrier before they are staged.
+// The landmarks' nearest distances are summed by the team's tree (mpe_tree_sum), collision counts
+// are per agent (no atomics).
 #include "mpe.cuh"
 
 #define N GAME_NUM_AGENTS
@@ -12,23 +14,28 @@
 
 struct SimpleSpread : GmeGame {
     struct Shared {
-        // Read by phase: the step's agents' positions (x, then y; before the move, then after it) and,
-        // from 2N, each landmark's nearest agent's distance (then the tree sum); the observations'
-        // bodies (mpe_stage_bodies' layout, which starts with the positions), over the sums, which
-        // the step has read by then. One array, the phases' needs overlapping: about 2,000 agents a game
-        // in a block's 48 KB of static shared memory.
-        float scratch[6 * N > 2 * N + GAME_SUM_SLOTS ? 6 * N : 2 * N + GAME_SUM_SLOTS];
+        // The game's bodies in mpe_stage_bodies' layout (the agents' x, y, vx, vy, then the landmarks' x, y),
+        // staged by step_env (then moved) and written by reset_env: observe_env reads them, as the framework
+        // calls it only after one of the two in the same launch (multi_agent.cuh). Then each landmark's
+        // nearest agent's distance, and their tree sum. About 1,700 agents a game fit a block's 48 KB of
+        // static shared memory.
+        float bodies[6 * N];
+        float sums[GAME_SUM_SLOTS];
     };
 
-    __device__ static void reset_env(const State& s, Shared&, int e, unsigned long long seed, unsigned int episode) {
+    __device__ static void reset_env(const State& s, Shared& sh, int e, unsigned long long seed,
+                                     unsigned int episode) {
         for (int a = gme_lane(); a < N; a += gme_lanes()) {
             long long i = (long long)e * N + a;
-            s.x[i] = gme_uniform(seed, episode, a, -1.0f, 1.0f);
-            s.y[i] = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
-            s.vx[i] = 0.0f;
-            s.vy[i] = 0.0f;
-            s.landmark_x[i] = gme_uniform(seed, episode, 2 * N + a, -1.0f, 1.0f);
-            s.landmark_y[i] = gme_uniform(seed, episode, 3 * N + a, -1.0f, 1.0f);
+            float x = gme_uniform(seed, episode, a, -1.0f, 1.0f), y = gme_uniform(seed, episode, N + a, -1.0f, 1.0f);
+            float lx = gme_uniform(seed, episode, 2 * N + a, -1.0f, 1.0f);
+            float ly = gme_uniform(seed, episode, 3 * N + a, -1.0f, 1.0f);
+            s.x[i] = sh.bodies[a] = x;
+            s.y[i] = sh.bodies[N + a] = y;
+            s.vx[i] = sh.bodies[2 * N + a] = 0.0f;
+            s.vy[i] = sh.bodies[3 * N + a] = 0.0f;
+            s.landmark_x[i] = sh.bodies[4 * N + a] = lx;
+            s.landmark_y[i] = sh.bodies[5 * N + a] = ly;
         }
         if (gme_lane() == 0) s.t[e] = 0;
     }
@@ -36,57 +43,93 @@ struct SimpleSpread : GmeGame {
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc) {
         long long row = (long long)e * N;
-        float *sx = sh.scratch, *sy = sh.scratch + N, *sums = sh.scratch + 2 * N;
-        mpe_stage(s.x + row, s.y + row, sx, sy, N);
-        for (int a = gme_lane(); a < N; a += gme_lanes()) {
-            float fx, fy;
-            mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx, fy);
-            for (int j = 0; j < N; ++j) {
-                if (j != a) mpe_add_contact(sx[a] - sx[j], sy[a] - sy[j], GAME_DIST_MIN, GAME_REACH2, fx, fy);
-            }
-            float x = s.x[row + a], y = s.y[row + a], vx = s.vx[row + a], vy = s.vy[row + a];
-            mpe_integrate(x, y, vx, vy, fx, fy, 0.0f);
-            s.x[row + a] = x;
-            s.y[row + a] = y;
-            s.vx[row + a] = vx;
-            s.vy[row + a] = vy;
+        float *px = sh.bodies, *py = px + N, *pvx = px + 2 * N, *pvy = px + 3 * N, *lx = px + 4 * N, *ly = px + 5 * N;
+        int now = s.t[e] + 1;
+        // The lane's agents' action forces (round k: agent lane + k lanes), loaded before the staging so that
+        // the loads share its round trip; the loops unroll, so the arrays stay in registers.
+        float fx[GME_AGENT_ROUNDS], fy[GME_AGENT_ROUNDS], nx[GME_AGENT_ROUNDS], ny[GME_AGENT_ROUNDS];
+#pragma unroll
+        for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+            int a = gme_lane() + k * gme_lanes();
+            if (a < N) mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx[k], fy[k]);
         }
-        gme_sync();  // every agent has moved and read the old positions
-        mpe_stage(s.x + row, s.y + row, sx, sy, N);
+        mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.landmark_x + row, s.landmark_y + row, N, N,
+                         sh.bodies);
+        if constexpr (GME_GAME_THREADS == 1) {
+            // One lane moves the whole game (N <= simple_spread.ONE_LANE_AGENTS): each pair's contact force
+            // is computed once and its negation is the other agent's (mpe_contact). The pairs go in the order
+            // that adds every agent's forces by the other agent's id, as the loop below and the reference do.
+#pragma unroll
+            for (int a = 0; a < N; ++a) {
+#pragma unroll
+                for (int j = a + 1; j < N; ++j) {
+                    float tx, ty;
+                    if (mpe_contact(px[a] - px[j], py[a] - py[j], GAME_DIST_MIN, GAME_REACH2, tx, ty)) {
+                        fx[a] = __fadd_rn(fx[a], tx);
+                        fy[a] = __fadd_rn(fy[a], ty);
+                        fx[j] = __fadd_rn(fx[j], -tx);
+                        fy[j] = __fadd_rn(fy[j], -ty);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+                int a = gme_lane() + k * gme_lanes();
+                if (a >= N) break;
+                for (int j = 0; j < N; ++j) {
+                    if (j != a) mpe_add_contact(px[a] - px[j], py[a] - py[j], GAME_DIST_MIN, GAME_REACH2, fx[k], fy[k]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+            int a = gme_lane() + k * gme_lanes();
+            if (a >= N) break;
+            float x = px[a], y = py[a], vx = pvx[a], vy = pvy[a];
+            mpe_integrate(x, y, vx, vy, fx[k], fy[k], 0.0f);
+            s.x[row + a] = nx[k] = x;
+            s.y[row + a] = ny[k] = y;
+            s.vx[row + a] = pvx[a] = vx;
+            s.vy[row + a] = pvy[a] = vy;
+        }
+        gme_sync();  // every agent has read the old positions
+#pragma unroll
+        for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+            int a = gme_lane() + k * gme_lanes();
+            if (a >= N) break;
+            px[a] = nx[k];
+            py[a] = ny[k];
+        }
+        gme_sync();  // the new positions are staged
         for (int l = gme_lane(); l < GAME_SUM_SLOTS; l += gme_lanes()) {
             float nearest = 0.0f;
             if (l < N) {
-                float lx = s.landmark_x[row + l], ly = s.landmark_y[row + l];
-                nearest = mpe_squared_norm(sx[0] - lx, sy[0] - ly);
-                for (int a = 1; a < N; ++a) nearest = fminf(nearest, mpe_squared_norm(sx[a] - lx, sy[a] - ly));
+                nearest = mpe_squared_norm(px[0] - lx[l], py[0] - ly[l]);
+                for (int a = 1; a < N; ++a) nearest = fminf(nearest, mpe_squared_norm(px[a] - lx[l], py[a] - ly[l]));
                 nearest = sqrtf(nearest);
             }
-            sums[l] = nearest;
+            sh.sums[l] = nearest;
         }
-        mpe_tree_sum(sums, GAME_SUM_SLOTS);
-        float shared = -sums[0];
+        mpe_tree_sum(sh.sums, GAME_SUM_SLOTS);
+        float shared = -sh.sums[0];
         for (int a = gme_lane(); a < N; a += gme_lanes()) {
             int count = 0;
             for (int j = 0; j < N; ++j) {
-                float d2 = mpe_squared_norm(sx[j] - sx[a], sy[j] - sy[a]);
-                count += j != a && d2 < GAME_REACH2 && sqrtf(d2) < GAME_DIST_MIN;
+                // sqrtf(d2) < DIST_MIN exactly where d2 < COLLIDE_D2 (mpe_physics.below_sqrt).
+                count += j != a && mpe_squared_norm(px[j] - px[a], py[j] - py[a]) < GAME_COLLIDE_D2;
             }
             rewards[a] = __fadd_rn(__fmul_rn(shared, GAME_GLOBAL_WEIGHT), __fmul_rn(-(float)count, GAME_LOCAL_RATIO));
         }
-        int now = s.t[e] + 1;
         term = false;
         trunc = now >= GAME_MAX_CYCLES;
-        gme_sync();  // every thread has read t and the tree's sum
-        if (gme_lane() == 0) s.t[e] = now;
+        if (gme_lane() == 0) s.t[e] = now;  // every thread read t before the staging's barrier
     }
 
-    __device__ static void observe_env(const State& s, Shared& sh, int e, float* obs, bool*) {
-        long long row = (long long)e * N;
-        mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.landmark_x + row, s.landmark_y + row, N, N,
-                         sh.scratch);
+    __device__ static void observe_env(const State&, Shared& sh, int, float* obs, bool*) {
         for (int a = 0; a < N; ++a) {
             float* o = obs + a * OBS_DIM;
-            mpe_observe_body(sh.scratch, N, N, a, o);
+            mpe_observe_body(sh.bodies, N, N, a, o);
             // The silent agents' communication.
             for (int q = gme_lane(); q < 2 * (N - 1); q += gme_lanes()) o[4 + 4 * N - 2 + q] = 0.0f;
         }

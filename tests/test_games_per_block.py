@@ -25,7 +25,9 @@ def test_mpe_games_pack_teams_of_a_warp_slice_into_128_threads(game_id):
     spec = GAMES[game_id]
     params = spec.definition.params_type()
     lanes, games = spec.definition.block_threads(params), spec.definition.games_per_block(params)
-    assert lanes * games == mpe_physics.PACKED_BLOCK_THREADS and lanes <= 32 and lanes >= params.num_agents
+    assert lanes * games == mpe_physics.PACKED_BLOCK_THREADS and lanes <= 32
+    # A team has a lane per agent, but SimpleSpread's small games, written for one lane.
+    assert lanes == 1 if game_id.endswith("SimpleSpread-v3") else lanes >= params.num_agents
     source = kernel_source(spec, params)
     assert f"#define GME_GAMES_PER_BLOCK {games}\n" in source and f"#define GME_GAME_THREADS {lanes}\n" in source
 

@@ -29,6 +29,7 @@ from gpu_marl_envs.multi_agent_buffers import (
     STEP_ARGUMENTS,
     MultiAgentBuffers,
     check_shared_memory,
+    stages_rows,
 )
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -84,6 +85,9 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
         GME_KERNEL_NAME=spec.kernel_name,
         GME_GAME_THREADS=str(definition.block_threads(params)),
         GME_GAMES_PER_BLOCK=str(definition.games_per_block(params)),
+        GME_STAGED=_literal(
+            stages_rows(definition, params, definition.games_per_block(params), definition.block_threads(params))
+        ),
         GME_BLOCK_THREADS=str(definition.block_threads(params) * definition.games_per_block(params)),
         GME_NUM_GROUPS=str(len(groups)),
         GME_NUM_AGENTS=str(params.num_agents),

@@ -102,6 +102,19 @@ def pair_constants(size_a: float, size_b: float) -> tuple[float, float]:
     return f32(size_a + size_b), f32((size_a + size_b + CONTACT_REACH) ** 2)
 
 
+def below_sqrt(bound: float) -> float:
+    """The least float32 ``b2`` whose float32 square root is at least float32 ``bound``: as the square
+    root is correctly rounded and monotone, ``sqrt(d2) < bound`` exactly where ``d2 < b2``, so that a
+    kernel compares a squared distance without the root."""
+    bound = np.float32(bound)
+    b2 = np.float32(bound * bound)
+    while np.sqrt(b2) >= bound:
+        b2 = np.nextafter(b2, np.float32(0.0))
+    while np.sqrt(b2) < bound:
+        b2 = np.nextafter(b2, np.float32(np.inf))
+    return float(b2)
+
+
 def exp(x: torch.Tensor) -> torch.Tensor:
     """float32 ``e**x`` for ``x <= 3`` (0 below :data:`EXP_MIN`): ``2**n * p(r)`` with
     ``n = floor(x log2(e) + 1/2)``, ``r = x - n ln 2`` and ``p`` the Taylor polynomial."""
@@ -234,17 +247,20 @@ MIN_TEAM_THREADS = 4
 agents. Not tuned against 8 or more (``benchmarks/experiments/mpe_team_shape.py`` measures it)."""
 
 
-def team_threads(params) -> int:
-    """The MPE games' ``block_threads``, a game's lanes: a power of two >= its agents (at least
-    ``MIN_TEAM_THREADS``) up to 32; beyond 32 agents a thread per agent in whole warps, at most 256
-    (a block per game)."""
+def team_threads(params, one_lane_agents: int = 0) -> int:
+    """The MPE games' ``block_threads``, a game's lanes: one for a game of at most ``one_lane_agents``
+    agents (a game whose kernel is written for it: SimpleSpread); else a power of two >= its agents (at
+    least ``MIN_TEAM_THREADS``) up to 32; beyond 32 agents a thread per agent in whole warps, at most
+    256 (a block per game)."""
     n = params.num_agents
+    if n <= one_lane_agents:
+        return 1
     return max(MIN_TEAM_THREADS, 1 << (n - 1).bit_length()) if n <= 32 else min(256, 32 * math.ceil(n / 32))
 
 
-def games_per_block(params) -> int:
+def games_per_block(params, one_lane_agents: int = 0) -> int:
     """The MPE games' ``games_per_block``: 128-thread blocks of teams up to 32 lanes, else one."""
-    threads = team_threads(params)
+    threads = team_threads(params, one_lane_agents)
     return PACKED_BLOCK_THREADS // threads if threads <= 32 else 1
 
 

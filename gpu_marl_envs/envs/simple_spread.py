@@ -215,6 +215,13 @@ def observe(p: SimpleSpreadParams, s: SimpleSpreadState) -> dict[str, torch.Tens
     return {"agents": obs}
 
 
+ONE_LANE_AGENTS = 4
+"""A game of up to this many agents runs on one lane of the CUDA C kernels (128 games a block; kernels/
+simple_spread.cu then computes each pair's contact force once). On an H200 at 65,536 games of 3 agents a
+step took 11.5 µs on one lane, 11.6 on two and 13.2 on four, with Box actions 12.4, 13.2 and 14.2
+(``benchmarks/experiments/mpe_team_shape.py``, docs/benchmarks/mpe.md)."""
+
+
 def kernel_constants(p: SimpleSpreadParams) -> dict:
     dist_min, reach2 = mpe.pair_constants(AGENT_SIZE, AGENT_SIZE)
     return {
@@ -226,6 +233,7 @@ def kernel_constants(p: SimpleSpreadParams) -> dict:
         "SENSITIVITY": mpe.f32(mpe.SENSITIVITY),
         "DIST_MIN": dist_min,
         "REACH2": reach2,
+        "COLLIDE_D2": mpe.below_sqrt(dist_min),
         "GLOBAL_WEIGHT": mpe.f32(1.0 - p.local_ratio),
         "LOCAL_RATIO": mpe.f32(p.local_ratio),
         **mpe.physics_constants(),
@@ -243,6 +251,6 @@ SIMPLE_SPREAD = MultiAgentDefinition(
     step=step,
     observe=observe,
     kernel_constants=kernel_constants,
-    block_threads=mpe.team_threads,
-    games_per_block=mpe.games_per_block,
+    block_threads=lambda p: mpe.team_threads(p, ONE_LANE_AGENTS),
+    games_per_block=lambda p: mpe.games_per_block(p, ONE_LANE_AGENTS),
 )
