@@ -69,16 +69,24 @@ def squared_norm(dx, dy):
 
 
 @cuda.jit(device=True)
-def contact(dx, dy, dist_min, reach2, fx, fy):
-    """``(fx, fy)`` plus the contact force of a pair at p_i - p_j = (dx, dy); unchanged beyond its
-    reach (``d2 >= reach2``: an exact 0 there)."""
+def contact_force(dx, dy, dist_min, reach2):
+    """``(touching, tx, ty)``: the contact force on body i of a pair at p_i - p_j = (dx, dy), and
+    False (no force) beyond its reach (``d2 >= reach2``: an exact 0 there); body j's is exactly
+    ``(-tx, -ty)`` (mpe.cuh's mpe_contact)."""
     d2 = squared_norm(dx, dy)
     if not d2 < reach2:
-        return fx, fy
+        return False, ZERO, ZERO
     dist = np.float32(math.sqrt(d2))
     pen = penetration(add_rn(dist, -dist_min))
-    fx = add_rn(fx, mul_rn(mul_rn(CONTACT_FORCE, dx) / dist, pen))
-    fy = add_rn(fy, mul_rn(mul_rn(CONTACT_FORCE, dy) / dist, pen))
+    return True, mul_rn(mul_rn(CONTACT_FORCE, dx) / dist, pen), mul_rn(mul_rn(CONTACT_FORCE, dy) / dist, pen)
+
+
+@cuda.jit(device=True)
+def contact(dx, dy, dist_min, reach2, fx, fy):
+    """``(fx, fy)`` plus the contact force of a pair at p_i - p_j = (dx, dy) (:func:`contact_force`)."""
+    touching, tx, ty = contact_force(dx, dy, dist_min, reach2)
+    if touching:
+        return add_rn(fx, tx), add_rn(fy, ty)
     return fx, fy
 
 

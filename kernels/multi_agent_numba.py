@@ -39,8 +39,18 @@ from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
-from gpu_marl_envs.kernels.numba_api import U, agent_rows, assume, cuda, inline_device, named_kernel, sources_key
+from gpu_marl_envs.kernels.numba_api import (
+    U,
+    agent_rows,
+    assume,
+    cuda,
+    inline_device,
+    named_kernel,
+    sources_key,
+    staged_rows,
+)
 from gymnasium.vector import AutoresetMode
+from numba import float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 
@@ -296,12 +306,50 @@ def _by_group(first, here, before):
     return call
 
 
+def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
+    """A device function ``store(tile, observations, num_envs)``: a warp's staged observations (its
+    teams' rows in the block's shared ``tile``, ``obs_size`` floats a team) into ``observations``, by
+    every lane of the warp's envs below ``num_envs`` (the others have returned): multi_agent.cuh's
+    gme_store_staged, a row at a time (consecutive lanes on consecutive floats of one row: a flat
+    index would cost a division a float)."""
+    WARP_TEAMS = U(min(32 // game_threads, games_per_block))
+    GAMES, LANES, OBS = U(games_per_block), U(game_threads), U(obs_size)
+
+    @inline_device
+    def store(tile, observations, num_envs):
+        first_team = U(U(U(cuda.threadIdx.x) // U(32)) * WARP_TEAMS)
+        first_env = U(U(U(cuda.blockIdx.x) * GAMES) + first_team)
+        envs = min(min(WARP_TEAMS, U(GAMES - first_team)), U(U(num_envs) - first_env))
+        active = U(envs * LANES)
+        cuda.syncwarp(U(0xFFFFFFFF) if active == U(32) else U(U(U(1) << active) - U(1)))  # every row is staged
+        w = U(U(cuda.threadIdx.x) % U(32))
+        t = U(0)
+        while t < envs:
+            row = U(U(first_team + t) * OBS)
+            k = w
+            while k < OBS:
+                observations[U(first_env + t), k] = tile[U(row + k)]
+                k = U(k + active)
+            t = U(t + U(1))
+
+    return store
+
+
 def make_multi_agent_kernels(
-    functions: GameFunctions, num_agents: int, name: str, layout: ActionLayout, game_threads=0, games_per_block=1
+    functions: GameFunctions,
+    num_agents: int,
+    name: str,
+    layout: ActionLayout,
+    game_threads=0,
+    games_per_block=1,
+    staged_obs_size=0,
 ):
     """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents whose actions
     lie as ``layout`` says, packed ``games_per_block`` envs of ``game_threads`` lanes to a block
-    (:func:`team_functions`).
+    (:func:`team_functions`). Where ``staged_obs_size`` is not 0 (a packed game's observations, that
+    many floats an env, and rewards staged: ``multi_agent_buffers.stages_rows``), the step writes
+    them through shared memory as multi_agent.cuh's gme_multi_agent_step does: the game's functions
+    receive arrays whose row ``e`` is their team's row there (``numba_api.staged_rows``).
 
     The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
     (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
@@ -326,6 +374,25 @@ def make_multi_agent_kernels(
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
     in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync)
+    STAGED = staged_obs_size > 0
+    # The staged tiles' floats (a constant, as shared.array's shape must be).
+    OBS_TILE, REWARD_TILE = games_per_block * staged_obs_size, games_per_block * num_agents
+    if STAGED:
+        store_staged = _staged_store(game_threads, games_per_block, staged_obs_size)
+    # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
+    ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
+
+    @inline_device
+    def finish_agent(state, sh, e, a, reward, running, done, term, trunc, running_returns, episode_returns, flags):
+        # One float32 addition per step, as the reference's running_returns + rewards.
+        total = running + reward
+        if done:
+            episode_returns[e, a] = total
+        running_returns[e, a] = ZERO if done else total
+        playing = in_game(state, sh, e, a)
+        agent_terminated, agent_truncated = flags
+        agent_terminated[e, a] = term or not playing
+        agent_truncated[e, a] = trunc and playing
 
     @cuda.jit(device=True)
     def reset_episode(state, sh, e, running_returns, episodes, seeds):
@@ -380,6 +447,12 @@ def make_multi_agent_kernels(
             return
         tid = lane()
         threads = lanes()
+        if STAGED:  # a build-time constant, as in_place below
+            obs_tile = cuda.shared.array(OBS_TILE, float32)
+            obs = staged_rows(obs_tile, team(), e, observations)
+            team_rewards = staged_rows(cuda.shared.array(REWARD_TILE, float32), team(), e, rewards)
+        else:
+            obs, team_rewards = observations, rewards
 
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
@@ -394,27 +467,53 @@ def make_multi_agent_kernels(
                 terminated[e] = False
                 truncated[e] = False
                 needs_reset[e] = False
-            observe_env(state, sh, e, observations, action_masks)
+            observe_env(state, sh, e, obs, action_masks)
+            if STAGED:
+                store_staged(obs_tile, observations, num_envs)
             return
 
         gather(group_actions, actions, e, from_groups)
+        if STAGED:
+            # The lane's running returns loaded before the game's step, so that the loads overlap its own.
+            returns = cuda.local.array(ROUNDS, float32)
+            for k in range(ROUNDS):
+                a = U(tid + U(k) * LANES)
+                if a < N:
+                    returns[k] = running_returns[e, a]
         if in_place:  # a build-time constant: Numba types only the branch taken
-            term, trunc = step_env(state, sh, e, as_actions(group_actions[0]) if from_groups else actions, rewards)
+            term, trunc = step_env(state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards)
         else:
-            term, trunc = step_env(state, sh, e, actions, rewards)
+            term, trunc = step_env(state, sh, e, actions, team_rewards)
         done = term or trunc
         sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
-        a = tid
-        while a < N:
-            # One float32 addition per step, as the reference's running_returns + rewards.
-            total = running_returns[e, a] + rewards[e, a]
-            if done:
-                episode_returns[e, a] = total
-            running_returns[e, a] = ZERO if done else total
-            playing = in_game(state, sh, e, a)
-            agent_terminated[e, a] = term or not playing
-            agent_truncated[e, a] = trunc and playing
-            a = U(a + threads)
+        flags = (agent_terminated, agent_truncated)
+        if STAGED:
+            for k in range(ROUNDS):
+                a = U(tid + U(k) * LANES)
+                if a < N:
+                    reward = team_rewards[e, a]
+                    rewards[e, a] = reward
+                    finish_agent(
+                        state, sh, e, a, reward, returns[k], done, term, trunc, running_returns, episode_returns, flags
+                    )
+        else:
+            a = tid
+            while a < N:
+                finish_agent(
+                    state,
+                    sh,
+                    e,
+                    a,
+                    rewards[e, a],
+                    running_returns[e, a],
+                    done,
+                    term,
+                    trunc,
+                    running_returns,
+                    episode_returns,
+                    flags,
+                )
+                a = U(a + threads)
         if done:
             totals_env(state, sh, e, episode_totals)
         if tid == 0:
@@ -429,7 +528,9 @@ def make_multi_agent_kernels(
             observe_env(state, sh, e, final_observations, None)
             sync()  # the final observations have read the state the reset overwrites
             reset_episode(state, sh, e, running_returns, episodes, seeds)
-        observe_env(state, sh, e, observations, action_masks)
+        observe_env(state, sh, e, obs, action_masks)
+        if STAGED:
+            store_staged(obs_tile, observations, num_envs)
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sources  # noqa: B018

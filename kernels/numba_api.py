@@ -38,6 +38,7 @@ __all__ = [
     "mul_rn",
     "named_kernel",
     "sources_key",
+    "staged_rows",
     "static_shared_bytes",
     "warp_sync",
 ]
@@ -319,6 +320,50 @@ else:
 
         rows._set_uuid(f"{__name__}.agent_rows.{agents}.{size}")  # (as _assume's)
         return rows
+
+
+# A packed block's staged rows as the env's rows (multi_agent.cuh's gme_multi_agent_step passes the
+# team's row of a shared array where a game writes its observations or rewards): staged_rows(tile,
+# team, e, like) is an array of like's type, shape and strides whose row e is row `team` of the 1-D
+# shared `tile` (rows as long as like's), so that a game writing like[e, k] writes the tile. Only row
+# e may be indexed: the view's data pointer is the tile's row minus e rows (generic addresses are
+# integers; the sum lands in the tile). A block of one env is never staged: the simulator, which runs
+# a block per env, has no twin of it.
+if config.ENABLE_CUDASIM:
+
+    def staged_rows(tile, team, e, like):
+        raise NotImplementedError("the simulator runs a block per env, whose rows are never staged")
+
+else:
+
+    @_intrinsic
+    def staged_rows(typingctx, tile, team, e, like):
+        from numba.cuda import types
+        from numba.cuda.core.imputils import impl_ret_borrowed
+        from numba.cuda.np.arrayobj import make_array, populate_array
+
+        def codegen(context, builder, signature, args):
+            source = make_array(signature.args[0])(context, builder, args[0])
+            rows_like = make_array(signature.args[3])(context, builder, args[3])
+            target = make_array(signature.return_type)(context, builder)
+            i64 = _ir.IntType(64)
+            row = builder.extract_value(rows_like.strides, 0)  # bytes
+            team_row, env_row = (
+                context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], signature.args[1:3])
+            )
+            address = builder.add(builder.ptrtoint(source.data, i64), builder.mul(builder.sub(team_row, env_row), row))
+            populate_array(
+                target,
+                data=builder.inttoptr(address, source.data.type),
+                shape=rows_like.shape,
+                strides=rows_like.strides,
+                itemsize=source.itemsize,
+                meminfo=None,
+                parent=None,
+            )
+            return impl_ret_borrowed(context, builder, signature.return_type, target._getvalue())
+
+        return like(tile, team, e, like), codegen
 
 
 # Products and sums that must be rounded separately (the reference's float32 arithmetic): NVVM

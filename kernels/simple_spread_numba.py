@@ -20,21 +20,24 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 def game_functions(c) -> GameFunctions:
     team, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
     GAMES = c.GME_GAMES_PER_BLOCK
-    stage, stage_bodies, observe_body, tree_sum = mpe.team_phases(c)
+    _, stage_bodies, observe_body, tree_sum = mpe.team_phases(c)
     N, OBS_DIM, SLOTS, MAX_CYCLES = c.NUM_AGENTS, c.OBS_DIM, c.SUM_SLOTS, c.MAX_CYCLES
     SENSITIVITY, DIST_MIN, REACH2 = c.SENSITIVITY, c.DIST_MIN, c.REACH2
     GLOBAL_WEIGHT, LOCAL_RATIO = c.GLOBAL_WEIGHT, c.LOCAL_RATIO
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO = np.float32(0.0)
 
-    SCRATCH = max(6 * N, 2 * N + SLOTS)  # the .cu's scratch, which says what it holds when
+    # The .cu's: a lane's rounds over the game's agents (its loops unrolled, the arrays in registers)
+    # and the one-lane game's contact pairs.
+    ROUNDS, ONE_LANE = -(-N // c.GME_GAME_THREADS), c.GME_GAME_THREADS == 1
+    COLLIDE_D2 = c.COLLIDE_D2
+    SHARED_ROW = 6 * N + SLOTS  # a team's floats: a constant, as shared.array's shape must be
 
     @cuda.jit(device=True)
     def shared():
-        # The agents' positions (before the move, then after it); each landmark's nearest distance;
-        # the observations' bodies: views of one scratch row, as the .cu's.
-        scratch = cuda.shared.array((GAMES, SCRATCH), float32)[team()]
-        return scratch[:N], scratch[N : 2 * N], scratch[2 * N : 2 * N + SLOTS], scratch
+        # The .cu's Shared: the game's bodies (stage_bodies' layout), then the landmarks' sums.
+        team_row = cuda.shared.array((GAMES, SHARED_ROW), float32)[team()]
+        return team_row[: 6 * N], team_row[6 * N :]
 
     @inline_device
     def known_shapes(state):
@@ -52,15 +55,18 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, t = state
+        bodies = sh[0]
         known_shapes(state)
         a = lane()
         while a < U(N):
-            x[e, a] = uniform(seed, episode, a, LOW, HIGH)
-            y[e, a] = uniform(seed, episode, N + a, LOW, HIGH)
-            vx[e, a] = ZERO
-            vy[e, a] = ZERO
-            landmark_x[e, a] = uniform(seed, episode, 2 * N + a, LOW, HIGH)
-            landmark_y[e, a] = uniform(seed, episode, 3 * N + a, LOW, HIGH)
+            px, py = uniform(seed, episode, a, LOW, HIGH), uniform(seed, episode, N + a, LOW, HIGH)
+            lx, ly = uniform(seed, episode, 2 * N + a, LOW, HIGH), uniform(seed, episode, 3 * N + a, LOW, HIGH)
+            x[e, a] = bodies[a] = px
+            y[e, a] = bodies[U(N) + a] = py
+            vx[e, a] = bodies[U(2 * N) + a] = ZERO
+            vy[e, a] = bodies[U(3 * N) + a] = ZERO
+            landmark_x[e, a] = bodies[U(4 * N) + a] = lx
+            landmark_y[e, a] = bodies[U(5 * N) + a] = ly
             a = U(a + lanes())
         if lane() == 0:
             t[e] = 0
@@ -68,36 +74,73 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        sx, sy, sums, _ = sh
+        bodies, sums = sh
         known_shapes(state)
-        stage(x, y, sx, sy, e, N)
-        a = lane()
-        while a < U(N):
-            fx, fy = action_force(actions, e, a, SENSITIVITY)
-            # Unsigned while loops over a game's agents here and below: Numba kept range's int64
-            # counter (not unrolled) and a negative index's wraparound on the shared arrays.
-            j = U(0)
-            while j < U(N):
-                if j != a:
-                    fx, fy = mpe.contact(sx[a] - sx[j], sy[a] - sy[j], DIST_MIN, REACH2, fx, fy)
-                j = U(j + U(1))
-            nx, ny, nvx, nvy = mpe.integrate(x[e, a], y[e, a], vx[e, a], vy[e, a], fx, fy, ZERO)
-            x[e, a] = nx
-            y[e, a] = ny
-            vx[e, a] = nvx
-            vy[e, a] = nvy
-            a = U(a + lanes())
-        sync()  # every agent has moved and read the old positions
-        stage(x, y, sx, sy, e, N)
+        now = np.int32(t[e] + np.int32(1))
+        fx = cuda.local.array(ROUNDS, float32)
+        fy = cuda.local.array(ROUNDS, float32)
+        nx = cuda.local.array(ROUNDS, float32)
+        ny = cuda.local.array(ROUNDS, float32)
+        for k in range(ROUNDS):  # the action forces, loaded before the staging (the .cu says why)
+            a = U(lane() + U(k) * lanes())
+            if a < U(N):
+                fx[k], fy[k] = action_force(actions, e, a, SENSITIVITY)
+        stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
+        if ONE_LANE:  # a build-time constant: each pair's contact once (the .cu says why it is exact)
+            for a in range(N):
+                for j in range(a + 1, N):
+                    touching, tx, ty = mpe.contact_force(
+                        bodies[a] - bodies[j], bodies[N + a] - bodies[N + j], DIST_MIN, REACH2
+                    )
+                    if touching:
+                        fx[a] = add_rn(fx[a], tx)
+                        fy[a] = add_rn(fy[a], ty)
+                        fx[j] = add_rn(fx[j], -tx)
+                        fy[j] = add_rn(fy[j], -ty)
+        else:
+            for k in range(ROUNDS):
+                a = U(lane() + U(k) * lanes())
+                if a < U(N):
+                    # Unsigned while loops over a game's agents here and below: Numba kept range's
+                    # int64 counter (not unrolled) and a negative index's wraparound on the shared arrays.
+                    j = U(0)
+                    while j < U(N):
+                        if j != a:
+                            fx[k], fy[k] = mpe.contact(
+                                bodies[a] - bodies[j],
+                                bodies[U(N) + a] - bodies[U(N) + j],
+                                DIST_MIN,
+                                REACH2,
+                                fx[k],
+                                fy[k],
+                            )
+                        j = U(j + U(1))
+        for k in range(ROUNDS):
+            a = U(lane() + U(k) * lanes())
+            if a < U(N):
+                px, py, pvx, pvy = mpe.integrate(
+                    bodies[a], bodies[U(N) + a], bodies[U(2 * N) + a], bodies[U(3 * N) + a], fx[k], fy[k], ZERO
+                )
+                x[e, a] = nx[k] = px
+                y[e, a] = ny[k] = py
+                vx[e, a] = bodies[U(2 * N) + a] = pvx
+                vy[e, a] = bodies[U(3 * N) + a] = pvy
+        sync()  # every agent has read the old positions
+        for k in range(ROUNDS):
+            a = U(lane() + U(k) * lanes())
+            if a < U(N):
+                bodies[a] = nx[k]
+                bodies[U(N) + a] = ny[k]
+        sync()  # the new positions are staged
         lm = lane()
         while lm < U(SLOTS):
             nearest = ZERO
             if lm < N:
-                lx, ly = landmark_x[e, lm], landmark_y[e, lm]
-                nearest = mpe.squared_norm(sx[0] - lx, sy[0] - ly)
+                lx, ly = bodies[U(4 * N) + lm], bodies[U(5 * N) + lm]
+                nearest = mpe.squared_norm(bodies[0] - lx, bodies[N] - ly)
                 a = U(1)
                 while a < U(N):
-                    nearest = min(nearest, mpe.squared_norm(sx[a] - lx, sy[a] - ly))
+                    nearest = min(nearest, mpe.squared_norm(bodies[a] - lx, bodies[U(N) + a] - ly))
                     a = U(a + U(1))
                 nearest = np.float32(math.sqrt(nearest))
             sums[lm] = nearest
@@ -109,25 +152,21 @@ def game_functions(c) -> GameFunctions:
             count = np.int32(0)  # int32, as the .cu's (Numba's int is 64-bit)
             j = U(0)
             while j < U(N):
-                d2 = mpe.squared_norm(sx[j] - sx[a], sy[j] - sy[a])
-                if j != a and d2 < REACH2 and np.float32(math.sqrt(d2)) < DIST_MIN:
+                # sqrt(d2) < DIST_MIN exactly where d2 < COLLIDE_D2 (mpe_physics.below_sqrt).
+                d2 = mpe.squared_norm(bodies[j] - bodies[a], bodies[U(N) + j] - bodies[U(N) + a])
+                if j != a and d2 < COLLIDE_D2:
                     count = np.int32(count + np.int32(1))
                 j = U(j + U(1))
             rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
             a = U(a + lanes())
-        now = np.int32(t[e] + np.int32(1))
-        sync()  # every thread has read t and the tree's sum
         if lane() == 0:
-            t[e] = now
+            t[e] = now  # every thread read t before the staging's barrier
         return False, now >= MAX_CYCLES
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
-        x, y, vx, vy, landmark_x, landmark_y, t = state
-        bodies = sh[3]
-        known_shapes(state)
+        bodies = sh[0]  # as the step or the reset left them (the .cu's observe_env says why)
         assume(obs.shape[1] == N * OBS_DIM)
-        stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
         # Unsigned agent indices (U); the team's loops count in int64 (numba_api.I64 says why).
         a = U(0)
         while a < U(N):

@@ -38,11 +38,12 @@ def test_numba_packs_the_games_written_for_it_where_it_has_warp_barriers(game_id
     params = spec.definition.params_type()
     module = importlib.import_module(spec.kernels.numba)
     packed = (spec.definition.block_threads(params), spec.definition.games_per_block(params))
-    assert multi_agent_numba._packing(spec, module, params) == (0, 1)  # the simulator: a block per env
+    # The simulator: a block per env, of half as many threads as agents (each thread two agents or more).
+    assert multi_agent_numba._packing(spec, module, params) == ((params.num_agents + 1) // 2, 1)
     monkeypatch.setattr(multi_agent_numba, "simulator_enabled", lambda: False)  # as on a GPU
     assert multi_agent_numba._packing(spec, module, params) == packed
-    monkeypatch.delattr(module, "PACKS_GAMES")  # a Numba module written for a block per env
-    assert multi_agent_numba._packing(spec, module, params) == (0, 1)
+    monkeypatch.delattr(module, "PACKS_GAMES")  # a Numba module written for a block per env: a warp each
+    assert multi_agent_numba._packing(spec, module, params) == (32, 1)
 
 
 def test_a_large_mpe_game_keeps_a_block_per_game():

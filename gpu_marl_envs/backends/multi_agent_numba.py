@@ -1,6 +1,6 @@
 """Numba CUDA backend for multi-agent games: a game's Numba module's device functions
-(``game_functions(c)``) in the framework's kernels, built per params, one block per env, launched on
-torch's current stream.
+(``game_functions(c)``) in the framework's kernels, built per params, a block per env or several
+envs' teams to a block (``games_per_block``), launched on torch's current stream.
 
 On a CPU device it runs only under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
 """
@@ -24,18 +24,32 @@ from gpu_marl_envs.multi_agent_buffers import (
     STEP_ARGUMENTS,
     MultiAgentBuffers,
     check_shared_memory,
+    stages_rows,
 )
 from gpu_marl_envs.registration import RegisteredEnv
 
 
 def _packing(spec: RegisteredEnv, module, params) -> tuple[int, int]:
     """``(game_threads, games_per_block)`` of the Numba kernels: the definition's packing for a game
-    whose Numba module is written for it (``PACKS_GAMES``; multi_agent_numba.py) on a GPU, else
-    ``(0, 1)``, a block per env. The simulator has no warp barrier: a block per env there."""
-    games = spec.definition.games_per_block(params)
+    whose Numba module is written for it (``PACKS_GAMES``; multi_agent_numba.py) on a GPU, else a
+    block per env of ``game_threads`` threads. The simulator has no warp barrier: a block per env there."""
+    definition = spec.definition
+    games = definition.games_per_block(params)
     if games > 1 and getattr(module, "PACKS_GAMES", False) and not simulator_enabled():
-        return spec.definition.block_threads(params), games
-    return 0, 1
+        return definition.block_threads(params), games
+    threads = definition.block_threads(params)
+    if games > 1:
+        # A game packed for CUDA C whose Numba module is not (no PACKS_GAMES) runs a block per
+        # env: its team (a slice of a warp) gets the whole warp. On an H200 SimpleSpread's 4-lane
+        # blocks stepped 65,536 games in 327 µs, its 32-lane blocks in 202 µs: more lanes per
+        # block shorten each game's loops, and the blocks an SM holds at once are the same 32.
+        threads = 32
+    if simulator_enabled():
+        # The simulator runs a Python thread per CUDA thread. Half as many as the game has agents
+        # make every thread handle two agents or more: the path a GPU takes only for games
+        # larger than their block, which the tests thus cover on the CPU.
+        threads = max(1, min(threads, (params.num_agents + 1) // 2))
+    return threads, 1
 
 
 def _action_layout(definition, params):
@@ -70,8 +84,15 @@ def _kernels(spec: RegisteredEnv, params):
     if not isinstance(functions, GameFunctions):
         raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
     layout = _action_layout(spec.definition, params)
+    staged = games_per_block > 1 and stages_rows(spec.definition, params, games_per_block, game_threads)
     kernels = make_multi_agent_kernels(
-        functions, params.num_agents, spec.kernel_name, layout, game_threads, games_per_block
+        functions,
+        params.num_agents,
+        spec.kernel_name,
+        layout,
+        game_threads,
+        games_per_block,
+        spec.definition.obs_size(params) if staged else 0,
     )
     return (*kernels, game_threads, games_per_block)
 
@@ -87,20 +108,7 @@ class MultiAgentNumbaBackend:
         step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
-        threads = definition.block_threads(params)
-        if games_per_block > 1:
-            threads = game_threads * games_per_block
-        elif definition.games_per_block(params) > 1:
-            # A game packed for CUDA C whose Numba module is not (no PACKS_GAMES) runs a block per
-            # env: its team (a slice of a warp) gets the whole warp. On an H200 SimpleSpread's 4-lane
-            # blocks stepped 65,536 games in 327 µs, its 32-lane blocks in 202 µs: more lanes per
-            # block shorten each game's loops, and the blocks an SM holds at once are the same 32.
-            threads = 32
-        if device.type != "cuda":
-            # The simulator runs a Python thread per CUDA thread. Half as many as the game has agents
-            # make every thread handle two agents or more: the path a GPU takes only for games
-            # larger than their block, which the tests thus cover on the CPU.
-            threads = min(threads, (params.num_agents + 1) // 2)
+        threads = game_threads * games_per_block
         shared_bytes = definition.dynamic_shared_bytes(params)
         blocks = (num_envs + games_per_block - 1) // games_per_block
         launcher = NumbaLauncher(device, blocks=blocks, threads=threads, shared_bytes=shared_bytes)
