@@ -308,10 +308,9 @@ def _by_group(first, here, before):
 
 def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
     """A device function ``store(tile, observations, num_envs)``: a warp's staged observations (its
-    teams' rows in the block's shared ``tile``, ``obs_size`` floats a team) into ``observations``, by
-    every lane of the warp's envs below ``num_envs`` (the others have returned): multi_agent.cuh's
-    gme_store_staged, a row at a time (consecutive lanes on consecutive floats of one row: a flat
-    index would cost a division a float)."""
+    teams' rows in the block's shared ``tile``, ``obs_size`` floats a team) into ``observations``, a
+    float a lane, by every lane of the warp's envs below ``num_envs`` (the others have returned):
+    multi_agent.cuh's gme_store_staged."""
     WARP_TEAMS = U(min(32 // game_threads, games_per_block))
     GAMES, LANES, OBS = U(games_per_block), U(game_threads), U(obs_size)
 
@@ -322,15 +321,12 @@ def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
         envs = min(min(WARP_TEAMS, U(GAMES - first_team)), U(U(num_envs) - first_env))
         active = U(envs * LANES)
         cuda.syncwarp(U(0xFFFFFFFF) if active == U(32) else U(U(U(1) << active) - U(1)))  # every row is staged
-        w = U(U(cuda.threadIdx.x) % U(32))
-        t = U(0)
-        while t < envs:
-            row = U(U(first_team + t) * OBS)
-            k = w
-            while k < OBS:
-                observations[U(first_env + t), k] = tile[U(row + k)]
-                k = U(k + active)
-            t = U(t + U(1))
+        first = U(first_team * OBS)
+        k = U(U(cuda.threadIdx.x) % U(32))
+        while k < U(envs * OBS):
+            row = U(k // OBS)  # a constant divisor: a multiply and a shift
+            observations[U(first_env + row), U(k - U(row * OBS))] = tile[U(first + k)]
+            k = U(k + active)
 
     return store
 
@@ -377,8 +373,8 @@ def make_multi_agent_kernels(
     STAGED = staged_obs_size > 0
     # The staged tiles' floats (a constant, as shared.array's shape must be).
     OBS_TILE, REWARD_TILE = games_per_block * staged_obs_size, games_per_block * num_agents
-    if STAGED:
-        store_staged = _staged_store(game_threads, games_per_block, staged_obs_size)
+    # (Defined either way: Numba's on-disk cache pickles the kernel's closure, an empty cell fails.)
+    store_staged = _staged_store(game_threads, games_per_block, staged_obs_size) if STAGED else None
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
 

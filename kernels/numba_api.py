@@ -326,8 +326,8 @@ else:
 # team's row of a shared array where a game writes its observations or rewards): staged_rows(tile,
 # team, e, like) is an array of like's type, shape and strides whose row e is row `team` of the 1-D
 # shared `tile` (rows as long as like's), so that a game writing like[e, k] writes the tile. Only row
-# e may be indexed: the view's data pointer is the tile's row minus e rows (generic addresses are
-# integers; the sum lands in the tile). A block of one env is never staged: the simulator, which runs
+# e may be indexed: the view's data pointer is the tile's row minus e rows (the sum with row e's
+# offset lands in the tile). A block of one env is never staged: the simulator, which runs
 # a block per env, has no twin of it.
 if config.ENABLE_CUDASIM:
 
@@ -346,15 +346,15 @@ else:
             source = make_array(signature.args[0])(context, builder, args[0])
             rows_like = make_array(signature.args[3])(context, builder, args[3])
             target = make_array(signature.return_type)(context, builder)
-            i64 = _ir.IntType(64)
-            row = builder.extract_value(rows_like.strides, 0)  # bytes
             team_row, env_row = (
                 context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], signature.args[1:3])
             )
-            address = builder.add(builder.ptrtoint(source.data, i64), builder.mul(builder.sub(team_row, env_row), row))
+            row = builder.extract_value(rows_like.shape, 1)  # elements (like is C-contiguous)
             populate_array(
                 target,
-                data=builder.inttoptr(address, source.data.type),
+                # A GEP (not inbounds: it may pass the tile's start) keeps the pointer's origin in
+                # the shared array, so that NVVM still stores to shared memory (STS, not generic ST).
+                data=builder.gep(source.data, [builder.mul(builder.sub(team_row, env_row), row)]),
                 shape=rows_like.shape,
                 strides=rows_like.strides,
                 itemsize=source.itemsize,
