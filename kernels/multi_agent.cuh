@@ -10,8 +10,11 @@
 //
 // What this file owns: the two kernels (GME_MULTI_AGENT_KERNELS), the NEXT_STEP reset branch, the
 // flags, per-agent returns, the episode totals' write, SAME_STEP's final observations and reset, the
-// reset kernel's body, and how the step kernel reads the agents' actions (GmeActions: one pointer per
-// agent group, no gather beforehand). A game supplies a struct deriving from GmeGame, whose defaults
+// reset kernel's body, how the step kernel reads the agents' actions (GmeActions: one pointer per
+// agent group, no gather beforehand) and where it writes a packed block's observations and rewards
+// (GME_STAGED: shared memory first, gme_multi_agent_step). It calls observe_env only right after
+// reset_env or step_env of the same env in the same launch (in_game and totals_env between), so a game
+// may observe from what those two left in its Shared (SimpleSpread does). A game supplies a struct deriving from GmeGame, whose defaults
 // (below) it overrides where it differs:
 //   struct Shared;  // what the threads of a team share (static shared memory, one per team)
 //   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
@@ -38,7 +41,7 @@
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
 // GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
 // GME_NUM_METRICS), the launch's shape (GME_GAME_THREADS, GME_GAMES_PER_BLOCK, and their product
-// GME_BLOCK_THREADS), the kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
+// GME_BLOCK_THREADS), whether the step is staged (GME_STAGED), the kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
 // MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "nvrtc.cuh"

@@ -29,7 +29,11 @@ The game's device functions, each called by every thread of the block with the b
                                                   clipped as the rules say
   in_game(state, sh, e, a)                       -> whether agent a is still playing
   observe_env(state, sh, e, observations, masks) writes observations[e, :] and, unless masks is
-                                                  None, masks[e, :] (bool; games with action masks)
+                                                  None, masks[e, :] (bool; games with action masks);
+                                                  called only right after reset_env or step_env
+                                                  (multi_agent.cuh says why that matters)
+A packed block's step may stage the observations and rewards (``make_multi_agent_kernels``): its
+``observations`` and ``rewards`` are then views whose row ``e`` alone may be written.
   totals_env(state, sh, e, totals)               writes totals[e, :] (games with episode metrics)
 """
 
