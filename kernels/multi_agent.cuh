@@ -14,8 +14,8 @@
 // agent group, no gather beforehand) and where it writes a packed block's observations and rewards
 // (GME_STAGED: shared memory first, gme_multi_agent_step). It calls observe_env only right after
 // reset_env or step_env of the same env in the same launch (in_game and totals_env between), so a game
-// may observe from what those two left in its Shared (SimpleSpread does). A game supplies a struct deriving from GmeGame, whose defaults
-// (below) it overrides where it differs:
+// may observe from what those two left in its Shared (SimpleSpread does). A game supplies a struct
+// deriving from GmeGame, whose defaults (below) it overrides where it differs:
 //   struct Shared;  // what the threads of a team share (static shared memory, one per team)
 //   __device__ static void reset_env(const State&, Shared&, int e, unsigned long long seed, unsigned int episode);
 //       a fresh state of env e (and whatever it stages in Shared), t included;
@@ -41,8 +41,8 @@
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
 // GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
 // GME_NUM_METRICS), the launch's shape (GME_GAME_THREADS, GME_GAMES_PER_BLOCK, and their product
-// GME_BLOCK_THREADS), whether the step is staged (GME_STAGED), the kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
-// MultiAgentDefinition.kernel_constants).
+// GME_BLOCK_THREADS), whether the step is staged (GME_STAGED), the kernels' name (GME_KERNEL_NAME) and
+// the game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "nvrtc.cuh"
 #include "rng.cuh"
@@ -232,8 +232,8 @@ __device__ __forceinline__ void gme_step_env(
 // `observations` (from the warp's first env on), and the warp's lanes store them a float a lane,
 // consecutive lanes on consecutive floats, so that a store instruction writes 128 contiguous bytes. (A
 // team storing its own rows writes a few floats of each of the warp's envs per instruction, a 32-byte
-// sector each: unstaged, SimpleSpread's step on one lane a game took 63 µs at 65,536 games on an H200,
-// staged 11.5; 16-byte stores a lane gained 0.2 µs more, not kept.) Every lane of the warp's teams of
+// sector each: unstaged, SimpleSpread's step on one lane a game took 62.6 µs at 65,536 games on an
+// H200, staged 11.4; 16-byte stores a lane gained 0.15-0.2 µs more, not kept.) Every lane of the warp's teams of
 // envs below num_envs calls it (the others have returned).
 __device__ __forceinline__ void gme_store_staged(const float* staged, float* observations, int num_envs) {
     constexpr int warp_teams = 32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
@@ -248,7 +248,7 @@ __device__ __forceinline__ void gme_store_staged(const float* staged, float* obs
 }
 
 // The step kernel's body. Where GME_STAGED is 1 (packed teams of a few agents a lane whose block's
-// observations and rewards fit the shared memory Python allows them: multi_agent_pycuda.stages_rows), a
+// observations and rewards fit the shared memory Python allows them: multi_agent_buffers.stages_rows), a
 // team's observe_env writes its env's observations into the block's shared array, which gme_store_staged
 // then stores, and its step_env writes the rewards into another, which gme_step_env reads and stores;
 // else both straight into global memory. A game cannot tell: obs and rewards are float* either way.

@@ -1,6 +1,7 @@
 // SimpleSpread-v3's CUDA C kernels (gpu_marl_envs/envs/simple_spread.py is the reference and documents
 // the rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
-// per block: kernels/multi_agent.cuh), its agents spread over the team's lanes. A step stages the
+// per block: kernels/multi_agent.cuh; one thread for a game of up to simple_spread.ONE_LANE_AGENTS
+// agents), its agents spread over the team's lanes. A step stages the
 // game's bodies in shared memory once (one round trip to global memory for the whole state, the
 // actions' loads issued before it) and works from there: the observations read the bodies the step
 // left. Race freedom: in the move phase a thread reads the staged old positions and writes only its
