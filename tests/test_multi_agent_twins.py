@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 import torch
 from conftest import KERNEL_BACKENDS_HERE
@@ -21,6 +22,7 @@ from harness import TWIN_ATOL, TWIN_RTOL
 
 from gpu_marl_envs import check_env
 from gpu_marl_envs.checker import first_difference
+from gpu_marl_envs.envs import mpe_physics
 from gpu_marl_envs.envs.covid_economy import CovidEconomyParams
 from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
@@ -117,6 +119,10 @@ GAMES = {
         start=mpe_crowd,
         exact=True,
     ),
+    # Two agents: the simulator's block of one thread runs the one-lane step (each contact pair once).
+    "spread-one-lane": Case(
+        "SimpleSpread-v3", SimpleSpreadParams(N=2, max_cycles=4), num_envs=2, num_steps=5, start=mpe_crowd, exact=True
+    ),
     "speaker-listener": Case(
         "SimpleSpeakerListener-v4", SimpleSpeakerListenerParams(max_cycles=3), num_envs=2, num_steps=5, exact=True
     ),
@@ -198,3 +204,15 @@ def test_kernel_pays_a_tagger_twice_and_counts_exits(backend):
 
 def _copy(by_group: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {group: value.clone() for group, value in by_group.items()}
+
+
+@pytest.mark.parametrize("bound", [mpe_physics.pair_constants(0.15, 0.15)[0], 0.1, 1.0, 0.3, 2.5e-3])
+def test_a_squared_distance_below_sqrts_bound_is_a_distance_below_the_bound(bound):
+    """The kernels count a collision by d2 < below_sqrt(bound) for sqrt(d2) < bound: the same set of
+    float32 d2, checked on every float32 around the threshold and on a spread of others."""
+    b2 = np.float32(mpe_physics.below_sqrt(bound))
+    near = b2.view(np.int32) + np.arange(-4096, 4097, dtype=np.int32)
+    d2 = np.concatenate([near.view(np.float32), np.linspace(0, 4 * float(b2), 100_001, dtype=np.float32)])
+    bound32 = np.float32(bound)
+    assert np.array_equal(np.sqrt(d2) < bound32, d2 < b2)
+    assert np.sqrt(b2) >= bound32 and np.sqrt(np.nextafter(b2, np.float32(0))) < bound32
