@@ -260,6 +260,12 @@ __device__ __forceinline__ void gme_multi_agent_step(
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
     int autoreset_mode) {
     static_assert(!GME_STAGED || GME_GAMES_PER_BLOCK > 1, "a step is staged by packed teams");
+    static_assert(!GME_STAGED || sizeof(typename Game::Shared) * GME_GAMES_PER_BLOCK +
+                                         4 * GME_GAMES_PER_BLOCK * (GME_OBS_SIZE + GME_NUM_AGENTS) <=
+                                     48 * 1024,
+                  "a packed block's Shared and its staged observations and rewards exceed the 48 KiB of static "
+                  "shared memory: give the game fewer games_per_block or less Shared "
+                  "(multi_agent_buffers.STAGED_BYTES bounds the staged rows)");
     __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
     __shared__ float staged[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_OBS_SIZE : 1];
     __shared__ float staged_rewards[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_NUM_AGENTS : 1];
