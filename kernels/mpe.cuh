@@ -20,10 +20,20 @@ __device__ __forceinline__ float mpe_exp(float x) {
     return x < GAME_EXP_MIN ? 0.0f : __fmul_rn(p, __int_as_float((e + 127) << 23));
 }
 
+// t / d for d = t + 2 rounded (t >= 0), as IEEE's division rounds it, without its slow path. Where d is
+// 2 (t <= 2**-23: an exp that is 0 or tiny, common for pairs near the edge of their reach), t / 2 and
+// t * 0.5 are the same real number, so both round alike, denormals included; the division then takes
+// 1 / 2 instead. Elsewhere t / d is normal. The quotient's slow path (its FCHK failing on a tiny or
+// zero t) was taken by 2 warps in 3 of SimpleSpread's contact pairs under ncu.
+__device__ __forceinline__ float mpe_quotient_by_sum(float t, float d) {
+    if (d == 2.0f) return __fmul_rn(t, 0.5f);
+    return t / d;
+}
+
 // log(1 + t) for t in [0, 1]: 2 atanh(u), u = t / (2 + t).
 __device__ __forceinline__ float mpe_log1p_unit(float t) {
     constexpr float c[] = GAME_LOG1P_COEFFICIENTS;
-    float u = t / __fadd_rn(t, 2.0f);
+    float u = mpe_quotient_by_sum(t, __fadd_rn(t, 2.0f));
     float w = __fmul_rn(u, u);
     float p = c[0];
 #pragma unroll

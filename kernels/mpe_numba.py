@@ -46,9 +46,18 @@ def mpe_exp(x):
 
 
 @cuda.jit(device=True)
+def quotient_by_sum(t, d):
+    """t / d for d = t + 2 rounded (t >= 0) without the division's slow path (mpe.cuh's
+    mpe_quotient_by_sum, which says why it rounds as IEEE's division)."""
+    if d == TWO:
+        return mul_rn(t, HALF)
+    return t / d
+
+
+@cuda.jit(device=True)
 def log1p_unit(t):
     """log(1 + t) for t in [0, 1]: 2 atanh(u), u = t / (2 + t)."""
-    u = t / add_rn(t, TWO)
+    u = quotient_by_sum(t, add_rn(t, TWO))
     w = mul_rn(u, u)
     p = LOG1P_COEFFICIENTS[0]
     for k in range(1, LOG1P_COEFFICIENTS.shape[0]):

@@ -44,10 +44,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from gpu_marl_envs.kernels.numba_api import (
+    I64,
     U,
     agent_rows,
     assume,
     cuda,
+    flat,
     inline_device,
     named_kernel,
     sources_key,
@@ -152,9 +154,17 @@ def _team_functions(game_threads: int, games_per_block: int):
     def lanes():
         return LANES
 
-    @inline_device
-    def sync():
-        cuda.syncwarp(U(RUN << U(U(U(cuda.threadIdx.x) % U(32)) // LANES * LANES)))
+    if game_threads == 1:
+
+        @inline_device
+        def sync():
+            pass  # a team of one lane has nothing to wait for (multi_agent.cuh's gme_sync says why)
+
+    else:
+
+        @inline_device
+        def sync():
+            cuda.syncwarp(U(RUN << U(U(U(cuda.threadIdx.x) % U(32)) // LANES * LANES)))
 
     return team, lane, lanes, sync
 
@@ -317,6 +327,8 @@ def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
     multi_agent.cuh's gme_store_staged."""
     WARP_TEAMS = U(min(32 // game_threads, games_per_block))
     GAMES, LANES, OBS = U(games_per_block), U(game_threads), U(obs_size)
+    # A whole warp's floats where its teams fill it, else 0 (multi_agent.cuh's `full`).
+    FULL = int(WARP_TEAMS) * obs_size if int(WARP_TEAMS) * game_threads == 32 else 0
 
     @inline_device
     def store(tile, observations, num_envs):
@@ -326,7 +338,20 @@ def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
         active = U(envs * LANES)
         cuda.syncwarp(U(0xFFFFFFFF) if active == U(32) else U(U(U(1) << active) - U(1)))  # every row is staged
         first = U(first_team * OBS)
-        k = U(U(cuda.threadIdx.x) % U(32))
+        lane = U(U(cuda.threadIdx.x) % U(32))
+        if FULL and envs == WARP_TEAMS:
+            # A whole warp of envs: a constant count of stores (gme_store_staged says why), through the
+            # warp's rows as one flat array, so that LLVM unrolls them at constant offsets.
+            rows = flat(observations)
+            to, source = I64(first_env) * I64(OBS) + I64(lane), I64(first) + I64(lane)
+            k = I64(0)
+            while k < I64(FULL // 32 * 32):  # (a range loop kept its generic step's arithmetic)
+                rows[to + k] = tile[source + k]
+                k += I64(32)
+            if lane < U(FULL % 32):
+                rows[to + I64(FULL // 32 * 32)] = tile[source + I64(FULL // 32 * 32)]
+            return
+        k = lane
         while k < U(envs * OBS):
             row = U(k // OBS)  # a constant divisor: a multiply and a shift
             observations[U(first_env + row), U(k - U(row * OBS))] = tile[U(first + k)]

@@ -33,6 +33,7 @@ __all__ = [
     "allow_dynamic_shared_memory",
     "assume",
     "divide",
+    "flat",
     "fma_rn",
     "inline_device",
     "mul_rn",
@@ -320,6 +321,40 @@ else:
 
         rows._set_uuid(f"{__name__}.agent_rows.{agents}.{size}")  # (as _assume's)
         return rows
+
+
+# flat(values): a C-contiguous 2-D array's values as one row (as agent_rows, not reshape), so that a loop
+# over several rows' floats indexes them from one offset (multi_agent_numba's staged store).
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def flat(values):
+        return values.reshape(-1)
+
+else:
+
+    @_intrinsic
+    def flat(typingctx, values):
+        from numba.cuda.core.imputils import impl_ret_borrowed
+        from numba.cuda.np.arrayobj import make_array, populate_array
+
+        view = values.copy(ndim=1)
+
+        def codegen(context, builder, signature, args):
+            source = make_array(signature.args[0])(context, builder, args[0])
+            target = make_array(view)(context, builder)
+            populate_array(
+                target,
+                data=source.data,
+                shape=[builder.mul(builder.extract_value(source.shape, 0), builder.extract_value(source.shape, 1))],
+                strides=[source.itemsize],
+                itemsize=source.itemsize,
+                meminfo=source.meminfo,
+                parent=source.parent,
+            )
+            return impl_ret_borrowed(context, builder, view, target._getvalue())
+
+        return view(values), codegen
 
 
 # A packed block's staged rows as the env's rows (multi_agent.cuh's gme_multi_agent_step passes the

@@ -1,13 +1,14 @@
 // SimpleSpread-v3's CUDA C kernels (gpu_marl_envs/envs/simple_spread.py is the reference and documents
-// the rules; kernels/mpe.cuh holds the physics). A team of threads per game (several teams
-// per block: kernels/multi_agent.cuh; one thread for a game of up to simple_spread.ONE_LANE_AGENTS
-// agents), its agents spread over the team's lanes. A step stages the
-// game's bodies in shared memory once (one round trip to global memory for the whole state, the
-// actions' loads issued before it) and works from there: the observations read the bodies the step
-// left. Race freedom: in the move phase a thread reads the staged old positions and writes only its
-// own agents' velocities; the new positions wait in registers for a barrier before they are staged.
-// The landmarks' nearest distances are summed by the team's tree (mpe_tree_sum), collision counts
-// are per agent (no atomics).
+// the rules; kernels/mpe.cuh holds the physics). A game of up to simple_spread.ONE_LANE_AGENTS agents
+// runs on one thread (128 games a block: kernels/multi_agent.cuh), its whole step in registers
+// (step_alone). A larger game has a team of threads (several teams a block up to 32 lanes), its
+// agents spread over the team's lanes (step_team): a step stages the game's bodies in shared memory
+// once (one round trip to global memory for the whole state, the actions' loads issued before it)
+// and works from there. Race freedom: in the move phase a thread reads the staged old positions and
+// writes only its own agents' velocities; the new positions wait in registers for a barrier before
+// they are staged. The landmarks' nearest distances are summed by the team's tree (mpe_tree_sum),
+// collision counts are per agent (no atomics). Either way the observations read the bodies the step
+// left in Shared.
 #include "mpe.cuh"
 
 #define N GAME_NUM_AGENTS
@@ -43,6 +44,95 @@ struct SimpleSpread : GmeGame {
 
     __device__ static void step_env(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards,
                                     bool& term, bool& trunc) {
+        int now = ALONE ? step_alone(s, sh, e, actions, rewards) : step_team(s, sh, e, actions, rewards);
+        term = false;
+        trunc = now >= GAME_MAX_CYCLES;
+    }
+
+    // A game of up to simple_spread.ONE_LANE_AGENTS agents on one thread: the whole step in registers, its
+    // loads issued together, each contact pair and each collision pair computed once (mpe_contact; a
+    // squared distance is the same either way round). The bodies it leaves go to Shared for observe_env.
+    // The additions keep the team's order below: an agent's forces by the other agent's id, the
+    // landmarks' distances by mpe_tree_sum's tree. (Staging the bodies and summing through Shared, with a
+    // barrier between phases, was 40% of this step's stall samples under ncu.)
+    static constexpr bool ALONE = GME_GAME_THREADS == 1;
+    // The register arrays' lengths (1 in a team's build, which compiles step_alone without calling it).
+    static constexpr int ALONE_N = ALONE ? N : 1, ALONE_SLOTS = ALONE ? GAME_SUM_SLOTS : 1;
+
+    // Both return the step's t.
+    __device__ static int step_alone(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards) {
+        long long row = (long long)e * N;
+        float fx[ALONE_N], fy[ALONE_N], x[ALONE_N], y[ALONE_N], vx[ALONE_N], vy[ALONE_N], lx[ALONE_N], ly[ALONE_N];
+        int now = s.t[e] + 1;
+#pragma unroll
+        for (int a = 0; a < ALONE_N; ++a) {
+            mpe_action_force<GAME_CONTINUOUS_ACTIONS>(actions.agent(a), GAME_SENSITIVITY, fx[a], fy[a]);
+            x[a] = s.x[row + a];
+            y[a] = s.y[row + a];
+            vx[a] = s.vx[row + a];
+            vy[a] = s.vy[row + a];
+            lx[a] = s.landmark_x[row + a];
+            ly[a] = s.landmark_y[row + a];
+        }
+#pragma unroll
+        for (int a = 0; a < ALONE_N; ++a) {
+#pragma unroll
+            for (int j = a + 1; j < ALONE_N; ++j) {
+                float tx, ty;
+                if (mpe_contact(x[a] - x[j], y[a] - y[j], GAME_DIST_MIN, GAME_REACH2, tx, ty)) {
+                    fx[a] = __fadd_rn(fx[a], tx);
+                    fy[a] = __fadd_rn(fy[a], ty);
+                    fx[j] = __fadd_rn(fx[j], -tx);
+                    fy[j] = __fadd_rn(fy[j], -ty);
+                }
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < ALONE_N; ++a) {
+            mpe_integrate(x[a], y[a], vx[a], vy[a], fx[a], fy[a], 0.0f);
+            s.x[row + a] = sh.bodies[a] = x[a];
+            s.y[row + a] = sh.bodies[N + a] = y[a];
+            s.vx[row + a] = sh.bodies[2 * N + a] = vx[a];
+            s.vy[row + a] = sh.bodies[3 * N + a] = vy[a];
+            sh.bodies[4 * N + a] = lx[a];
+            sh.bodies[5 * N + a] = ly[a];
+        }
+        float sums[ALONE_SLOTS];
+#pragma unroll
+        for (int l = 0; l < ALONE_SLOTS; ++l) {
+            sums[l] = 0.0f;
+            if (l < ALONE_N) {
+                float nearest = mpe_squared_norm(x[0] - lx[l], y[0] - ly[l]);
+#pragma unroll
+                for (int a = 1; a < ALONE_N; ++a) nearest = fminf(nearest, mpe_squared_norm(x[a] - lx[l], y[a] - ly[l]));
+                sums[l] = sqrtf(nearest);
+            }
+        }
+#pragma unroll
+        for (int h = ALONE_SLOTS / 2; h > 0; h /= 2) {
+#pragma unroll
+            for (int k = 0; k < h; ++k) sums[k] = __fadd_rn(sums[k], sums[k + h]);
+        }
+        int count[ALONE_N] = {};
+#pragma unroll
+        for (int a = 0; a < ALONE_N; ++a) {
+#pragma unroll
+            for (int j = a + 1; j < ALONE_N; ++j) {
+                // sqrtf(d2) < DIST_MIN exactly where d2 < COLLIDE_D2 (mpe_physics.below_sqrt).
+                int hit = mpe_squared_norm(x[j] - x[a], y[j] - y[a]) < GAME_COLLIDE_D2;
+                count[a] += hit;
+                count[j] += hit;
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < ALONE_N; ++a) rewards[a] = reward(-sums[0], count[a]);
+        s.t[e] = now;
+        return now;
+    }
+
+    // A team's step: the game's bodies staged in Shared once (after the actions' loads are issued), a
+    // lane's agents moved from there; the landmarks' distances summed by the team's tree.
+    __device__ static int step_team(const State& s, Shared& sh, int e, const GmeActionRow& actions, float* rewards) {
         long long row = (long long)e * N;
         float *px = sh.bodies, *py = px + N, *pvx = px + 2 * N, *pvy = px + 3 * N, *lx = px + 4 * N, *ly = px + 5 * N;
         int now = s.t[e] + 1;
@@ -56,31 +146,12 @@ struct SimpleSpread : GmeGame {
         }
         mpe_stage_bodies(s.x + row, s.y + row, s.vx + row, s.vy + row, s.landmark_x + row, s.landmark_y + row, N, N,
                          sh.bodies);
-        if constexpr (GME_GAME_THREADS == 1) {
-            // One lane moves the whole game (N <= simple_spread.ONE_LANE_AGENTS): each pair's contact force
-            // is computed once and its negation is the other agent's (mpe_contact). The pairs go in the order
-            // that adds every agent's forces by the other agent's id, as the loop below and the reference do.
 #pragma unroll
-            for (int a = 0; a < N; ++a) {
-#pragma unroll
-                for (int j = a + 1; j < N; ++j) {
-                    float tx, ty;
-                    if (mpe_contact(px[a] - px[j], py[a] - py[j], GAME_DIST_MIN, GAME_REACH2, tx, ty)) {
-                        fx[a] = __fadd_rn(fx[a], tx);
-                        fy[a] = __fadd_rn(fy[a], ty);
-                        fx[j] = __fadd_rn(fx[j], -tx);
-                        fy[j] = __fadd_rn(fy[j], -ty);
-                    }
-                }
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
-                int a = gme_lane() + k * gme_lanes();
-                if (a >= N) break;
-                for (int j = 0; j < N; ++j) {
-                    if (j != a) mpe_add_contact(px[a] - px[j], py[a] - py[j], GAME_DIST_MIN, GAME_REACH2, fx[k], fy[k]);
-                }
+        for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
+            int a = gme_lane() + k * gme_lanes();
+            if (a >= N) break;
+            for (int j = 0; j < N; ++j) {
+                if (j != a) mpe_add_contact(px[a] - px[j], py[a] - py[j], GAME_DIST_MIN, GAME_REACH2, fx[k], fy[k]);
             }
         }
 #pragma unroll
@@ -120,11 +191,15 @@ struct SimpleSpread : GmeGame {
                 // sqrtf(d2) < DIST_MIN exactly where d2 < COLLIDE_D2 (mpe_physics.below_sqrt).
                 count += j != a && mpe_squared_norm(px[j] - px[a], py[j] - py[a]) < GAME_COLLIDE_D2;
             }
-            rewards[a] = __fadd_rn(__fmul_rn(shared, GAME_GLOBAL_WEIGHT), __fmul_rn(-(float)count, GAME_LOCAL_RATIO));
+            rewards[a] = reward(shared, count);
         }
-        term = false;
-        trunc = now >= GAME_MAX_CYCLES;
         if (gme_lane() == 0) s.t[e] = now;  // every thread read t before the staging's barrier
+        return now;
+    }
+
+    // An agent's reward from the negated sum of the landmarks' distances and its collisions.
+    __device__ static float reward(float shared, int count) {
+        return __fadd_rn(__fmul_rn(shared, GAME_GLOBAL_WEIGHT), __fmul_rn(-(float)count, GAME_LOCAL_RATIO));
     }
 
     __device__ static void observe_env(const State&, Shared& sh, int, float* obs, bool*) {

@@ -9,7 +9,7 @@ from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import float32
+from numba import float32, int32
 
 # Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
 PACKS_GAMES = True
@@ -27,9 +27,10 @@ def game_functions(c) -> GameFunctions:
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
     ZERO = np.float32(0.0)
 
-    # The .cu's: a lane's rounds over the game's agents (its loops unrolled, the arrays in registers)
-    # and the one-lane game's contact pairs.
+    # The .cu's: a lane's rounds over the game's agents (its loops unrolled, the arrays in registers),
+    # whether a game runs on one lane (step_alone), the levels of its landmarks' tree sum.
     ROUNDS, ONE_LANE = -(-N // c.GME_GAME_THREADS), c.GME_GAME_THREADS == 1
+    TREE_LEVELS = SLOTS.bit_length() - 1
     COLLIDE_D2 = c.COLLIDE_D2
     SHARED_ROW = 6 * N + SLOTS  # a team's floats: a constant, as shared.array's shape must be
 
@@ -72,7 +73,76 @@ def game_functions(c) -> GameFunctions:
             t[e] = 0
 
     @cuda.jit(device=True)
-    def step_env(state, sh, e, actions, rewards):
+    def step_alone(state, sh, e, actions, rewards):
+        # The .cu's step_alone: a game on one thread, the whole step in registers (the local arrays'
+        # loops over the constant N unroll), each contact and collision pair once, the bodies it leaves
+        # written to the shared row for observe_env. Returns the step's t.
+        x, y, vx, vy, landmark_x, landmark_y, t = state
+        bodies = sh[0]
+        known_shapes(state)
+        now = np.int32(t[e] + np.int32(1))
+        fx = cuda.local.array(N, float32)
+        fy = cuda.local.array(N, float32)
+        px = cuda.local.array(N, float32)
+        py = cuda.local.array(N, float32)
+        pvx = cuda.local.array(N, float32)
+        pvy = cuda.local.array(N, float32)
+        lx = cuda.local.array(N, float32)
+        ly = cuda.local.array(N, float32)
+        for a in range(N):
+            fx[a], fy[a] = action_force(actions, e, U(a), SENSITIVITY)
+            px[a], py[a], pvx[a], pvy[a] = x[e, U(a)], y[e, U(a)], vx[e, U(a)], vy[e, U(a)]
+            lx[a], ly[a] = landmark_x[e, U(a)], landmark_y[e, U(a)]
+        for a in range(N):
+            for j in range(a + 1, N):
+                touching, tx, ty = mpe.contact_force(px[a] - px[j], py[a] - py[j], DIST_MIN, REACH2)
+                if touching:
+                    fx[a] = add_rn(fx[a], tx)
+                    fy[a] = add_rn(fy[a], ty)
+                    fx[j] = add_rn(fx[j], -tx)
+                    fy[j] = add_rn(fy[j], -ty)
+        for a in range(N):
+            px[a], py[a], pvx[a], pvy[a] = mpe.integrate(px[a], py[a], pvx[a], pvy[a], fx[a], fy[a], ZERO)
+            x[e, U(a)] = bodies[a] = px[a]
+            y[e, U(a)] = bodies[N + a] = py[a]
+            vx[e, U(a)] = bodies[2 * N + a] = pvx[a]
+            vy[e, U(a)] = bodies[3 * N + a] = pvy[a]
+            bodies[4 * N + a] = lx[a]
+            bodies[5 * N + a] = ly[a]
+        sums = cuda.local.array(SLOTS, float32)
+        for lm in range(SLOTS):
+            sums[lm] = ZERO
+            if lm < N:
+                nearest = mpe.squared_norm(px[0] - lx[lm], py[0] - ly[lm])
+                for a in range(1, N):
+                    nearest = min(nearest, mpe.squared_norm(px[a] - lx[lm], py[a] - ly[lm]))
+                sums[lm] = np.float32(math.sqrt(nearest))
+        # mpe_tree_sum's order: both loops' counts constant, so that LLVM unrolls them and the guard folds.
+        for level in range(TREE_LEVELS):
+            for k in range(SLOTS // 2):
+                if k < SLOTS >> (level + 1):
+                    sums[k] = add_rn(sums[k], sums[k + (SLOTS >> (level + 1))])
+        count = cuda.local.array(N, int32)
+        for a in range(N):
+            count[a] = np.int32(0)
+        for a in range(N):
+            for j in range(a + 1, N):
+                # sqrt(d2) < DIST_MIN exactly where d2 < COLLIDE_D2 (mpe_physics.below_sqrt).
+                if mpe.squared_norm(px[j] - px[a], py[j] - py[a]) < COLLIDE_D2:
+                    count[a] = np.int32(count[a] + np.int32(1))
+                    count[j] = np.int32(count[j] + np.int32(1))
+        for a in range(N):
+            rewards[e, U(a)] = reward(-sums[0], count[a])
+        t[e] = now
+        return now
+
+    @inline_device
+    def reward(total, count):
+        return add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
+
+    @cuda.jit(device=True)
+    def step_team(state, sh, e, actions, rewards):
+        # The .cu's step_team. Returns the step's t.
         x, y, vx, vy, landmark_x, landmark_y, t = state
         bodies, sums = sh
         known_shapes(state)
@@ -86,35 +156,23 @@ def game_functions(c) -> GameFunctions:
             if a < U(N):
                 fx[k], fy[k] = action_force(actions, e, a, SENSITIVITY)
         stage_bodies(x, y, vx, vy, landmark_x, landmark_y, e, N, N, bodies)
-        if ONE_LANE:  # a build-time constant: each pair's contact once (the .cu says why it is exact)
-            for a in range(N):
-                for j in range(a + 1, N):
-                    touching, tx, ty = mpe.contact_force(
-                        bodies[a] - bodies[j], bodies[N + a] - bodies[N + j], DIST_MIN, REACH2
-                    )
-                    if touching:
-                        fx[a] = add_rn(fx[a], tx)
-                        fy[a] = add_rn(fy[a], ty)
-                        fx[j] = add_rn(fx[j], -tx)
-                        fy[j] = add_rn(fy[j], -ty)
-        else:
-            for k in range(ROUNDS):
-                a = U(lane() + U(k) * lanes())
-                if a < U(N):
-                    # Unsigned while loops over a game's agents here and below: Numba kept range's
-                    # int64 counter (not unrolled) and a negative index's wraparound on the shared arrays.
-                    j = U(0)
-                    while j < U(N):
-                        if j != a:
-                            fx[k], fy[k] = mpe.contact(
-                                bodies[a] - bodies[j],
-                                bodies[U(N) + a] - bodies[U(N) + j],
-                                DIST_MIN,
-                                REACH2,
-                                fx[k],
-                                fy[k],
-                            )
-                        j = U(j + U(1))
+        for k in range(ROUNDS):
+            a = U(lane() + U(k) * lanes())
+            if a < U(N):
+                # Unsigned while loops over a game's agents here and below: Numba kept range's
+                # int64 counter (not unrolled) and a negative index's wraparound on the shared arrays.
+                j = U(0)
+                while j < U(N):
+                    if j != a:
+                        fx[k], fy[k] = mpe.contact(
+                            bodies[a] - bodies[j],
+                            bodies[U(N) + a] - bodies[U(N) + j],
+                            DIST_MIN,
+                            REACH2,
+                            fx[k],
+                            fy[k],
+                        )
+                    j = U(j + U(1))
         for k in range(ROUNDS):
             a = U(lane() + U(k) * lanes())
             if a < U(N):
@@ -157,11 +215,18 @@ def game_functions(c) -> GameFunctions:
                 if j != a and d2 < COLLIDE_D2:
                     count = np.int32(count + np.int32(1))
                 j = U(j + U(1))
-            rewards[e, a] = add_rn(mul_rn(total, GLOBAL_WEIGHT), mul_rn(-np.float32(count), LOCAL_RATIO))
+            rewards[e, a] = reward(total, count)
             a = U(a + lanes())
         if lane() == 0:
             t[e] = now  # every thread read t before the staging's barrier
-        return False, now >= MAX_CYCLES
+        return now
+
+    # Chosen here, not in step_env: Numba would compile both (step_alone's loops unrolled over N agents).
+    step_game = step_alone if ONE_LANE else step_team
+
+    @cuda.jit(device=True)
+    def step_env(state, sh, e, actions, rewards):
+        return False, step_game(state, sh, e, actions, rewards) >= MAX_CYCLES
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):

@@ -216,3 +216,24 @@ def test_a_squared_distance_below_sqrts_bound_is_a_distance_below_the_bound(boun
     bound32 = np.float32(bound)
     assert np.array_equal(np.sqrt(d2) < bound32, d2 < b2)
     assert np.sqrt(b2) >= bound32 and np.sqrt(np.nextafter(b2, np.float32(0))) < bound32
+
+
+def test_a_quotient_by_a_sum_that_rounds_to_two_is_a_product_by_a_half():
+    """The kernels' log1p takes t / (t + 2) as t * 0.5 where t + 2 rounds to 2 (mpe.cuh's
+    mpe_quotient_by_sum, which skips the division's slow path so): the same float32 as IEEE's quotient,
+    checked on a spread of every exponent from the denormals up to where t + 2 leaves 2, and on every
+    float32 around that edge and around the smallest normal."""
+    edge = np.float32(2.0**-23).view(np.int32)
+    smallest_normal = np.finfo(np.float32).tiny.view(np.int32)
+    bits = np.concatenate(
+        [
+            np.arange(0, edge + 65_536, 997, dtype=np.int32),
+            edge + np.arange(-65_536, 65_537, dtype=np.int32),
+            smallest_normal + np.arange(-65_536, 65_537, dtype=np.int32),
+        ]
+    )
+    t = bits.view(np.float32)
+    d = t + np.float32(2.0)
+    assert (d == 2).any() and (d > 2).any()
+    shortcut = np.where(d == 2, t * np.float32(0.5), t / d)
+    assert np.array_equal(shortcut.view(np.int32), (t / d).view(np.int32))
