@@ -356,6 +356,8 @@ else:
 
         return view(values), codegen
 
+    flat._set_uuid(f"{__name__}.flat")  # (as _assume's: the staged store's closure holds it)
+
 
 # A packed block's staged rows as the env's rows (multi_agent.cuh's gme_multi_agent_step passes the
 # team's row of a shared array where a game writes its observations or rewards): staged_rows(tile,
