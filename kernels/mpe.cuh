@@ -22,9 +22,10 @@ __device__ __forceinline__ float mpe_exp(float x) {
 
 // t / d for d = t + 2 rounded (t >= 0), as IEEE's division rounds it, without its slow path. Where d is
 // 2 (t <= 2**-23: an exp that is 0 or tiny, common for pairs near the edge of their reach), t / 2 and
-// t * 0.5 are the same real number, so both round alike, denormals included; the division then takes
-// 1 / 2 instead. Elsewhere t / d is normal. The quotient's slow path (its FCHK failing on a tiny or
-// zero t) was taken by 2 warps in 3 of SimpleSpread's contact pairs under ncu.
+// t * 0.5 are the same real number, so both round alike, denormals included, and no division is done;
+// elsewhere the quotient is normal, which the division's fast path computes. That slow path (a call,
+// where the quotient's range check fails on a tiny or zero t) was entered by 2 warps in 3 reaching it
+// in a SimpleSpread contact pair under ncu.
 __device__ __forceinline__ float mpe_quotient_by_sum(float t, float d) {
     if (d == 2.0f) return __fmul_rn(t, 0.5f);
     return t / d;

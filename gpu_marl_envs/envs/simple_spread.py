@@ -61,10 +61,10 @@ and ``dynamic_rescaling`` (rendering only: kept for MPE2's signature; nothing he
 - Two agents at exactly the same position make MPE2's force 0/0 (NaN); here too.
 
 ## Kernels
-A game of up to ``ONE_LANE_AGENTS`` agents runs on one thread, 128 games a block (each pair's contact
-force computed once); a larger game on a team of threads, its agents spread over them (a block per
-game beyond 32 agents). A step stages the game's bodies in shared memory once and the observations
-read them from there. Collisions are all pairs, as MPE2's: a pair beyond its reach costs a squared
+A game of up to ``ONE_LANE_AGENTS`` agents runs on one thread, 128 games a block, its whole step in
+registers (each contact and collision pair computed once); a larger game on a team of threads, its
+agents spread over them (a block per game beyond 32 agents), whose step stages the game's bodies in
+shared memory once. Either way the observations read the bodies the step left in shared memory. Collisions are all pairs, as MPE2's: a pair beyond its reach costs a squared
 distance and a comparison, so 1,000 agents per game run (``tests/test_gpu_mpe.py``; about 1,700 fit
 a block's shared memory). A neighbour grid would visit the
 pairs in another order than MPE2's sum of forces, which float32 makes visible; it is not used.
@@ -220,9 +220,10 @@ def observe(p: SimpleSpreadParams, s: SimpleSpreadState) -> dict[str, torch.Tens
 
 ONE_LANE_AGENTS = 4
 """A game of up to this many agents runs on one lane of the kernels (128 games a block; kernels/
-simple_spread.cu then computes each pair's contact force once). On an H200 at 65,536 games of 3 agents
-a captured step took 11.4 µs on one lane and 13.8 on four, with Box actions 12.9 and 14.6, the
-observations and rewards staged (``benchmarks/experiments/mpe_team_shape.py``, docs/benchmarks/mpe.md)."""
+simple_spread.cu's step_alone then steps it in registers). On an H200 at 65,536 games of 3 agents a
+captured step took 11.4 µs on one lane and 13.8 on four, with Box actions 12.9 and 14.6, the
+observations and rewards staged (``benchmarks/experiments/mpe_team_shape.py``, docs/benchmarks/mpe.md,
+before step_alone; with it, 9.8-11.2 and 10.5-12.8 µs, Numba and CUDA C)."""
 
 
 def kernel_constants(p: SimpleSpreadParams) -> dict:
