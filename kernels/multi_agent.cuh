@@ -30,7 +30,11 @@
 //   __device__ static void observe_env(const State&, Shared&, int e, float* obs, bool* masks);
 //       env e's observations (obs_size floats) and, unless masks is null, action masks (mask_size);
 //   __device__ static void totals_env(const State&, Shared&, int e, float* totals);
-//       the episode totals of the state right after a step (only games with num_metrics > 0 need it).
+//       the episode totals of the state right after a step (only games with num_metrics > 0 need it);
+//   __device__ static void store_warp(const State&, const Shared* teams, const GmeWarp& warp);
+//       where GME_WARP_STORES is 1, the stores of state that the game's step_env left in its teams'
+//       Shared instead of writing it (by GmeWarp::store_teams), after every team of the warp has
+//       stepped or reset; where it is 0 step_env writes the state itself.
 // State is GmeState: a pointer per field of the game's state dataclass, named and ordered as its fields,
 // typed as its tensors are (float*, int*, bool*, signed char*, ...), each array batch first (env e's row
 // of an (E, N) field starts at e * N). Every thread of the team calls each function, with the team
@@ -41,8 +45,9 @@
 // autoreset codes (GME_AUTORESET_*), RNG constants, the agent groups (GME_NUM_GROUPS, GME_GROUP_BEGINS,
 // GME_GROUP_SIZES, GME_NUM_AGENTS, GME_ACTION_SIZE, GME_ACTION_TYPE), the buffers' sizes (GME_OBS_SIZE, GME_MASK_SIZE,
 // GME_NUM_METRICS), the launch's shape (GME_GAME_THREADS, GME_GAMES_PER_BLOCK, and their product
-// GME_BLOCK_THREADS), whether the step is staged (GME_STAGED), the kernels' name (GME_KERNEL_NAME) and
-// the game's constants (<prefix>_<NAME>, MultiAgentDefinition.kernel_constants).
+// GME_BLOCK_THREADS), whether the step is staged (GME_STAGED) and stores by warp (GME_WARP_STORES), the
+// kernels' name (GME_KERNEL_NAME) and the game's constants (<prefix>_<NAME>,
+// MultiAgentDefinition.kernel_constants).
 #pragma once
 #include "nvrtc.cuh"
 #include "rng.cuh"
@@ -87,6 +92,8 @@ struct GmeGame {
     __device__ static bool in_game(const S&, const Sh&, int, int) { return true; }
     template <class S, class Sh>
     __device__ static void totals_env(const S&, Sh&, int, float*) {}
+    template <class S, class Sh, class W>
+    __device__ static void store_warp(const S&, const Sh*, const W&) {}
 };
 
 // One component of an agent's action: an index (long long) in a discrete game, a value (float) in a
@@ -151,29 +158,41 @@ __device__ __forceinline__ void gme_reset_env(const typename Game::State& s, typ
 constexpr int GME_AGENT_ROUNDS = (GME_NUM_AGENTS + GME_GAME_THREADS - 1) / GME_GAME_THREADS;
 // A staged step's loop over them unrolled (#pragma unroll reads C++ constants, not macros).
 constexpr int gme_staged_unroll = GME_STAGED ? GME_AGENT_ROUNDS : 1;
+// Whether the step stores by warp (GME_WARP_STORES, multi_agent_buffers.stores_by_warp), and so stages
+// its per-agent outputs too: chosen only where a lane holds several agents, whose own stores of them
+// would be strided (a 32-byte sector for each of their few bytes).
+constexpr bool gme_staged_agents = GME_WARP_STORES;
+static_assert(!GME_WARP_STORES || (GME_STAGED && GME_AGENT_ROUNDS > 1),
+              "a step stores by warp what it stages, where a lane holds several agents");
 
-// Env e's step by its team (the step kernel's body): its observations into obs, its rewards into
-// team_rewards, then into `rewards` (gme_multi_agent_step below says where the two point).
+// Env e's step by its team, or its reset where the previous step ended its episode (the step kernel's
+// body up to the observations, which the caller writes next): its rewards into team_rewards, then
+// into `rewards`; its running returns and agents' flags into row `out` of running_returns,
+// agent_terminated and agent_truncated, and the episode's returns into episode_returns
+// (gme_multi_agent_step below says where they point; a staged step reads its running returns from
+// `returns`, the global array).
 template <class Game>
 __device__ __forceinline__ void gme_step_env(
-    const typename Game::State& s, typename Game::Shared& sh, int e, const GmeActions& actions, float* obs,
-    float* team_rewards, bool* action_masks, float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated,
+    const typename Game::State& s, typename Game::Shared& sh, int e, const GmeActions& actions,
+    float* team_rewards, float* rewards, bool* agent_terminated, bool* agent_truncated, bool* terminated,
     bool* truncated, float* running_returns, float* episode_returns, float* episode_totals,
     float* final_observations, bool* final_observation_mask, bool* needs_reset, unsigned int* episodes,
-    const unsigned long long* seeds, int autoreset_mode) {
+    const unsigned long long* seeds, int autoreset_mode, long long out, const float* returns) {
     long long row = (long long)e * Game::num_agents;
-    bool* masks = Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr;
 
     if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
         // The previous step ended this episode: this step only resets (the actions are ignored).
-        gme_reset_env<Game>(s, sh, e, running_returns + row, episodes, seeds);
+        gme_reset_env<Game>(s, sh, e, running_returns + out, episodes, seeds);
         for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
-            rewards[row + a] = 0.0f;
-            agent_terminated[row + a] = false;
-            agent_truncated[row + a] = false;
+            if constexpr (gme_staged_agents) {
+                team_rewards[a] = 0.0f;
+            } else {
+                rewards[row + a] = 0.0f;
+            }
+            agent_terminated[out + a] = false;
+            agent_truncated[out + a] = false;
         }
         if (gme_lane() == 0) terminated[e] = truncated[e] = needs_reset[e] = false;
-        Game::observe_env(s, sh, e, obs, masks);
         return;
     }
 
@@ -184,12 +203,12 @@ __device__ __forceinline__ void gme_step_env(
                   "a game's sizes are the runtime's (GmeGame's): declare none");
     // A staged step loads its lanes' running returns before the game's step, into registers (its loops
     // unrolled), so that the loads overlap the game's own rather than wait after them.
-    float returns[GME_STAGED ? GME_AGENT_ROUNDS : 1];
+    float staged_returns[GME_STAGED ? GME_AGENT_ROUNDS : 1];
     if constexpr (GME_STAGED) {
 #pragma unroll
         for (int k = 0; k < GME_AGENT_ROUNDS; ++k) {
             int a = gme_lane() + k * gme_lanes();
-            if (a < Game::num_agents) returns[k] = running_returns[row + a];
+            if (a < Game::num_agents) staged_returns[k] = returns[row + a];
         }
     }
     Game::step_env(s, sh, e, GmeActionRow(actions, e), team_rewards, term, trunc);
@@ -200,14 +219,14 @@ __device__ __forceinline__ void gme_step_env(
         int a = gme_lane() + k * gme_lanes();
         if (a >= Game::num_agents) break;
         float reward = team_rewards[a];
-        if constexpr (GME_STAGED) rewards[row + a] = reward;
+        if constexpr (GME_STAGED && !gme_staged_agents) rewards[row + a] = reward;
         // One float32 addition per step, as the reference's running_returns + rewards.
-        float sum = (GME_STAGED ? returns[k] : running_returns[row + a]) + reward;
+        float sum = (GME_STAGED ? staged_returns[k] : running_returns[row + a]) + reward;
         if (done) episode_returns[row + a] = sum;
-        running_returns[row + a] = done ? 0.0f : sum;
+        running_returns[out + a] = done ? 0.0f : sum;
         bool playing = Game::in_game(s, sh, e, a);
-        agent_terminated[row + a] = term || !playing;
-        agent_truncated[row + a] = trunc && playing;
+        agent_terminated[out + a] = term || !playing;
+        agent_truncated[out + a] = trunc && playing;
     }
     if constexpr (Game::num_metrics > 0) {
         if (done) Game::totals_env(s, sh, e, episode_totals + (long long)e * Game::num_metrics);
@@ -225,46 +244,74 @@ __device__ __forceinline__ void gme_step_env(
     if (autoreset_mode == GME_AUTORESET_SAME_STEP && done) {
         Game::observe_env(s, sh, e, final_observations + (long long)e * Game::obs_size, nullptr);
         gme_sync();  // the final observations have read the state the reset overwrites
-        gme_reset_env<Game>(s, sh, e, running_returns + row, episodes, seeds);
+        gme_reset_env<Game>(s, sh, e, running_returns + out, episodes, seeds);
     }
-    Game::observe_env(s, sh, e, obs, masks);
 }
 
-// A warp's staged observations into `observations`: its teams' rows lie side by side in `staged` as in
-// `observations` (from the warp's first env on), and the warp's lanes store them a float a lane,
-// consecutive lanes on consecutive floats, so that a store instruction writes 128 contiguous bytes. (A
-// team storing its own rows writes a few floats of each of the warp's envs per instruction, a 32-byte
-// sector each: unstaged, SimpleSpread's step on one lane a game took 62.6 µs at 65,536 games on an
-// H200, staged 11.4; 16-byte stores a lane gained 0.15-0.2 µs more, not kept.) Every lane of the warp's teams of
-// envs below num_envs calls it (the others have returned).
-__device__ __forceinline__ void gme_store_staged(const float* staged, float* observations, int num_envs) {
-    constexpr int warp_teams = 32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
-    int first_team = threadIdx.x / 32 * warp_teams;
-    int first_env = blockIdx.x * GME_GAMES_PER_BLOCK + first_team;
-    int envs = min(min(warp_teams, GME_GAMES_PER_BLOCK - first_team), num_envs - first_env);
-    int lanes = envs * GME_GAME_THREADS;
-    __syncwarp(lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u);  // every team's row is staged
-    int lane = threadIdx.x % 32;
-    const float* from = staged + first_team * GME_OBS_SIZE + lane;
-    float* to = observations + (long long)first_env * GME_OBS_SIZE + lane;
-    constexpr int full = warp_teams * GME_GAME_THREADS == 32 ? warp_teams * GME_OBS_SIZE : 0;
-    if (full && envs == warp_teams) {
-        // A whole warp of envs (all but a grid's last): a constant count of stores, unrolled, at constant
-        // offsets from one address. The loop below, its count known only at run time, spent ~30
-        // instructions a 4 floats on 64-bit addresses (20% of SimpleSpread's stall samples).
-#pragma unroll 64
-        for (int k = 0; k < full / 32; ++k) to[32 * k] = from[32 * k];
-        if (lane < full % 32) to[full / 32 * 32] = from[full / 32 * 32];
-    } else {
-        for (int k = 0; k < envs * GME_OBS_SIZE - lane; k += lanes) to[k] = from[k];
+// A packed warp's staged stores (GME_STAGED): its teams' rows of an (E, ROW) array, side by side in
+// shared memory as in the array (from the warp's first env on), stored a value a lane, consecutive
+// lanes on consecutive elements, so that a store instruction writes 128 contiguous bytes. (A team
+// storing its own rows writes a few elements of each of the warp's envs per instruction, a 32-byte
+// sector each: unstaged, SimpleSpread's observations on one lane a game took 62.6 µs a step at 65,536
+// games on an H200, staged 11.4; 16-byte stores a lane gained 0.15-0.2 µs more, not kept.) Built by
+// every lane of the warp's teams of envs below num_envs (the others have returned), after each team
+// has staged its rows: the constructor is the warp's barrier.
+struct GmeWarp {
+    static constexpr int teams = 32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
+    int first_team, first_env, envs, lanes, lane;
+
+    __device__ GmeWarp(int num_envs) {
+        first_team = threadIdx.x / 32 * teams;
+        first_env = blockIdx.x * GME_GAMES_PER_BLOCK + first_team;
+        envs = min(min(teams, GME_GAMES_PER_BLOCK - first_team), num_envs - first_env);
+        lanes = envs * GME_GAME_THREADS;
+        lane = threadIdx.x % 32;
+        __syncwarp(lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u);  // every team's rows are staged
     }
-}
+
+    // The warp's rows of `rows` from the block's tile (team t's row at tile + t * ROW).
+    template <int ROW, class T>
+    __device__ __forceinline__ void store_tile(const T* tile, T* rows) const {
+        const T* from = tile + first_team * ROW;
+        store<ROW>(rows, [&](int k) { return from[k]; });
+    }
+
+    // The warp's rows of `rows`, element i of team t's row read by value(t, i) (t the team's slot in the
+    // block, as gme_team()): a game's rows staged in its teams' Shared.
+    template <int ROW, class T, class Value>
+    __device__ __forceinline__ void store_teams(T* rows, Value value) const {
+        store<ROW>(rows, [&](int k) { return value(first_team + k / ROW, k % ROW); });
+    }
+
+  private:
+    // The warp's rows of `rows`, their element k (from the warp's first env's) read by value(k).
+    template <int ROW, class T, class Value>
+    __device__ __forceinline__ void store(T* rows, Value value) const {
+        T* to = rows + (long long)first_env * ROW + lane;
+        constexpr int full = teams * GME_GAME_THREADS == 32 ? teams * ROW : 0;
+        if (full && envs == teams) {
+            // A whole warp of envs (all but a grid's last): a constant count of stores, unrolled, at constant
+            // offsets from one address. A loop whose count is known only at run time spent ~30
+            // instructions a 4 floats on 64-bit addresses (20% of SimpleSpread's stall samples).
+#pragma unroll 64
+            for (int k = 0; k < full / 32; ++k) to[32 * k] = value(lane + 32 * k);
+            if (lane < full % 32) to[full / 32 * 32] = value(lane + full / 32 * 32);
+        } else {
+            for (int k = 0; k < envs * ROW - lane; k += lanes) to[k] = value(lane + k);
+        }
+    }
+};
 
 // The step kernel's body. Where GME_STAGED is 1 (packed teams of a few agents a lane whose block's
-// observations and rewards fit the shared memory Python allows them: multi_agent_buffers.stages_rows), a
-// team's observe_env writes its env's observations into the block's shared array, which gme_store_staged
-// then stores, and its step_env writes the rewards into another, which gme_step_env reads and stores;
-// else both straight into global memory. A game cannot tell: obs and rewards are float* either way.
+// staged rows fit the shared memory Python allows them: multi_agent_buffers.stages_rows), a team's
+// observe_env writes its env's observations into a block's tile in shared memory and its step_env the
+// rewards into another, and each warp stores the observations (GmeWarp); else both go straight into
+// global memory. A game cannot tell: obs and rewards are float* either way. Where GME_WARP_STORES is 1
+// too (a lane holds several agents and the grid is wider than the GPU: multi_agent_buffers.stores_by_warp),
+// the warp also stores the rewards and gme_step_env's running returns and agents' flags from tiles of
+// their own, and what the game left in its teams' Shared (Game::store_warp).
+// (SimpleSpread's step at 65,536 games on an H200: 10.9 µs with the observations staged, 8.9 with
+// everything; at 2,048 games, whose 16 blocks leave a warp's latency the step's time, 4.5 against 5.2.)
 template <class Game>
 __device__ __forceinline__ void gme_multi_agent_step(
     int num_envs, const typename Game::State& s, const GmeActions& actions, float* observations, bool* action_masks,
@@ -272,25 +319,42 @@ __device__ __forceinline__ void gme_multi_agent_step(
     float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,
     bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds,
     int autoreset_mode) {
-    static_assert(!GME_STAGED || GME_GAMES_PER_BLOCK > 1, "a step is staged by packed teams");
-    static_assert(!GME_STAGED || sizeof(typename Game::Shared) * GME_GAMES_PER_BLOCK +
-                                         4 * GME_GAMES_PER_BLOCK * (GME_OBS_SIZE + GME_NUM_AGENTS) <=
+    constexpr int games = GME_GAMES_PER_BLOCK, N = GME_NUM_AGENTS;
+    static_assert(!GME_STAGED || games > 1, "a step is staged by packed teams");
+    static_assert(!GME_STAGED || sizeof(typename Game::Shared) * games + games * (4 * GME_OBS_SIZE + 10 * N) <=
                                      48 * 1024,
-                  "a packed block's Shared and its staged observations and rewards exceed the 48 KiB of static "
-                  "shared memory: give the game fewer games_per_block or less Shared "
-                  "(multi_agent_buffers.STAGED_BYTES bounds the staged rows)");
-    __shared__ typename Game::Shared teams[GME_GAMES_PER_BLOCK];
-    __shared__ float staged[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_OBS_SIZE : 1];
-    __shared__ float staged_rewards[GME_STAGED ? GME_GAMES_PER_BLOCK * GME_NUM_AGENTS : 1];
-    int e = blockIdx.x * GME_GAMES_PER_BLOCK + gme_team();
+                  "a packed block's Shared and its staged rows exceed the 48 KiB of static shared memory: give the "
+                  "game fewer games_per_block or less Shared (multi_agent_buffers.STAGED_BYTES bounds the staged "
+                  "rows)");
+    constexpr int tile = gme_staged_agents ? games * N : 1;
+    __shared__ typename Game::Shared teams[games];
+    __shared__ float staged[GME_STAGED ? games * GME_OBS_SIZE : 1];
+    __shared__ float staged_rewards[GME_STAGED ? games * N : 1], staged_returns[tile];
+    __shared__ bool staged_terminated[tile], staged_truncated[tile];
+    int e = blockIdx.x * games + gme_team();
     if (e >= num_envs) return;
     float* obs = GME_STAGED ? staged + gme_team() * GME_OBS_SIZE : observations + (long long)e * GME_OBS_SIZE;
-    float* team_rewards =
-        GME_STAGED ? staged_rewards + gme_team() * GME_NUM_AGENTS : rewards + (long long)e * GME_NUM_AGENTS;
-    gme_step_env<Game>(s, teams[gme_team()], e, actions, obs, team_rewards, action_masks, rewards, agent_terminated,
-                       agent_truncated, terminated, truncated, running_returns, episode_returns, episode_totals,
-                       final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode);
-    if constexpr (GME_STAGED) gme_store_staged(staged, observations, num_envs);
+    float* team_rewards = GME_STAGED ? staged_rewards + gme_team() * N : rewards + (long long)e * N;
+    // The row of the running returns' and the flags' arrays that the team writes (the tiles' or the global ones).
+    long long out = gme_staged_agents ? gme_team() * N : (long long)e * N;
+    typename Game::Shared& sh = teams[gme_team()];
+    gme_step_env<Game>(s, sh, e, actions, team_rewards, rewards, gme_staged_agents ? staged_terminated : agent_terminated,
+                       gme_staged_agents ? staged_truncated : agent_truncated, terminated, truncated,
+                       gme_staged_agents ? staged_returns : running_returns, episode_returns, episode_totals,
+                       final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode, out,
+                       running_returns);
+    if constexpr (GME_WARP_STORES) {
+        GmeWarp warp(num_envs);
+        if constexpr (gme_staged_agents) {
+            warp.store_tile<N>(staged_rewards, rewards);
+            warp.store_tile<N>(staged_returns, running_returns);
+            warp.store_tile<N>(staged_terminated, agent_terminated);
+            warp.store_tile<N>(staged_truncated, agent_truncated);
+        }
+        Game::store_warp(s, teams, warp);
+    }
+    Game::observe_env(s, sh, e, obs, Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);
+    if constexpr (GME_STAGED) GmeWarp(num_envs).store_tile<GME_OBS_SIZE>(staged, observations);
 }
 
 template <class Game>

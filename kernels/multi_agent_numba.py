@@ -35,6 +35,11 @@ The game's device functions, each called by every thread of the block with the b
 A packed block's step may stage the observations and rewards (``make_multi_agent_kernels``): its
 ``observations`` and ``rewards`` are then views whose row ``e`` alone may be written.
   totals_env(state, sh, e, totals)               writes totals[e, :] (games with episode metrics)
+  store_warp(state, sh, warp)                    where ``c.GME_WARP_STORES``, stores the state that
+                                                  step_env left in shared memory instead of writing
+                                                  it, by :func:`team_store`'s functions, after every
+                                                  team of the warp has stepped or reset (the .cuh's
+                                                  store_warp); else step_env writes the state itself
 """
 
 import functools
@@ -56,7 +61,7 @@ from gpu_marl_envs.kernels.numba_api import (
     staged_rows,
 )
 from gymnasium.vector import AutoresetMode
-from numba import float32
+from numba import boolean, float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 
@@ -83,6 +88,11 @@ def no_totals(state, sh, e, totals):
 
 
 @cuda.jit(device=True)
+def no_warp_stores(state, sh, warp):
+    """The warp's stores of a game that leaves no state in shared memory for them: none."""
+
+
+@cuda.jit(device=True)
 def nan_to_zero(x):
     """A Box action's component as the rules read it: NaN (which ``validate_actions=False`` lets
     through) as 0, as the torch reference reads it (``min``/``max`` alone would drop or keep it)."""
@@ -99,6 +109,7 @@ class GameFunctions(NamedTuple):
     shared: Any = no_shared
     in_game: Any = everyone_in_game
     totals_env: Any = no_totals
+    store_warp: Any = no_warp_stores
     launch_bounds: tuple[int, int] | None = None
     """(threads per block, blocks per SM) the kernels are compiled for, as CUDA C's
     ``__launch_bounds__`` (``GME_MULTI_AGENT_KERNELS_BOUNDED``): NVVM then keeps the registers per
@@ -320,44 +331,82 @@ def _by_group(first, here, before):
     return call
 
 
-def _staged_store(game_threads: int, games_per_block: int, obs_size: int):
-    """A device function ``store(tile, observations, num_envs)``: a warp's staged observations (its
-    teams' rows in the block's shared ``tile``, ``obs_size`` floats a team) into ``observations``, a
-    float a lane, by every lane of the warp's envs below ``num_envs`` (the others have returned):
-    multi_agent.cuh's gme_store_staged."""
+def _warp(game_threads: int, games_per_block: int):
+    """A device function ``warp_of(num_envs)``: a packed warp's envs as the stores by warp take them
+    (multi_agent.cuh's GmeWarp), ``(first_team, first_env, envs, active lanes)``, called by every lane
+    of the warp's envs below ``num_envs`` (the others have returned) after each team has staged its
+    rows: it is the warp's barrier."""
     WARP_TEAMS = U(min(32 // game_threads, games_per_block))
-    GAMES, LANES, OBS = U(games_per_block), U(game_threads), U(obs_size)
-    # A whole warp's floats where its teams fill it, else 0 (multi_agent.cuh's `full`).
-    FULL = int(WARP_TEAMS) * obs_size if int(WARP_TEAMS) * game_threads == 32 else 0
+    GAMES, LANES = U(games_per_block), U(game_threads)
 
     @inline_device
-    def store(tile, observations, num_envs):
+    def warp_of(num_envs):
         first_team = U(U(U(cuda.threadIdx.x) // U(32)) * WARP_TEAMS)
         first_env = U(U(U(cuda.blockIdx.x) * GAMES) + first_team)
         envs = min(min(WARP_TEAMS, U(GAMES - first_team)), U(U(num_envs) - first_env))
         active = U(envs * LANES)
         cuda.syncwarp(U(0xFFFFFFFF) if active == U(32) else U(U(U(1) << active) - U(1)))  # every row is staged
-        first = U(first_team * OBS)
+        return first_team, first_env, envs, active
+
+    return warp_of
+
+
+def _warp_rows(game_threads: int, games_per_block: int, row: int, read):
+    """A device function ``store(rows, source, column, warp)``: the warp's rows of ``rows`` (an
+    ``(E, row)`` array), a value a lane, consecutive lanes on consecutive elements; element ``k`` of
+    them (counted from the warp's first env's) is ``read(source, column, first_team, k)``:
+    multi_agent.cuh's GmeWarp::store."""
+    WARP_TEAMS = min(32 // game_threads, games_per_block)
+    # A whole warp's elements where its teams fill it, else 0 (the .cuh's `full`).
+    FULL = WARP_TEAMS * row if WARP_TEAMS * game_threads == 32 else 0
+
+    @inline_device
+    def store(rows, source, column, warp):
+        first_team, first_env, envs, active = warp
         lane = U(U(cuda.threadIdx.x) % U(32))
-        if FULL and envs == WARP_TEAMS:
-            # A whole warp of envs: a constant count of stores (gme_store_staged says why), through the
+        to = flat(rows)
+        start = I64(first_env) * I64(row) + I64(lane)
+        if FULL and envs == U(WARP_TEAMS):
+            # A whole warp of envs: a constant count of stores (GmeWarp::store says why), through the
             # warp's rows as one flat array, so that LLVM unrolls them at constant offsets.
-            rows = flat(observations)
-            to, source = I64(first_env) * I64(OBS) + I64(lane), I64(first) + I64(lane)
             k = I64(0)
             while k < I64(FULL // 32 * 32):  # (a range loop kept its generic step's arithmetic)
-                rows[to + k] = tile[source + k]
+                to[start + k] = read(source, column, first_team, U(I64(lane) + k))
                 k += I64(32)
             if lane < U(FULL % 32):
-                rows[to + I64(FULL // 32 * 32)] = tile[source + I64(FULL // 32 * 32)]
+                to[start + I64(FULL // 32 * 32)] = read(source, column, first_team, U(lane + U(FULL // 32 * 32)))
             return
         k = lane
-        while k < U(envs * OBS):
-            row = U(k // OBS)  # a constant divisor: a multiply and a shift
-            observations[U(first_env + row), U(k - U(row * OBS))] = tile[U(first + k)]
+        while k < U(envs * U(row)):
+            to[I64(first_env) * I64(row) + I64(k)] = read(source, column, first_team, k)
             k = U(k + active)
 
     return store
+
+
+def _tile_store(game_threads: int, games_per_block: int, row: int):
+    """``store(rows, tile, column, warp)``: :func:`_warp_rows` from a block's staged tile (1-D, ``row``
+    elements a team; ``column`` unused): GmeWarp::store_tile."""
+
+    @inline_device
+    def read(tile, column, first_team, k):
+        return tile[U(U(first_team * U(row)) + k)]
+
+    return _warp_rows(game_threads, games_per_block, row, read)
+
+
+def team_store(c, row: int):
+    """For a game's ``store_warp``: a device function ``store(rows, block, column, warp)`` that stores
+    the warp's rows of ``rows`` (an ``(E, row)`` state array) from columns ``column`` to ``column + row``
+    of ``block``, the teams' 2-D shared array (``(c.GME_GAMES_PER_BLOCK, width)``, a team's row at its
+    ``team()``): GmeWarp::store_teams."""
+
+    @inline_device
+    def read(block, column, first_team, k):
+        t = U(k // U(row))  # a constant divisor: a multiply and a shift
+        return block[U(first_team + t), U(column + U(k - U(t * U(row))))]
+
+    return _warp_rows(c.GME_GAME_THREADS, c.GME_GAMES_PER_BLOCK, row, read)
 
 
 def make_multi_agent_kernels(
@@ -368,13 +417,17 @@ def make_multi_agent_kernels(
     game_threads=0,
     games_per_block=1,
     staged_obs_size=0,
+    warp_stores=False,
 ):
     """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents whose actions
     lie as ``layout`` says, packed ``games_per_block`` envs of ``game_threads`` lanes to a block
     (:func:`team_functions`). Where ``staged_obs_size`` is not 0 (a packed game's observations, that
     many floats an env, and rewards staged: ``multi_agent_buffers.stages_rows``), the step writes
     them through shared memory as multi_agent.cuh's gme_multi_agent_step does: the game's functions
-    receive arrays whose row ``e`` is their team's row there (``numba_api.staged_rows``).
+    receive arrays whose row ``e`` is their team's row there (``numba_api.staged_rows``). Where
+    ``warp_stores`` is true too (``multi_agent_buffers.stores_by_warp``), each warp also stores the
+    rewards, running returns and agents' flags from tiles (where a lane holds several agents) and
+    calls the game's ``store_warp``, as multi_agent.cuh's GME_WARP_STORES.
 
     The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
     (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
@@ -387,25 +440,32 @@ def make_multi_agent_kernels(
     N = U(num_agents)
     GAMES = U(games_per_block)
     team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
-    shared, reset_env, step_env, in_game, observe_env, totals_env = (
+    shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp = (
         functions.shared,
         functions.reset_env,
         functions.step_env,
         functions.in_game,
         functions.observe_env,
         functions.totals_env,
+        functions.store_warp,
     )
     bounds = functions.launch_bounds
-    game = (shared, reset_env, step_env, in_game, observe_env, totals_env)
+    game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
     in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync)
     STAGED = staged_obs_size > 0
-    # The staged tiles' floats (a constant, as shared.array's shape must be).
-    OBS_TILE, REWARD_TILE = games_per_block * staged_obs_size, games_per_block * num_agents
-    # (Defined either way: Numba's on-disk cache pickles the kernel's closure, an empty cell fails.)
-    store_staged = _staged_store(game_threads, games_per_block, staged_obs_size) if STAGED else None
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
+    if warp_stores and not (STAGED and ROUNDS > 1):
+        raise ValueError("a step stores by warp what it stages, where a lane holds several agents")
+    # The staged tiles' elements (a constant, as shared.array's shape must be).
+    OBS_TILE, REWARD_TILE = games_per_block * staged_obs_size, games_per_block * num_agents
+    # (Defined either way: Numba's on-disk cache pickles the kernel's closure, an empty cell fails.)
+    warp_of = _warp(game_threads, games_per_block) if STAGED else None
+    store_obs = _tile_store(game_threads, games_per_block, staged_obs_size) if STAGED else None
+    store_agents = _tile_store(game_threads, games_per_block, num_agents) if STAGED else None
+    # Where the per-agent outputs are staged too (multi_agent.cuh's gme_staged_agents).
+    STAGED_AGENTS = warp_stores
 
     @inline_device
     def finish_agent(state, sh, e, a, reward, running, done, term, trunc, running_returns, episode_returns, flags):
@@ -475,87 +535,116 @@ def make_multi_agent_kernels(
         if STAGED:  # a build-time constant, as in_place below
             obs_tile = cuda.shared.array(OBS_TILE, float32)
             obs = staged_rows(obs_tile, team(), e, observations)
-            team_rewards = staged_rows(cuda.shared.array(REWARD_TILE, float32), team(), e, rewards)
+            reward_tile = cuda.shared.array(REWARD_TILE, float32)
+            team_rewards = staged_rows(reward_tile, team(), e, rewards)
         else:
             obs, team_rewards = observations, rewards
+        if STAGED_AGENTS:
+            # The running returns' and the flags' rows the team writes: its rows of the tiles.
+            returns_tile = cuda.shared.array(REWARD_TILE, float32)
+            terminated_tile = cuda.shared.array(REWARD_TILE, boolean)
+            truncated_tile = cuda.shared.array(REWARD_TILE, boolean)
+            out_returns = staged_rows(returns_tile, team(), e, running_returns)
+            flags = (
+                staged_rows(terminated_tile, team(), e, agent_terminated),
+                staged_rows(truncated_tile, team(), e, agent_truncated),
+            )
+        else:
+            out_returns, flags = running_returns, (agent_terminated, agent_truncated)
 
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
-            reset_episode(state, sh, e, running_returns, episodes, seeds)
+            reset_episode(state, sh, e, out_returns, episodes, seeds)
             a = tid
             while a < N:
-                rewards[e, a] = ZERO
-                agent_terminated[e, a] = False
-                agent_truncated[e, a] = False
+                if STAGED_AGENTS:
+                    team_rewards[e, a] = ZERO
+                else:
+                    rewards[e, a] = ZERO
+                flags[0][e, a] = False
+                flags[1][e, a] = False
                 a = U(a + threads)
             if tid == 0:
                 terminated[e] = False
                 truncated[e] = False
                 needs_reset[e] = False
-            observe_env(state, sh, e, obs, action_masks)
+            if not warp_stores:
+                # (Where the warp stores, every lane reaches its stores below, in one place. Elsewhere the
+                # reset ends here: with the paths joined, SimpleTag's step spilled 128 bytes, not 60.)
+                observe_env(state, sh, e, obs, action_masks)
+                if STAGED:
+                    store_obs(observations, obs_tile, 0, warp_of(num_envs))
+                return
+        else:
+            gather(group_actions, actions, e, from_groups)
             if STAGED:
-                store_staged(obs_tile, observations, num_envs)
-            return
-
-        gather(group_actions, actions, e, from_groups)
-        if STAGED:
-            # The lane's running returns loaded before the game's step, so that the loads overlap its own.
-            returns = cuda.local.array(ROUNDS, float32)
-            for k in range(ROUNDS):
-                a = U(tid + U(k) * LANES)
-                if a < N:
-                    returns[k] = running_returns[e, a]
-        if in_place:  # a build-time constant: Numba types only the branch taken
-            term, trunc = step_env(state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards)
-        else:
-            term, trunc = step_env(state, sh, e, actions, team_rewards)
-        done = term or trunc
-        sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
-        flags = (agent_terminated, agent_truncated)
-        if STAGED:
-            for k in range(ROUNDS):
-                a = U(tid + U(k) * LANES)
-                if a < N:
-                    reward = team_rewards[e, a]
-                    rewards[e, a] = reward
-                    finish_agent(
-                        state, sh, e, a, reward, returns[k], done, term, trunc, running_returns, episode_returns, flags
-                    )
-        else:
-            a = tid
-            while a < N:
-                finish_agent(
-                    state,
-                    sh,
-                    e,
-                    a,
-                    rewards[e, a],
-                    running_returns[e, a],
-                    done,
-                    term,
-                    trunc,
-                    running_returns,
-                    episode_returns,
-                    flags,
+                # The lane's running returns loaded before the game's step, so that the loads overlap its own.
+                returns = cuda.local.array(ROUNDS, float32)
+                for k in range(ROUNDS):
+                    a = U(tid + U(k) * LANES)
+                    if a < N:
+                        returns[k] = running_returns[e, a]
+            if in_place:  # a build-time constant: Numba types only the branch taken
+                term, trunc = step_env(
+                    state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards
                 )
-                a = U(a + threads)
-        if done:
-            totals_env(state, sh, e, episode_totals)
-        if tid == 0:
-            terminated[e] = term
-            truncated[e] = trunc
-            if autoreset_mode == SAME_STEP:
-                final_observation_mask[e] = done
             else:
-                needs_reset[e] = done
-        sync()  # in_game and totals have read what observe_env may overwrite in shared memory
-        if autoreset_mode == SAME_STEP and done:
-            observe_env(state, sh, e, final_observations, None)
-            sync()  # the final observations have read the state the reset overwrites
-            reset_episode(state, sh, e, running_returns, episodes, seeds)
+                term, trunc = step_env(state, sh, e, actions, team_rewards)
+            done = term or trunc
+            sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
+            if STAGED:
+                for k in range(ROUNDS):
+                    a = U(tid + U(k) * LANES)
+                    if a < N:
+                        reward = team_rewards[e, a]
+                        if not STAGED_AGENTS:
+                            rewards[e, a] = reward
+                        finish_agent(
+                            state, sh, e, a, reward, returns[k], done, term, trunc, out_returns, episode_returns, flags
+                        )
+            else:
+                a = tid
+                while a < N:
+                    finish_agent(
+                        state,
+                        sh,
+                        e,
+                        a,
+                        rewards[e, a],
+                        running_returns[e, a],
+                        done,
+                        term,
+                        trunc,
+                        running_returns,
+                        episode_returns,
+                        flags,
+                    )
+                    a = U(a + threads)
+            if done:
+                totals_env(state, sh, e, episode_totals)
+            if tid == 0:
+                terminated[e] = term
+                truncated[e] = trunc
+                if autoreset_mode == SAME_STEP:
+                    final_observation_mask[e] = done
+                else:
+                    needs_reset[e] = done
+            sync()  # in_game and totals have read what observe_env may overwrite in shared memory
+            if autoreset_mode == SAME_STEP and done:
+                observe_env(state, sh, e, final_observations, None)
+                sync()  # the final observations have read the state the reset overwrites
+                reset_episode(state, sh, e, out_returns, episodes, seeds)
+        if warp_stores:
+            warp = warp_of(num_envs)
+            if STAGED_AGENTS:
+                store_agents(rewards, reward_tile, 0, warp)
+                store_agents(running_returns, returns_tile, 0, warp)
+                store_agents(agent_terminated, terminated_tile, 0, warp)
+                store_agents(agent_truncated, truncated_tile, 0, warp)
+            store_warp(state, sh, warp)
         observe_env(state, sh, e, obs, action_masks)
         if STAGED:
-            store_staged(obs_tile, observations, num_envs)
+            store_obs(observations, obs_tile, 0, warp_of(num_envs))
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
         sources  # noqa: B018

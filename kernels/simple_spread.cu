@@ -91,10 +91,16 @@ struct SimpleSpread : GmeGame {
 #pragma unroll
         for (int a = 0; a < ALONE_N; ++a) {
             mpe_integrate(x[a], y[a], vx[a], vy[a], fx[a], fy[a], 0.0f);
-            s.x[row + a] = sh.bodies[a] = x[a];
-            s.y[row + a] = sh.bodies[N + a] = y[a];
-            s.vx[row + a] = sh.bodies[2 * N + a] = vx[a];
-            s.vy[row + a] = sh.bodies[3 * N + a] = vy[a];
+            if constexpr (!GME_WARP_STORES) {
+                s.x[row + a] = x[a];
+                s.y[row + a] = y[a];
+                s.vx[row + a] = vx[a];
+                s.vy[row + a] = vy[a];
+            }
+            sh.bodies[a] = x[a];
+            sh.bodies[N + a] = y[a];
+            sh.bodies[2 * N + a] = vx[a];
+            sh.bodies[3 * N + a] = vy[a];
             sh.bodies[4 * N + a] = lx[a];
             sh.bodies[5 * N + a] = ly[a];
         }
@@ -161,10 +167,16 @@ struct SimpleSpread : GmeGame {
             if (a >= N) break;
             float x = px[a], y = py[a], vx = pvx[a], vy = pvy[a];
             mpe_integrate(x, y, vx, vy, fx[k], fy[k], 0.0f);
-            s.x[row + a] = nx[k] = x;
-            s.y[row + a] = ny[k] = y;
-            s.vx[row + a] = pvx[a] = vx;
-            s.vy[row + a] = pvy[a] = vy;
+            if constexpr (!GME_WARP_STORES) {
+                s.x[row + a] = x;
+                s.y[row + a] = y;
+                s.vx[row + a] = vx;
+                s.vy[row + a] = vy;
+            }
+            nx[k] = x;
+            ny[k] = y;
+            pvx[a] = vx;
+            pvy[a] = vy;
         }
         gme_sync();  // every agent has read the old positions
 #pragma unroll
@@ -196,6 +208,15 @@ struct SimpleSpread : GmeGame {
         }
         if (gme_lane() == 0) s.t[e] = now;  // every thread read t before the staging's barrier
         return now;
+    }
+
+    // Where the warp stores (GME_WARP_STORES), the step leaves the moved bodies in Shared only (as a
+    // reset leaves them too), and the warp stores each field's rows, a float a lane, 128 contiguous
+    // bytes a store (written by a game's one lane, its rows took a 32-byte sector for every 12 bytes).
+    __device__ static void store_warp(const State& s, const Shared* teams, const GmeWarp& warp) {
+        float* const fields[4] = {s.x, s.y, s.vx, s.vy};
+#pragma unroll
+        for (int f = 0; f < 4; ++f) warp.store_teams<N>(fields[f], [&](int t, int a) { return teams[t].bodies[f * N + a]; });
     }
 
     // An agent's reward from the negated sum of the landmarks' distances and its collisions.

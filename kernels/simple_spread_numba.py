@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels import mpe_numba as mpe
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions, team_store
 from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, assume, cuda, inline_device, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
@@ -33,12 +33,17 @@ def game_functions(c) -> GameFunctions:
     TREE_LEVELS = SLOTS.bit_length() - 1
     COLLIDE_D2 = c.COLLIDE_D2
     SHARED_ROW = 6 * N + SLOTS  # a team's floats: a constant, as shared.array's shape must be
+    # Whether the warp stores the moved bodies (the .cu's store_warp), and how a field's rows.
+    WARP_STORES = c.GME_WARP_STORES
+    store_rows = team_store(c, N)
 
     @cuda.jit(device=True)
     def shared():
-        # The .cu's Shared: the game's bodies (stage_bodies' layout), then the landmarks' sums.
-        team_row = cuda.shared.array((GAMES, SHARED_ROW), float32)[team()]
-        return team_row[: 6 * N], team_row[6 * N :]
+        # The .cu's Shared: the game's bodies (stage_bodies' layout), then the landmarks' sums; and
+        # the block's teams' rows (for store_warp).
+        block = cuda.shared.array((GAMES, SHARED_ROW), float32)
+        team_row = block[team()]
+        return team_row[: 6 * N], team_row[6 * N :], block
 
     @inline_device
     def known_shapes(state):
@@ -103,10 +108,12 @@ def game_functions(c) -> GameFunctions:
                     fy[j] = add_rn(fy[j], -ty)
         for a in range(N):
             px[a], py[a], pvx[a], pvy[a] = mpe.integrate(px[a], py[a], pvx[a], pvy[a], fx[a], fy[a], ZERO)
-            x[e, U(a)] = bodies[a] = px[a]
-            y[e, U(a)] = bodies[N + a] = py[a]
-            vx[e, U(a)] = bodies[2 * N + a] = pvx[a]
-            vy[e, U(a)] = bodies[3 * N + a] = pvy[a]
+            if not WARP_STORES:
+                x[e, U(a)], y[e, U(a)], vx[e, U(a)], vy[e, U(a)] = px[a], py[a], pvx[a], pvy[a]
+            bodies[a] = px[a]
+            bodies[N + a] = py[a]
+            bodies[2 * N + a] = pvx[a]
+            bodies[3 * N + a] = pvy[a]
             bodies[4 * N + a] = lx[a]
             bodies[5 * N + a] = ly[a]
         sums = cuda.local.array(SLOTS, float32)
@@ -144,7 +151,7 @@ def game_functions(c) -> GameFunctions:
     def step_team(state, sh, e, actions, rewards):
         # The .cu's step_team. Returns the step's t.
         x, y, vx, vy, landmark_x, landmark_y, t = state
-        bodies, sums = sh
+        bodies, sums, _ = sh
         known_shapes(state)
         now = np.int32(t[e] + np.int32(1))
         fx = cuda.local.array(ROUNDS, float32)
@@ -179,10 +186,11 @@ def game_functions(c) -> GameFunctions:
                 px, py, pvx, pvy = mpe.integrate(
                     bodies[a], bodies[U(N) + a], bodies[U(2 * N) + a], bodies[U(3 * N) + a], fx[k], fy[k], ZERO
                 )
-                x[e, a] = nx[k] = px
-                y[e, a] = ny[k] = py
-                vx[e, a] = bodies[U(2 * N) + a] = pvx
-                vy[e, a] = bodies[U(3 * N) + a] = pvy
+                if not WARP_STORES:
+                    x[e, a], y[e, a], vx[e, a], vy[e, a] = px, py, pvx, pvy
+                nx[k], ny[k] = px, py
+                bodies[U(2 * N) + a] = pvx
+                bodies[U(3 * N) + a] = pvy
         sync()  # every agent has read the old positions
         for k in range(ROUNDS):
             a = U(lane() + U(k) * lanes())
@@ -243,4 +251,14 @@ def game_functions(c) -> GameFunctions:
                 q += I64(lanes())
             a = U(a + U(1))
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
+    @cuda.jit(device=True)
+    def store_warp(state, sh, warp):
+        # The .cu's store_warp: each field's rows from the block's teams' bodies.
+        x, y, vx, vy, _, _, _ = state
+        block = sh[2]
+        store_rows(x, block, U(0), warp)
+        store_rows(y, block, U(N), warp)
+        store_rows(vx, block, U(2 * N), warp)
+        store_rows(vy, block, U(3 * N), warp)
+
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, store_warp=store_warp)

@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpu_marl_envs.backends import multi_agent_numba
 from gpu_marl_envs.backends.multi_agent_pycuda import check_games_per_block, kernel_source
 from gpu_marl_envs.checker import compile_cuda
 from gpu_marl_envs.envs import mpe_physics
+from gpu_marl_envs.multi_agent_buffers import can_store_by_warp, stores_by_warp
 from gpu_marl_envs.registration import GAMES
 
 MPE = ["gpu_marl_envs/SimpleSpread-v3", "gpu_marl_envs/SimpleTag-v3", "gpu_marl_envs/SimpleSpeakerListener-v4"]
@@ -78,3 +80,27 @@ def test_other_packings_compile(lanes, games):
     spec = GAMES["gpu_marl_envs/SimpleTag-v3"]
     packed = dataclasses.replace(spec, definition=_packed(spec.definition, lanes, games))
     assert compile_cuda(packed, spec.definition.params_type()) is not None
+
+
+@pytest.mark.parametrize(
+    "game_id, settings, expected",
+    [
+        ("gpu_marl_envs/SimpleSpread-v3", {}, True),  # a lane holds a game's 3 agents
+        ("gpu_marl_envs/SimpleSpread-v3", {"N": 4}, False),  # 128 games' rows exceed the staging's room
+        ("gpu_marl_envs/SimpleTag-v3", {}, False),  # a lane an agent: a team stores a row's elements together
+        ("gpu_marl_envs/SimpleSpeakerListener-v4", {}, False),
+    ],
+)
+def test_a_staged_game_stores_by_warp_only_where_a_lane_holds_several_agents(game_id, settings, expected):
+    spec = GAMES[game_id]
+    definition = spec.definition
+    params = definition.make_params(**settings)
+    games, lanes = definition.games_per_block(params), definition.block_threads(params)
+    assert can_store_by_warp(definition, params, games, lanes) == expected
+    # The simulator stages nothing, whatever the grid.
+    assert not stores_by_warp(definition, params, games, lanes, 2**20, torch.device("cpu"))
+    if expected:
+        assert "#define GME_WARP_STORES 1\n" in kernel_source(spec, params, warp_stores=True)
+    else:
+        with pytest.raises(ValueError, match="cannot store by warp"):
+            kernel_source(spec, params, warp_stores=True)

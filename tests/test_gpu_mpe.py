@@ -17,9 +17,11 @@ from conftest import GPU_BACKENDS
 from gymnasium.vector import AutoresetMode
 from harness import assert_close, game_twins, random_group_actions
 
+from gpu_marl_envs.backends import multi_agent_numba, multi_agent_pycuda
 from gpu_marl_envs.envs.simple_speaker_listener import SimpleSpeakerListenerParams
 from gpu_marl_envs.envs.simple_spread import SimpleSpreadParams
 from gpu_marl_envs.envs.simple_tag import SimpleTagParams
+from gpu_marl_envs.multi_agent_buffers import stages_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +35,9 @@ CONFIGS = {
     # (id, num_envs, params): short episodes, so that autoresets happen.
     "spread-2000x3": ("SimpleSpread-v3", 2000, SPREAD),
     "spread-2000x3-continuous": ("SimpleSpread-v3", 2000, dataclasses.replace(SPREAD, continuous_actions=True)),
+    # A grid wider than the GPU: rows stored a warp at a time (multi_agent_buffers.stores_by_warp).
     "spread-65536x3": ("SimpleSpread-v3", 65536, SPREAD),
+    "spread-65536x3-continuous": ("SimpleSpread-v3", 65536, dataclasses.replace(SPREAD, continuous_actions=True)),
     # 1,000 agents in [-1, 1]^2: every agent within reach of ~100 others, contacts everywhere.
     "spread-64x1000": ("SimpleSpread-v3", 64, dataclasses.replace(SPREAD, N=1000)),
     "spread-64x1000-continuous": (
@@ -70,9 +74,9 @@ def with_nan(actions: dict[str, torch.Tensor], generator: torch.Generator) -> di
     return out
 
 
-def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None):
+def run_twins(env_id, num_envs, params, backend, mode, cuda_graph=None, reference_envs=REFERENCE_ENVS):
     kernel_env, reference, k = game_twins(
-        env_id, num_envs, params, backend, mode, cuda_graph, REFERENCE_PAIRS, REFERENCE_ENVS
+        env_id, num_envs, params, backend, mode, cuda_graph, REFERENCE_PAIRS, reference_envs
     )
     device = kernel_env.device
     kernel_out, reference_out = kernel_env.reset_groups(seed=3), reference.reset_groups(seed=3)
@@ -133,6 +137,25 @@ def test_kernels_match_reference_at_large_sizes(config, backend, cuda_device):
 def test_autoreset_modes_on_gpu(config, mode, backend, cuda_device):
     env_id, num_envs, params = CONFIGS[config]
     run_twins(env_id, num_envs, params, backend, mode)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+@pytest.mark.parametrize("config", ["spread-2000x3", "spread-2000x3-continuous"])
+def test_stores_by_warp_on_every_env(config, mode, backend, cuda_device, monkeypatch):
+    # The build of a grid wider than the GPU, forced at 2,000 games, whose last block's third warp
+    # holds 16 of them (the stores' partial path): against the reference on every env.
+    chosen = []
+
+    def by_warp(definition, params, games, lanes, *_):
+        chosen.append(stages_rows(definition, params, games, lanes))
+        return True
+
+    for module in (multi_agent_pycuda, multi_agent_numba):
+        monkeypatch.setattr(module, "stores_by_warp", by_warp)
+    env_id, num_envs, params = CONFIGS[config]
+    run_twins(env_id, num_envs, params, backend, mode, reference_envs=num_envs)
+    assert chosen == [True], chosen
 
 
 # The MPE2-sized games (the many-agent ones would only make the reference slow).

@@ -143,7 +143,7 @@ def test_game_cuda_c_kernel_parameters(kind, expected):
 )
 def test_game_numba_kernel_parameters(game_id, kind, expected):
     spec = GAMES[game_id]
-    step, reset, *_ = multi_agent_numba._kernels(spec, spec.definition.params_type())
+    step, reset, *_ = multi_agent_numba._kernels(spec, spec.definition.params_type(), False)
     assert tuple(inspect.signature(_python_function(step if kind == "step" else reset)).parameters) == expected
 
 

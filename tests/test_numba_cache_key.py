@@ -78,10 +78,14 @@ def show(kernel):
 for spec in registration.ENVS.values():
     for kernel in numba_backend._kernels(spec):
         show(kernel)
+builds = len(registration.ENVS)
 for spec in registration.GAMES.values():
-    for kernel in multi_agent_numba._kernels(spec, spec.definition.params_type())[:2]:
-        show(kernel)
-print(len(registration.ENVS) + len(registration.GAMES), "envs and games")
+    params = spec.definition.params_type()
+    for warp_stores in (False, True) if multi_agent_numba._can_store_by_warp(spec, params) else (False,):
+        for kernel in multi_agent_numba._kernels(spec, params, warp_stores)[:2]:
+            show(kernel)
+        builds += 1
+print(builds, "builds")
 """
 
 

@@ -13,6 +13,7 @@ part of the package.
     python benchmarks/experiments/numba_sass.py --env CartPole-v1 --dump /tmp/sass   # the SASS, to read
     python benchmarks/experiments/numba_sass.py --import cover --env cover/Cover-v0   # your own game
     python benchmarks/experiments/numba_sass.py --env TagContinuous-v0 --set num_runners=990   # other params
+    python benchmarks/experiments/numba_sass.py --env SimpleSpread-v3 --warp-stores   # a wide grid's build
 
 A count of instructions is not a time: a memory-bound kernel spends its time waiting on loads and
 stores whatever it computes in between. But the kinds the Numba kernel has in excess (local loads
@@ -66,7 +67,7 @@ KINDS = {
 }
 
 
-def numba_step_ptx(spec, params, bounds=None) -> str:
+def numba_step_ptx(spec, params, bounds=None, warp_stores=False) -> str:
     """The PTX of the env's Numba step kernel for the argument types its backend launches it with,
     compiled for ``bounds`` (threads per block, blocks per SM) or else the kernel's own."""
     if registration.is_game(spec.id):
@@ -75,7 +76,7 @@ def numba_step_ptx(spec, params, bounds=None) -> str:
         from gpu_marl_envs.multi_agent_buffers import STEP_ARGUMENTS as GAME_STEP_ARGUMENTS
 
         buffers = MultiAgentBuffers.allocate(spec.definition, params, 2, torch.device("cpu"))
-        step, *_ = _kernels(spec, params)
+        step, *_ = _kernels(spec, params, warp_stores)
         views = {name: tensor.numpy() for name, tensor in buffers.tensors().items()}
         views["state"] = tuple(tensor.numpy() for tensor in buffers.state_arrays())
         views["action_masks"] = np.zeros((1, 1), bool)
@@ -107,9 +108,9 @@ def numba_step_ptx(spec, params, bounds=None) -> str:
     return ptx
 
 
-def cuda_c_source(spec, params) -> str:
+def cuda_c_source(spec, params, warp_stores=False) -> str:
     if registration.is_game(spec.id):
-        return multi_agent_pycuda.kernel_source(spec, params)
+        return multi_agent_pycuda.kernel_source(spec, params, warp_stores)
     return pycuda_backend.kernel_source(spec)
 
 
@@ -179,6 +180,11 @@ def main() -> None:
     parser.add_argument("--libdevice", default="/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
     parser.add_argument("--dump", type=Path, help="a folder for each kernel's SASS, an instruction a line")
     parser.add_argument(
+        "--warp-stores",
+        action="store_true",
+        help="games: the build of a grid wider than the GPU (multi_agent_buffers.stores_by_warp; staged games only)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="a params field (a literal), every env"
     )
     args = parser.parse_args()
@@ -199,11 +205,13 @@ def main() -> None:
                 "nvcc": compile_cubin(
                     ["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", f"-I{pycuda_backend.kernel_dir()}"]
                     + [f"-I{d}" for d in pycuda_backend.include_dirs(spec.kernels.cuda)[1:]],
-                    cuda_c_source(spec, params),
+                    cuda_c_source(spec, params, args.warp_stores),
                     folder,
                     f"{spec.kernel_name}.cu",
                 ),
-                "Numba": numba_cubin(numba_step_ptx(spec, params), folder, spec.kernel_name),
+                "Numba": numba_cubin(
+                    numba_step_ptx(spec, params, warp_stores=args.warp_stores), folder, spec.kernel_name
+                ),
             }
             for compiler, (cubin, report) in kernels.items():
                 opcodes, lines = step_sass(cubin, args.cuobjdump)

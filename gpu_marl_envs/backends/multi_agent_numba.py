@@ -23,8 +23,10 @@ from gpu_marl_envs.multi_agent_buffers import (
     RESET_ARGUMENTS,
     STEP_ARGUMENTS,
     MultiAgentBuffers,
+    can_store_by_warp,
     check_shared_memory,
     stages_rows,
+    stores_by_warp,
 )
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -62,29 +64,51 @@ def _action_layout(definition, params):
     return ActionLayout(shape, tuple((ids.start, len(ids), math.prod(spaces[name].shape)) for name, ids in groups))
 
 
-@functools.cache
-def _kernels(spec: RegisteredEnv, params):
-    """The (step, reset) kernels of a game for these params and their packing (:func:`_packing`),
-    built once per process."""
-    from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants
-
+def _game_module(spec: RegisteredEnv):
     module = importlib.import_module(spec.kernels.numba)
     if not hasattr(module, "game_functions"):
         raise AttributeError(
             f"{module.__name__} (the Numba module of {spec.id}) defines no game_functions(c): "
             "it returns the game's GameFunctions (docs/custom_env.md)"
         )
+    return module
+
+
+def _staged(spec: RegisteredEnv, params) -> bool:
+    """Whether the Numba step of a game stages its rows (``stages_rows``, for its packing)."""
+    game_threads, games_per_block = _packing(spec, _game_module(spec), params)
+    return games_per_block > 1 and stages_rows(spec.definition, params, games_per_block, game_threads)
+
+
+def _can_store_by_warp(spec: RegisteredEnv, params) -> bool:
+    """Whether the Numba step of a game has a build that stores by warp (``can_store_by_warp``)."""
+    game_threads, games_per_block = _packing(spec, _game_module(spec), params)
+    return games_per_block > 1 and can_store_by_warp(spec.definition, params, games_per_block, game_threads)
+
+
+@functools.cache
+def _kernels(spec: RegisteredEnv, params, warp_stores: bool):
+    """The (step, reset) kernels of a game for these params and way of storing
+    (``multi_agent_buffers.stores_by_warp``) and their packing (:func:`_packing`), built once per
+    process."""
+    from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants
+
+    module = _game_module(spec)
     game_threads, games_per_block = _packing(spec, module, params)
     constants = spec.definition.kernel_constants(params)
-    reserved = [name for name in ("GME_GAME_THREADS", "GME_GAMES_PER_BLOCK") if name in constants]
+    framework = {
+        "GME_GAME_THREADS": game_threads,
+        "GME_GAMES_PER_BLOCK": games_per_block,
+        "GME_WARP_STORES": warp_stores,
+    }
+    reserved = [name for name in framework if name in constants]
     if reserved:
         raise ValueError(f"{spec.id}'s kernel constants name {', '.join(reserved)}, which the framework sets")
-    constants = {**constants, "GME_GAME_THREADS": game_threads, "GME_GAMES_PER_BLOCK": games_per_block}
+    constants = {**constants, **framework}
     functions = module.game_functions(typed_constants(constants))
     if not isinstance(functions, GameFunctions):
         raise TypeError(f"{module.__name__}.game_functions must return a GameFunctions, got {type(functions).__name__}")
     layout = _action_layout(spec.definition, params)
-    staged = games_per_block > 1 and stages_rows(spec.definition, params, games_per_block, game_threads)
     kernels = make_multi_agent_kernels(
         functions,
         params.num_agents,
@@ -92,7 +116,8 @@ def _kernels(spec: RegisteredEnv, params):
         layout,
         game_threads,
         games_per_block,
-        spec.definition.obs_size(params) if staged else 0,
+        spec.definition.obs_size(params) if _staged(spec, params) else 0,
+        warp_stores,
     )
     return (*kernels, game_threads, games_per_block)
 
@@ -105,9 +130,11 @@ class MultiAgentNumbaBackend:
 
     def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
         definition = spec.definition
-        step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params)
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
+        lanes, games = _packing(spec, _game_module(spec), params)
+        warp_stores = games > 1 and stores_by_warp(definition, params, games, lanes, num_envs, device)
+        step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params, warp_stores)
         threads = game_threads * games_per_block
         shared_bytes = definition.dynamic_shared_bytes(params)
         blocks = (num_envs + games_per_block - 1) // games_per_block

@@ -28,8 +28,10 @@ from gpu_marl_envs.multi_agent_buffers import (
     RESET_ARGUMENTS,
     STEP_ARGUMENTS,
     MultiAgentBuffers,
+    can_store_by_warp,
     check_shared_memory,
     stages_rows,
+    stores_by_warp,
 )
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -72,22 +74,25 @@ def check_games_per_block(definition, params, cuda_file) -> None:
         )
 
 
-def kernel_source(spec: RegisteredEnv, params) -> str:
+def kernel_source(spec: RegisteredEnv, params, warp_stores: bool = False) -> str:
     """A game's .cu source preceded by what Python knows: ``#define`` lines of the runtime's constants
     and the game's (not -D options: nvcc splits those at commas, and the tables are brace lists), and
     the state struct ``GmeState`` (a pointer per state field, typed as the reference's tensors) with
-    the kernels' state parameters."""
+    the kernels' state parameters. ``warp_stores``: the staged step stores by warp
+    (``multi_agent_buffers.stores_by_warp``)."""
     definition = spec.definition
     check_games_per_block(definition, params, spec.kernels.cuda)
     constants = runtime_definitions()
     groups = list(definition.agent_groups(params).values())  # consecutive agents, in order
+    games, lanes = definition.games_per_block(params), definition.block_threads(params)
+    if warp_stores and not can_store_by_warp(definition, params, games, lanes):
+        raise ValueError(f"{definition.id}'s step cannot store by warp for these params (can_store_by_warp)")
     constants.update(
         GME_KERNEL_NAME=spec.kernel_name,
-        GME_GAME_THREADS=str(definition.block_threads(params)),
-        GME_GAMES_PER_BLOCK=str(definition.games_per_block(params)),
-        GME_STAGED=_literal(
-            stages_rows(definition, params, definition.games_per_block(params), definition.block_threads(params))
-        ),
+        GME_GAME_THREADS=str(lanes),
+        GME_GAMES_PER_BLOCK=str(games),
+        GME_STAGED=_literal(stages_rows(definition, params, games, lanes)),
+        GME_WARP_STORES=_literal(warp_stores),
         GME_BLOCK_THREADS=str(definition.block_threads(params) * definition.games_per_block(params)),
         GME_NUM_GROUPS=str(len(groups)),
         GME_NUM_AGENTS=str(params.num_agents),
@@ -114,9 +119,10 @@ def kernel_source(spec: RegisteredEnv, params) -> str:
 
 
 @functools.cache
-def _module(spec: RegisteredEnv, params, device_index: int):
-    """One compiled module per game, params and device (the binary is also cached on disk: backends/nvrtc.py)."""
-    return compile_module(kernel_source(spec, params), spec.kernels.cuda)
+def _module(spec: RegisteredEnv, params, device_index: int, warp_stores: bool):
+    """One compiled module per game, params, device and way of storing (the binary is also cached on
+    disk: backends/nvrtc.py)."""
+    return compile_module(kernel_source(spec, params, warp_stores), spec.kernels.cuda)
 
 
 class MultiAgentPycudaBackend:
@@ -129,7 +135,10 @@ class MultiAgentPycudaBackend:
         definition = spec.definition
         device = buffers.observations.device
         torch.cuda.init()  # the primary context must exist before pycuda retains it
-        module = _module(spec, params, device.index)
+        num_envs = buffers.observations.shape[0]
+        games = definition.games_per_block(params)
+        warp_stores = stores_by_warp(definition, params, games, definition.block_threads(params), num_envs, device)
+        module = _module(spec, params, device.index, warp_stores)
         self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
         self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
         self._shared_bytes = definition.dynamic_shared_bytes(params)
@@ -142,8 +151,6 @@ class MultiAgentPycudaBackend:
             # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
             for kernel in (self._step_kernel, self._reset_kernel):
                 kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_bytes)
-        num_envs = buffers.observations.shape[0]
-        games = definition.games_per_block(params)
         self._grid = (-(-num_envs // games), 1, 1)
         self._block = (definition.block_threads(params) * games, 1, 1)
 
