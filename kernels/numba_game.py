@@ -20,15 +20,16 @@ factory runs once per params and returns its ``locals()``. :func:`numba_game` co
 defined inside it as a device function (helpers too: ``cell`` above ``reset_env``, called by name), and
 hands the framework those named as :class:`~gpu_marl_envs.kernels.multi_agent_numba.GameFunctions`'
 fields (``reset_env``, ``step_env``, ``observe_env``; optionally ``shared``, ``in_game``,
-``totals_env``, and ``launch_bounds``, a tuple). A function already compiled inside it (say with
-``numba_api.inline_device``) is taken as it is.
+``totals_env``, ``store_warp`` (with :func:`team_store`'s functions), and ``launch_bounds``, a
+tuple). A function already compiled inside it (say with ``numba_api.inline_device``) is taken as it
+is.
 """
 
 import functools
 import inspect
 import types
 
-from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero, team_functions
+from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, nan_to_zero, team_functions, team_store
 from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, cuda, divide, mul_rn
 from gpu_marl_envs.kernels.rng_numba import uniform
 from numba import float32, int32
@@ -45,6 +46,7 @@ __all__ = [
     "nan_to_zero",
     "numba_game",
     "team_functions",
+    "team_store",
     "uniform",
 ]
 
