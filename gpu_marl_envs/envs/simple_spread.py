@@ -66,10 +66,11 @@ registers (each contact and collision pair computed once); a larger game on a te
 agents spread over them (a block per game beyond 32 agents), whose step stages the game's bodies in
 shared memory once. Either way the observations read the bodies the step left in shared memory;
 where a grid of one-lane games has more blocks than the GPU has SMs, the moved bodies are stored from
-there too, a warp at a time (``multi_agent_buffers.stores_by_warp``). Collisions are all pairs, as MPE2's: a pair beyond its reach costs a squared distance and a
-comparison, so 1,000 agents per game run (``tests/test_gpu_mpe.py``; about 1,700 fit a block's shared
-memory). A neighbour grid would visit the pairs in another order than MPE2's sum of forces, which
-float32 makes visible; it is not used.
+there too, a warp at a time (``multi_agent_buffers.stores_by_warp``). Collisions are all pairs, as
+MPE2's: a pair beyond its reach costs a squared distance and a comparison, so 1,000 agents per game
+run (``tests/test_gpu_mpe.py``; about 1,700 fit a block's shared memory). A neighbour grid would
+visit the pairs in another order than MPE2's sum of forces, which float32 makes visible; it is not
+used.
 
 ## Version history
 v3: MPE2 1.1.1's ``simple_spread_v3``.
