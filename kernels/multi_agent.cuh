@@ -158,10 +158,9 @@ __device__ __forceinline__ void gme_reset_env(const typename Game::State& s, typ
 constexpr int GME_AGENT_ROUNDS = (GME_NUM_AGENTS + GME_GAME_THREADS - 1) / GME_GAME_THREADS;
 // A staged step's loop over them unrolled (#pragma unroll reads C++ constants, not macros).
 constexpr int gme_staged_unroll = GME_STAGED ? GME_AGENT_ROUNDS : 1;
-// Whether the step stores by warp (GME_WARP_STORES, multi_agent_buffers.stores_by_warp), and so stages
-// its per-agent outputs too: chosen only where a lane holds several agents, whose own stores of them
-// would be strided (a 32-byte sector for each of their few bytes).
-constexpr bool gme_staged_agents = GME_WARP_STORES;
+// A step that stores by warp (GME_WARP_STORES, multi_agent_buffers.stores_by_warp) stages its per-agent
+// outputs too: it is built only where a lane holds several agents, whose own stores of them would be
+// strided (a 32-byte sector for each of their few bytes).
 static_assert(!GME_WARP_STORES || (GME_STAGED && GME_AGENT_ROUNDS > 1),
               "a step stores by warp what it stages, where a lane holds several agents");
 
@@ -184,7 +183,7 @@ __device__ __forceinline__ void gme_step_env(
         // The previous step ended this episode: this step only resets (the actions are ignored).
         gme_reset_env<Game>(s, sh, e, running_returns + out, episodes, seeds);
         for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
-            if constexpr (gme_staged_agents) {
+            if constexpr (GME_WARP_STORES) {
                 team_rewards[a] = 0.0f;
             } else {
                 rewards[row + a] = 0.0f;
@@ -219,7 +218,7 @@ __device__ __forceinline__ void gme_step_env(
         int a = gme_lane() + k * gme_lanes();
         if (a >= Game::num_agents) break;
         float reward = team_rewards[a];
-        if constexpr (GME_STAGED && !gme_staged_agents) rewards[row + a] = reward;
+        if constexpr (GME_STAGED && !GME_WARP_STORES) rewards[row + a] = reward;
         // One float32 addition per step, as the reference's running_returns + rewards.
         float sum = (GME_STAGED ? staged_returns[k] : running_returns[row + a]) + reward;
         if (done) episode_returns[row + a] = sum;
@@ -325,8 +324,8 @@ __device__ __forceinline__ void gme_multi_agent_step(
                                      48 * 1024,
                   "a packed block's Shared and its staged rows exceed the 48 KiB of static shared memory: give the "
                   "game fewer games_per_block or less Shared (multi_agent_buffers.STAGED_BYTES bounds the staged "
-                  "rows)");
-    constexpr int tile = gme_staged_agents ? games * N : 1;
+                  "rows, STAGED_AGENT_BYTES an agent's)");
+    constexpr int tile = GME_WARP_STORES ? games * N : 1;
     __shared__ typename Game::Shared teams[games];
     __shared__ float staged[GME_STAGED ? games * GME_OBS_SIZE : 1];
     __shared__ float staged_rewards[GME_STAGED ? games * N : 1], staged_returns[tile];
@@ -336,21 +335,19 @@ __device__ __forceinline__ void gme_multi_agent_step(
     float* obs = GME_STAGED ? staged + gme_team() * GME_OBS_SIZE : observations + (long long)e * GME_OBS_SIZE;
     float* team_rewards = GME_STAGED ? staged_rewards + gme_team() * N : rewards + (long long)e * N;
     // The row of the running returns' and the flags' arrays that the team writes (the tiles' or the global ones).
-    long long out = gme_staged_agents ? gme_team() * N : (long long)e * N;
+    long long out = GME_WARP_STORES ? gme_team() * N : (long long)e * N;
     typename Game::Shared& sh = teams[gme_team()];
-    gme_step_env<Game>(s, sh, e, actions, team_rewards, rewards, gme_staged_agents ? staged_terminated : agent_terminated,
-                       gme_staged_agents ? staged_truncated : agent_truncated, terminated, truncated,
-                       gme_staged_agents ? staged_returns : running_returns, episode_returns, episode_totals,
+    gme_step_env<Game>(s, sh, e, actions, team_rewards, rewards, GME_WARP_STORES ? staged_terminated : agent_terminated,
+                       GME_WARP_STORES ? staged_truncated : agent_truncated, terminated, truncated,
+                       GME_WARP_STORES ? staged_returns : running_returns, episode_returns, episode_totals,
                        final_observations, final_observation_mask, needs_reset, episodes, seeds, autoreset_mode, out,
                        running_returns);
     if constexpr (GME_WARP_STORES) {
         GmeWarp warp(num_envs);
-        if constexpr (gme_staged_agents) {
-            warp.store_tile<N>(staged_rewards, rewards);
-            warp.store_tile<N>(staged_returns, running_returns);
-            warp.store_tile<N>(staged_terminated, agent_terminated);
-            warp.store_tile<N>(staged_truncated, agent_truncated);
-        }
+        warp.store_tile<N>(staged_rewards, rewards);
+        warp.store_tile<N>(staged_returns, running_returns);
+        warp.store_tile<N>(staged_terminated, agent_terminated);
+        warp.store_tile<N>(staged_truncated, agent_truncated);
         Game::store_warp(s, teams, warp);
     }
     Game::observe_env(s, sh, e, obs, Game::mask_size ? action_masks + (long long)e * Game::mask_size : nullptr);

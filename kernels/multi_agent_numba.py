@@ -463,9 +463,7 @@ def make_multi_agent_kernels(
     # (Defined either way: Numba's on-disk cache pickles the kernel's closure, an empty cell fails.)
     warp_of = _warp(game_threads, games_per_block) if STAGED else None
     store_obs = _tile_store(game_threads, games_per_block, staged_obs_size) if STAGED else None
-    store_agents = _tile_store(game_threads, games_per_block, num_agents) if STAGED else None
-    # Where the per-agent outputs are staged too (multi_agent.cuh's gme_staged_agents).
-    STAGED_AGENTS = warp_stores
+    store_agents = _tile_store(game_threads, games_per_block, num_agents) if warp_stores else None
 
     @inline_device
     def finish_agent(state, sh, e, a, reward, running, done, term, trunc, running_returns, episode_returns, flags):
@@ -539,8 +537,8 @@ def make_multi_agent_kernels(
             team_rewards = staged_rows(reward_tile, team(), e, rewards)
         else:
             obs, team_rewards = observations, rewards
-        if STAGED_AGENTS:
-            # The running returns' and the flags' rows the team writes: its rows of the tiles.
+        if warp_stores:
+            # The running returns' and the flags' rows the team writes: its rows of tiles of their own.
             returns_tile = cuda.shared.array(REWARD_TILE, float32)
             terminated_tile = cuda.shared.array(REWARD_TILE, boolean)
             truncated_tile = cuda.shared.array(REWARD_TILE, boolean)
@@ -557,7 +555,7 @@ def make_multi_agent_kernels(
             reset_episode(state, sh, e, out_returns, episodes, seeds)
             a = tid
             while a < N:
-                if STAGED_AGENTS:
+                if warp_stores:
                     team_rewards[e, a] = ZERO
                 else:
                     rewards[e, a] = ZERO
@@ -597,7 +595,7 @@ def make_multi_agent_kernels(
                     a = U(tid + U(k) * LANES)
                     if a < N:
                         reward = team_rewards[e, a]
-                        if not STAGED_AGENTS:
+                        if not warp_stores:
                             rewards[e, a] = reward
                         finish_agent(
                             state, sh, e, a, reward, returns[k], done, term, trunc, out_returns, episode_returns, flags
@@ -636,11 +634,10 @@ def make_multi_agent_kernels(
                 reset_episode(state, sh, e, out_returns, episodes, seeds)
         if warp_stores:
             warp = warp_of(num_envs)
-            if STAGED_AGENTS:
-                store_agents(rewards, reward_tile, 0, warp)
-                store_agents(running_returns, returns_tile, 0, warp)
-                store_agents(agent_terminated, terminated_tile, 0, warp)
-                store_agents(agent_truncated, truncated_tile, 0, warp)
+            store_agents(rewards, reward_tile, 0, warp)
+            store_agents(running_returns, returns_tile, 0, warp)
+            store_agents(agent_terminated, terminated_tile, 0, warp)
+            store_agents(agent_truncated, truncated_tile, 0, warp)
             store_warp(state, sh, warp)
         observe_env(state, sh, e, obs, action_masks)
         if STAGED:
