@@ -256,7 +256,8 @@ __device__ __forceinline__ void gme_step_env(
 // every lane of the warp's teams of envs below num_envs (the others have returned), after each team
 // has staged its rows: the constructor is the warp's barrier.
 struct GmeWarp {
-    static constexpr int teams = 32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
+    static constexpr int teams =
+        32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
     int first_team, first_env, envs, lanes, lane;
 
     __device__ GmeWarp(int num_envs) {

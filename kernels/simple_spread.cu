@@ -216,7 +216,9 @@ struct SimpleSpread : GmeGame {
     __device__ static void store_warp(const State& s, const Shared* teams, const GmeWarp& warp) {
         float* const fields[4] = {s.x, s.y, s.vx, s.vy};
 #pragma unroll
-        for (int f = 0; f < 4; ++f) warp.store_teams<N>(fields[f], [&](int t, int a) { return teams[t].bodies[f * N + a]; });
+        for (int f = 0; f < 4; ++f) {
+            warp.store_teams<N>(fields[f], [&](int t, int a) { return teams[t].bodies[f * N + a]; });
+        }
     }
 
     // An agent's reward from the negated sum of the landmarks' distances and its collisions.

@@ -77,13 +77,13 @@ def _game_module(spec: RegisteredEnv):
 def _staged(spec: RegisteredEnv, params) -> bool:
     """Whether the Numba step of a game stages its rows (``stages_rows``, for its packing)."""
     game_threads, games_per_block = _packing(spec, _game_module(spec), params)
-    return games_per_block > 1 and stages_rows(spec.definition, params, games_per_block, game_threads)
+    return stages_rows(spec.definition, params, games_per_block, game_threads)
 
 
 def _can_store_by_warp(spec: RegisteredEnv, params) -> bool:
     """Whether the Numba step of a game has a build that stores by warp (``can_store_by_warp``)."""
     game_threads, games_per_block = _packing(spec, _game_module(spec), params)
-    return games_per_block > 1 and can_store_by_warp(spec.definition, params, games_per_block, game_threads)
+    return can_store_by_warp(spec.definition, params, games_per_block, game_threads)
 
 
 @functools.cache
@@ -133,7 +133,7 @@ class MultiAgentNumbaBackend:
         device = buffers.observations.device
         num_envs = buffers.observations.shape[0]
         lanes, games = _packing(spec, _game_module(spec), params)
-        warp_stores = games > 1 and stores_by_warp(definition, params, games, lanes, num_envs, device)
+        warp_stores = stores_by_warp(definition, params, games, lanes, num_envs, device)
         step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params, warp_stores)
         threads = game_threads * games_per_block
         shared_bytes = definition.dynamic_shared_bytes(params)
