@@ -158,6 +158,19 @@ def test_stores_by_warp_on_every_env(config, mode, backend, cuda_device, monkeyp
     assert chosen == [True], chosen
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize(
+    "env_id, params",
+    [("SimpleTag-v3", TAG), ("SimpleSpeakerListener-v4", SimpleSpeakerListenerParams(max_cycles=8))],
+    ids=["tag", "speaker-listener"],
+)
+def test_a_partial_last_warp_on_every_env(env_id, params, backend, cuda_device):
+    # 2,003 games of 4-lane teams: the grid's last warp holds 3 games (12 lanes), whose observation
+    # rows (62 and 14 floats a game) are not a whole count of stores a lane: the staged store's last
+    # round stores only some lanes' elements (GmeWarp::store). Against the reference on every env.
+    run_twins(env_id, 2003, params, backend, AutoresetMode.NEXT_STEP, reference_envs=2003)
+
+
 # The MPE2-sized games (the many-agent ones would only make the reference slow).
 @pytest.mark.parametrize("config", sorted(c for c, (_, _, params) in CONFIGS.items() if params.num_agents <= 4))
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
