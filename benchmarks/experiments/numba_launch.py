@@ -4,10 +4,10 @@ CartPole's Numba step kernel at 4,096 envs (its GPU time is about 2.5 µs, below
 time), launched the ways ``kernels/numba_api.PreparedLaunch`` could: the driver's ``cuLaunchKernel``
 through cuda-bindings or through ctypes (``CDLL``, which releases the GIL around the call, or
 ``PyDLL``, which keeps it), with a pointer per parameter (``kernelParams``) or every parameter
-packed in one buffer (``extra``, as pycuda's launch), the call's arguments converted at each call
+packed in one buffer (``extra``, as the CUDA C backend's launch), the call's arguments converted at each call
 (argtypes) or built once as ctypes objects, on the CUkernel handle Numba holds (which the driver
 resolves to the context's function at each launch) or on that function resolved once
-(``cuKernelGetFunction``); beside it, pycuda's launch of CUDA C's CartPole step alone and both
+(``cuKernelGetFunction``); beside it, the launch of CUDA C's CartPole step alone and both
 backends' ``step``. ``PreparedLaunch`` launches the fastest way measured (cuda-bindings, the
 function resolved once: issue 46's notes in docs/benchmarks/history.md). Variants are timed in
 turns (``--rounds`` of ``--launches`` each, bracketed by synchronize), median µs a launch. Each
@@ -186,12 +186,7 @@ def main() -> None:
     variants["pycuda backend.step"] = (pycuda_env, lambda s: pycuda_env._backend.step(actions))
     bare = GpuVectorEnv("CartPole-v1", n, device="cuda", backend="pycuda", validate_actions=False)
     bare._backend.step(actions)  # its actions pointer packed once
-    packed = bytes(bare._backend._step_buffer)
-    b = bare._backend
-    variants["pycuda's launch alone (the arguments' bytes built once)"] = (
-        bare,
-        lambda s: b._step_kernel._launch_kernel(b._grid, b._block, packed, 0, None),
-    )
+    variants["CUDA C's launch alone (cuda_driver.PreparedLaunch)"] = (bare, lambda s: bare._backend._step())
     for env, _ in variants.values():
         env.reset(seed=0)
     for _, launch in variants.values():

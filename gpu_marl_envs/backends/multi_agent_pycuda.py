@@ -1,6 +1,6 @@
 """CUDA C backend for multi-agent games: a game's .cu file compiled per params (the params are
-compile-time constants) by pycuda on the primary context, launched on torch's current stream with
-a team of threads per env, one block per env or several (``games_per_block``)."""
+compile-time constants) and loaded on the primary context, launched on torch's current stream
+(``cuda_driver``) with a team of threads per env, one block per env or several (``games_per_block``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.backends import current_stream_getter
+from gpu_marl_envs.backends.cuda_driver import PreparedLaunch
 from gpu_marl_envs.backends.pycuda_backend import (
-    StreamLauncher,
     _pack,
     c_type,
     code_of,
@@ -122,7 +123,7 @@ def kernel_source(spec: RegisteredEnv, params, warp_stores: bool = False) -> str
 def _module(spec: RegisteredEnv, params, device_index: int, warp_stores: bool):
     """One compiled module per game, params, device and way of storing (the binary is also cached on
     disk: backends/nvrtc.py)."""
-    return compile_module(kernel_source(spec, params, warp_stores), spec.kernels.cuda)
+    return compile_module(kernel_source(spec, params, warp_stores), spec.kernels.cuda, device_index)
 
 
 class MultiAgentPycudaBackend:
@@ -130,29 +131,21 @@ class MultiAgentPycudaBackend:
     graph_by_default = False  # see PycudaBackend
 
     def __init__(self, spec: RegisteredEnv, params, buffers: MultiAgentBuffers, autoreset_mode: AutoresetMode):
-        import pycuda.driver as drv
-
         definition = spec.definition
         device = buffers.observations.device
-        torch.cuda.init()  # the primary context must exist before pycuda retains it
         num_envs = buffers.observations.shape[0]
         games = definition.games_per_block(params)
         warp_stores = stores_by_warp(definition, params, games, definition.block_threads(params), num_envs, device)
         module = _module(spec, params, device.index, warp_stores)
-        self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
-        self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
-        self._shared_bytes = definition.dynamic_shared_bytes(params)
-        static = max(
-            kernel.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
-            for kernel in (self._step_kernel, self._reset_kernel)
-        )
+        step_kernel = module.get_function(f"{spec.kernel_name}_step")
+        reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
+        shared_bytes = definition.dynamic_shared_bytes(params)
+        static = max(kernel.get_attribute("SHARED_SIZE_BYTES") for kernel in (step_kernel, reset_kernel))
         check_shared_memory(definition, params, device, self.name, static)
-        if self._shared_bytes + static > MAX_SHARED_BYTES:
+        if shared_bytes + static > MAX_SHARED_BYTES:
             # Beyond 48 KiB a kernel must opt in (up to shared_memory_limit, checked above).
-            for kernel in (self._step_kernel, self._reset_kernel):
-                kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_bytes)
-        self._grid = (-(-num_envs // games), 1, 1)
-        self._block = (definition.block_threads(params) * games, 1, 1)
+            for kernel in (step_kernel, reset_kernel):
+                kernel.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", shared_bytes)
 
         values = buffers.tensors()
         values["state"] = buffers.state_arrays()  # a struct of pointers: the same bytes as one pointer each
@@ -163,8 +156,11 @@ class MultiAgentPycudaBackend:
         # stride per group; struct's native mode aligns them as C does.
         self._actions_layout = struct.Struct(f"{len(groups)}P{2 * len(groups)}q")
         self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values, self._actions_layout)
-        self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
-        self._launcher = StreamLauncher(device)
+        reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
+        blocks, threads = -(-num_envs // games), definition.block_threads(params) * games
+        stream = current_stream_getter(device.index)
+        self._step = PreparedLaunch(step_kernel, blocks, threads, self._step_buffer, shared_bytes, stream)
+        self.reset = PreparedLaunch(reset_kernel, blocks, threads, reset_buffer, shared_bytes, stream)
         action_size = math.prod(definition.action_shape(params))
         item_bytes = definition.action_dtype(params).itemsize
         row = params.num_agents * action_size
@@ -182,7 +178,7 @@ class MultiAgentPycudaBackend:
             *[base + offset for offset in self._column_offsets],
             *self._buffer_strides,
         )
-        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
+        self._step()
 
     @staticmethod
     def reads_in_place(actions: torch.Tensor, row_strides: tuple[int, ...]) -> bool:
@@ -200,7 +196,4 @@ class MultiAgentPycudaBackend:
             *[t.stride(0) for t in group_actions],
             *[t.stride(1) for t in group_actions],
         )
-        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer, self._shared_bytes)
-
-    def reset(self) -> None:
-        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer, self._shared_bytes)
+        self._step()

@@ -10,7 +10,7 @@ quotes (found as the compiler finds them, hashed by content), the options, NVRTC
 architecture.
 
 Where NVRTC cannot be loaded (cuda-bindings built for another CUDA major version than the NVRTC
-installed, say) the backends compile with nvcc as before (``pycuda_backend.compile_module``).
+installed, say) the backends compile with nvcc, through pycuda (``pycuda_backend.compile_module``).
 
 The cache lives in ``$XDG_CACHE_HOME/gpu_marl_envs/cubin`` (``~/.cache`` without it), one file per
 key, written whole and then renamed, so that processes compiling the same kernels at once (a torchrun

@@ -1,8 +1,8 @@
-"""CUDA C backend: an env's .cu file compiled (``compile_module``) and loaded by pycuda on the primary
-context (the one torch uses), launched on torch's current stream.
+"""CUDA C backend: an env's .cu file compiled (``compile_module``) and loaded by the CUDA driver on the
+primary context (the one torch uses), launched on torch's current stream (``cuda_driver``).
 
-The launch path is the cheapest pycuda offers: the argument buffer is packed once at construction
-and only the actions pointer is rewritten per step.
+The launch is one driver call on an argument buffer packed once at construction; only the actions
+pointer is rewritten per step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs import float32, rng
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.backends import current_stream_getter, nvrtc
+from gpu_marl_envs.backends import cuda_driver, current_stream_getter, nvrtc
 from gpu_marl_envs.buffers import RESET_ARGUMENTS, STEP_ARGUMENTS, THREADS_PER_BLOCK, ClassicBuffers
 from gpu_marl_envs.registration import RegisteredEnv
 
@@ -27,9 +27,13 @@ def availability(device: torch.device) -> str | None:
     if device.type != "cuda":
         return "the pycuda backend needs a CUDA device"
     try:
-        import pycuda.driver  # noqa: F401
+        import cuda.bindings.driver  # noqa: F401  (the kernels' loads and launches: cuda_driver)
+        import pycuda.driver  # noqa: F401  (nvcc's compile where NVRTC cannot be loaded)
     except ImportError as error:
-        return f"the pycuda backend needs pycuda and a CUDA driver ({error}): pip install 'gpu_marl_envs[cuda]'"
+        return (
+            f"the pycuda backend needs pycuda, cuda-bindings and a CUDA driver ({error}): "
+            "pip install 'gpu_marl_envs[cuda]'"
+        )
     return None
 
 
@@ -121,19 +125,20 @@ def include_dirs(cuda_file) -> list[str]:
     return [kernel_dir()] + ([str(folder)] if folder is not None else [])
 
 
-def compile_module(source: str, cuda_file):
-    """A pycuda module of ``source`` on the primary context torch uses, compiled by NVRTC and cached on
-    disk (``backends/nvrtc.py``); by nvcc, through pycuda, where NVRTC cannot be loaded (cuda-bindings
-    of another CUDA major version than the NVRTC installed, say)."""
-    import pycuda.autoprimaryctx  # noqa: F401  (retains the primary context torch already uses)
-    import pycuda.driver as drv
-
+def compile_module(source: str, cuda_file, device_index: int) -> cuda_driver.Module:
+    """A module of ``source`` for CUDA device ``device_index``, on the primary context torch uses:
+    compiled by NVRTC and cached on disk (``backends/nvrtc.py``); by nvcc, through pycuda (and its
+    cache), where NVRTC cannot be loaded (cuda-bindings of another CUDA major version than the NVRTC
+    installed, say)."""
+    capability = torch.cuda.get_device_capability(device_index)
     if nvrtc.unavailable_reason() is not None:
-        from pycuda.compiler import SourceModule
+        from pycuda.compiler import compile as nvcc
 
-        return SourceModule(source, include_dirs=include_dirs(cuda_file), no_extern_c=True)
-    capability = drv.Context.get_device().compute_capability()
-    return drv.module_from_buffer(nvrtc.binary(source, cuda_file.name, include_dirs(cuda_file), capability))
+        arch = f"sm_{capability[0]}{capability[1]}"
+        image = nvcc(source, no_extern_c=True, arch=arch, include_dirs=include_dirs(cuda_file))
+    else:
+        image = nvrtc.binary(source, cuda_file.name, include_dirs(cuda_file), capability)
+    return cuda_driver.Module(image, device_index)
 
 
 def kernel_source(spec: RegisteredEnv) -> str:
@@ -159,7 +164,7 @@ def kernel_source(spec: RegisteredEnv) -> str:
 @functools.cache
 def _module(spec: RegisteredEnv, device_index: int):
     """One compiled module per env kind and device, shared by every env instance."""
-    return compile_module(kernel_source(spec), spec.kernels.cuda)
+    return compile_module(kernel_source(spec), spec.kernels.cuda, device_index)
 
 
 _POINTER = struct.Struct("P")
@@ -196,32 +201,6 @@ def _pack(names, values, actions_layout: struct.Struct = _POINTER) -> tuple[byte
     return bytearray(struct.pack(fmt, *data)), actions_offset
 
 
-class StreamLauncher:
-    """Launches pycuda kernels on torch's current stream of ``device``."""
-
-    def __init__(self, device: torch.device):
-        self._device = device
-        self._current_stream = current_stream_getter(device.index)
-        self._own_stream = None  # a pycuda stream, used only when torch's current stream is not the default
-
-    def launch(self, kernel, grid: tuple, block: tuple, buffer: bytearray, shared_bytes: int = 0) -> None:
-        """``shared_bytes``: the block's dynamic shared memory."""
-        if self._current_stream() == 0:
-            kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, None)
-            return
-        # pycuda cannot launch on a stream it did not create: order our stream after torch's
-        # current one and back again, through torch's view of our stream.
-        import pycuda.driver as drv
-
-        current = torch.cuda.current_stream(self._device)
-        if self._own_stream is None:
-            self._own_stream = drv.Stream()
-            self._own_torch_stream = torch.cuda.ExternalStream(self._own_stream.handle, device=self._device)
-        self._own_torch_stream.wait_stream(current)
-        kernel._launch_kernel(grid, block, bytes(buffer), shared_bytes, self._own_stream)
-        current.wait_stream(self._own_torch_stream)
-
-
 class PycudaBackend:
     name = "pycuda"
     # No CUDA graph by default: the prepared launch costs less than a graph replay plus the copy
@@ -233,25 +212,23 @@ class PycudaBackend:
     ):
         definition = spec.definition
         device = buffers.state.device
-        torch.cuda.init()  # the primary context must exist before pycuda retains it
         module = _module(spec, device.index)  # resolve_device always names the index
-        self._step_kernel = module.get_function(f"{spec.kernel_name}_step")
-        self._reset_kernel = module.get_function(f"{spec.kernel_name}_reset")
         num_envs = buffers.state.shape[1]
-        self._grid = ((num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 1, 1)
-        self._block = (THREADS_PER_BLOCK, 1, 1)
 
         values = dict(vars(buffers))
         values["num_envs"] = num_envs
         values["autoreset_mode"] = AUTORESET_CODES[autoreset_mode]
         values["params"] = definition.params_record(params).tobytes()
         self._step_buffer, self._actions_offset = _pack(STEP_ARGUMENTS, values)
-        self._reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
-        self._launcher = StreamLauncher(device)
+        reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
+        blocks, stream = -(-num_envs // THREADS_PER_BLOCK), current_stream_getter(device.index)
+        self._step = cuda_driver.PreparedLaunch(
+            module.get_function(f"{spec.kernel_name}_step"), blocks, THREADS_PER_BLOCK, self._step_buffer, 0, stream
+        )
+        self.reset = cuda_driver.PreparedLaunch(
+            module.get_function(f"{spec.kernel_name}_reset"), blocks, THREADS_PER_BLOCK, reset_buffer, 0, stream
+        )
 
     def step(self, actions: torch.Tensor) -> None:
         struct.pack_into("P", self._step_buffer, self._actions_offset, actions.data_ptr())
-        self._launcher.launch(self._step_kernel, self._grid, self._block, self._step_buffer)
-
-    def reset(self) -> None:
-        self._launcher.launch(self._reset_kernel, self._grid, self._block, self._reset_buffer)
+        self._step()
