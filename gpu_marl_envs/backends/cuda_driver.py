@@ -4,7 +4,7 @@ context torch uses, a kernel launched on torch's current stream, whichever strea
 
 pycuda launches only on streams it created. On any other stream of torch's (a CUDA graph's capture,
 say) the backends used to order a pycuda stream after torch's and back with events. A captured step
-then took 1.1 to 1.4 µs longer than one launched on the capturing stream itself, though the graph
+then took 1.1 to 1.5 µs longer than one launched on the capturing stream itself, though the graph
 held the same kernel nodes (H200, 100 steps a graph: SimpleSpread at 2,000 games 4.26 against 3.07
 µs a step, speaker-listener 4.68 against 3.55, SimpleSpread at 65,536 games 8.91 against 7.50;
 docs/benchmarks/mpe.md, "CUDA C launched on torch's stream"). pycuda keeps the compile where NVRTC
