@@ -1,6 +1,7 @@
-"""SimpleSpeakerListener-v4's Numba kernels: the device functions of simple_speaker_listener.cu (thread 0
-steps the game, the block writes the observations), for the constants ``c`` of
-gpu_marl_envs/envs/simple_speaker_listener.py (the reference, which documents the rules)."""
+"""SimpleSpeakerListener-v4's Numba kernels: the device functions of simple_speaker_listener.cu (a game on
+one lane, its step in registers, the observations from what it left in shared memory), for the
+constants ``c`` of gpu_marl_envs/envs/simple_speaker_listener.py (the reference, which documents the
+rules)."""
 
 import math
 
@@ -9,6 +10,7 @@ from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device
 from gpu_marl_envs.kernels.rng_numba import uniform
+from numba import float32, int32
 
 # Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
 PACKS_GAMES = True
@@ -17,12 +19,24 @@ LOW, HIGH = np.float32(-1.0), np.float32(1.0)
 
 
 def game_functions(c) -> GameFunctions:
-    _, lane, lanes, sync = team_functions(c)  # this game's team of lanes (packed: PACKS_GAMES)
-    M, C, MAX_CYCLES, GOAL_DRAW = c.NUM_LANDMARKS, c.COMM_DIM, c.MAX_CYCLES, c.GOAL_DRAW
+    team, _, _, _ = team_functions(c)  # this game's team: one lane (packed: PACKS_GAMES)
+    if c.GME_GAME_THREADS != 1:
+        raise ValueError(f"a speaker-listener game runs on one lane, not {c.GME_GAME_THREADS}")
+    GAMES, M, C, MAX_CYCLES, GOAL_DRAW = c.GME_GAMES_PER_BLOCK, c.NUM_LANDMARKS, c.COMM_DIM, c.MAX_CYCLES, c.GOAL_DRAW
     SENSITIVITY, COLORS = c.SENSITIVITY, c.LANDMARK_COLORS
     OBS_SIZE = 3 + 2 + 2 * M + C
     ZERO, ONE, THREE = np.float32(0.0), np.float32(1.0), np.float32(3.0)
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
+    # The .cu's Shared, a team's row of floats: the listener's x, y, vx, vy, the landmarks' x then y,
+    # the utterance (its goal in an int32 array of its own).
+    LANDMARK_X, LANDMARK_Y, COMM = 4, 4 + M, 4 + 2 * M
+    SHARED_ROW = 4 + 2 * M + C
+
+    @cuda.jit(device=True)
+    def shared():
+        block = cuda.shared.array((GAMES, SHARED_ROW), float32)
+        goals = cuda.shared.array(GAMES, int32)
+        return block[team()], goals[team() :]
 
     # The speaker's utterance, chosen here: each action mode's arrays type only its own function.
     if c.CONTINUOUS_ACTIONS:
@@ -30,7 +44,7 @@ def game_functions(c) -> GameFunctions:
         @cuda.jit(device=True)
         def utter(actions, e, comm):  # the utterance itself, the speaker's first C values
             for k in range(C):
-                comm[e, k] = mpe.unit(actions[e, 0, k])
+                comm[k] = mpe.unit(actions[e, 0, k])
 
     else:
 
@@ -38,7 +52,7 @@ def game_functions(c) -> GameFunctions:
         def utter(actions, e, comm):  # the one-hot vector of the word said
             word = min(max(actions[e, 0], 0), C - 1)
             for k in range(C):
-                comm[e, k] = ONE if k == word else ZERO
+                comm[k] = ONE if k == word else ZERO
 
     @inline_device
     def known_shapes(state):
@@ -57,62 +71,79 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        row, goal_slot = sh
         known_shapes(state)
-        if lane() != 0:
-            return
         for a in range(2):
-            x[e, a] = uniform(seed, episode, a, LOW, HIGH)
-            y[e, a] = uniform(seed, episode, 2 + a, LOW, HIGH)
+            px, py = uniform(seed, episode, a, LOW, HIGH), uniform(seed, episode, 2 + a, LOW, HIGH)
+            x[e, a] = px
+            y[e, a] = py
             vx[e, a] = ZERO
             vy[e, a] = ZERO
+            if a == 1:
+                row[0] = px
+                row[1] = py
+        row[2] = ZERO
+        row[3] = ZERO
         for lm in range(M):
-            landmark_x[e, lm] = uniform(seed, episode, 4 + lm, LOW, HIGH)
-            landmark_y[e, lm] = uniform(seed, episode, 4 + M + lm, LOW, HIGH)
-        goal[e] = min(math.floor(uniform(seed, episode, GOAL_DRAW, ZERO, THREE)), M - 1)
+            landmark_x[e, lm] = row[LANDMARK_X + lm] = uniform(seed, episode, 4 + lm, LOW, HIGH)
+            landmark_y[e, lm] = row[LANDMARK_Y + lm] = uniform(seed, episode, 4 + M + lm, LOW, HIGH)
+        goal[e] = goal_slot[0] = min(math.floor(uniform(seed, episode, GOAL_DRAW, ZERO, THREE)), M - 1)
         for k in range(C):
-            comm[e, k] = ZERO
+            comm[e, k] = row[COMM + k] = ZERO
         t[e] = 0
 
     @cuda.jit(device=True)
     def step_env(state, sh, e, actions, rewards):
+        # The .cu's step_env: every load first, then the step in registers (the local arrays' loops
+        # over constants unroll), what the observations read left in the shared row.
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
+        row, goal_slot = sh
         known_shapes(state)
         now = np.int32(t[e] + np.int32(1))
-        sync()  # every thread has read t
-        if lane() == 0:
-            utter(actions, e, comm)
-            ux, uy = action_force(actions, e, 1, SENSITIVITY)
-            nx, ny, nvx, nvy = mpe.integrate(x[e, 1], y[e, 1], vx[e, 1], vy[e, 1], ux, uy, ZERO)
-            x[e, 1] = nx
-            y[e, 1] = ny
-            vx[e, 1] = nvx
-            vy[e, 1] = nvy
-            g = U(goal[e])  # an unsigned index (0 .. M - 1): no negative index's wraparound
-            reward = -mpe.squared_norm(nx - landmark_x[e, g], ny - landmark_y[e, g])
-            rewards[e, 0] = reward
-            rewards[e, 1] = reward
-            t[e] = now
+        g = goal[e]
+        px, py, pvx, pvy = x[e, 1], y[e, 1], vx[e, 1], vy[e, 1]
+        lx = cuda.local.array(M, float32)
+        ly = cuda.local.array(M, float32)
+        for lm in range(M):
+            lx[lm] = landmark_x[e, lm]
+            ly[lm] = landmark_y[e, lm]
+        said = cuda.local.array(C, float32)
+        utter(actions, e, said)
+        ux, uy = action_force(actions, e, 1, SENSITIVITY)
+        px, py, pvx, pvy = mpe.integrate(px, py, pvx, pvy, ux, uy, ZERO)
+        goal_x, goal_y = lx[0], ly[0]  # the goal's landmark, picked among the loaded ones
+        for lm in range(1, M):
+            goal_x = lx[lm] if g == lm else goal_x
+            goal_y = ly[lm] if g == lm else goal_y
+        reward = -mpe.squared_norm(px - goal_x, py - goal_y)
+        x[e, 1] = row[0] = px
+        y[e, 1] = row[1] = py
+        vx[e, 1] = row[2] = pvx
+        vy[e, 1] = row[3] = pvy
+        for lm in range(M):
+            row[LANDMARK_X + lm] = lx[lm]
+            row[LANDMARK_Y + lm] = ly[lm]
+        for k in range(C):
+            comm[e, k] = row[COMM + k] = said[k]
+        goal_slot[0] = g
+        rewards[e, 0] = reward
+        rewards[e, 1] = reward
+        t[e] = now
         return False, now >= MAX_CYCLES
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
-        x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        known_shapes(state)
+        row, goal_slot = sh  # as the step or the reset left them
         assume(obs.shape[1] == OBS_SIZE)
-        # Unsigned indices throughout (U): Numba's int64 floor division and remainder would cost
-        # sign fix-ups and 64-bit arithmetic here (docs/custom_env.md, "Numba as fast as CUDA C").
-        k = lane()
-        while k < U(OBS_SIZE):
-            if k < U(3):
-                value = COLORS[U(U(U(3) * U(goal[e])) + k)]  # the speaker's: the goal's colour
-            elif k < U(5):
-                value = vx[e, 1] if k == U(3) else vy[e, 1]
-            elif k < U(5 + 2 * M):
-                lm = U(U(k - U(5)) // U(2))
-                value = landmark_x[e, lm] - x[e, 1] if U(k % U(2)) == U(1) else landmark_y[e, lm] - y[e, 1]
-            else:
-                value = comm[e, U(k - U(5 + 2 * M))]
-            obs[e, k] = value
-            k = U(k + lanes())
+        g = U(goal_slot[0])  # an unsigned index (0 .. M - 1): no negative index's wraparound
+        for k in range(3):  # the speaker's: the goal's colour
+            obs[e, k] = COLORS[U(U(U(3) * g) + U(k))]
+        obs[e, 3] = row[2]
+        obs[e, 4] = row[3]
+        for lm in range(M):
+            obs[e, 5 + 2 * lm] = row[LANDMARK_X + lm] - row[0]
+            obs[e, 6 + 2 * lm] = row[LANDMARK_Y + lm] - row[1]
+        for k in range(C):
+            obs[e, 5 + 2 * M + k] = row[COMM + k]
 
-    return GameFunctions(reset_env, step_env, observe_env)
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared)

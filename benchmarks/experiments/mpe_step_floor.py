@@ -1,0 +1,158 @@
+"""How fast could a captured MPE step be on this GPU, whatever its kernel does?
+
+Issue 42's targets are µs a step (VMAS's time at the same size over 1,000). A step must at least read
+its actions and write what it returns: the observations, the rewards and the agents' and envs' flags.
+This times, captured as the benchmark's rows are (``ROLLOUT_LENGTH`` launches a CUDA graph, the graph
+replayed), one kernel that does only that: each thread loads 16 bytes of an input as large as the
+step's actions and stores 16 bytes of an output as large as its outputs, the store after the load
+(a step's one round trip to memory). Beside it, the same kernel with nothing to move (a launch), and
+the game's own captured step on the CUDA C backend. The state a step keeps (the game's bodies, its
+clock, the running returns) is not moved: the floor is below any real step's.
+
+    python benchmarks/experiments/mpe_step_floor.py
+    python benchmarks/experiments/mpe_step_floor.py --case simple_speaker:2000:discrete
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# The suite's mpe_throughput.py sits one folder up: this script runs from experiments/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from mpe_throughput import ROLLOUT_LENGTH, scenarios  # noqa: E402
+
+import gpu_marl_envs  # noqa: E402
+from gpu_marl_envs.backends import cuda_driver, nvrtc  # noqa: E402
+
+DEFAULT_CASES = [
+    f"{label}:{envs}:{mode}"
+    for label in ("simple_spread", "simple_tag", "simple_speaker")
+    for envs in (2000, 65536)
+    for mode in ("discrete", "box")
+]
+
+SOURCE = r"""
+extern "C" __global__ void move(const float4* in, long long n_in, float4* out, long long n_out) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n_in) v = in[i];
+    if (i < n_out) out[i] = v;
+}
+"""
+BLOCK = 256
+
+
+def mover(read_bytes: int, write_bytes: int):
+    """A launch of ``move`` over buffers of (at least) these sizes, on torch's current stream."""
+    device = torch.cuda.current_device()
+    image = nvrtc.binary(SOURCE, "move.cu", [], torch.cuda.get_device_capability(device))
+    function = cuda_driver.Module(image, device).get_function("move")
+    n_in, n_out = -(-read_bytes // 16), -(-write_bytes // 16)
+    source = torch.zeros(max(n_in, 1) * 4, device="cuda")
+    target = torch.empty(max(n_out, 1) * 4, device="cuda")
+    buffer = bytearray(struct.pack("QqQq", source.data_ptr(), n_in, target.data_ptr(), n_out))
+    grid = max(1, -(-max(n_in, n_out) // BLOCK))
+    launch = cuda_driver.PreparedLaunch(
+        function, grid, BLOCK, buffer, 0, lambda: torch.cuda.current_stream().cuda_stream
+    )
+
+    def call():
+        launch()
+        return source, target  # (held by the closure as long as the launch)
+
+    return call
+
+
+def step_bytes(env, actions: dict) -> tuple[int, int, int]:
+    """``(read, written, kept)``: the bytes of the actions, of what a step returns (observations,
+    rewards, the agents' terminated and truncated flags, the envs' two flags), and of the running
+    returns it reads and writes (not moved by the floor's kernel)."""
+    agents = env.possible_agents
+    envs = env.num_envs
+    observations = sum(4 * int(np.prod(env.observation_space(a).shape)) for a in agents) * envs
+    written = observations + envs * len(agents) * (4 + 2) + envs * 2
+    read = sum(tensor.nbytes for tensor in actions.values())
+    return read, written, 2 * 4 * envs * len(agents)
+
+
+def captured_us(call, replays: int, rounds: int) -> float:
+    """Median µs a call of ``ROLLOUT_LENGTH`` calls captured in a graph, over ``rounds`` of ``replays``
+    replays bracketed by synchronize."""
+    for _ in range(3):
+        call()  # compiled and loaded outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ROLLOUT_LENGTH):
+            call()
+    for _ in range(20):
+        graph.replay()
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+        times.append(1e6 * (time.perf_counter() - start) / (replays * ROLLOUT_LENGTH))
+    return statistics.median(times)
+
+
+def game(label: str, num_envs: int, continuous: bool):
+    """The CUDA C backend's env of the scenario whose label starts with ``label``, and one action of each
+    group (drawn in its space, as the benchmark's)."""
+    scenario = next(s for s in scenarios([3]) if s.label.startswith(label))
+    env = gpu_marl_envs.make_parallel(
+        scenario.ours,
+        num_envs,
+        device="cuda",
+        backend="pycuda",
+        validate_actions=False,
+        continuous_actions=continuous,
+        **scenario.ours_settings,
+    )
+    env.reset_groups(seed=0)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    actions = {}
+    for group, agents in env.groups.items():
+        space = env.action_space(agents[0])
+        shape = (num_envs, len(agents), *space.shape)
+        if space.shape == ():  # Discrete
+            actions[group] = torch.randint(0, int(space.n), shape, generator=generator, device="cuda")
+        else:
+            actions[group] = torch.rand(shape, generator=generator, device="cuda")
+    return env, actions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", nargs="+", default=DEFAULT_CASES, help="scenario:num_envs:discrete|box")
+    parser.add_argument("--replays", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name()}, {ROLLOUT_LENGTH} launches a graph; µs a step")
+    launch = captured_us(mover(0, 0), args.replays, args.rounds)
+    print(f"a launch that moves nothing: {launch:.2f}")
+    for case in args.case:
+        label, envs, mode = case.split(":")
+        env, actions = game(label, int(envs), mode == "box")
+        read, written, kept = step_bytes(env, actions)
+        floor = captured_us(mover(read, written), args.replays, args.rounds)
+        ours = captured_us(functools.partial(env.step_groups, actions), args.replays, args.rounds)
+        print(
+            f"{case}: floor {floor:.2f} (reads {read / 1e6:.2f} MB, writes {written / 1e6:.2f} MB; "
+            f"running returns {kept / 1e6:.2f} MB not moved), CUDA C step {ours:.2f}"
+        )
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
