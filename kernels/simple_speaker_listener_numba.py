@@ -10,7 +10,7 @@ from gpu_marl_envs.kernels import mpe_numba as mpe
 from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, team_functions
 from gpu_marl_envs.kernels.numba_api import U, assume, cuda, inline_device
 from gpu_marl_envs.kernels.rng_numba import uniform
-from numba import float32, int32
+from numba import float32
 
 # Written with team_functions(c): the backend packs several games to a block, as CUDA C does.
 PACKS_GAMES = True
@@ -27,16 +27,20 @@ def game_functions(c) -> GameFunctions:
     OBS_SIZE = 3 + 2 + 2 * M + C
     ZERO, ONE, THREE = np.float32(0.0), np.float32(1.0), np.float32(3.0)
     action_force = mpe.continuous_action_force if c.CONTINUOUS_ACTIONS else mpe.discrete_action_force
-    # The .cu's Shared, a team's row of floats: the listener's x, y, vx, vy, the landmarks' x then y,
-    # the utterance (its goal in an int32 array of its own).
-    LANDMARK_X, LANDMARK_Y, COMM = 4, 4 + M, 4 + 2 * M
-    SHARED_ROW = 4 + 2 * M + C
+    # The .cu's Shared, a team's row of floats in two parts: the listener's body (x, y, vx, vy), and
+    # the rest: the landmarks' x then y, the utterance, the goal (a float: 0, 1 or 2 exactly).
+    LANDMARK_X, LANDMARK_Y, COMM, GOAL = 0, M, 2 * M, 2 * M + C
+    SHARED_ROW = 4 + GOAL + 1  # a constant, as shared.array's shape must be
 
     @cuda.jit(device=True)
     def shared():
+        # Slices of the team's row, as SimpleSpread's Shared. Returned as the row itself (a 1-tuple),
+        # the observations came out wrong on an H200: NVVM had resolved observe_env's load of vy to
+        # the step's store of the last landmark's y (in the PTX, numba-cuda 0.30), where the slices'
+        # loads read what the step stored.
         block = cuda.shared.array((GAMES, SHARED_ROW), float32)
-        goals = cuda.shared.array(GAMES, int32)
-        return block[team()], goals[team() :]
+        team_row = block[team()]
+        return team_row[:4], team_row[4:]
 
     # The speaker's utterance, chosen here: each action mode's arrays type only its own function.
     if c.CONTINUOUS_ACTIONS:
@@ -71,7 +75,7 @@ def game_functions(c) -> GameFunctions:
     @cuda.jit(device=True)
     def reset_env(state, sh, e, seed, episode):
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        row, goal_slot = sh
+        body, rest = sh
         known_shapes(state)
         for a in range(2):
             px, py = uniform(seed, episode, a, LOW, HIGH), uniform(seed, episode, 2 + a, LOW, HIGH)
@@ -80,16 +84,17 @@ def game_functions(c) -> GameFunctions:
             vx[e, a] = ZERO
             vy[e, a] = ZERO
             if a == 1:
-                row[0] = px
-                row[1] = py
-        row[2] = ZERO
-        row[3] = ZERO
+                body[0] = px
+                body[1] = py
+        body[2] = ZERO
+        body[3] = ZERO
         for lm in range(M):
-            landmark_x[e, lm] = row[LANDMARK_X + lm] = uniform(seed, episode, 4 + lm, LOW, HIGH)
-            landmark_y[e, lm] = row[LANDMARK_Y + lm] = uniform(seed, episode, 4 + M + lm, LOW, HIGH)
-        goal[e] = goal_slot[0] = min(math.floor(uniform(seed, episode, GOAL_DRAW, ZERO, THREE)), M - 1)
+            landmark_x[e, lm] = rest[LANDMARK_X + lm] = uniform(seed, episode, 4 + lm, LOW, HIGH)
+            landmark_y[e, lm] = rest[LANDMARK_Y + lm] = uniform(seed, episode, 4 + M + lm, LOW, HIGH)
+        goal[e] = g = min(math.floor(uniform(seed, episode, GOAL_DRAW, ZERO, THREE)), M - 1)
+        rest[GOAL] = g
         for k in range(C):
-            comm[e, k] = row[COMM + k] = ZERO
+            comm[e, k] = rest[COMM + k] = ZERO
         t[e] = 0
 
     @cuda.jit(device=True)
@@ -97,7 +102,7 @@ def game_functions(c) -> GameFunctions:
         # The .cu's step_env: every load first, then the step in registers (the local arrays' loops
         # over constants unroll), what the observations read left in the shared row.
         x, y, vx, vy, landmark_x, landmark_y, goal, comm, t = state
-        row, goal_slot = sh
+        body, rest = sh
         known_shapes(state)
         now = np.int32(t[e] + np.int32(1))
         g = goal[e]
@@ -116,16 +121,16 @@ def game_functions(c) -> GameFunctions:
             goal_x = lx[lm] if g == lm else goal_x
             goal_y = ly[lm] if g == lm else goal_y
         reward = -mpe.squared_norm(px - goal_x, py - goal_y)
-        x[e, 1] = row[0] = px
-        y[e, 1] = row[1] = py
-        vx[e, 1] = row[2] = pvx
-        vy[e, 1] = row[3] = pvy
+        x[e, 1] = body[0] = px
+        y[e, 1] = body[1] = py
+        vx[e, 1] = body[2] = pvx
+        vy[e, 1] = body[3] = pvy
         for lm in range(M):
-            row[LANDMARK_X + lm] = lx[lm]
-            row[LANDMARK_Y + lm] = ly[lm]
+            rest[LANDMARK_X + lm] = lx[lm]
+            rest[LANDMARK_Y + lm] = ly[lm]
         for k in range(C):
-            comm[e, k] = row[COMM + k] = said[k]
-        goal_slot[0] = g
+            comm[e, k] = rest[COMM + k] = said[k]
+        rest[GOAL] = g
         rewards[e, 0] = reward
         rewards[e, 1] = reward
         t[e] = now
@@ -133,17 +138,18 @@ def game_functions(c) -> GameFunctions:
 
     @cuda.jit(device=True)
     def observe_env(state, sh, e, obs, masks):
-        row, goal_slot = sh  # as the step or the reset left them
+        body, rest = sh  # as the step or the reset left them
         assume(obs.shape[1] == OBS_SIZE)
-        g = U(goal_slot[0])  # an unsigned index (0 .. M - 1): no negative index's wraparound
+        vx, vy = body[2], body[3]
+        g = U(rest[GOAL])  # an unsigned index (0 .. M - 1): no negative index's wraparound
         for k in range(3):  # the speaker's: the goal's colour
             obs[e, k] = COLORS[U(U(U(3) * g) + U(k))]
-        obs[e, 3] = row[2]
-        obs[e, 4] = row[3]
+        obs[e, 3] = vx
+        obs[e, 4] = vy
         for lm in range(M):
-            obs[e, 5 + 2 * lm] = row[LANDMARK_X + lm] - row[0]
-            obs[e, 6 + 2 * lm] = row[LANDMARK_Y + lm] - row[1]
+            obs[e, 5 + 2 * lm] = rest[LANDMARK_X + lm] - body[0]
+            obs[e, 6 + 2 * lm] = rest[LANDMARK_Y + lm] - body[1]
         for k in range(C):
-            obs[e, 5 + 2 * M + k] = row[COMM + k]
+            obs[e, 5 + 2 * M + k] = rest[COMM + k]
 
     return GameFunctions(reset_env, step_env, observe_env, shared=shared)
