@@ -5,9 +5,11 @@ its actions and write what it returns: the observations, the rewards and the age
 This times, captured as the benchmark's rows are (``ROLLOUT_LENGTH`` launches a CUDA graph, the graph
 replayed), one kernel that does only that: each thread loads 16 bytes of an input as large as the
 step's actions and stores 16 bytes of an output as large as its outputs, the store after the load
-(a step's one round trip to memory). Beside it, the same kernel with nothing to move (a launch), and
-the game's own captured step on the CUDA C backend. The state a step keeps (the game's bodies, its
-clock, the running returns) is not moved: the floor is below any real step's.
+(a step's one round trip to memory): a floor below any step's. Then the same kernel moving the state
+a step keeps as well (every field of the game's state and the running returns read, the fields a
+step changes and the running returns written): the floor of a step that keeps this state. Beside
+them, the kernel with nothing to move (a launch), and the game's own captured step on the CUDA C
+backend.
 
     python benchmarks/experiments/mpe_step_floor.py
     python benchmarks/experiments/mpe_step_floor.py --case simple_speaker:2000:discrete
@@ -72,16 +74,22 @@ def mover(read_bytes: int, write_bytes: int):
     return call
 
 
-def step_bytes(env, actions: dict) -> tuple[int, int, int]:
-    """``(read, written, kept)``: the bytes of the actions, of what a step returns (observations,
-    rewards, the agents' terminated and truncated flags, the envs' two flags), and of the running
-    returns it reads and writes (not moved by the floor's kernel)."""
-    agents = env.possible_agents
-    envs = env.num_envs
+def step_bytes(env, actions: dict) -> tuple[int, int, int, int]:
+    """``(read, written, state_read, state_written)``: the bytes of the actions, of what a step
+    returns (observations, rewards, the agents' terminated and truncated flags, the envs' two
+    flags), and of the state it keeps: every field of the game's state and the running returns
+    read, the fields a step changes (found by stepping once) and the running returns written."""
+    agents, envs = env.possible_agents, env.num_envs
     observations = sum(4 * int(np.prod(env.observation_space(a).shape)) for a in agents) * envs
     written = observations + envs * len(agents) * (4 + 2) + envs * 2
     read = sum(tensor.nbytes for tensor in actions.values())
-    return read, written, 2 * 4 * envs * len(agents)
+    before = env.get_state()
+    env.step_groups(actions)
+    after = env.get_state()
+    returns = 4 * envs * len(agents)
+    state_read = sum(tensor.nbytes for tensor in before.values()) + returns
+    state_written = sum(after[name].nbytes for name in after if not torch.equal(before[name], after[name])) + returns
+    return read, written, state_read, state_written
 
 
 def captured_us(call, replays: int, rounds: int) -> float:
@@ -144,12 +152,14 @@ def main() -> None:
     for case in args.case:
         label, envs, mode = case.split(":")
         env, actions = game(label, int(envs), mode == "box")
-        read, written, kept = step_bytes(env, actions)
+        read, written, state_read, state_written = step_bytes(env, actions)
         floor = captured_us(mover(read, written), args.replays, args.rounds)
+        with_state = captured_us(mover(read + state_read, written + state_written), args.replays, args.rounds)
         ours = captured_us(functools.partial(env.step_groups, actions), args.replays, args.rounds)
         print(
-            f"{case}: floor {floor:.2f} (reads {read / 1e6:.2f} MB, writes {written / 1e6:.2f} MB; "
-            f"running returns {kept / 1e6:.2f} MB not moved), CUDA C step {ours:.2f}"
+            f"{case}: outputs {floor:.2f} (reads {read / 1e6:.2f} MB, writes {written / 1e6:.2f} MB); "
+            f"with the state {with_state:.2f} (reads {state_read / 1e6:.2f} MB more, writes "
+            f"{state_written / 1e6:.2f} MB more); CUDA C step {ours:.2f}"
         )
         env.close()
 
