@@ -181,9 +181,9 @@ def observe(p, s: SimpleSpeakerListenerState) -> dict[str, torch.Tensor]:
 
 ONE_LANE_AGENTS = 2
 """A game runs on one lane of the kernels (128 games a block), which steps it in registers and leaves
-what the observations read in shared memory. Captured on an H200, at 65,536 games, 4-lane teams took
-7.10 µs a step (CUDA C, Discrete) and one lane, with the kernels as they were, 5.42
-(docs/benchmarks/history.md, "Speaker-listener on one lane a game")."""
+what the observations read in shared memory. Captured on an H200 (CUDA C / Numba, Discrete), 4-lane
+teams, whose lane 0 stepped the game, took 3.53 / 4.46 µs a step at 2,000 games and 7.07 / 8.16 at
+65,536; one lane 2.23 / 3.19 and 4.32 / 5.58 (docs/benchmarks/mpe.md, "Speaker-listener on one lane")."""
 
 
 def kernel_constants(p) -> dict:
