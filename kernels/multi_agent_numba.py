@@ -64,6 +64,7 @@ from gymnasium.vector import AutoresetMode
 from numba import boolean, float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.multi_agent_buffers import STAGED_AGENT_BYTES, STAGED_BYTES
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
@@ -214,15 +215,17 @@ class ActionLayout(NamedTuple):
     """Per group, in order: ``(first agent, agents, width)``."""
 
 
-def _group_actions(layout: ActionLayout, lane, lanes, sync):
+def _group_actions(layout: ActionLayout, lane, lanes, sync, tiled: bool):
     """``(in_place, gather, as_actions)``. ``in_place``: whether the step reads a game of one group
     from that group's own array where ``from_groups`` is non-zero, through ``as_actions(group)``, a
     view of its ``(E, N * width)`` array in ``actions``' shape (the same values in the same places:
-    read in place, no copy and no barrier). ``gather(group_actions, actions, e, from_groups)``: for a
-    game of several groups, env ``e``'s team copies each group's actions into their agents' places in
-    ``actions`` where ``from_groups`` is non-zero, then synchronises. Every shape is assumed
-    (docs/custom_env.md, "Numba as fast as CUDA C", rule 5): the kernel's arrays are the ones the
-    backend allocates, of exactly these shapes."""
+    read in place, no copy and no barrier). ``gather(group_actions, actions, target, e,
+    from_groups)``: for a game of several groups, env ``e``'s team copies each group's actions into
+    their agents' places in ``target`` where ``from_groups`` is non-zero, then synchronises; where
+    ``tiled`` (``target`` a view of a tile of shared memory in ``actions``' shape), it copies them
+    from ``actions`` where ``from_groups`` is 0. Else ``target`` is ``actions``. Every shape is
+    assumed (docs/custom_env.md, "Numba as fast as CUDA C", rule 5): the kernel's arrays are the ones
+    the backend allocates, of exactly these shapes."""
     N = U(sum(agents for _, agents, _ in layout.groups))
     SIZE = layout.shape[0] if layout.shape else 0
     VALUES = U(N * max(SIZE, 1))  # a group's values in an env when it is the only group
@@ -230,15 +233,34 @@ def _group_actions(layout: ActionLayout, lane, lanes, sync):
     copy = _group_copier(layout, lane, lanes)
 
     @inline_device
-    def gather(group_actions, actions, e, from_groups):
+    def copy_buffer(actions, target, e):  # env e's row of actions into target's, a lane an agent
+        a = lane()
+        while a < N:
+            if SIZE:
+                values = cuda.local.array(SIZE, actions.dtype)
+                for i in range(SIZE):  # every load before any store (_group_copier says why)
+                    values[i] = actions[e, a, i]
+                for i in range(SIZE):
+                    target[e, a, i] = values[i]
+            else:
+                target[e, a] = actions[e, a]
+            a = U(a + lanes())
+
+    @inline_device
+    def gather(group_actions, actions, target, e, from_groups):
         assume(actions.shape[1] == N)
+        assume(target.shape[1] == N)
         if SIZE:
             assume(actions.shape[2] == SIZE)
+            assume(target.shape[2] == SIZE)
         if in_place:
             assume(group_actions[0].shape[1] == VALUES)
         elif from_groups:
-            copy(group_actions, actions, e)
+            copy(group_actions, target, e)
             sync()  # the env's actions are visible to its team
+        elif tiled:
+            copy_buffer(actions, target, e)
+            sync()
 
     if SIZE:
         return in_place, gather, agent_rows(int(N), SIZE)
@@ -473,8 +495,15 @@ def make_multi_agent_kernels(
     bounds = functions.launch_bounds
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
-    in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync)
     STAGED = staged_obs_size > 0
+    # A staged game of several groups reads its env's actions from a tile of shared memory, where its
+    # team copies them (from the groups' arrays or the actions buffer), not from the global buffer
+    # after a copy there (CUDA C's GmeActions reads the groups' arrays in place): where the tile (at
+    # most 8 bytes a value) and the staged rows stay within STAGED_BYTES, as the staged rows alone must.
+    ACTION_TILE = games_per_block * num_agents * max(layout.shape[0] if layout.shape else 1, 1)
+    staged_bytes = games_per_block * (4 * staged_obs_size + STAGED_AGENT_BYTES * num_agents) + 8 * ACTION_TILE
+    TILED_ACTIONS = STAGED and len(layout.groups) > 1 and staged_bytes <= STAGED_BYTES
+    in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync, TILED_ACTIONS)
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
     if warp_stores and not (STAGED and ROUNDS > 1):
@@ -571,6 +600,10 @@ def make_multi_agent_kernels(
         else:
             out_returns, flags = running_returns, (agent_terminated, agent_truncated)
 
+        step_actions = actions  # what the game's step reads
+        if TILED_ACTIONS:
+            step_actions = staged_rows(cuda.shared.array(ACTION_TILE, actions.dtype), team(), e, actions)
+
         if autoreset_mode == NEXT_STEP and needs_reset[e]:
             # The previous step ended this episode: this step only resets (the actions are ignored).
             reset_episode(state, sh, e, out_returns, episodes, seeds)
@@ -595,7 +628,7 @@ def make_multi_agent_kernels(
                     store_obs(observations, obs_tile, 0, warp_of(num_envs))
                 return
         else:
-            gather(group_actions, actions, e, from_groups)
+            gather(group_actions, actions, step_actions, e, from_groups)
             if STAGED:
                 # The lane's running returns loaded before the game's step, so that the loads overlap its own.
                 returns = cuda.local.array(ROUNDS, float32)
@@ -608,7 +641,7 @@ def make_multi_agent_kernels(
                     state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards
                 )
             else:
-                term, trunc = step_env(state, sh, e, actions, team_rewards)
+                term, trunc = step_env(state, sh, e, step_actions, team_rewards)
             done = term or trunc
             sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
             if STAGED:

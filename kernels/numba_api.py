@@ -362,7 +362,8 @@ else:
 # A packed block's staged rows as the env's rows (multi_agent.cuh's gme_multi_agent_step passes the
 # team's row of a shared array where a game writes its observations or rewards): staged_rows(tile,
 # team, e, like) is an array of like's type, shape and strides whose row e is row `team` of the 1-D
-# shared `tile` (rows as long as like's), so that a game writing like[e, k] writes the tile. Only row
+# shared `tile` (rows as long as like's: all of its elements past the first axis), so that a game
+# writing like[e, k] writes the tile. Only row
 # e may be indexed: the view's data pointer is the tile's row minus e rows (the sum with row e's
 # offset lands in the tile). A block of one env is never staged: the simulator, which runs
 # a block per env, has no twin of it.
@@ -387,6 +388,8 @@ else:
                 context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], signature.args[1:3])
             )
             row = builder.extract_value(rows_like.shape, 1)  # elements (like is C-contiguous)
+            for axis in range(2, signature.args[3].ndim):  # an (E, N, size) array's rows: N * size
+                row = builder.mul(row, builder.extract_value(rows_like.shape, axis))
             populate_array(
                 target,
                 # A GEP (not inbounds: it may pass the tile's start) keeps the pointer's origin in
