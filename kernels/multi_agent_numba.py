@@ -496,13 +496,17 @@ def make_multi_agent_kernels(
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
     STAGED = staged_obs_size > 0
-    # A staged game of several groups reads its env's actions from a tile of shared memory, where its
-    # team copies them (from the groups' arrays or the actions buffer), not from the global buffer
-    # after a copy there (CUDA C's GmeActions reads the groups' arrays in place): where the tile (at
-    # most 8 bytes a value) and the staged rows stay within STAGED_BYTES, as the staged rows alone must.
+    # A staged game of several groups whose lanes hold several agents each reads its env's actions from
+    # a tile of shared memory, where its team copies them (from the groups' arrays or the actions
+    # buffer), not from the global buffer after a copy there (CUDA C's GmeActions reads the groups'
+    # arrays in place): speaker-listener on one lane, with Box actions at 65,536 games, 5.52 µs a
+    # captured step against 8.60 (H200). SimpleTag, a lane an agent, lost 2% with it (Discrete).
+    # Where the tile (at most 8 bytes a value) and the staged rows stay within STAGED_BYTES, as the
+    # staged rows alone must.
     ACTION_TILE = games_per_block * num_agents * max(layout.shape[0] if layout.shape else 1, 1)
     staged_bytes = games_per_block * (4 * staged_obs_size + STAGED_AGENT_BYTES * num_agents) + 8 * ACTION_TILE
-    TILED_ACTIONS = STAGED and len(layout.groups) > 1 and staged_bytes <= STAGED_BYTES
+    several_a_lane = num_agents > max(game_threads, 1)
+    TILED_ACTIONS = STAGED and len(layout.groups) > 1 and several_a_lane and staged_bytes <= STAGED_BYTES
     in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync, TILED_ACTIONS)
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
