@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import struct
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +28,9 @@ import torch
 
 # The suite's mpe_throughput.py sits one folder up: this script runs from experiments/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from mpe_throughput import ROLLOUT_LENGTH, scenarios  # noqa: E402
+from capture_launch_stream import game, replay_us  # noqa: E402  (this folder's)
+from mpe_throughput import ROLLOUT_LENGTH  # noqa: E402
 
-import gpu_marl_envs  # noqa: E402
 from gpu_marl_envs.backends import cuda_driver, nvrtc  # noqa: E402
 
 DEFAULT_CASES = [
@@ -93,51 +91,14 @@ def step_bytes(env, actions: dict) -> tuple[int, int, int, int]:
 
 
 def captured_us(call, replays: int, rounds: int) -> float:
-    """Median µs a call of ``ROLLOUT_LENGTH`` calls captured in a graph, over ``rounds`` of ``replays``
-    replays bracketed by synchronize."""
+    """Median µs a call of ``ROLLOUT_LENGTH`` calls captured in a graph (``replay_us``)."""
     for _ in range(3):
         call()  # compiled and loaded outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(ROLLOUT_LENGTH):
             call()
-    for _ in range(20):
-        graph.replay()
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-        times.append(1e6 * (time.perf_counter() - start) / (replays * ROLLOUT_LENGTH))
-    return statistics.median(times)
-
-
-def game(label: str, num_envs: int, continuous: bool):
-    """The CUDA C backend's env of the scenario whose label starts with ``label``, and one action of each
-    group (drawn in its space, as the benchmark's)."""
-    scenario = next(s for s in scenarios([3]) if s.label.startswith(label))
-    env = gpu_marl_envs.make_parallel(
-        scenario.ours,
-        num_envs,
-        device="cuda",
-        backend="pycuda",
-        validate_actions=False,
-        continuous_actions=continuous,
-        **scenario.ours_settings,
-    )
-    env.reset_groups(seed=0)
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    actions = {}
-    for group, agents in env.groups.items():
-        space = env.action_space(agents[0])
-        shape = (num_envs, len(agents), *space.shape)
-        if space.shape == ():  # Discrete
-            actions[group] = torch.randint(0, int(space.n), shape, generator=generator, device="cuda")
-        else:
-            actions[group] = torch.rand(shape, generator=generator, device="cuda")
-    return env, actions
+    return replay_us(graph, replays, rounds)
 
 
 def main() -> None:
