@@ -479,7 +479,9 @@ def make_multi_agent_kernels(
     team first copies its actions from them into ``actions`` (:func:`_group_actions`;
     ``step_groups`` reads the groups' tensors where they lie, as CUDA C's ``GmeActions`` does, in
     one launch: at small batches a step is bound by host time, and a gather before the launch cost
-    more than the launch); where it is 0, ``actions`` holds them already."""
+    more than the launch); where it is 0, ``actions`` holds them already. A staged game of several
+    groups whose lanes hold several agents copies them (from either) into a tile of shared memory
+    instead, which its ``step_env`` reads as ``actions`` (``TILED_ACTIONS`` below)."""
     N = U(num_agents)
     GAMES = U(games_per_block)
     team, lane, lanes, sync = _team_functions(game_threads, games_per_block)
