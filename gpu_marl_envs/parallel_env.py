@@ -380,10 +380,11 @@ class GpuParallelEnv:
 
         ``state`` needs every field of :attr:`state_fields`, each ``(len(env_ids), ...)`` as in
         :meth:`get_state` (or broadcastable to it); ``env_ids``: indices, a bool mask, or ``None``
-        for every sub-env. The values are checked for type, shape and finiteness and ``t`` for
-        ``0 <= t < episode_length``; otherwise they are the caller's (e.g. positions off the arena
-        are not clipped). Returns the observations keyed by agent, updated for those sub-envs
-        (action masks too, in games with masks).
+        for every sub-env. The values are checked for type, shape and finiteness, ``t`` for
+        ``0 <= t < episode_length`` and the fields the rules index with for their ranges
+        (``MultiAgentDefinition.state_ranges``); otherwise they are the caller's (e.g. positions off
+        the arena are not clipped). Returns the observations keyed by agent, updated for those
+        sub-envs (action masks too, in games with masks).
 
         Returns restart there: the running return of each agent of those sub-envs is set to 0 (the
         rewards that led to a hand-set state are unknown), so the next ended episode's return sums
@@ -418,12 +419,19 @@ class GpuParallelEnv:
         t = rows["t"]
         if ((t < 0) | (t >= self.params.episode_length)).any():
             raise ValueError(f"state['t'] must lie in [0, {self.params.episode_length - 1}]")
+        for name, (low, high) in d.state_ranges(self.params).items():
+            if ((rows[name] < low) | (rows[name] > high)).any():
+                raise ValueError(f"state[{name!r}] must lie in [{low}, {high}]")
+        # The observations and masks of the new state before anything is written: a rule that
+        # refuses the state then leaves the env as it was.
+        state = d.state_type(**rows)
+        observations = d.flat_observations(self.params, state)
+        masks = d.flat_action_masks(self.params, state) if d.has_action_masks else None
         for name, value in rows.items():
             getattr(b.state, name)[ids] = value
-        state = d.state_type(**rows)
-        b.observations[ids] = d.flat_observations(self.params, state)
-        if d.has_action_masks:
-            b.action_masks[ids] = d.flat_action_masks(self.params, state)
+        b.observations[ids] = observations
+        if masks is not None:
+            b.action_masks[ids] = masks
         b.running_returns[ids] = 0.0
         b.needs_reset[ids] = False
         self._mark_initialised(ids)

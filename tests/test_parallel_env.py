@@ -220,6 +220,19 @@ def test_set_state_validates_and_round_trips():
     assert all(torch.equal(after[k], env.get_state()[k]) for k in after), "a rejected set_state changed the env"
 
 
+def test_set_state_refuses_a_goal_that_is_no_landmark():
+    # Speaker-listener's goal picks a landmark and its colour: the kernels would read out of bounds.
+    env = GpuParallelEnv("SimpleSpeakerListener-v4", 2, device="cpu")
+    env.reset(seed=0)
+    before = env.get_state()
+    for goal in (-1, 3):
+        with pytest.raises(ValueError, match=re.escape("state['goal'] must lie in [0, 2]")):
+            env.set_state({**before, "goal": torch.full_like(before["goal"], goal)})
+    assert all(torch.equal(before[k], env.get_state()[k]) for k in before), "a rejected set_state changed the env"
+    env.set_state({**before, "goal": torch.full_like(before["goal"], 2)})
+    assert torch.equal(env.get_state()["goal"], torch.full_like(before["goal"], 2))
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_render_rgb_array(env_id):
     env = GpuParallelEnv(env_id, 2, device="cpu", render_mode="rgb_array", render_env_index=1)

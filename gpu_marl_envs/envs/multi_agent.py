@@ -65,6 +65,11 @@ def no_dynamic_shared(params) -> int:
     return 0
 
 
+def no_state_ranges(params) -> dict[str, tuple[int, int]]:
+    """The default ``state_ranges``: no integer state field that the rules index with."""
+    return {}
+
+
 def one_group(params) -> dict[str, range]:
     """The default ``agent_groups``: every agent in one group, ``agents``."""
     return {"agents": range(params.num_agents)}
@@ -169,6 +174,10 @@ class MultiAgentDefinition:
     together may reach the GPU's opt-in limit (:func:`multi_agent_buffers.shared_memory_limit`).
     Static shared memory (the game's ``Shared`` struct, its ``shared()`` arrays) is read from the
     compiled kernels."""
+    state_ranges: Callable[[Any], dict[str, tuple[int, int]]] = no_state_ranges
+    """``p -> {field: (low, high)}``: the inclusive range of each integer state field that the rules
+    index with (speaker-listener's goal picks a landmark). ``set_state`` refuses a value outside it,
+    which the kernels would read out of bounds."""
 
     @property
     def state_fields(self) -> tuple[str, ...]:

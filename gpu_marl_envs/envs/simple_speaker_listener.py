@@ -212,4 +212,5 @@ SIMPLE_SPEAKER_LISTENER = MultiAgentDefinition(
     kernel_constants=kernel_constants,
     block_threads=lambda p: mpe.team_threads(p, ONE_LANE_AGENTS),
     games_per_block=lambda p: mpe.games_per_block(p, ONE_LANE_AGENTS),
+    state_ranges=lambda p: {"goal": (0, NUM_LANDMARKS - 1)},
 )
