@@ -63,10 +63,15 @@ STAGED_AGENTS_PER_LANE = 8
 """The most agents a lane of a staged step's team holds the running returns of, in registers."""
 
 
+def staged_row_bytes(obs_size: int, num_agents: int) -> int:
+    """An env's staged bytes: its observations (``obs_size`` floats) and its agents' staged outputs."""
+    return 4 * obs_size + STAGED_AGENT_BYTES * num_agents
+
+
 def stages_rows(definition, params, games: int, lanes: int) -> bool:
     """Whether the step kernel of ``games`` envs to a block, ``lanes`` each, stages the block's
     observations and per-agent outputs in shared memory (both backends' rule; a block of one env never)."""
-    row = 4 * definition.obs_size(params) + STAGED_AGENT_BYTES * params.num_agents
+    row = staged_row_bytes(definition.obs_size(params), params.num_agents)
     return games > 1 and games * row <= STAGED_BYTES and -(-params.num_agents // lanes) <= STAGED_AGENTS_PER_LANE
 
 

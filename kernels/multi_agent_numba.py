@@ -64,7 +64,7 @@ from gymnasium.vector import AutoresetMode
 from numba import boolean, float32
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
-from gpu_marl_envs.multi_agent_buffers import STAGED_AGENT_BYTES, STAGED_BYTES
+from gpu_marl_envs.multi_agent_buffers import STAGED_BYTES, staged_row_bytes
 
 NEXT_STEP = AUTORESET_CODES[AutoresetMode.NEXT_STEP]
 SAME_STEP = AUTORESET_CODES[AutoresetMode.SAME_STEP]
@@ -498,6 +498,8 @@ def make_multi_agent_kernels(
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
     sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
     STAGED = staged_obs_size > 0
+    # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
+    ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
     # A staged game of several groups whose lanes hold several agents each reads its env's actions from
     # a tile of shared memory, where its team copies them (from the groups' arrays or the actions
     # buffer), not from the global buffer after a copy there (CUDA C's GmeActions reads the groups'
@@ -506,12 +508,9 @@ def make_multi_agent_kernels(
     # Where the tile (at most 8 bytes a value) and the staged rows stay within STAGED_BYTES, as the
     # staged rows alone must.
     ACTION_TILE = games_per_block * num_agents * max(layout.shape[0] if layout.shape else 1, 1)
-    staged_bytes = games_per_block * (4 * staged_obs_size + STAGED_AGENT_BYTES * num_agents) + 8 * ACTION_TILE
-    several_a_lane = num_agents > max(game_threads, 1)
-    TILED_ACTIONS = STAGED and len(layout.groups) > 1 and several_a_lane and staged_bytes <= STAGED_BYTES
+    staged_bytes = games_per_block * staged_row_bytes(staged_obs_size, num_agents) + 8 * ACTION_TILE
+    TILED_ACTIONS = STAGED and len(layout.groups) > 1 and ROUNDS > 1 and staged_bytes <= STAGED_BYTES
     in_place, gather, as_actions = _group_actions(layout, lane, lanes, sync, TILED_ACTIONS)
-    # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
-    ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
     if warp_stores and not (STAGED and ROUNDS > 1):
         raise ValueError("a step stores by warp what it stages, where a lane holds several agents")
     # The staged tiles' elements (a constant, as shared.array's shape must be).
