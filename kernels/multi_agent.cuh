@@ -35,6 +35,15 @@
 //       where GME_WARP_STORES is 1, the stores of state that the game's step_env left in its teams'
 //       Shared instead of writing it (by GmeWarp::store_teams), after every team of the warp has
 //       stepped or reset; where it is 0 step_env writes the state itself.
+//   static constexpr bool speculative_step;
+//       true where step_env may run on an env that awaits its NEXT_STEP reset, the reset following it:
+//       the step kernel then reads needs_reset[e] beside the step's own loads, not before them (a round
+//       trip to memory less on every step's path). A game may declare it where its step_env of such an
+//       env (its state as the last step left it, the actions whatever they are) reads nothing out of
+//       bounds and writes nothing that its reset_env, by the same lanes, does not then overwrite: the
+//       state, what observe_env reads in Shared, the rewards (the framework zeroes them). (SimpleSpread's
+//       and speaker-listener's captured steps on an H200: 0.17 to 0.38 µs less at 2,000 games, up to 0.24
+//       at 65,536.)
 // State is GmeState: a pointer per field of the game's state dataclass, named and ordered as its fields,
 // typed as its tensors are (float*, int*, bool*, signed char*, ...), each array batch first (env e's row
 // of an (E, N) field starts at e * N). Every thread of the team calls each function, with the team
@@ -87,6 +96,7 @@ struct GmeGame {
     struct Shared {};
     static constexpr int num_agents = GME_NUM_AGENTS, obs_size = GME_OBS_SIZE, mask_size = GME_MASK_SIZE,
                          action_size = GME_ACTION_SIZE, num_metrics = GME_NUM_METRICS;
+    static constexpr bool speculative_step = false;  // needs_reset[e] read before the step
 
     template <class S, class Sh>
     __device__ static bool in_game(const S&, const Sh&, int, int) { return true; }
@@ -178,9 +188,8 @@ __device__ __forceinline__ void gme_step_env(
     float* final_observations, bool* final_observation_mask, bool* needs_reset, unsigned int* episodes,
     const unsigned long long* seeds, int autoreset_mode, long long out, const float* returns) {
     long long row = (long long)e * Game::num_agents;
-
-    if (autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e]) {
-        // The previous step ended this episode: this step only resets (the actions are ignored).
+    // The previous step ended this episode: this step only resets (the actions are ignored).
+    auto reset_instead = [&] {
         gme_reset_env<Game>(s, sh, e, running_returns + out, episodes, seeds);
         for (int a = gme_lane(); a < Game::num_agents; a += gme_lanes()) {
             if constexpr (GME_WARP_STORES) {
@@ -192,6 +201,10 @@ __device__ __forceinline__ void gme_step_env(
             agent_truncated[out + a] = false;
         }
         if (gme_lane() == 0) terminated[e] = truncated[e] = needs_reset[e] = false;
+    };
+    const bool reset = autoreset_mode == GME_AUTORESET_NEXT_STEP && needs_reset[e];
+    if (!Game::speculative_step && reset) {
+        reset_instead();
         return;
     }
 
@@ -211,6 +224,11 @@ __device__ __forceinline__ void gme_step_env(
         }
     }
     Game::step_env(s, sh, e, GmeActionRow(actions, e), team_rewards, term, trunc);
+    if (Game::speculative_step && reset) {
+        gme_sync();  // the step's writes are done: the reset overwrites them
+        reset_instead();
+        return;
+    }
     bool done = term || trunc;
     gme_sync();  // the stepped state and every reward are visible (and every thread has read needs_reset[e])
 #pragma unroll gme_staged_unroll

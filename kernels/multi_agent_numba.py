@@ -40,6 +40,8 @@ A packed block's step may stage the observations and rewards (``make_multi_agent
                                                   it, by :func:`team_store`'s functions, after every
                                                   team of the warp has stepped or reset (the .cuh's
                                                   store_warp); else step_env writes the state itself
+and, a flag rather than a function, ``speculative_step`` (the .cuh's: whether the step kernel may step
+an env that awaits its reset, the reset following).
 """
 
 import functools
@@ -115,6 +117,9 @@ class GameFunctions(NamedTuple):
     """(threads per block, blocks per SM) the kernels are compiled for, as CUDA C's
     ``__launch_bounds__`` (``GME_MULTI_AGENT_KERNELS_BOUNDED``): NVVM then keeps the registers per
     thread low enough for that many blocks to share an SM. None: registers unbounded."""
+    speculative_step: bool = False
+    """Whether the step kernel steps every env before it reads whether the env awaits its reset
+    (multi_agent.cuh's ``speculative_step`` says where a game may)."""
 
 
 def team_functions(c):
@@ -494,9 +499,9 @@ def make_multi_agent_kernels(
         functions.totals_env,
         functions.store_warp,
     )
-    bounds = functions.launch_bounds
+    bounds, SPECULATIVE = functions.launch_bounds, functions.speculative_step
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
-    sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout))
+    sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout, SPECULATIVE))
     STAGED = staged_obs_size > 0
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
@@ -609,8 +614,30 @@ def make_multi_agent_kernels(
         if TILED_ACTIONS:
             step_actions = staged_rows(cuda.shared.array(ACTION_TILE, actions.dtype), team(), e, actions)
 
-        if autoreset_mode == NEXT_STEP and needs_reset[e]:
-            # The previous step ended this episode: this step only resets (the actions are ignored).
+        # A speculative game steps every env before it knows whether the env awaits its reset (the .cuh's
+        # speculative_step): the step's loads then need not wait for needs_reset[e]'s.
+        reset = autoreset_mode == NEXT_STEP and needs_reset[e]
+        term, trunc = False, False
+        returns = cuda.local.array(ROUNDS, float32)
+        if SPECULATIVE or not reset:
+            gather(group_actions, actions, step_actions, e, from_groups)
+            if STAGED:
+                # The lane's running returns loaded before the game's step, so that the loads overlap its own.
+                for k in range(ROUNDS):
+                    a = U(tid + U(k) * LANES)
+                    if a < N:
+                        returns[k] = running_returns[e, a]
+            if in_place:  # a build-time constant: Numba types only the branch taken
+                term, trunc = step_env(
+                    state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards
+                )
+            else:
+                term, trunc = step_env(state, sh, e, step_actions, team_rewards)
+        if reset:
+            # The previous step ended this episode: this step only resets (the actions are ignored; a
+            # speculative game's reset overwrites what its step wrote).
+            if SPECULATIVE:
+                sync()
             reset_episode(state, sh, e, out_returns, episodes, seeds)
             a = tid
             while a < N:
@@ -633,20 +660,6 @@ def make_multi_agent_kernels(
                     store_obs(observations, obs_tile, 0, warp_of(num_envs))
                 return
         else:
-            gather(group_actions, actions, step_actions, e, from_groups)
-            if STAGED:
-                # The lane's running returns loaded before the game's step, so that the loads overlap its own.
-                returns = cuda.local.array(ROUNDS, float32)
-                for k in range(ROUNDS):
-                    a = U(tid + U(k) * LANES)
-                    if a < N:
-                        returns[k] = running_returns[e, a]
-            if in_place:  # a build-time constant: Numba types only the branch taken
-                term, trunc = step_env(
-                    state, sh, e, as_actions(group_actions[0]) if from_groups else actions, team_rewards
-                )
-            else:
-                term, trunc = step_env(state, sh, e, step_actions, team_rewards)
             done = term or trunc
             sync()  # the stepped state and every reward are visible (every thread has read needs_reset[e])
             if STAGED:

@@ -12,6 +12,9 @@ __constant__ float gsl_landmark_colors[3 * M] = GAME_LANDMARK_COLORS;
 
 struct SimpleSpeakerListener : GmeGame {
     static_assert(GME_GAME_THREADS == 1, "a speaker-listener game runs on one lane");
+    // Stepped before needs_reset[e] is known (multi_agent.cuh): the step writes the bodies, the utterance,
+    // t, the rewards and Shared, each of which a reset rewrites; its goal indexes the loaded landmarks only.
+    static constexpr bool speculative_step = true;
 
     // What observe_env reads, left by reset_env or step_env (the framework calls it only after one of the
     // two in the same launch): the listener's body, the landmarks, the utterance and the goal.

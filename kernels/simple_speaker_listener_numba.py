@@ -152,4 +152,5 @@ def game_functions(c) -> GameFunctions:
         for k in range(C):
             obs[e, 5 + 2 * M + k] = rest[COMM + k]
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared)
+    # Stepped before needs_reset is known: the .cu's speculative_step says why it may be.
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, speculative_step=True)

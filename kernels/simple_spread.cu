@@ -15,6 +15,9 @@
 #define OBS_DIM GAME_OBS_DIM
 
 struct SimpleSpread : GmeGame {
+    // Stepped before needs_reset[e] is known (multi_agent.cuh): the step writes the agents' bodies, t and
+    // the rewards, each of which a reset rewrites by the same lanes, and reads only the game's rows.
+    static constexpr bool speculative_step = true;
     struct Shared {
         // The game's bodies in mpe_stage_bodies' layout (the agents' x, y, vx, vy, then the landmarks' x, y),
         // staged by step_env (then moved) and written by reset_env: observe_env reads them, as the framework

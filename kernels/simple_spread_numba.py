@@ -261,4 +261,5 @@ def game_functions(c) -> GameFunctions:
         store_rows(vx, block, U(2 * N), warp)
         store_rows(vy, block, U(3 * N), warp)
 
-    return GameFunctions(reset_env, step_env, observe_env, shared=shared, store_warp=store_warp)
+    # Stepped before needs_reset is known: the .cu's speculative_step says why it may be.
+    return GameFunctions(reset_env, step_env, observe_env, shared=shared, store_warp=store_warp, speculative_step=True)

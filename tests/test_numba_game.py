@@ -32,12 +32,14 @@ def with_a_helper(c):
         obs[e, 0] = helper(state[0][e])
 
     launch_bounds = (64, 2)
+    speculative_step = True
     return locals()
 
 
 def test_the_factorys_functions_are_device_functions_calling_each_other_compiled():
     functions = with_a_helper(CONSTANTS)
     assert isinstance(functions, GameFunctions) and functions.launch_bounds == (64, 2)
+    assert functions.speculative_step is True  # a flag, taken as it is
     # On a GPU Numba compiles reset_env with what its variable `helper` holds then: the compiled
     # helper (the simulator would run a plain Python function as well, and hide the difference).
     for name in ("reset_env", "observe_env"):
