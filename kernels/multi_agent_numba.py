@@ -38,8 +38,9 @@ A packed block's step may stage the observations and rewards (``make_multi_agent
   store_warp(state, sh, warp)                    where ``c.GME_WARP_STORES``, stores the state that
                                                   step_env left in shared memory instead of writing
                                                   it, by :func:`team_store`'s functions, after every
-                                                  team of the warp has stepped or reset (the .cuh's
-                                                  store_warp); else step_env writes the state itself
+                                                  team of the warp has stepped or reset and observed
+                                                  (the .cuh's store_warp); else step_env writes the
+                                                  state itself
 and, a flag rather than a function, ``speculative_step`` (the .cuh's: whether the step kernel may step
 an env that awaits its reset, the reset following).
 """
@@ -704,6 +705,7 @@ def make_multi_agent_kernels(
                 observe_env(state, sh, e, final_observations, None)
                 sync()  # the final observations have read the state the reset overwrites
                 reset_episode(state, sh, e, out_returns, episodes, seeds)
+        observe_env(state, sh, e, obs, action_masks)  # before the warp's stores, as the .cuh's (it says why)
         if warp_stores:
             warp = warp_of(num_envs)
             store_agents(rewards, reward_tile, 0, warp)
@@ -711,8 +713,8 @@ def make_multi_agent_kernels(
             store_agents(agent_terminated, terminated_tile, 0, warp)
             store_agents(agent_truncated, truncated_tile, 0, warp)
             store_warp(state, sh, warp)
-        observe_env(state, sh, e, obs, action_masks)
-        if STAGED:
+            store_obs(observations, obs_tile, 0, warp)
+        elif STAGED:
             store_obs(observations, obs_tile, 0, warp_of(num_envs))
 
     def reset(num_envs, state, observations, action_masks, running_returns, reset_mask, needs_reset, episodes, seeds):
