@@ -618,7 +618,7 @@ def make_multi_agent_kernels(
         # A speculative game steps every env before it knows whether the env awaits its reset (the .cuh's
         # speculative_step): the step's loads then need not wait for needs_reset[e]'s.
         reset = autoreset_mode == NEXT_STEP and needs_reset[e]
-        term, trunc = False, False
+        term, trunc = False, False  # (bound on every path, as Numba types them)
         returns = cuda.local.array(ROUNDS, float32)
         if SPECULATIVE or not reset:
             gather(group_actions, actions, step_actions, e, from_groups)
