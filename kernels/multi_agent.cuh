@@ -387,6 +387,16 @@ __device__ __forceinline__ void gme_multi_agent_step(
     }
 }
 
+// Programmatic dependent launch (sm_90 on; gpu_marl_envs/backends/cuda_driver.ProgrammaticLaunches says
+// what it gains): the step kernel, launched so, waits here for the grid before it on the stream (the
+// previous step, say) to end and its writes to be visible, before any read of global memory. Built
+// for an older architecture it is launched in order and waits for nothing.
+__device__ __forceinline__ void gme_after_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class Game>
 __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typename Game::State& s,
                                                       float* observations, bool* action_masks,
@@ -421,6 +431,7 @@ __device__ __forceinline__ void gme_multi_agent_reset(int num_envs, const typena
         float* running_returns, float* episode_returns, float* episode_totals, float* final_observations,        \
         bool* final_observation_mask, bool* needs_reset, unsigned int* episodes, const unsigned long long* seeds, \
         int autoreset_mode) {                                                                                   \
+        gme_after_previous_grid();                                                                              \
         gme_multi_agent_step<Game>(num_envs, GME_STATE_ARGUMENTS, actions, observations, action_masks, rewards,  \
                                    agent_terminated, agent_truncated, terminated, truncated, running_returns,   \
                                    episode_returns, episode_totals, final_observations, final_observation_mask, \

@@ -54,6 +54,7 @@ import numpy as np
 from gpu_marl_envs.kernels.numba_api import (
     I64,
     U,
+    after_previous_grid,
     agent_rows,
     assume,
     cuda,
@@ -94,6 +95,11 @@ def no_totals(state, sh, e, totals):
 @cuda.jit(device=True)
 def no_warp_stores(state, sh, warp):
     """The warp's stores of a game that leaves no state in shared memory for them: none."""
+
+
+@cuda.jit(device=True)
+def launched_in_order():
+    """A kernel launched after the grid before it ends (not by programmatic dependent launch): nothing to wait for."""
 
 
 @cuda.jit(device=True)
@@ -467,6 +473,7 @@ def make_multi_agent_kernels(
     games_per_block=1,
     staged_obs_size=0,
     warp_stores=False,
+    programmatic=False,
 ):
     """-> the ``(<name>_step, <name>_reset)`` kernels of a game of ``num_agents`` agents whose actions
     lie as ``layout`` says, packed ``games_per_block`` envs of ``game_threads`` lanes to a block
@@ -476,7 +483,10 @@ def make_multi_agent_kernels(
     receive arrays whose row ``e`` is their team's row there (``numba_api.staged_rows``). Where
     ``warp_stores`` is true too (``multi_agent_buffers.stores_by_warp``), each warp also stores the
     rewards, running returns and agents' flags from tiles (where a lane holds several agents) and
-    calls the game's ``store_warp``, as multi_agent.cuh's GME_WARP_STORES.
+    calls the game's ``store_warp``, as multi_agent.cuh's GME_WARP_STORES. ``programmatic``: the step
+    kernel is launched by programmatic dependent launch (``cuda_driver.ProgrammaticLaunches``) and
+    waits for the grid before it first (``numba_api.after_previous_grid``; a build for compute
+    capability 9.0 on).
 
     The step kernel takes two parameters beyond ``multi_agent_buffers.STEP_ARGUMENTS``
     (``multi_agent_buffers.GROUP_ARGUMENTS``): ``group_actions``, a tuple of each group's own
@@ -502,7 +512,9 @@ def make_multi_agent_kernels(
     )
     bounds, SPECULATIVE = functions.launch_bounds, functions.speculative_step
     game = (shared, reset_env, step_env, in_game, observe_env, totals_env, store_warp)
-    sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout, SPECULATIVE))
+    # (A device function chosen here, not a branch in the kernel: griddepcontrol is no instruction before sm_90.)
+    wait_for_previous_grid = after_previous_grid if programmatic else launched_in_order
+    sources = sources_key((*game, make_multi_agent_kernels), (bounds, layout, SPECULATIVE, programmatic))
     STAGED = staged_obs_size > 0
     # A staged step's rounds of a lane's loop over its game's agents, its running returns in registers.
     ROUNDS, LANES = -(-num_agents // max(game_threads, 1)), U(game_threads)
@@ -576,6 +588,7 @@ def make_multi_agent_kernels(
         from_groups,
     ):
         sources  # noqa: B018  (read, so that the on-disk cache keys the kernel on it: named_kernel)
+        wait_for_previous_grid()  # before any read of global memory
         # Each (E, N) array's rows are N long, a constant: Numba indexes x[e, a] through x's shape,
         # read at run time (a 64-bit product per array), where multi_agent.cuh's row = e * N is a
         # constant (docs/custom_env.md, "Numba as fast as CUDA C", rule 5). The backend allocates

@@ -273,6 +273,35 @@ else:
         cuda.syncwarp(U(0xFFFFFFFF))
 
 
+# after_previous_grid(): where the kernel is launched by programmatic dependent launch
+# (gpu_marl_envs/backends/cuda_driver.ProgrammaticLaunches, compute capability 9.0 on), it waits for
+# the grid before it on the stream to end and its writes to be visible (PTX's griddepcontrol.wait:
+# multi_agent.cuh's gme_after_previous_grid); call it before any read of global memory, and only in a
+# build for such a device (the instruction exists from sm_90). The simulator runs a kernel at a time.
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def after_previous_grid():
+        pass
+
+else:
+
+    @_intrinsic
+    def _grid_dependency_wait(typingctx):
+        def codegen(context, builder, signature, args):
+            wait = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), []), "griddepcontrol.wait;", "~{memory}", True)
+            builder.call(wait, [])
+            return context.get_dummy_value()
+
+        return _types.none(), codegen
+
+    _grid_dependency_wait._set_uuid(f"{__name__}._grid_dependency_wait")
+
+    @inline_device
+    def after_previous_grid():
+        _grid_dependency_wait()
+
+
 # agent_rows(agents, size): a device function ``rows(values)`` that views an ``(E, agents * size)``
 # C-contiguous array as ``(E, agents, size)``, its own values. Not ``reshape``, which Numba compiles
 # as a call to a helper it never inlines, the shape and strides on the stack (docs/custom_env.md,
@@ -511,7 +540,8 @@ class PreparedLaunch:
     ``patched``: the positions among ``args`` of arrays (or tuples of arrays) whose data pointers
     each call may replace (the step's actions), with arrays of the same dtypes and shapes.
     ``stream``: called at each launch for the raw handle of the stream to launch on (default: the
-    legacy default stream)."""
+    legacy default stream). ``programmatic``: launched by programmatic dependent launch
+    (``cuda_driver.ProgrammaticLaunches``: the kernel calls :func:`after_previous_grid` first)."""
 
     def __init__(
         self,
@@ -522,8 +552,11 @@ class PreparedLaunch:
         shared_bytes: int = 0,
         patched: tuple[int, ...] = (),
         stream: Callable[[], int] = lambda: 0,
+        programmatic: bool = False,
     ):
         from numba.cuda.cudadrv.driver import binding
+
+        from gpu_marl_envs.backends.cuda_driver import ProgrammaticLaunches
 
         compiled = _compiled(kernel, args)
         compiled.bind()  # the module loaded in the current context
@@ -536,6 +569,7 @@ class PreparedLaunch:
         if error != binding.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuKernelGetFunction failed: {error.name}")
         self._blocks, self._threads, self._shared_bytes = blocks, threads, shared_bytes
+        self._programmatic = ProgrammaticLaunches(blocks, threads, shared_bytes) if programmatic else None
         self._args = args  # what the packed pointers point into (a params record Numba allocated)
         values, patched_slots = [], []
         for position, (kind, value) in enumerate(zip(compiled.argument_types, args)):
@@ -575,6 +609,12 @@ class PreparedLaunch:
         frame: at small batches a step's time is this call's."""
         for parameter, tensor in zip(self._patched, tensors):
             parameter.value = tensor.data_ptr()
+        if self._programmatic is not None:
+            launches = self._programmatic
+            (error,) = launches.launch(launches.config(self._stream()), self._function, self._address, 0)
+            if error:
+                raise RuntimeError(f"cuLaunchKernelEx failed: {error.name}")
+            return
         (error,) = self._launch(
             self._function,
             self._blocks,

@@ -171,6 +171,46 @@ def test_a_partial_last_warp_on_every_env(env_id, params, backend, cuda_device):
     run_twins(env_id, 2003, params, backend, AutoresetMode.NEXT_STEP, reference_envs=2003)
 
 
+# Steps back to back in one CUDA graph, as a captured rollout or mpe_throughput's captured runner has
+# them: on an sm_90 GPU each step kernel is launched by programmatic dependent launch and waits for the
+# step before it itself (cuda_driver.ProgrammaticLaunches), so a step that read its state or flags
+# before the last step's writes had landed would part from the torch reference, stepped the same way
+# on every env (its kernels are torch's own, launched in order). Episodes of 8 steps: resets inside
+# the graph.
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize(
+    "config", ["spread-2000x3", "spread-65536x3-continuous", "speaker-listener-65536-continuous", "tag-2000x4"]
+)
+def test_steps_back_to_back_in_a_graph_equal_the_reference(config, backend, cuda_device):
+    from gpu_marl_envs import GpuParallelEnv
+
+    env_id, num_envs, params = CONFIGS[config]
+    kernel_env, reference = (
+        GpuParallelEnv(env_id, num_envs, device=cuda_device, backend=b, params=params, validate_actions=False)
+        for b in (backend, "torch")
+    )
+    generator = torch.Generator(device=cuda_device).manual_seed(3)
+    pool = [random_group_actions(reference, generator) for _ in range(NUM_STEPS)]
+    for env in (kernel_env, reference):
+        env.reset_groups(seed=5)
+        env.step_groups(pool[0])  # the kernels loaded outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for actions in pool[1:]:
+            outputs = kernel_env.step_groups(actions)
+    graph.replay()
+    for actions in pool[1:]:
+        expected = reference.step_groups(actions)
+    torch.cuda.synchronize()
+    context = f"{config} {backend}"
+    for name, want, got in zip(("observations", "rewards", "terminations", "truncations"), expected, outputs):
+        for group in want:
+            exact(f"{name}[{group}]", want[group], got[group], context)
+    for name, value in reference.get_state().items():
+        exact(f"state.{name}", value, kernel_env.get_state()[name], context)
+    exact("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns, context)
+
+
 # The MPE2-sized games (the many-agent ones would only make the reference slow).
 @pytest.mark.parametrize("config", sorted(c for c, (_, _, params) in CONFIGS.items() if params.num_agents <= 4))
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

@@ -16,6 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
+from gpu_marl_envs.backends.cuda_driver import PROGRAMMATIC_ARCH
 from gpu_marl_envs.backends.numba_backend import NumbaLauncher, simulator_enabled
 from gpu_marl_envs.multi_agent_buffers import (
     GROUP_ARGUMENTS,
@@ -87,10 +88,10 @@ def _can_store_by_warp(spec: RegisteredEnv, params) -> bool:
 
 
 @functools.cache
-def _kernels(spec: RegisteredEnv, params, warp_stores: bool):
+def _kernels(spec: RegisteredEnv, params, warp_stores: bool, programmatic: bool = False):
     """The (step, reset) kernels of a game for these params and way of storing
     (``multi_agent_buffers.stores_by_warp``) and their packing (:func:`_packing`), built once per
-    process."""
+    process; ``programmatic``: the step launched by programmatic dependent launch."""
     from gpu_marl_envs.kernels.multi_agent_numba import GameFunctions, make_multi_agent_kernels, typed_constants
 
     module = _game_module(spec)
@@ -118,6 +119,7 @@ def _kernels(spec: RegisteredEnv, params, warp_stores: bool):
         games_per_block,
         spec.definition.obs_size(params) if _staged(spec, params) else 0,
         warp_stores,
+        programmatic,
     )
     return (*kernels, game_threads, games_per_block)
 
@@ -134,7 +136,10 @@ class MultiAgentNumbaBackend:
         num_envs = buffers.observations.shape[0]
         lanes, games = _packing(spec, _game_module(spec), params)
         warp_stores = stores_by_warp(definition, params, games, lanes, num_envs, device)
-        step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params, warp_stores)
+        # Numba builds for the device's own architecture.
+        major, minor = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+        programmatic = 10 * major + minor >= PROGRAMMATIC_ARCH
+        step_kernel, reset_kernel, game_threads, games_per_block = _kernels(spec, params, warp_stores, programmatic)
         threads = game_threads * games_per_block
         shared_bytes = definition.dynamic_shared_bytes(params)
         blocks = (num_envs + games_per_block - 1) // games_per_block
@@ -183,9 +188,9 @@ class MultiAgentNumbaBackend:
                     allow_dynamic_shared_memory(kernel, args, shared_bytes)
         # step(actions) and reset() are the prepared launches themselves: at small batches a step is
         # host time, and a method around each would add a Python frame to every step.
-        self.step = launcher.prepare(step_kernel, step_args, (STEP_ARGUMENTS.index("actions"),))
+        self.step = launcher.prepare(step_kernel, step_args, (STEP_ARGUMENTS.index("actions"),), programmatic)
         # The same kernel, copying each env's actions from the groups' own tensors first.
-        self._step_groups = launcher.prepare(step_kernel, groups_args, (len(STEP_ARGUMENTS),))  # group_actions
+        self._step_groups = launcher.prepare(step_kernel, groups_args, (len(STEP_ARGUMENTS),), programmatic)
         self.reset = launcher.prepare(reset_kernel, reset_args)
 
     @staticmethod

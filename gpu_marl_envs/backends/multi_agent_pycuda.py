@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 
 from gpu_marl_envs.autoreset import AUTORESET_CODES
 from gpu_marl_envs.backends import current_stream_getter
-from gpu_marl_envs.backends.cuda_driver import PreparedLaunch
+from gpu_marl_envs.backends.cuda_driver import PROGRAMMATIC_ARCH, PreparedLaunch
 from gpu_marl_envs.backends.pycuda_backend import (
     _pack,
     c_type,
@@ -159,7 +159,11 @@ class MultiAgentPycudaBackend:
         reset_buffer, _ = _pack(RESET_ARGUMENTS, values)
         blocks, threads = -(-num_envs // games), definition.block_threads(params) * games
         stream = current_stream_getter(device.index)
-        self._step = PreparedLaunch(step_kernel, blocks, threads, self._step_buffer, shared_bytes, stream)
+        # The step waits for the grid before it where it is built for such an architecture (multi_agent.cuh).
+        programmatic = step_kernel.get_attribute("PTX_VERSION") >= PROGRAMMATIC_ARCH
+        self._step = PreparedLaunch(
+            step_kernel, blocks, threads, self._step_buffer, shared_bytes, stream, programmatic=programmatic
+        )
         self.reset = PreparedLaunch(reset_kernel, blocks, threads, reset_buffer, shared_bytes, stream)
         action_size = math.prod(definition.action_shape(params))
         item_bytes = definition.action_dtype(params).itemsize

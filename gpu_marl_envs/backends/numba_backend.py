@@ -63,16 +63,19 @@ class NumbaLauncher:
             return self._cuda.as_cuda_array(tensor, sync=False)
         return tensor.numpy()  # the simulator works on host arrays in place
 
-    def prepare(self, kernel, args: tuple, patched: tuple[int, ...] = ()):
+    def prepare(self, kernel, args: tuple, patched: tuple[int, ...] = (), programmatic: bool = False):
         """A launch of ``kernel`` on ``args`` (views), called as ``launch(*tensors)``: ``patched``
         are the positions among ``args`` of views (or tuples of views) that ``tensors`` (contiguous,
         each of its view's dtype and size) stand in for, in order; the kernel reads them in their
-        place (in the simulator: copied in)."""
+        place (in the simulator: copied in). ``programmatic``: launched by programmatic dependent
+        launch (``cuda_driver.ProgrammaticLaunches``; a GPU's launch only)."""
         if self._on_gpu:
             from gpu_marl_envs.kernels.numba_api import PreparedLaunch
 
             stream = current_stream_getter(self._device.index)
-            return PreparedLaunch(kernel, args, self._blocks, self._threads, self._shared_bytes, patched, stream)
+            return PreparedLaunch(
+                kernel, args, self._blocks, self._threads, self._shared_bytes, patched, stream, programmatic
+            )
 
         from gpu_marl_envs.kernels.numba_api import NumbaPerformanceWarning
 
