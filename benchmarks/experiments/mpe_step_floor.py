@@ -5,7 +5,9 @@ its actions and write what it returns: the observations, the rewards and the age
 This times, captured as the benchmark's rows are (``ROLLOUT_LENGTH`` launches a CUDA graph, the graph
 replayed), one kernel that does only that: each thread loads 16 bytes of an input as large as the
 step's actions and stores 16 bytes of an output as large as its outputs, the store after the load
-(a step's one round trip to memory): a floor below any step's. Then the same kernel moving the state
+(a step's one round trip to memory): a floor below any step's. It is launched as the steps are: by
+programmatic dependent launch where the GPU has it (``cuda_driver.ProgrammaticLaunches``), waiting
+for the grid before it first. Then the same kernel moving the state
 a step keeps as well (every field of the game's state and the running returns read, the fields a
 step changes and the running returns written): the floor of a step that keeps this state. Beside
 them, the kernel with nothing to move (a launch), and the game's own captured step on the CUDA C
@@ -42,6 +44,9 @@ DEFAULT_CASES = [
 
 SOURCE = r"""
 extern "C" __global__ void move(const float4* in, long long n_in, float4* out, long long n_out) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n_in) v = in[i];
@@ -62,7 +67,13 @@ def mover(read_bytes: int, write_bytes: int):
     buffer = bytearray(struct.pack("QqQq", source.data_ptr(), n_in, target.data_ptr(), n_out))
     grid = max(1, -(-max(n_in, n_out) // BLOCK))
     launch = cuda_driver.PreparedLaunch(
-        function, grid, BLOCK, buffer, 0, lambda: torch.cuda.current_stream().cuda_stream
+        function,
+        grid,
+        BLOCK,
+        buffer,
+        0,
+        lambda: torch.cuda.current_stream().cuda_stream,
+        programmatic=function.get_attribute("PTX_VERSION") >= cuda_driver.PROGRAMMATIC_ARCH,
     )
 
     def call():
