@@ -209,6 +209,9 @@ def test_steps_back_to_back_in_a_graph_equal_the_reference(config, backend, cuda
     for name, value in reference.get_state().items():
         exact(f"state.{name}", value, kernel_env.get_state()[name], context)
     exact("running_returns", reference._buffers.running_returns, kernel_env._buffers.running_returns, context)
+    exact("episodes", reference._buffers.episodes, kernel_env._buffers.episodes, context)
+    # Reset from seed 5 (one episode), then a reset after step 8, inside the graph.
+    assert (kernel_env._buffers.episodes == 2).all(), f"{context}: no reset inside the graph"
 
 
 # The MPE2-sized games (the many-agent ones would only make the reference slow).

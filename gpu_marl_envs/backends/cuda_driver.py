@@ -89,9 +89,9 @@ class ProgrammaticLaunches:
 
     Captured steps back to back (H200, 100 a CUDA graph, CUDA C): SimpleSpread 2.56 against 2.82 µs a
     step at 2,000 games and 7.18 against 7.41 at 65,536; speaker-listener (Box) 1.44 against 2.08 and
-    3.29 against 3.95. Signalled at the kernel's start instead (griddepcontrol.launch_dependents), the
-    next grid's blocks took up the SMs' room early, and SimpleSpread at 65,536 games took 8.5 µs
-    (docs/benchmarks/mpe.md)."""
+    3.29 against 3.95. Signalled at the kernel's start instead (griddepcontrol.launch_dependents: the
+    next grid's blocks are then placed beside this grid's, and wait there), SimpleSpread at 65,536 games
+    took 8.5 µs (docs/benchmarks/mpe.md)."""
 
     def __init__(self, grid: int, block: int, shared_bytes: int):
         self.launch = _driver().cuLaunchKernelEx
