@@ -3,8 +3,8 @@
 For each scenario x action mode (discrete, continuous) x ``num_envs`` (2,000 and 65,536 by default):
 each of our backends (pycuda, numba, torch) through the public batched ``step_groups``, a Python
 call a step, and the kernel backends also "captured": 100 such calls captured once in a CUDA graph
-and replayed (how the trainer steps its games, and the counterpart of JaxMARL's compiled scan: no
-host time a step); VMAS 1.5.2's
+and replayed (how the trainer steps its games, there with its policy's kernels between the steps,
+and the counterpart of JaxMARL's compiled scan: no host time a step); VMAS 1.5.2's
 scenario through ``Environment.step`` (torch, on the same device) and JaxMARL's through ``jax.vmap``
 of ``env.step`` inside one ``jax.jit``-compiled ``lax.scan`` (on the same GPU). Every runner steps
 random actions from a pool of 8 drawn in its own action space beforehand, warms up first (kernel
@@ -174,7 +174,8 @@ def time_runner(runner: Runner, min_seconds: float, repeats: int) -> tuple[int, 
 def ours_runner(backend: str, s: Scenario, num_envs: int, device: str, continuous: bool, captured: bool = False):
     """Our game through ``step_groups``, a Python call a step; ``captured``: ROLLOUT_LENGTH of those
     calls captured once in a CUDA graph and the graph replayed, as the trainer runs its rollouts
-    and as JaxMARL's runner compiles its scan (a step costs no host time, only the kernel's)."""
+    (with its policy's kernels between the steps) and as JaxMARL's runner compiles its scan (a step
+    costs no host time, only the kernel's)."""
     env = gpu_marl_envs.make_parallel(
         s.ours,
         num_envs,
