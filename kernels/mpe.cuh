@@ -52,16 +52,22 @@ __device__ __forceinline__ float mpe_squared_norm(float dx, float dy) {
     return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
 }
 
+// mpe_contact's force of a pair within its reach, d2 its squared distance.
+__device__ __forceinline__ void mpe_contact_within_reach(float dx, float dy, float d2, float dist_min, float& tx,
+                                                         float& ty) {
+    float dist = sqrtf(d2);
+    float pen = mpe_penetration(__fadd_rn(dist, -dist_min));
+    tx = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dx) / dist, pen);
+    ty = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dy) / dist, pen);
+}
+
 // The contact force (tx, ty) on body i of a pair at p_i - p_j = (dx, dy); false (and no force) where the
 // pair is beyond its reach (d2 >= reach2: an exact 0 there). Body j's is exactly (-tx, -ty): p_j - p_i
 // is -(p_i - p_j) in float32, and the rounded products and quotient keep the sign.
 __device__ __forceinline__ bool mpe_contact(float dx, float dy, float dist_min, float reach2, float& tx, float& ty) {
     float d2 = mpe_squared_norm(dx, dy);
     if (!(d2 < reach2)) return false;
-    float dist = sqrtf(d2);
-    float pen = mpe_penetration(__fadd_rn(dist, -dist_min));
-    tx = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dx) / dist, pen);
-    ty = __fmul_rn(__fmul_rn(GAME_CONTACT_FORCE, dy) / dist, pen);
+    mpe_contact_within_reach(dx, dy, d2, dist_min, tx, ty);
     return true;
 }
 
@@ -72,6 +78,55 @@ __device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_m
     if (mpe_contact(dx, dy, dist_min, reach2, tx, ty)) {
         fx = __fadd_rn(fx, tx);
         fy = __fadd_rn(fy, ty);
+    }
+}
+
+// Adds every contact force among n bodies held in one lane's registers (a game stepped on one lane) to
+// (fx, fy): pair (a, j), a < j, adds (tx, ty) to body a's and (-tx, -ty) to body j's, in the pairs' order
+// (a, then j), as a loop over the pairs would. The lane computes the force once for each pair within its
+// reach, one pair a round: a warp runs as many rounds as its lanes have such pairs at most (1 or 2 for
+// SimpleSpread's 3 agents, whose pairs are seldom within reach), where a branch for each pair ran the
+// force for every pair that any lane of the warp had within reach (ncu: nearly every warp entered each
+// of the 3 branches). SimpleSpread, a captured step on an H200: 6.90 µs against 7.16 at 65,536 games
+// with Discrete actions, 2.49 against 2.58 at 2,000.
+template <int n>
+__device__ __forceinline__ void mpe_add_contacts(const float (&x)[n], const float (&y)[n], float dist_min,
+                                                 float reach2, float (&fx)[n], float (&fy)[n]) {
+    static_assert(n * (n - 1) / 2 <= 32, "a lane's pairs are the bits of one word");
+    unsigned int reaching = 0;  // bit p: pair p (in the pairs' order) is within its reach
+#pragma unroll
+    for (int a = 0, p = 0; a < n; ++a) {
+#pragma unroll
+        for (int j = a + 1; j < n; ++j, ++p) reaching |= (mpe_squared_norm(x[a] - x[j], y[a] - y[j]) < reach2) << p;
+    }
+    while (reaching) {
+        const int q = __ffs(reaching) - 1;  // the lowest pair left
+        reaching &= reaching - 1;
+        float dx = 0.0f, dy = 0.0f;
+#pragma unroll
+        for (int a = 0, p = 0; a < n; ++a) {
+#pragma unroll
+            for (int j = a + 1; j < n; ++j, ++p) {
+                if (p == q) {
+                    dx = x[a] - x[j];
+                    dy = y[a] - y[j];
+                }
+            }
+        }
+        float tx, ty;
+        mpe_contact_within_reach(dx, dy, mpe_squared_norm(dx, dy), dist_min, tx, ty);
+#pragma unroll
+        for (int a = 0, p = 0; a < n; ++a) {
+#pragma unroll
+            for (int j = a + 1; j < n; ++j, ++p) {
+                if (p == q) {
+                    fx[a] = __fadd_rn(fx[a], tx);
+                    fy[a] = __fadd_rn(fy[a], ty);
+                    fx[j] = __fadd_rn(fx[j], -tx);
+                    fy[j] = __fadd_rn(fy[j], -ty);
+                }
+            }
+        }
     }
 }
 
@@ -86,8 +141,8 @@ __device__ __forceinline__ void mpe_action_force(const Action* action, float sen
         ux = __fmul_rn(__fadd_rn(a[2], -a[1]), sensitivity);
         uy = __fmul_rn(__fadd_rn(a[4], -a[3]), sensitivity);
     } else {
-        long long k = (long long)action[0];
-        k = k < 0 ? 0 : (k > 4 ? 4 : k);
+        long long index = (long long)action[0];
+        int k = index < 0 ? 0 : (index > 4 ? 4 : (int)index);  // (compared in 32 bits from here)
         ux = k == 1 ? -sensitivity : (k == 2 ? sensitivity : 0.0f);
         uy = k == 3 ? -sensitivity : (k == 4 ? sensitivity : 0.0f);
     }

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 from gpu_marl_envs.kernels.multi_agent_numba import nan_to_zero, team_functions
-from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, cuda, int_as_float, mul_rn
+from gpu_marl_envs.kernels.numba_api import I64, U, add_rn, cuda, inline_device, int_as_float, mul_rn
 from numba import int32
 
 from gpu_marl_envs.envs.mpe_physics import physics_constants
@@ -85,9 +85,58 @@ def contact_force(dx, dy, dist_min, reach2):
     d2 = squared_norm(dx, dy)
     if not d2 < reach2:
         return False, ZERO, ZERO
+    tx, ty = contact_within_reach(dx, dy, d2, dist_min)
+    return True, tx, ty
+
+
+@cuda.jit(device=True)
+def contact_within_reach(dx, dy, d2, dist_min):
+    """:func:`contact_force`'s ``(tx, ty)`` of a pair within its reach, ``d2`` its squared distance."""
     dist = np.float32(math.sqrt(d2))
     pen = penetration(add_rn(dist, -dist_min))
-    return True, mul_rn(mul_rn(CONTACT_FORCE, dx) / dist, pen), mul_rn(mul_rn(CONTACT_FORCE, dy) / dist, pen)
+    return mul_rn(mul_rn(CONTACT_FORCE, dx) / dist, pen), mul_rn(mul_rn(CONTACT_FORCE, dy) / dist, pen)
+
+
+def contacts(n: int):
+    """A device function ``add(x, y, dist_min, reach2, fx, fy)`` that adds every contact force among
+    ``n`` bodies held in one lane's local arrays (a game stepped on one lane) to ``fx``, ``fy``: pair
+    (a, j), a < j, adds (tx, ty) to body a's and (-tx, -ty) to body j's, in the pairs' order. The lane
+    computes the force once for each pair within its reach, a pair a round (mpe.cuh's mpe_add_contacts,
+    which says what it saves)."""
+    if n * (n - 1) // 2 > 32:
+        raise ValueError(f"{n} bodies have more pairs than a word has bits")
+
+    @inline_device
+    def add(x, y, dist_min, reach2, fx, fy):
+        reaching = U(0)  # bit p: pair p (in the pairs' order) is within its reach
+        p = U(0)
+        for a in range(n):
+            for j in range(a + 1, n):
+                if squared_norm(x[a] - x[j], y[a] - y[j]) < reach2:
+                    reaching |= U(U(1) << p)
+                p = U(p + U(1))
+        while reaching != U(0):
+            q = U(cuda.ffs(reaching) - U(1))  # the lowest pair left
+            reaching &= U(reaching - U(1))
+            dx, dy = ZERO, ZERO
+            p = U(0)
+            for a in range(n):
+                for j in range(a + 1, n):
+                    if p == q:
+                        dx, dy = x[a] - x[j], y[a] - y[j]
+                    p = U(p + U(1))
+            tx, ty = contact_within_reach(dx, dy, squared_norm(dx, dy), dist_min)
+            p = U(0)
+            for a in range(n):
+                for j in range(a + 1, n):
+                    if p == q:
+                        fx[a] = add_rn(fx[a], tx)
+                        fy[a] = add_rn(fy[a], ty)
+                        fx[j] = add_rn(fx[j], -tx)
+                        fy[j] = add_rn(fy[j], -ty)
+                    p = U(p + U(1))
+
+    return add
 
 
 @cuda.jit(device=True)

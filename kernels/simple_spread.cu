@@ -53,7 +53,7 @@ struct SimpleSpread : GmeGame {
     }
 
     // A game of up to simple_spread.ONE_LANE_AGENTS agents on one thread: the whole step in registers, its
-    // loads issued together, each contact pair and each collision pair computed once (mpe_contact; a
+    // loads issued together, each contact pair and each collision pair computed once (mpe_add_contacts; a
     // squared distance is the same either way round). The bodies it leaves go to Shared for observe_env.
     // The additions keep the team's order below: an agent's forces by the other agent's id, the
     // landmarks' distances by mpe_tree_sum's tree. (The step staged through Shared, with a barrier
@@ -78,19 +78,7 @@ struct SimpleSpread : GmeGame {
             lx[a] = s.landmark_x[row + a];
             ly[a] = s.landmark_y[row + a];
         }
-#pragma unroll
-        for (int a = 0; a < ALONE_N; ++a) {
-#pragma unroll
-            for (int j = a + 1; j < ALONE_N; ++j) {
-                float tx, ty;
-                if (mpe_contact(x[a] - x[j], y[a] - y[j], GAME_DIST_MIN, GAME_REACH2, tx, ty)) {
-                    fx[a] = __fadd_rn(fx[a], tx);
-                    fy[a] = __fadd_rn(fy[a], ty);
-                    fx[j] = __fadd_rn(fx[j], -tx);
-                    fy[j] = __fadd_rn(fy[j], -ty);
-                }
-            }
-        }
+        mpe_add_contacts(x, y, GAME_DIST_MIN, GAME_REACH2, fx, fy);
 #pragma unroll
         for (int a = 0; a < ALONE_N; ++a) {
             mpe_integrate(x[a], y[a], vx[a], vy[a], fx[a], fy[a], 0.0f);

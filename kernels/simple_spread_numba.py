@@ -36,6 +36,7 @@ def game_functions(c) -> GameFunctions:
     # Whether the warp stores the moved bodies (the .cu's store_warp), and how a field's rows.
     WARP_STORES = c.GME_WARP_STORES
     store_rows = team_store(c, N)
+    add_contacts = mpe.contacts(N) if ONE_LANE else None  # (step_alone's, built for one lane only)
 
     @cuda.jit(device=True)
     def shared():
@@ -98,14 +99,7 @@ def game_functions(c) -> GameFunctions:
             fx[a], fy[a] = action_force(actions, e, U(a), SENSITIVITY)
             px[a], py[a], pvx[a], pvy[a] = x[e, U(a)], y[e, U(a)], vx[e, U(a)], vy[e, U(a)]
             lx[a], ly[a] = landmark_x[e, U(a)], landmark_y[e, U(a)]
-        for a in range(N):
-            for j in range(a + 1, N):
-                touching, tx, ty = mpe.contact_force(px[a] - px[j], py[a] - py[j], DIST_MIN, REACH2)
-                if touching:
-                    fx[a] = add_rn(fx[a], tx)
-                    fy[a] = add_rn(fy[a], ty)
-                    fx[j] = add_rn(fx[j], -tx)
-                    fy[j] = add_rn(fy[j], -ty)
+        add_contacts(px, py, DIST_MIN, REACH2, fx, fy)
         for a in range(N):
             px[a], py[a], pvx[a], pvy[a] = mpe.integrate(px[a], py[a], pvx[a], pvy[a], fx[a], fy[a], ZERO)
             if not WARP_STORES:
