@@ -271,9 +271,9 @@ __device__ __forceinline__ void gme_step_env(
 // lanes on consecutive elements, so that a store instruction writes 128 contiguous bytes. (A team
 // storing its own rows writes a few elements of each of the warp's envs per instruction, a 32-byte
 // sector each: unstaged, SimpleSpread's observations on one lane a game took 62.6 µs a step at 65,536
-// games on an H200, staged 11.4; 16-byte stores a lane gained 0.15-0.2 µs more, not kept.) Built by
-// every lane of the warp's teams of envs below num_envs (the others have returned), after each team
-// has staged its rows: the constructor is the warp's barrier.
+// games on an H200, staged 11.4.) A tile whose warp's rows span a multiple of 16 bytes is stored 16
+// bytes a lane (store_tile). Built by every lane of the warp's teams of envs below num_envs (the others
+// have returned), after each team has staged its rows: the constructor is the warp's barrier.
 struct GmeWarp {
     static constexpr int teams =
         32 / GME_GAME_THREADS < GME_GAMES_PER_BLOCK ? 32 / GME_GAME_THREADS : GME_GAMES_PER_BLOCK;
@@ -292,6 +292,23 @@ struct GmeWarp {
     template <int ROW, class T>
     __device__ __forceinline__ void store_tile(const T* tile, T* rows) const {
         const T* from = tile + first_team * ROW;
+        // A whole warp of envs whose rows span a multiple of 16 bytes: 16 bytes a lane, 512 contiguous bytes
+        // a store, a quarter of the instructions. The rows then start on 16 bytes in the tile (aligned so,
+        // a warp's rows `bytes` after the last's) and in the array where the array does (first_env is a
+        // multiple of teams). (Speaker-listener at 2,000 games, a captured step on an H200: 1.42 µs against
+        // 1.52 with Discrete actions, 1.40 against 1.45 with Box.)
+        constexpr int bytes = teams * ROW * sizeof(T);
+        if constexpr (bytes % 16 == 0 && teams * GME_GAME_THREADS == 32) {
+            if (envs == teams && reinterpret_cast<unsigned long long>(rows) % 16 == 0) {
+                const float4* source = reinterpret_cast<const float4*>(from);
+                float4* target = reinterpret_cast<float4*>(rows + (long long)first_env * ROW);
+#pragma unroll
+                for (int k = 0; k < bytes / 16 / 32; ++k) target[lane + 32 * k] = source[lane + 32 * k];
+                constexpr int last = bytes / 16 / 32 * 32;  // where the last, partial round starts
+                if (lane < bytes / 16 % 32) target[last + lane] = source[last + lane];
+                return;
+            }
+        }
         store<ROW>(rows, [&](int k) { return from[k]; });
     }
 
@@ -358,9 +375,12 @@ __device__ __forceinline__ void gme_multi_agent_step(
                   "rows, STAGED_AGENT_BYTES an agent's)");
     constexpr int tile = GME_WARP_STORES ? games * N : 1;
     __shared__ typename Game::Shared teams[games];
-    __shared__ float staged[GME_STAGED ? games * GME_OBS_SIZE : 1];
-    __shared__ float staged_rewards[GME_STAGED ? games * N : 1], staged_returns[tile];
-    __shared__ bool staged_terminated[tile], staged_truncated[tile];
+    // (16-byte aligned for GmeWarp::store_tile's vectors.)
+    __shared__ __align__(16) float staged[GME_STAGED ? games * GME_OBS_SIZE : 1];
+    __shared__ __align__(16) float staged_rewards[GME_STAGED ? games * N : 1];
+    __shared__ __align__(16) float staged_returns[tile];
+    __shared__ __align__(16) bool staged_terminated[tile];
+    __shared__ __align__(16) bool staged_truncated[tile];
     int e = blockIdx.x * games + gme_team();
     if (e >= num_envs) return;
     float* obs = GME_STAGED ? staged + gme_team() * GME_OBS_SIZE : observations + (long long)e * GME_OBS_SIZE;
