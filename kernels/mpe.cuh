@@ -88,7 +88,8 @@ __device__ __forceinline__ void mpe_add_contact(float dx, float dy, float dist_m
 // SimpleSpread's 3 agents, whose pairs are seldom within reach), where a branch for each pair ran the
 // force for every pair that any lane of the warp had within reach (ncu: nearly every warp entered each
 // of the 3 branches). SimpleSpread, a captured step on an H200: 6.90 µs against 7.16 at 65,536 games
-// with Discrete actions, 2.49 against 2.58 at 2,000.
+// with Discrete actions, 2.49 against 2.58 at 2,000; with Box actions 2.54 against 2.69 at 2,000, but
+// 7.99 against 7.89 at 65,536 (docs/benchmarks/mpe.md).
 template <int n>
 __device__ __forceinline__ void mpe_add_contacts(const float (&x)[n], const float (&y)[n], float dist_min,
                                                  float reach2, float (&fx)[n], float (&fy)[n]) {
